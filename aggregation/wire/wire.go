@@ -1,0 +1,172 @@
+// Package wire is the SwitchML-over-RoCEv2 wire contract between workers and
+// the switch: how the RETH rkey carries the pool index and set, how the
+// 32-bit immediate carries the message id and block exponents, how switch
+// QPNs are encoded for the Tofino program, and the Job description the
+// controller hands to a switch backend.
+//
+// Everything here is a pure function or a plain value; safe for concurrent
+// use. The Tofino program (p4/rdma_switch) mirrors these encodings; the
+// comments there name the functions below.
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+)
+
+// PoolIndex is the overloaded RETH rkey of a worker → switch write: bit 0 is
+// the set (shadow copy), bits above it are the slot. Packet k of a message
+// uses PoolIndex + 2k, i.e. slot + k in the same set.
+type PoolIndex uint32
+
+// MakePoolIndex encodes slot and set (0 or 1).
+func MakePoolIndex(slot uint32, set uint8) PoolIndex { return PoolIndex(slot<<1 | uint32(set&1)) }
+
+// Slot is the aggregation slot the index names.
+func (p PoolIndex) Slot() uint32 { return uint32(p) >> 1 }
+
+// Set is the shadow-copy set, 0 or 1.
+func (p PoolIndex) Set() uint8 { return uint8(p & 1) }
+
+// Add returns the pool index of packet k of a message starting at p.
+func (p PoolIndex) Add(k int) PoolIndex { return p + PoolIndex(2*k) }
+
+// Imm is the 32-bit immediate of a SwitchML write: [31:16] message id
+// (opaque, echoed), [15:8] e0, [7:0] e1 (signed 8-bit block exponents).
+// Workers send e0 = the exponent of the next message the QP will send; the
+// switch returns the maximum over the workers of each field.
+type Imm uint32
+
+// MakeImm packs a message id and two exponents.
+func MakeImm(msgID uint16, e0, e1 int8) Imm {
+	return Imm(uint32(msgID)<<16 | uint32(uint8(e0))<<8 | uint32(uint8(e1)))
+}
+
+func (i Imm) MsgID() uint16 { return uint16(i >> 16) }
+func (i Imm) E0() int8      { return int8(uint8(i >> 8)) }
+func (i Imm) E1() int8      { return int8(uint8(i)) }
+
+// WithExponents replaces the exponent fields, keeping the message id.
+func (i Imm) WithExponents(e0, e1 int8) Imm { return MakeImm(i.MsgID(), e0, e1) }
+
+// P4AppQPN is the switch QPN p4app-switchML (and our Tofino program) assigns
+// to QP i of worker rank: 0x800000 | rank<<16 | i, 5 rank bits and 9 QP bits.
+func P4AppQPN(rank, i int) (uint32, error) {
+	if rank < 0 || rank >= MaxP4AppWorkers || i < 0 || i >= MaxP4AppQPs {
+		return 0, fmt.Errorf("wire: rank %d, QP %d: the Tofino QPN encoding holds %d workers × %d QPs", rank, i, MaxP4AppWorkers, MaxP4AppQPs)
+	}
+	return 0x800000 | uint32(rank)<<16 | uint32(i), nil
+}
+
+// P4AppQPNDecode splits a P4AppQPN; ok is false if qpn is not of that form.
+func P4AppQPNDecode(qpn uint32) (rank, i int, ok bool) {
+	if qpn&0xE00000 != 0x800000 || qpn&0x00FE00 != 0 {
+		return 0, 0, false
+	}
+	return int(qpn>>16) & 0x1F, int(qpn & 0x1FF), true
+}
+
+const (
+	MaxP4AppWorkers = 32
+	MaxP4AppQPs     = 512
+)
+
+// DType is the element type of a job's tensors.
+type DType uint8
+
+const (
+	Float32 DType = iota // quantized to int32 with block floating point
+	Int32                // exact
+)
+
+func (d DType) String() string {
+	switch d {
+	case Float32:
+		return "float32"
+	case Int32:
+		return "int32"
+	}
+	return fmt.Sprintf("DType(%d)", uint8(d))
+}
+
+// ParseDType accepts "float32" and "int32".
+func ParseDType(s string) (DType, error) {
+	switch s {
+	case "float32", "f32":
+		return Float32, nil
+	case "int32", "i32":
+		return Int32, nil
+	}
+	return 0, fmt.Errorf("dtype %q: use float32 or int32", s)
+}
+
+// PacketSizes are the payload sizes the software switch supports; the Tofino
+// program supports 256 (and 1024 with recirculation, see docs/p4.md).
+var PacketSizes = []int{256, 512, 1024, 2048, 4096}
+
+// CheckPacketSize returns an error naming the supported sizes.
+func CheckPacketSize(n int) error {
+	for _, s := range PacketSizes {
+		if n == s {
+			return nil
+		}
+	}
+	return fmt.Errorf("packet size %d: supported payload sizes are 256, 512, 1024, 2048 and 4096 bytes", n)
+}
+
+// Worker is one worker of a job as the switch must know it.
+type Worker struct {
+	Rank int
+	Addr netip.Addr       // the worker NIC's IP (RoCEv2 GID)
+	MAC  net.HardwareAddr // the worker NIC's MAC (for the Tofino program)
+	RKey uint32           // rkey of the worker's zero-based receive MR
+	// QPNs are the worker's QPNs, index i = QP i; results for QP i go there.
+	QPNs []uint32
+	// PSNs are the first PSNs the switch uses towards each worker QP.
+	PSNs []uint32
+	// SwitchQPNs are the switch QPNs the worker's QP i writes to.
+	SwitchQPNs []uint32
+}
+
+// Job is a session as the controller hands it to a switch backend.
+type Job struct {
+	ID         uint32
+	DType      DType
+	PacketSize int // payload bytes per packet
+	// Pool: the job owns slots [PoolBase, PoolBase+PoolSlots); pool indices
+	// (rkeys) outside that range are dropped.
+	PoolBase  uint32
+	PoolSlots uint32
+	Workers   []Worker // index = rank
+}
+
+// ErrBadJob is wrapped by Validate.
+var ErrBadJob = errors.New("invalid job")
+
+// Validate checks the job's internal consistency.
+func (j *Job) Validate() error {
+	if len(j.Workers) == 0 {
+		return fmt.Errorf("job %d: %w: no workers", j.ID, ErrBadJob)
+	}
+	if err := CheckPacketSize(j.PacketSize); err != nil {
+		return fmt.Errorf("job %d: %w: %v", j.ID, ErrBadJob, err)
+	}
+	if j.PoolSlots == 0 {
+		return fmt.Errorf("job %d: %w: empty pool", j.ID, ErrBadJob)
+	}
+	q := len(j.Workers[0].QPNs)
+	for r, w := range j.Workers {
+		if w.Rank != r {
+			return fmt.Errorf("job %d: %w: worker at index %d has rank %d", j.ID, ErrBadJob, r, w.Rank)
+		}
+		if !w.Addr.IsValid() {
+			return fmt.Errorf("job %d: %w: worker %d has no address", j.ID, ErrBadJob, r)
+		}
+		if len(w.QPNs) != q || len(w.PSNs) != q || len(w.SwitchQPNs) != q || q == 0 {
+			return fmt.Errorf("job %d: %w: worker %d has %d QPNs, %d PSNs, %d switch QPNs; every worker needs the same non-zero count", j.ID, ErrBadJob, r, len(w.QPNs), len(w.PSNs), len(w.SwitchQPNs))
+		}
+	}
+	return nil
+}
