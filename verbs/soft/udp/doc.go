@@ -1,0 +1,16 @@
+// Package udp is the RoCEv2 datagram endpoint shared by the userspace NIC
+// (verbs/soft) and the software switch (aggregation/swswitch): a UDP socket
+// on one local address and port 4791 with batched I/O (recvmmsg/sendmmsg,
+// caller-owned buffers, no allocation per packet), optional pcap capture of
+// every datagram in and out, and optional seeded loss injection.
+//
+// Sending RoCEv2 from a plain UDP socket: over IPv4 the socket is unconnected
+// and has IP_MTU_DISCOVER = IP_PMTUDISC_DO, so the kernel sends DF=1 and IPv4
+// Identification 0, which lets the sender compute the exact ICRC (the ICRC
+// covers the Identification). Over IPv6 the socket sets UDP_NO_CHECK6_RX so
+// that datagrams with UDP checksum 0 (as rxe sends them) are accepted.
+//
+// Concurrency: ReadBatch must be called from one goroutine at a time;
+// WriteBatch may be called from any number of goroutines (calls are
+// serialised). Stats and Close are safe at any time.
+package udp
