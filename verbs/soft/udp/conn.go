@@ -42,13 +42,19 @@ type Config struct {
 	Seed               uint64
 }
 
-// Msg is one datagram of a batch. For ReadBatch, Buf is where the datagram is
-// stored; N and Addr are set. For WriteBatch, Buf[:N] is sent to Addr.
+// Msg is one datagram of a batch: its bytes are Buf[Off:Off+N]. For
+// ReadBatch the datagram is stored at Buf[Off:] and N and Addr are set; for
+// WriteBatch Buf[Off:Off+N] is sent to Addr. Off leaves headroom in front of
+// the datagram (rdma.ICRCHeadroom lets the ICRC be computed in one pass).
 type Msg struct {
 	Buf  []byte
+	Off  int
 	N    int
 	Addr netip.AddrPort
 }
+
+// Bytes returns the datagram, Buf[Off:Off+N].
+func (m *Msg) Bytes() []byte { return m.Buf[m.Off : m.Off+m.N] }
 
 // Stats are the endpoint's counters.
 type Stats struct {
@@ -227,10 +233,11 @@ func (c *Conn) ReadBatch(msgs []Msg) (int, error) {
 			return 0, nil
 		}
 		for i := 0; i < req; i++ {
-			b := msgs[i].Buf
-			if len(b) == 0 {
-				return 0, fmt.Errorf("udp: ReadBatch: message %d has no buffer", i)
+			m := &msgs[i]
+			if m.Off < 0 || m.Off >= len(m.Buf) {
+				return 0, fmt.Errorf("udp: ReadBatch: message %d has no room after offset %d in its %d-byte buffer", i, m.Off, len(m.Buf))
 			}
+			b := m.Buf[m.Off:]
 			c.riov[i].Base = &b[0]
 			c.riov[i].SetLen(len(b))
 			c.rhdr[i].hdr.Namelen = sockaddrLen
@@ -258,7 +265,7 @@ func (c *Conn) ReadBatch(msgs []Msg) (int, error) {
 			c.rxBytes.Add(uint64(n))
 			from := parseSockaddr(c.rname[i][:])
 			if c.cap != nil {
-				c.cap.Write(from, c.local, msgs[i].Buf[:n])
+				c.cap.Write(from, c.local, msgs[i].Buf[msgs[i].Off:msgs[i].Off+n])
 			}
 			if c.rloss.drop() {
 				c.rxLoss.Add(1)
@@ -266,6 +273,7 @@ func (c *Conn) ReadBatch(msgs []Msg) (int, error) {
 			}
 			if out != i {
 				msgs[out].Buf, msgs[i].Buf = msgs[i].Buf, msgs[out].Buf
+				msgs[out].Off, msgs[i].Off = msgs[i].Off, msgs[out].Off
 			}
 			msgs[out].N = n
 			msgs[out].Addr = from
@@ -305,11 +313,11 @@ func (c *Conn) WriteBatch(msgs []Msg) (int, error) {
 		i := sent
 		for ; i < len(msgs) && req < c.batch; i++ {
 			m := &msgs[i]
-			if m.N <= 0 || m.N > len(m.Buf) {
-				return sent, fmt.Errorf("udp: WriteBatch: message %d has length %d of %d", i, m.N, len(m.Buf))
+			if m.N <= 0 || m.Off < 0 || m.Off+m.N > len(m.Buf) {
+				return sent, fmt.Errorf("udp: WriteBatch: message %d: bytes [%d, %d) outside its %d-byte buffer", i, m.Off, m.Off+m.N, len(m.Buf))
 			}
 			if c.cap != nil {
-				c.cap.Write(c.local, m.Addr, m.Buf[:m.N])
+				c.cap.Write(c.local, m.Addr, m.Bytes())
 			}
 			if c.sloss.drop() {
 				c.txLoss.Add(1)
@@ -319,7 +327,7 @@ func (c *Conn) WriteBatch(msgs []Msg) (int, error) {
 			if err != nil {
 				return sent, err
 			}
-			c.siov[req].Base = &m.Buf[0]
+			c.siov[req].Base = &m.Buf[m.Off]
 			c.siov[req].SetLen(m.N)
 			c.shdr[req].hdr.Namelen = nl
 			c.shdr[req].len = 0

@@ -1,0 +1,23 @@
+// Package soft is a userspace RoCEv2 NIC in pure Go: it implements the verbs
+// interfaces (device, PD, zero-based MRs, CQs, UC QPs) over a UDP socket on
+// port 4791 of one local address, and sends and accepts exactly the packets a
+// hardware RNIC or Linux rxe does (same opcodes, PSNs, RETH/ImmDt, ICRC).
+//
+// Send: PostSend segments each RDMA WRITE [WITH IMMEDIATE] into path-MTU
+// packets (FIRST / MIDDLE / LAST[_WITH_IMMEDIATE], or ONLY[_WITH_IMMEDIATE]),
+// consecutive PSNs, RETH on the first, ImmDt on the last, ICRC sealed, and
+// hands them to the socket in batches before it returns; a signaled WR then
+// completes on the send CQ. Over IPv4 the socket sends Identification 0 with
+// DF, so receivers can verify the ICRC (see verbs/soft/udp).
+//
+// Receive: one goroutine per device reads batches, demultiplexes by
+// destination QPN and applies the UC rules as rxe does: FIRST/ONLY start a
+// message at any PSN; MIDDLE/LAST must continue the sequence or the rest of
+// that message is dropped. The RETH rkey, address range, length and the MR's
+// remote-write access are checked before any byte is written; a WRITE WITH
+// IMMEDIATE consumes a posted receive and completes on the receive CQ with
+// the immediate. Every drop is counted by reason (Stats), never a panic.
+//
+// Concurrency: as documented in package verbs. Close on the device stops its
+// receive goroutine and closes the socket; it is idempotent.
+package soft

@@ -1,0 +1,144 @@
+package soft
+
+import (
+	"github.com/swml-rdma/swml-rdma/rdma"
+	"github.com/swml-rdma/swml-rdma/verbs"
+	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
+)
+
+// maxDatagram bounds a received RoCEv2 datagram: a 4096-byte MTU packet with
+// every header is far below it.
+const maxDatagram = 4096 + 256
+
+// receive is the device's receive goroutine.
+func (d *Device) receive() {
+	defer close(d.rxDone)
+	batch := d.conn.BatchSize()
+	msgs := make([]udp.Msg, batch)
+	const stride = rdma.ICRCHeadroom + maxDatagram
+	store := make([]byte, batch*stride)
+	for i := range msgs {
+		msgs[i] = udp.Msg{Buf: store[i*stride : (i+1)*stride], Off: rdma.ICRCHeadroom}
+	}
+	var h rdma.ICRC
+	var pkt rdma.Packet
+	for {
+		n, err := d.conn.ReadBatch(msgs)
+		if err != nil {
+			if errClosedConn(err) || d.closing.Load() {
+				return
+			}
+			continue
+		}
+		for i := 0; i < n; i++ {
+			d.handle(&h, &pkt, &msgs[i])
+		}
+	}
+}
+
+func (d *Device) handle(h *rdma.ICRC, p *rdma.Packet, m *udp.Msg) {
+	payload := m.Bytes()
+	c := &d.cnt
+	c.rxPackets.Add(1)
+	c.rxBytes.Add(uint64(len(payload)))
+	if err := p.Parse(payload); err != nil {
+		c.rxMalformed.Add(1)
+		return
+	}
+	src := m.Addr.Addr()
+	if d.cfg.ICRC == ICRCVerify || (d.cfg.ICRC == ICRCIgnoreIPv4 && !src.Is4()) {
+		f := rdma.Flow{Src: src, Dst: d.Addr(), SrcPort: m.Addr.Port(), DstPort: d.conn.LocalAddr().Port(), DF: true}
+		if err := h.VerifyHeadroom(&f, m.Buf[:m.Off+m.N], m.Off); err != nil {
+			c.rxBadICRC.Add(1)
+			return
+		}
+	}
+	op := p.BTH.Opcode()
+	if op.Transport() != rdma.TransportUC || !op.IsRDMAWrite() {
+		c.rxUnsupported.Add(1)
+		return
+	}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	q := d.qps[p.BTH.DestQP()]
+	if q == nil {
+		c.rxUnknownQP.Add(1)
+		return
+	}
+	if st := q.State(); st != verbs.QPStateRTR && st != verbs.QPStateRTS {
+		c.rxUnknownQP.Add(1)
+		return
+	}
+	if src != q.remote.Addr() {
+		c.rxBadSource.Add(1)
+		return
+	}
+	q.receiveWrite(p, op)
+}
+
+// receiveWrite applies the UC responder rules (as Linux rxe) to one RDMA
+// WRITE packet of q. The caller holds d.mu (read), so MRs cannot go away.
+func (q *QP) receiveWrite(p *rdma.Packet, op rdma.Opcode) {
+	d := q.dev
+	c := &d.cnt
+	rx := &q.rx
+	psn := p.BTH.PSN()
+	n := uint32(len(p.Payload))
+	if op.IsFirst() {
+		// FIRST/ONLY start a message at any PSN, abandoning a partial one.
+		rx.inMessage = false
+		reth := p.RETH
+		mr := d.lookupMR(reth.RKey())
+		if mr == nil || mr.access&verbs.AccessRemoteWrite == 0 || q.access&verbs.AccessRemoteWrite == 0 {
+			c.rxBadRKey.Add(1)
+			rx.expectPSN = rdma.PSNAdd(psn, 1)
+			return
+		}
+		va, length := reth.VA(), reth.DMALen()
+		if va+uint64(length) > uint64(len(mr.buf)) || va+uint64(length) < va {
+			c.rxBadRange.Add(1)
+			rx.expectPSN = rdma.PSNAdd(psn, 1)
+			return
+		}
+		if (op.IsLast() && n != length) || (!op.IsLast() && (int(n) != q.mtu || n >= length)) {
+			c.rxBadRange.Add(1)
+			rx.expectPSN = rdma.PSNAdd(psn, 1)
+			return
+		}
+		*rx = rxState{expectPSN: rdma.PSNAdd(psn, 1), inMessage: !op.IsLast(), mr: mr, va: va, remaining: length, length: length}
+	} else {
+		if !rx.inMessage || psn != rx.expectPSN {
+			// A gap or a MIDDLE/LAST without its FIRST: drop the rest of
+			// the message.
+			rx.inMessage = false
+			c.rxSequence.Add(1)
+			return
+		}
+		if (op.IsLast() && n != rx.remaining) || (!op.IsLast() && (int(n) != q.mtu || n >= rx.remaining)) {
+			rx.inMessage = false
+			c.rxBadRange.Add(1)
+			return
+		}
+		rx.expectPSN = rdma.PSNAdd(psn, 1)
+		if op.IsLast() {
+			rx.inMessage = false
+		}
+	}
+	copy(rx.mr.buf[rx.va:], p.Payload)
+	rx.va += uint64(n)
+	rx.remaining -= n
+	if !op.IsLast() {
+		return
+	}
+	c.rxMessages.Add(1)
+	if !op.HasImm() {
+		return
+	}
+	wr, ok := q.popRecv()
+	if !ok {
+		c.rxNoRecvWR.Add(1)
+		return
+	}
+	q.recvCQ.push(&verbs.Completion{WRID: wr.ID, Opcode: verbs.WCRecvRDMAWithImm, QPN: q.qpn,
+		ByteLen: rx.length, Imm: p.ImmDt.Imm(), HasImm: true})
+}
