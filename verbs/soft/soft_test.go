@@ -350,9 +350,13 @@ func TestCaptureDecodedByTshark(t *testing.T) {
 	cp.Close()
 	out, err := exec.Command(tshark, "-r", path, "-T", "fields", "-E", "separator=,",
 		"-e", "infiniband.bth.opcode", "-e", "infiniband.bth.destqp", "-e", "infiniband.bth.psn",
-		"-e", "infiniband.reth.va", "-e", "infiniband.reth.r_key", "-e", "infiniband.reth.dmalen").CombinedOutput()
+		"-e", "infiniband.reth.va", "-e", "infiniband.reth.r_key", "-e", "infiniband.reth.dmalen").Output()
 	if err != nil {
-		t.Fatalf("tshark: %v\n%s", err, out)
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("tshark: %v\n%s%s", err, out, stderr)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	// Expected packets, in order.

@@ -1,0 +1,58 @@
+# swml-rdma — run `make help` for the targets.
+GO      ?= go
+BIN     ?= bin/swml-rdma
+FUZZTIME ?= 30s
+PKGS    := ./...
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build the swml-rdma CLI (pure Go, userspace NIC) into bin/.
+	$(GO) build -o $(BIN) ./cmd/swml-rdma
+
+.PHONY: build-ibverbs
+build-ibverbs: ## Build with the cgo libibverbs backend (needs libibverbs-dev).
+	$(GO) build -tags ibverbs -o $(BIN) ./cmd/swml-rdma
+
+.PHONY: build-nocgo
+build-nocgo: ## Check that everything builds with CGO_ENABLED=0.
+	CGO_ENABLED=0 $(GO) build $(PKGS)
+
+.PHONY: test
+test: ## The full test command of README.md (installs what it needs as root).
+	scripts/test.sh
+
+.PHONY: unit
+unit: ## Only `go test -race` (no installs, no QEMU).
+	$(GO) test -race -count=1 $(PKGS)
+
+.PHONY: interop
+interop: ## Soft-RoCE (rxe) interop scenarios in a QEMU guest.
+	testbed/soft-roce/qemu/harness.sh all
+
+.PHONY: bench
+bench: ## Go benchmarks (ratios against baselines; see docs/benchmarks.md).
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 $(PKGS)
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME (default 30s) each.
+	@for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+.PHONY: lint
+lint: ## gofmt and go vet (also with -tags ibverbs when libibverbs-dev is present).
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet $(PKGS)
+	@if [ -f /usr/include/infiniband/verbs.h ]; then $(GO) vet -tags ibverbs $(PKGS); fi
+
+.PHONY: clean
+clean: ## Remove build outputs and test caches.
+	rm -rf bin
+	$(GO) clean -testcache

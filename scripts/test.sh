@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The test command of README.md, run by .ci/run: installs what the tests need
+# (as root on Debian, when missing), then runs formatting and vet checks, the
+# unit and integration tests with the race detector, the pure-Go and ibverbs
+# builds, a fuzz smoke of every fuzz target, and the Soft-RoCE interop
+# scenarios in a QEMU guest.
+#
+#   scripts/test.sh            everything
+#   FUZZTIME=30s scripts/test.sh
+#   SKIP_QEMU=1 scripts/test.sh   (skip the QEMU/rxe scenarios)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+FUZZTIME=${FUZZTIME:-3s}
+export PATH="$PATH:/usr/local/go/bin:$(go env GOPATH 2>/dev/null)/bin"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+# --- dependencies -----------------------------------------------------------
+need=()
+command -v tshark >/dev/null || need+=(tshark)
+command -v ip >/dev/null || need+=(iproute2)
+command -v unshare >/dev/null || need+=(util-linux)
+[ -f /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+if [ ${#need[@]} -gt 0 ]; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		step "installing ${need[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get -o DPkg::Lock::Timeout=300 update -qq
+		apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+	else
+		echo "SKIP-NOTE: missing ${need[*]} and not root: tests that need them will skip"
+	fi
+fi
+
+# --- static checks ----------------------------------------------------------
+step "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+step "go vet"
+go vet ./...
+if [ -f /usr/include/infiniband/verbs.h ]; then
+	step "go vet -tags ibverbs"
+	go vet -tags ibverbs ./...
+	step "go build -tags ibverbs"
+	go build -tags ibverbs ./...
+fi
+step "CGO_ENABLED=0 go build"
+CGO_ENABLED=0 go build ./...
+
+# --- tests ------------------------------------------------------------------
+step "go test -race"
+go test -race -count=1 -timeout 15m ./...
+
+step "fuzz smoke ($FUZZTIME per target)"
+for pkg in $(go list ./...); do
+	for f in $(go test -list '^Fuzz' "$pkg" 2>/dev/null | grep '^Fuzz' || true); do
+		echo "   $pkg $f"
+		go test -run '^$' -fuzz "^${f}\$" -fuzztime "$FUZZTIME" "$pkg" >/tmp/swml-fuzz.log 2>&1 || { cat /tmp/swml-fuzz.log; exit 1; }
+	done
+done
+
+# --- Soft-RoCE (rxe) in a QEMU guest -----------------------------------------
+if [ -z "${SKIP_QEMU:-}" ] && [ -x testbed/soft-roce/qemu/harness.sh ]; then
+	step "Soft-RoCE interop scenarios (QEMU guest)"
+	testbed/soft-roce/qemu/harness.sh all
+fi
+
+step "all checks passed"
