@@ -1,0 +1,122 @@
+//go:build amd64 && !purego
+
+package quant
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+// useAVX2 selects the assembly kernels (AVX2 and FMA, which every AVX2 CPU
+// but a few VIA models has); x/sys/cpu also checks that the OS saves the YMM
+// registers. Tests flip it to run the public API on the scalar
+// code.
+var useAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+// simdName names the kernels in use, for test logs and benchmarks.
+var simdName = map[bool]string{true: "avx2", false: "scalar"}[useAVX2]
+
+// ntThreshold is the output size from which the kernels store with
+// non-temporal hints, as the runtime's memmove does: such outputs do not fit
+// the caches anyway, and skipping the read-for-ownership of each destination
+// line saves a third of the memory traffic. Messages (KiBs) stay cached.
+const ntThreshold = 1 << 20
+
+// The kernels process n values, n a multiple of 8; the Go wrappers run the
+// scalar code on the rest. nt selects non-temporal stores (dst 32-byte
+// aligned) followed by an SFENCE.
+
+//go:noescape
+func maxAbsBitsAVX2(src *float32, n int) uint32
+
+// quantizeAVX2 returns infBits if src held a NaN or ±Inf, else 0 (not the
+// max |x| bits: the kernel tracks finiteness with one FMA per vector).
+//
+//go:noescape
+func quantizeAVX2(dst *byte, src *float32, n int, factor, limit float32, nt bool) (nonFinite uint32)
+
+//go:noescape
+func dequantizeAVX2(dst *float32, src *byte, n int, inv float32, nt bool)
+
+//go:noescape
+func bswap32AVX2(dst, src *byte, n int, nt bool)
+
+// ntHead decides whether to store an output of size bytes at p with
+// non-temporal stores, and if so how many leading 4-byte values to write
+// normally so the rest starts 32-byte aligned. Outputs that are not even
+// 4-byte aligned use normal stores.
+func ntHead(p unsafe.Pointer, size int) (head int, nt bool) {
+	a := uintptr(p) & 31
+	if size < ntThreshold || a&3 != 0 {
+		return 0, false
+	}
+	return int((32-a)&31) / 4, true
+}
+
+func maxAbsBits(x []float32) uint32 {
+	k := len(x) &^ 7
+	if !useAVX2 || k == 0 {
+		return maxAbsBitsGeneric(x)
+	}
+	return max(maxAbsBitsAVX2(&x[0], k), maxAbsBitsGeneric(x[k:]))
+}
+
+func quantize(dst []byte, src []float32, factor, limit float32) uint32 {
+	if !useAVX2 || len(src) < 8 {
+		return quantizeGeneric(dst, src, factor, limit)
+	}
+	head, nt := ntHead(unsafe.Pointer(&dst[0]), len(dst))
+	m := quantizeGeneric(dst[:4*head], src[:head], factor, limit)
+	src, dst = src[head:], dst[4*head:]
+	if k := len(src) &^ 7; k > 0 {
+		m = max(m, quantizeAVX2(&dst[0], &src[0], k, factor, limit, nt))
+		src, dst = src[k:], dst[4*k:]
+	}
+	return max(m, quantizeGeneric(dst, src, factor, limit))
+}
+
+func dequantize(dst []float32, src []byte, inv float32) {
+	if !useAVX2 || len(dst) < 8 {
+		dequantizeGeneric(dst, src, inv)
+		return
+	}
+	head, nt := ntHead(unsafe.Pointer(&dst[0]), 4*len(dst))
+	dequantizeGeneric(dst[:head], src[:4*head], inv)
+	dst, src = dst[head:], src[4*head:]
+	if k := len(dst) &^ 7; k > 0 {
+		dequantizeAVX2(&dst[0], &src[0], k, inv, nt)
+		dst, src = dst[k:], src[4*k:]
+	}
+	dequantizeGeneric(dst, src, inv)
+}
+
+func encodeInt32(dst []byte, src []int32) {
+	if !useAVX2 || len(src) < 8 {
+		encodeInt32Generic(dst, src)
+		return
+	}
+	head, nt := ntHead(unsafe.Pointer(&dst[0]), len(dst))
+	encodeInt32Generic(dst[:4*head], src[:head])
+	src, dst = src[head:], dst[4*head:]
+	if k := len(src) &^ 7; k > 0 {
+		bswap32AVX2(&dst[0], (*byte)(unsafe.Pointer(&src[0])), k, nt)
+		src, dst = src[k:], dst[4*k:]
+	}
+	encodeInt32Generic(dst, src)
+}
+
+func decodeInt32(dst []int32, src []byte) {
+	if !useAVX2 || len(dst) < 8 {
+		decodeInt32Generic(dst, src)
+		return
+	}
+	head, nt := ntHead(unsafe.Pointer(&dst[0]), 4*len(dst))
+	decodeInt32Generic(dst[:head], src[:4*head])
+	dst, src = dst[head:], src[4*head:]
+	if k := len(dst) &^ 7; k > 0 {
+		bswap32AVX2((*byte)(unsafe.Pointer(&dst[0])), &src[0], k, nt)
+		dst, src = dst[k:], src[4*k:]
+	}
+	decodeInt32Generic(dst, src)
+}

@@ -1,0 +1,18 @@
+//go:build !amd64 || purego
+
+package quant
+
+// simdName names the kernels in use, for test logs and benchmarks.
+const simdName = "scalar"
+
+func maxAbsBits(x []float32) uint32 { return maxAbsBitsGeneric(x) }
+
+func quantize(dst []byte, src []float32, factor, limit float32) uint32 {
+	return quantizeGeneric(dst, src, factor, limit)
+}
+
+func dequantize(dst []float32, src []byte, inv float32) { dequantizeGeneric(dst, src, inv) }
+
+func encodeInt32(dst []byte, src []int32) { encodeInt32Generic(dst, src) }
+
+func decodeInt32(dst []int32, src []byte) { decodeInt32Generic(dst, src) }

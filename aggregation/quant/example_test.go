@@ -1,0 +1,62 @@
+package quant_test
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/quant"
+)
+
+// Two workers all-reduce one message. Each computes its block exponent and
+// sends it ahead; the switch returns the maximum; both quantize with the
+// scale of that maximum, the switch adds the int32 payloads, and both
+// dequantize the same sums to the same floats.
+func Example() {
+	workers := [][]float32{
+		{0.5, -1.25, 3, 0},
+		{0.25, 1.25, -0.5, 1e-3},
+	}
+
+	e := quant.MinExponent // what the switch computes: max over the workers
+	for _, x := range workers {
+		ew, err := quant.BlockExponent(x)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		e = max(e, ew)
+	}
+	scale, err := quant.NewScale(len(workers), e)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	sums := make([]byte, 4*len(workers[0])) // the switch's slot
+	payload := make([]byte, len(sums))      // a QP's registered buffer
+	for _, x := range workers {
+		if err := quant.Quantize(payload, x, scale); err != nil {
+			fmt.Println(err)
+			return
+		}
+		for i := 0; i < len(sums); i += 4 { // the switch: int32 adds
+			s := binary.BigEndian.Uint32(sums[i:]) + binary.BigEndian.Uint32(payload[i:])
+			binary.BigEndian.PutUint32(sums[i:], s)
+		}
+	}
+
+	result := make([]float32, len(workers[0]))
+	quant.Dequantize(result, sums, scale)
+	fmt.Println("exponent:", e)
+	fmt.Println("result:", result)
+	fmt.Printf("error bound for |x| ≤ 2^e: %.2g\n", scale.ErrorBound(float64(len(workers))*4))
+
+	_, err = quant.BlockExponent([]float32{1, 2, float32(math.Inf(1))})
+	fmt.Println(err)
+	// Output:
+	// exponent: 2
+	// result: [0.75 0 2.5 0.0009999983]
+	// error bound for |x| ≤ 2^e: 3.8e-06
+	// quant: element 2 is +Inf: gradients must be finite
+}

@@ -1,0 +1,7 @@
+//go:build !amd64 || purego
+
+package quant
+
+func paths() []string { return []string{"scalar"} }
+
+func usePath(string) (restore func()) { return func() {} }
