@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"net/netip"
 )
@@ -174,7 +175,7 @@ func (h *ICRC) DatagramHeadroom(f *Flow, b []byte, off int) (uint32, error) {
 	writePseudo(b[off-pl:off], f, len(payload))
 	saved := payload[bthResv8a]
 	payload[bthResv8a] = 0xFF
-	c := crc32.Update(0, crc32.IEEETable, b[off-pl:len(b)-ICRCSize])
+	c := crc32.ChecksumIEEE(b[off-pl : len(b)-ICRCSize])
 	payload[bthResv8a] = saved
 	return c, nil
 }
@@ -228,4 +229,74 @@ func (h *ICRC) Verify(f *Flow, payload []byte) error {
 // StoredICRC returns the ICRC in the last 4 bytes of a RoCEv2 payload or frame.
 func StoredICRC(b []byte) uint32 {
 	return binary.LittleEndian.Uint32(b[len(b)-ICRCSize:])
+}
+
+// FlowICRC seals and verifies packets of one fixed flow (a QP's sender
+// side). The CRC state after the masked IP/UDP pseudo-header is cached per
+// packet length, so a packet costs one CRC pass over exactly its own bytes
+// (SwitchML traffic is mostly packets of one size). Not safe for concurrent
+// use.
+type FlowICRC struct {
+	pseudo    [8 + ipv6HeaderLen + udpHeaderLen]byte
+	n         int // pseudo-header length; 0 until Reset
+	v4        bool
+	cachedLen int
+	cachedCRC uint32
+}
+
+// Reset binds h to flow f.
+func (h *FlowICRC) Reset(f *Flow) {
+	h.n = writePseudo(h.pseudo[:], f, 0)
+	h.v4 = f.Src.Unmap().Is4()
+	h.cachedLen = -1
+}
+
+// Seal computes the ICRC of pkt (BTH … ICRC) and stores it in its last 4
+// bytes.
+func (h *FlowICRC) Seal(pkt []byte) error {
+	c, err := h.sum(pkt)
+	if err != nil {
+		return err
+	}
+	binary.LittleEndian.PutUint32(pkt[len(pkt)-ICRCSize:], c)
+	return nil
+}
+
+// Verify checks the ICRC stored in the last 4 bytes of pkt.
+func (h *FlowICRC) Verify(pkt []byte) error {
+	c, err := h.sum(pkt)
+	if err != nil {
+		return err
+	}
+	if binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCSize:]) != c {
+		return ErrICRC
+	}
+	return nil
+}
+
+func (h *FlowICRC) sum(pkt []byte) (uint32, error) {
+	if h.n == 0 {
+		return 0, fmt.Errorf("rdma: FlowICRC used before Reset")
+	}
+	if len(pkt) < BTHSize+ICRCSize {
+		return 0, ErrTruncated
+	}
+	if len(pkt) != h.cachedLen {
+		udpLen := uint16(udpHeaderLen + len(pkt))
+		s := h.pseudo[:h.n]
+		if h.v4 {
+			binary.BigEndian.PutUint16(s[8+2:], uint16(ipv4HeaderLen)+udpLen)
+			binary.BigEndian.PutUint16(s[8+ipv4HeaderLen+4:], udpLen)
+		} else {
+			binary.BigEndian.PutUint16(s[8+4:], udpLen)
+			binary.BigEndian.PutUint16(s[8+ipv6HeaderLen+4:], udpLen)
+		}
+		h.cachedCRC = crc32.ChecksumIEEE(s)
+		h.cachedLen = len(pkt)
+	}
+	saved := pkt[bthResv8a]
+	pkt[bthResv8a] = 0xFF
+	c := crc32.Update(h.cachedCRC, crc32.IEEETable, pkt[:len(pkt)-ICRCSize])
+	pkt[bthResv8a] = saved
+	return c, nil
 }

@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"net/netip"
 	"testing"
+	"time"
 )
 
 // A CNP captured from a ConnectX-4 Lx (DESIGN.md), Ethernet included; the
@@ -103,6 +104,16 @@ func TestICRCVectorUCSendOnly(t *testing.T) {
 	if string(hb[ICRCHeadroom:]) != string(buf) {
 		t.Fatal("VerifyHeadroom changed the packet")
 	}
+	var fh FlowICRC
+	fh.Reset(&flow)
+	if err := fh.Verify(buf); err != nil {
+		t.Fatalf("FlowICRC.Verify: %v", err)
+	}
+	buf[20] ^= 1
+	if err := fh.Verify(buf); err == nil {
+		t.Fatal("FlowICRC.Verify accepted a corrupted packet")
+	}
+	buf[20] ^= 1
 	// Whole frame: build the headers with TOS 1, then Frame() must agree.
 	e := Encap{Flow: flow, TOS: 1, TTL: 64}
 	frame := make([]byte, e.HeaderLen(false)+len(buf))
@@ -176,51 +187,57 @@ func TestICRCAllocs(t *testing.T) {
 	}
 }
 
-// BenchmarkICRC compares the ICRC of a 1 KiB-payload UC WRITE ONLY WITH IMM
-// to raw crc32.ChecksumIEEE over the same bytes; the ratio metric is
-// icrc_vs_crc32 = (raw ns) / (ICRC ns), target ≥ 0.9.
+// BenchmarkICRC compares the ICRC of a UC WRITE ONLY WITH IMM packet to raw
+// crc32.ChecksumIEEE over the same number of bytes. The two run in
+// alternating blocks of 256 operations inside one benchmark, so machine
+// load affects both alike; icrc_vs_crc32 = raw time ÷ ICRC time (target
+// ≥ 0.9). Variants: FlowICRC (what the NIC's send path uses),
+// ICRC with headroom (flow varies per packet), and ICRC without headroom
+// (a second CRC call for the masked prefix).
 func BenchmarkICRC(b *testing.B) {
 	for _, size := range []int{256, 1024, 4096} {
 		flow := Flow{Src: netip.MustParseAddr("127.0.0.2"), Dst: netip.MustParseAddr("127.0.0.1"), SrcPort: UDPPort, DstPort: UDPPort, DF: true}
-		buf := make([]byte, PacketLen(UCRDMAWriteOnlyWithImm, size))
+		pktLen := PacketLen(UCRDMAWriteOnlyWithImm, size)
+		hb := make([]byte, ICRCHeadroom+pktLen)
 		pf := PacketFields{BTH: BTHFields{Opcode: UCRDMAWriteOnlyWithImm}}
-		pf.Encode(buf, size)
-		h := new(ICRC)
+		pf.Encode(hb[ICRCHeadroom:], size)
 		// The bytes the ICRC covers: 8 + 20 (IPv4) + 8 (UDP) + packet − 4.
-		covered := make([]byte, 8+20+8+len(buf)-ICRCSize)
-		var raw, icrc float64
-		b.Run(sizeName(size)+"/crc32", func(b *testing.B) {
-			b.ReportAllocs()
-			b.SetBytes(int64(len(covered)))
-			for b.Loop() {
-				crc32.ChecksumIEEE(covered)
-			}
-			raw = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
-		})
-		b.Run(sizeName(size)+"/icrc", func(b *testing.B) {
-			b.ReportAllocs()
-			b.SetBytes(int64(len(covered)))
-			for b.Loop() {
-				h.Seal(&flow, buf)
-			}
-			icrc = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
-			if raw > 0 {
-				b.ReportMetric(raw/icrc, "icrc_vs_crc32")
-			}
-		})
-		hb := make([]byte, ICRCHeadroom+len(buf))
-		copy(hb[ICRCHeadroom:], buf)
-		b.Run(sizeName(size)+"/icrc-headroom", func(b *testing.B) {
-			b.ReportAllocs()
-			b.SetBytes(int64(len(covered)))
-			for b.Loop() {
-				h.SealHeadroom(&flow, hb, ICRCHeadroom)
-			}
-			icrc = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
-			if raw > 0 {
-				b.ReportMetric(raw/icrc, "icrc_vs_crc32")
-			}
-		})
+		covered := make([]byte, 8+20+8+pktLen-ICRCSize)
+		h := new(ICRC)
+		var fh FlowICRC
+		fh.Reset(&flow)
+		variants := []struct {
+			name string
+			fn   func()
+		}{
+			{"flow", func() { fh.Seal(hb[ICRCHeadroom:]) }},
+			{"headroom", func() { h.SealHeadroom(&flow, hb, ICRCHeadroom) }},
+			{"two-pass", func() { h.Seal(&flow, hb[ICRCHeadroom:]) }},
+		}
+		for _, v := range variants {
+			b.Run(sizeName(size)+"/"+v.name, func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(covered)))
+				const block = 256
+				var tRaw, tICRC time.Duration
+				for done := 0; done < b.N; done += block {
+					k := min(block, b.N-done)
+					t0 := time.Now()
+					for i := 0; i < k; i++ {
+						crc32.ChecksumIEEE(covered)
+					}
+					t1 := time.Now()
+					for i := 0; i < k; i++ {
+						v.fn()
+					}
+					tRaw += t1.Sub(t0)
+					tICRC += time.Since(t1)
+				}
+				b.ReportMetric(float64(tICRC.Nanoseconds())/float64(b.N), "icrc-ns/op")
+				b.ReportMetric(float64(tRaw.Nanoseconds())/float64(b.N), "crc32-ns/op")
+				b.ReportMetric(float64(tRaw)/float64(tICRC), "icrc_vs_crc32")
+			})
+		}
 	}
 }
 

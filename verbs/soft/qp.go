@@ -30,7 +30,7 @@ type QP struct {
 	// send side, owned by the PostSend caller
 	sendPSN uint32
 	flow    rdma.Flow
-	icrc    rdma.ICRC
+	icrc    rdma.FlowICRC // ICRC state of the flow to the peer
 	bufs    [][]byte
 	msgs    []udp.Msg
 
@@ -130,8 +130,9 @@ func (q *QP) ReadyToReceive(a verbs.RTRAttr) error {
 	q.mtu = int(a.MTU)
 	q.rx = rxState{expectPSN: a.RecvPSN & rdma.PSNMask}
 	q.flow = rdma.Flow{Src: q.dev.Addr(), Dst: ra, SrcPort: q.dev.conn.LocalAddr().Port(), DstPort: q.dev.peer, DF: true}
+	q.icrc.Reset(&q.flow)
 	for i := range q.bufs {
-		q.bufs[i] = make([]byte, rdma.ICRCHeadroom+rdma.PacketLen(rdma.UCRDMAWriteOnlyWithImm, q.mtu))
+		q.bufs[i] = make([]byte, rdma.PacketLen(rdma.UCRDMAWriteOnlyWithImm, q.mtu))
 	}
 	q.state.Store(int32(verbs.QPStateRTR))
 	return nil
@@ -205,14 +206,13 @@ func (q *QP) sendOne(wr *verbs.SendWR, nb *int) error {
 		pf.BTH.Opcode = rdma.WriteOpcode(rdma.TransportUC, k == 0, k == npk-1, withImm)
 		pf.BTH.PSN = q.sendPSN
 		q.sendPSN = rdma.PSNAdd(q.sendPSN, 1)
-		b := q.bufs[*nb]
-		pkt := b[rdma.ICRCHeadroom : rdma.ICRCHeadroom+rdma.PacketLen(pf.BTH.Opcode, len(chunk))]
+		pkt := q.bufs[*nb][:rdma.PacketLen(pf.BTH.Opcode, len(chunk))]
 		off, err := pf.Encode(pkt, len(chunk))
 		if err != nil {
 			return err
 		}
 		copy(pkt[off:], chunk)
-		if err := q.icrc.SealHeadroom(&q.flow, b[:rdma.ICRCHeadroom+len(pkt)], rdma.ICRCHeadroom); err != nil {
+		if err := q.icrc.Seal(pkt); err != nil {
 			return err
 		}
 		q.msgs[*nb] = udp.Msg{Buf: pkt, N: len(pkt), Addr: q.remote}

@@ -1,0 +1,361 @@
+package control
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/swml-rdma/swml-rdma/aggregation/control/switchmlpb"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+)
+
+var (
+	// ErrUnreachable is wrapped by Client errors when no controller answers
+	// at the address.
+	ErrUnreachable = errors.New("unreachable")
+	// ErrJobEnded is wrapped by Assignment.Err when the job was aborted
+	// (another rank died or aborted, a liveness timeout, controller
+	// shutdown).
+	ErrJobEnded = errors.New("job ended")
+	// ErrControllerLost is wrapped by Assignment.Err when the KeepAlive
+	// stream broke without an ENDED event: the controller died or the
+	// network between them failed. The switch may still hold the job.
+	ErrControllerLost = errors.New("lost the controller")
+)
+
+// Client is a worker's connection to the controller. Safe for concurrent
+// use; Close it to release the connection and the KeepAlive streams of its
+// assignments.
+type Client struct {
+	addr    string
+	conn    *grpc.ClientConn
+	session pb.SessionClient
+	sync    pb.SyncClient
+	jobs    pb.JobClient
+
+	mu     sync.Mutex
+	closed bool
+	leases map[*Assignment]struct{}
+	wg     sync.WaitGroup
+}
+
+// Dial returns a Client for the controller at addr (DefaultAddr if empty).
+// It does not connect yet: the first call does, and reports an unreachable
+// controller. Without options it uses plaintext, as the controller listens
+// on loopback by default; opts replace that.
+func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
+	if addr == "" {
+		addr = DefaultAddr
+	}
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("control: controller address %q: %w", addr, err)
+	}
+	return &Client{
+		addr:    addr,
+		conn:    conn,
+		session: pb.NewSessionClient(conn),
+		sync:    pb.NewSyncClient(conn),
+		jobs:    pb.NewJobClient(conn),
+		leases:  make(map[*Assignment]struct{}),
+	}, nil
+}
+
+// Close drops the KeepAlive streams of assignments not yet ended (the
+// controller aborts those jobs: a worker that closes its client without
+// EndSession is gone) and closes the connection.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	for a := range c.leases {
+		a.cancel()
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+	return c.conn.Close()
+}
+
+// Registration is what a worker tells the controller about itself.
+type Registration struct {
+	SessionID  uint32 // the same for every worker of a job
+	Rank       int
+	NumWorkers int
+	MAC        net.HardwareAddr // the worker NIC's MAC (Tofino needs it)
+	Addr       netip.Addr       // the worker NIC's RoCE address; IPv6 is sent as a GID
+	RKey       uint32           // rkey of the worker's receive MR
+	PacketSize int              // payload bytes per packet: 256, 512, 1024, 2048 or 4096
+	// MessageSize is bytes per message, a power-of-two multiple of
+	// PacketSize.
+	MessageSize int
+	// QPNs are the worker's QPs; PSNs[i] is the PSN QPNs[i] expects the
+	// switch's first result to carry.
+	QPNs  []uint32
+	PSNs  []uint32
+	DType wire.DType
+	// NoKeepAlive skips the KeepAlive stream (a controller with liveness
+	// checks on aborts the job after its liveness timeout).
+	NoKeepAlive bool
+}
+
+// Assignment is the controller's answer: the job and what this worker
+// needs to talk to the switch. Done and Err report the job's end while the
+// KeepAlive stream is held.
+type Assignment struct {
+	SessionID  uint32
+	JobID      uint32
+	Rank       int
+	NumWorkers int
+	SwitchMAC  net.HardwareAddr
+	SwitchAddr netip.Addr
+	// SwitchQPNs[i] is the switch QPN the worker's QP i writes to;
+	// SwitchPSNs[i] is the PSN QP i starts sending with.
+	SwitchQPNs []uint32
+	SwitchPSNs []uint32
+	// The job owns slots [PoolBase, PoolBase+PoolSlots); QP i's first
+	// packet uses pool index QPPoolIndices[i] (set 0).
+	PoolBase          uint32
+	PoolSlots         uint32
+	QPPoolIndices     []wire.PoolIndex
+	PacketSize        int
+	PacketsPerMessage int
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	ending bool // EndSession or Close cancelled the stream on purpose
+	err    error
+}
+
+// Done is closed when the job ends, this rank ended its session, or the
+// KeepAlive stream broke. Never closed with Registration.NoKeepAlive.
+func (a *Assignment) Done() <-chan struct{} { return a.done }
+
+// Err says why Done was closed: nil for a clean end, ErrJobEnded wrapped
+// with the controller's reason for an abort, ErrControllerLost if the
+// stream broke.
+func (a *Assignment) Err() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
+}
+
+// RegisterRDMA registers the worker and waits until every rank of the
+// session has (at most the controller's session timeout, or ctx). Unless
+// r.NoKeepAlive, it then holds the job's KeepAlive stream until EndSession,
+// Abort or Close.
+func (c *Client) RegisterRDMA(ctx context.Context, r Registration) (*Assignment, error) {
+	if r.Rank < 0 || r.NumWorkers <= 0 {
+		return nil, fmt.Errorf("control: register: rank %d of %d workers: need 0 ≤ rank < workers", r.Rank, r.NumWorkers)
+	}
+	if !r.Addr.IsValid() {
+		return nil, errors.New("control: register: no worker address: pass the RoCE NIC's IP")
+	}
+	if len(r.MAC) != 0 && len(r.MAC) != 6 {
+		return nil, fmt.Errorf("control: register: MAC %v is not 48 bits", r.MAC)
+	}
+	req := &pb.RdmaSessionRequest{
+		SessionId:       r.SessionID,
+		Rank:            uint32(r.Rank),
+		NumWorkers:      uint32(r.NumWorkers),
+		Mac:             macToUint64(r.MAC),
+		Rkey:            r.RKey,
+		PacketSizeBytes: uint32(r.PacketSize),
+		MessageSize:     uint32(r.MessageSize),
+		Qpns:            r.QPNs,
+		Psns:            r.PSNs,
+	}
+	switch r.PacketSize { // for p4app controllers, which know only the enum
+	case 256:
+		req.PacketSize = pb.PacketSize_MTU_256
+	case 512:
+		req.PacketSize = pb.PacketSize_MTU_512
+	case 1024:
+		req.PacketSize = pb.PacketSize_MTU_1024
+	}
+	if r.DType == wire.Int32 {
+		req.Dtype = pb.DataType_DATA_TYPE_INT32
+	}
+	if r.Addr.Is4() {
+		req.Ipv4 = binary.BigEndian.Uint32(r.Addr.AsSlice())
+	} else {
+		req.Gid = r.Addr.AsSlice()
+	}
+	resp, err := c.session.RdmaSession(ctx, req)
+	if err != nil {
+		return nil, c.wrap("register", err)
+	}
+	a := &Assignment{
+		SessionID:         uint32(resp.GetSessionId()),
+		JobID:             resp.GetJobId(),
+		Rank:              r.Rank,
+		NumWorkers:        r.NumWorkers,
+		SwitchMAC:         macFromUint64(resp.GetMac()),
+		SwitchQPNs:        resp.GetQpns(),
+		SwitchPSNs:        resp.GetPsns(),
+		PoolBase:          resp.GetPoolBase(),
+		PoolSlots:         resp.GetPoolSlots(),
+		PacketSize:        int(resp.GetPacketSizeBytes()),
+		PacketsPerMessage: int(resp.GetPacketsPerMessage()),
+		done:              make(chan struct{}),
+	}
+	for _, p := range resp.GetQpPoolIndices() {
+		a.QPPoolIndices = append(a.QPPoolIndices, wire.PoolIndex(p))
+	}
+	if gid := resp.GetGid(); len(gid) == 16 {
+		a.SwitchAddr = netip.AddrFrom16([16]byte(gid)).Unmap()
+	} else {
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], resp.GetIpv4())
+		a.SwitchAddr = netip.AddrFrom4(b)
+	}
+	if r.NoKeepAlive {
+		a.cancel = func() {}
+		return a, nil
+	}
+	if err := c.holdLease(ctx, a); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// holdLease opens the KeepAlive stream and waits for ATTACHED.
+func (c *Client) holdLease(ctx context.Context, a *Assignment) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return errors.New("control: register: client closed")
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	c.leases[a] = struct{}{}
+	c.wg.Add(1)
+	c.mu.Unlock()
+
+	attached := make(chan error, 1)
+	go func() {
+		defer c.wg.Done()
+		defer func() {
+			c.mu.Lock()
+			delete(c.leases, a)
+			c.mu.Unlock()
+			cancel()
+			close(a.done)
+		}()
+		stream, err := c.jobs.KeepAlive(sctx, &pb.KeepAliveRequest{JobId: a.JobID, Rank: uint32(a.Rank)})
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		attached <- err
+		if err != nil {
+			return
+		}
+		ev, err := stream.Recv()
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		switch {
+		case err == nil && ev.GetAborted():
+			a.err = fmt.Errorf("control: job %d: %s: %w", a.JobID, ev.GetReason(), ErrJobEnded)
+		case err == nil, a.ending:
+		default:
+			a.err = fmt.Errorf("control: job %d: keep-alive to controller %s: %w: %w", a.JobID, c.addr, ErrControllerLost, err)
+		}
+	}()
+	select {
+	case err := <-attached:
+		if err != nil {
+			return c.wrap(fmt.Sprintf("keep-alive for job %d", a.JobID), err)
+		}
+		return nil
+	case <-ctx.Done():
+		cancel()
+		return fmt.Errorf("control: keep-alive for job %d: %w", a.JobID, ctx.Err())
+	}
+}
+
+// EndSession tells the controller this rank is done with the job; the
+// controller removes the job once every rank has ended. It releases the
+// KeepAlive stream.
+func (c *Client) EndSession(ctx context.Context, a *Assignment) error {
+	return c.end(ctx, a, false, "")
+}
+
+// Abort ends the job for every rank now; the others' Assignment.Err names
+// reason.
+func (c *Client) Abort(ctx context.Context, a *Assignment, reason string) error {
+	return c.end(ctx, a, true, reason)
+}
+
+func (c *Client) end(ctx context.Context, a *Assignment, abort bool, reason string) error {
+	_, err := c.jobs.EndSession(ctx, &pb.EndSessionRequest{JobId: a.JobID, Rank: uint32(a.Rank), Abort: abort, Reason: reason})
+	if err != nil {
+		return c.wrap(fmt.Sprintf("end job %d", a.JobID), err)
+	}
+	if !abort {
+		a.mu.Lock()
+		a.ending = true
+		a.mu.Unlock()
+		a.cancel()
+	}
+	return nil
+}
+
+// Barrier returns when numWorkers workers of the session have called it
+// (rank lets a timeout name the missing ranks).
+func (c *Client) Barrier(ctx context.Context, sessionID uint32, rank, numWorkers int) error {
+	r := uint32(rank)
+	_, err := c.sync.Barrier(ctx, &pb.BarrierRequest{NumWorkers: uint32(numWorkers), SessionId: sessionID, Rank: &r})
+	if err != nil {
+		return c.wrap("barrier", err)
+	}
+	return nil
+}
+
+// Broadcast returns root's value to every worker once all numWorkers have
+// called it.
+func (c *Client) Broadcast(ctx context.Context, sessionID uint32, rank, numWorkers, root int, value uint64) (uint64, error) {
+	resp, err := c.sync.Broadcast(ctx, &pb.BroadcastRequest{Value: value, Rank: uint32(rank), NumWorkers: uint32(numWorkers), Root: uint32(root), SessionId: sessionID})
+	if err != nil {
+		return 0, c.wrap("broadcast", err)
+	}
+	return resp.GetValue(), nil
+}
+
+// rpcError keeps the gRPC status (status.Code works on it) with a readable
+// message.
+type rpcError struct {
+	msg         string
+	st          *status.Status
+	unreachable bool
+}
+
+func (e *rpcError) Error() string              { return e.msg }
+func (e *rpcError) GRPCStatus() *status.Status { return e.st }
+func (e *rpcError) Is(target error) bool       { return e.unreachable && target == ErrUnreachable }
+
+func (c *Client) wrap(op string, err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("control: %s: %w", op, err)
+	}
+	if st.Code() == codes.Unavailable && c.conn.GetState() != connectivity.Ready {
+		return &rpcError{
+			msg:         fmt.Sprintf("control: %s: controller %s unreachable: start `swml-rdma switch` or pass --controller (%s)", op, c.addr, st.Message()),
+			st:          st,
+			unreachable: true,
+		}
+	}
+	return &rpcError{msg: fmt.Sprintf("control: %s: %s", op, st.Message()), st: st}
+}

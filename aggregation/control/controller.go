@@ -1,0 +1,339 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/swml-rdma/swml-rdma/aggregation/control/switchmlpb"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+)
+
+const (
+	// DefaultAddr is where the controller listens unless told otherwise:
+	// loopback only (DESIGN.md "Reliability and security requirements").
+	DefaultAddr = "127.0.0.1:50099"
+	// DefaultSessionTimeout bounds how long a worker waits in RdmaSession,
+	// Barrier or Broadcast for the other workers.
+	DefaultSessionTimeout = 30 * time.Second
+	// DefaultLivenessTimeout is how long after a job starts each rank has to
+	// open its KeepAlive stream (or end the session) before the job is
+	// aborted.
+	DefaultLivenessTimeout = 30 * time.Second
+)
+
+// QPNScheme says how the controller picks switch QPNs.
+type QPNScheme uint8
+
+const (
+	// QPNOpaque gives each job a contiguous, counter-allocated range of
+	// num_workers × q QPNs from [0x000100, 0x800000): rank r's QP i gets
+	// base + r·q + i. The software switch treats QPNs as opaque table keys,
+	// so this scales past 32 workers and 512 QPs, and the range never
+	// overlaps the Tofino encoding.
+	QPNOpaque QPNScheme = iota
+	// QPNP4App uses wire.P4AppQPN(rank, i) (0x800000 | rank<<16 | i), the
+	// encoding the Tofino program parses: at most 32 workers and 512 QPs, and
+	// since every job gets the same QPNs, a worker address can be in one job
+	// at a time (the switch keys QPs by source IP and QPN).
+	QPNP4App
+)
+
+func (s QPNScheme) String() string {
+	switch s {
+	case QPNOpaque:
+		return "opaque"
+	case QPNP4App:
+		return "p4app"
+	}
+	return fmt.Sprintf("QPNScheme(%d)", uint8(s))
+}
+
+// Opaque QPN space; 0 and 1 are the IB special QPs.
+const (
+	opaqueQPNLo = 0x000100
+	opaqueQPNHi = 0x800000
+)
+
+// Config configures a Controller.
+type Config struct {
+	// Programmer installs and removes jobs on the switch. Required.
+	Programmer Programmer
+	// SwitchMAC, SwitchIPv4 and SwitchIPv6 are the switch's RoCE endpoint,
+	// returned to workers. At least one address is required; IPv4 workers
+	// need SwitchIPv4, IPv6 workers SwitchIPv6.
+	SwitchMAC  net.HardwareAddr
+	SwitchIPv4 netip.Addr
+	SwitchIPv6 netip.Addr
+	// PoolSize is the number of aggregation slots in the switch (each slot
+	// holds one packet's payload in each of its two sets). Required; must
+	// match the switch.
+	PoolSize uint32
+	// SessionTimeout bounds every wait for other workers (RdmaSession,
+	// Barrier, Broadcast) and every call into the Programmer; 0 means
+	// DefaultSessionTimeout.
+	SessionTimeout time.Duration
+	// LivenessTimeout: each rank of a running job must open its KeepAlive
+	// stream (or call EndSession) within this time of the job's start, or
+	// the job is aborted. 0 means DefaultLivenessTimeout; negative disables
+	// the check, for p4app workers that know nothing of KeepAlive (their
+	// jobs then end only by EndSession or Close).
+	LivenessTimeout time.Duration
+	// QPNScheme picks switch QPNs: QPNOpaque (software switch, default) or
+	// QPNP4App (Tofino).
+	QPNScheme QPNScheme
+	// Logger receives session and job events; nil discards them.
+	Logger *slog.Logger
+	// Registry, when set, gets the controller's metrics (swml_controller_…).
+	Registry prometheus.Registerer
+	// ServerOptions are appended to the gRPC server's options (TLS
+	// credentials, interceptors).
+	ServerOptions []grpc.ServerOption
+}
+
+// Controller is the SwitchML control plane: the gRPC services Session, Sync
+// and Job (see docs/control-plane.md). It groups workers' registrations into
+// jobs, allocates each job a pool range and switch QPNs, programs the switch
+// through the Programmer, and tears jobs down when they end or a worker
+// disappears. All methods are safe for concurrent use.
+type Controller struct {
+	cfg Config
+	log *slog.Logger
+	srv *grpc.Server
+
+	closeOnce sync.Once
+	closing   chan struct{} // closed by Close: wakes every waiter
+	starting  sync.WaitGroup
+	metrics   *collector
+
+	mu           sync.Mutex
+	closed       bool
+	pending      map[uint32]*pendingSession // by session id
+	jobs         map[uint32]*job            // by job id
+	jobBySession map[uint32]*job
+	nextJobID    uint32
+	pool         rangeAlloc
+	qpns         rangeAlloc
+	p4appAddrs   map[netip.Addr]uint32 // QPNP4App: worker address → job id
+	barriers     map[uint32]*syncGen   // by session id
+	broadcasts   map[uint32]*syncGen
+	stats        stats
+}
+
+// stats are the counters behind the metrics; guarded by Controller.mu.
+type stats struct {
+	sessionsTotal        uint64
+	registrationTimeouts uint64
+	syncTimeouts         uint64
+	endedByReason        map[string]uint64
+}
+
+// Reasons a job ended, the label values of swml_controller_sessions_ended_total.
+const (
+	endReasonEnd       = "end"              // every rank called EndSession
+	endReasonAbort     = "abort"            // a rank called EndSession with abort
+	endReasonKeepAlive = "keepalive_lost"   // a rank's KeepAlive stream closed
+	endReasonLiveness  = "liveness_timeout" // a rank never opened KeepAlive
+	endReasonShutdown  = "shutdown"         // Close
+)
+
+var endReasons = []string{endReasonEnd, endReasonAbort, endReasonKeepAlive, endReasonLiveness, endReasonShutdown}
+
+// New checks cfg and builds a Controller; call Serve to accept workers.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Programmer == nil {
+		return nil, errors.New("control: Config.Programmer is nil: pass the switch backend to program")
+	}
+	if !cfg.SwitchIPv4.IsValid() && !cfg.SwitchIPv6.IsValid() {
+		return nil, errors.New("control: the switch has no address: set Config.SwitchIPv4 and/or SwitchIPv6 (the switch's RoCE endpoint workers write to)")
+	}
+	if cfg.SwitchIPv4.IsValid() && !cfg.SwitchIPv4.Is4() {
+		return nil, fmt.Errorf("control: Config.SwitchIPv4 %v is not an IPv4 address", cfg.SwitchIPv4)
+	}
+	if cfg.SwitchIPv6.IsValid() && (!cfg.SwitchIPv6.Is6() || cfg.SwitchIPv6.Is4In6()) {
+		return nil, fmt.Errorf("control: Config.SwitchIPv6 %v is not an IPv6 address", cfg.SwitchIPv6)
+	}
+	if len(cfg.SwitchMAC) != 0 && len(cfg.SwitchMAC) != 6 {
+		return nil, fmt.Errorf("control: Config.SwitchMAC %v is not a 48-bit MAC", cfg.SwitchMAC)
+	}
+	if cfg.PoolSize == 0 || cfg.PoolSize >= 1<<31 {
+		return nil, fmt.Errorf("control: Config.PoolSize %d: pass the switch's slot count (1 to 2^31-1)", cfg.PoolSize)
+	}
+	if cfg.QPNScheme != QPNOpaque && cfg.QPNScheme != QPNP4App {
+		return nil, fmt.Errorf("control: unknown %v: use QPNOpaque (software switch) or QPNP4App (Tofino)", cfg.QPNScheme)
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	if cfg.LivenessTimeout == 0 {
+		cfg.LivenessTimeout = DefaultLivenessTimeout
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Controller{
+		cfg:          cfg,
+		log:          log.With("component", "controller"),
+		closing:      make(chan struct{}),
+		pending:      make(map[uint32]*pendingSession),
+		jobs:         make(map[uint32]*job),
+		jobBySession: make(map[uint32]*job),
+		nextJobID:    1,
+		pool:         newRangeAlloc(0, cfg.PoolSize),
+		qpns:         newRangeAlloc(opaqueQPNLo, opaqueQPNHi),
+		p4appAddrs:   make(map[netip.Addr]uint32),
+		barriers:     make(map[uint32]*syncGen),
+		broadcasts:   make(map[uint32]*syncGen),
+		stats:        stats{endedByReason: make(map[string]uint64)},
+	}
+	if cfg.Registry != nil {
+		c.metrics = newCollector(c)
+		if err := cfg.Registry.Register(c.metrics); err != nil {
+			return nil, fmt.Errorf("control: register metrics: %w", err)
+		}
+	}
+	opts := append([]grpc.ServerOption{
+		// Ping idle workers so a KeepAlive stream to a crashed host ends
+		// within ~15 s instead of the kernel's TCP timeout.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	}, cfg.ServerOptions...)
+	c.srv = grpc.NewServer(opts...)
+	pb.RegisterSessionServer(c.srv, sessionService{c: c})
+	pb.RegisterSyncServer(c.srv, syncService{c: c})
+	pb.RegisterJobServer(c.srv, jobService{c: c})
+	return c, nil
+}
+
+// Serve accepts workers on lis until Close; like grpc.Server.Serve it
+// returns nil after Close and an error if lis fails.
+func (c *Controller) Serve(lis net.Listener) error {
+	if err := c.srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("control: serve on %v: %w", lis.Addr(), err)
+	}
+	return nil
+}
+
+// Close stops the controller: waiting registrations and sync calls fail
+// with UNAVAILABLE, every running job is aborted (KeepAlive streams get
+// ENDED, the switch's tables are cleared through RemoveJob), then the gRPC
+// server stops, waiting at most SessionTimeout for calls in flight.
+// Idempotent; always returns nil.
+func (c *Controller) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		close(c.closing)
+		c.mu.Unlock()
+		c.starting.Wait() // jobs being installed land in c.jobs first
+		c.mu.Lock()
+		jobs := make([]*job, 0, len(c.jobs))
+		for _, j := range c.jobs {
+			jobs = append(jobs, j)
+		}
+		c.mu.Unlock()
+		for _, j := range jobs {
+			c.endJob(j, true, "the controller is shutting down", endReasonShutdown)
+		}
+		stopped := make(chan struct{})
+		go func() { c.srv.GracefulStop(); close(stopped) }()
+		t := time.NewTimer(c.cfg.SessionTimeout)
+		defer t.Stop()
+		select {
+		case <-stopped:
+		case <-t.C:
+			c.srv.Stop()
+			<-stopped
+		}
+		if c.metrics != nil {
+			c.cfg.Registry.Unregister(c.metrics)
+		}
+	})
+	return nil
+}
+
+// JobInfo describes a running job.
+type JobInfo struct {
+	Job         wire.Job // a copy; Workers[r].SwitchQPNs are rank r's switch QPNs
+	SessionID   uint32
+	MessageSize int
+	EndedRanks  []int // ranks that called EndSession
+}
+
+// Jobs returns the running jobs, ordered by job id.
+func (c *Controller) Jobs() []JobInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]JobInfo, 0, len(c.jobs))
+	for _, j := range c.jobs {
+		out = append(out, j.info())
+	}
+	sortJobInfos(out)
+	return out
+}
+
+// errClosed is what waiters get when Close interrupts them.
+func errClosed() error {
+	return status.Error(codes.Unavailable, "the controller is shutting down; restart it and start the job again")
+}
+
+// The services embed the Unimplemented… types so an RPC added to the proto
+// answers UNIMPLEMENTED instead of breaking the build.
+type (
+	sessionService struct {
+		pb.UnimplementedSessionServer
+		c *Controller
+	}
+	syncService struct {
+		pb.UnimplementedSyncServer
+		c *Controller
+	}
+	jobService struct {
+		pb.UnimplementedJobServer
+		c *Controller
+	}
+)
+
+func (s sessionService) RdmaSession(ctx context.Context, req *pb.RdmaSessionRequest) (*pb.RdmaSessionResponse, error) {
+	return s.c.rdmaSession(ctx, req)
+}
+
+func (sessionService) UdpSession(context.Context, *pb.UdpSessionRequest) (*pb.UdpSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "UdpSession is not supported: swml-rdma workers speak RoCEv2; call RdmaSession (p4app-switchML's DPDK/UDP worker path is not implemented)")
+}
+
+func (s syncService) Barrier(ctx context.Context, req *pb.BarrierRequest) (*pb.BarrierResponse, error) {
+	return s.c.barrier(ctx, req)
+}
+
+func (s syncService) Broadcast(ctx context.Context, req *pb.BroadcastRequest) (*pb.BroadcastResponse, error) {
+	return s.c.broadcast(ctx, req)
+}
+
+func (s jobService) EndSession(ctx context.Context, req *pb.EndSessionRequest) (*pb.EndSessionResponse, error) {
+	return s.c.endSession(ctx, req)
+}
+
+func (s jobService) KeepAlive(req *pb.KeepAliveRequest, stream grpc.ServerStreamingServer[pb.JobEvent]) error {
+	return s.c.keepAlive(req, stream)
+}
+
+func (s jobService) ListJobs(context.Context, *pb.ListJobsRequest) (*pb.ListJobsResponse, error) {
+	resp := &pb.ListJobsResponse{}
+	for _, info := range s.c.Jobs() {
+		resp.Jobs = append(resp.Jobs, info.proto())
+	}
+	return resp, nil
+}

@@ -1,0 +1,732 @@
+package control
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/swml-rdma/swml-rdma/aggregation/control/switchmlpb"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+)
+
+// sessionParams are what every rank of a session must agree on.
+type sessionParams struct {
+	numWorkers  int
+	packetSize  int
+	messageSize int
+	qps         int
+	dtype       wire.DType
+	v6          bool
+}
+
+func (p sessionParams) ppm() int { return p.messageSize / p.packetSize }
+
+// registration is one rank's RdmaSession call.
+type registration struct {
+	rank int
+	addr netip.Addr
+	mac  net.HardwareAddr
+	rkey uint32
+	qpns []uint32
+	psns []uint32
+}
+
+// pendingSession collects registrations until all ranks are in. Guarded by
+// Controller.mu except done, job and err, which startJob writes once before
+// closing done.
+type pendingSession struct {
+	id        uint32
+	params    sessionParams
+	firstRank int // whose parameters the session took, for mismatch errors
+	regs      map[int]*registration
+	starting  bool // all ranks in, or timed out; nobody may leave
+	timer     *time.Timer
+	done      chan struct{}
+	job       *job
+	err       error
+}
+
+// job is a running job. spec is immutable after startJob; the rest is
+// guarded by Controller.mu, except done/aborted/reason which endJob writes
+// before closing done.
+type job struct {
+	spec       wire.Job
+	sessionID  uint32
+	params     sessionParams
+	pool       span // slots
+	qpnRange   span // QPNOpaque only
+	switchPSNs [][]uint32
+	ended      []bool // rank called EndSession
+	attached   []bool // rank opened a KeepAlive stream at some point
+	streamOpen []bool
+	ending     bool
+	liveness   *time.Timer
+	done       chan struct{}
+	aborted    bool
+	reason     string
+}
+
+func (j *job) id() uint32 { return j.spec.ID }
+
+func (c *Controller) rdmaSession(ctx context.Context, req *pb.RdmaSessionRequest) (*pb.RdmaSessionResponse, error) {
+	reg, params, err := c.parseRegistration(req)
+	if err != nil {
+		return nil, err
+	}
+	sid := req.GetSessionId()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, errClosed()
+	}
+	if j := c.jobBySession[sid]; j != nil {
+		c.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"session %d is already running as job %d (%d workers); end it first (EndSession, or stop its workers) or use another session id",
+			sid, j.id(), j.params.numWorkers)
+	}
+	p := c.pending[sid]
+	if p == nil {
+		p = &pendingSession{id: sid, params: params, firstRank: reg.rank, regs: make(map[int]*registration), done: make(chan struct{})}
+		p.timer = time.AfterFunc(c.cfg.SessionTimeout, func() { c.expire(p) })
+		c.pending[sid] = p
+	} else if err := p.check(params, reg.rank); err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	if _, dup := p.regs[reg.rank]; dup || p.starting {
+		c.mu.Unlock()
+		return nil, status.Errorf(codes.InvalidArgument,
+			"session %d: rank %d registered twice; every worker needs its own rank in 0..%d", sid, reg.rank, params.numWorkers-1)
+	}
+	p.regs[reg.rank] = reg
+	complete := len(p.regs) == p.params.numWorkers
+	if complete {
+		p.starting = true
+		p.timer.Stop()
+		c.starting.Add(1)
+	}
+	c.mu.Unlock()
+	c.log.Debug("worker registered", "session", sid, "rank", reg.rank, "workers", params.numWorkers, "addr", reg.addr)
+	if complete {
+		c.startJob(p)
+	}
+	return c.awaitSession(ctx, p, reg.rank)
+}
+
+// awaitSession waits for the session to start or time out; it leaves the
+// session on cancellation or Close.
+func (c *Controller) awaitSession(ctx context.Context, p *pendingSession, rank int) (*pb.RdmaSessionResponse, error) {
+	var leaveErr error
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		leaveErr = status.FromContextError(ctx.Err()).Err()
+	case <-c.closing:
+		leaveErr = errClosed()
+	}
+	if leaveErr != nil && c.leave(p, rank) {
+		return nil, leaveErr
+	}
+	<-p.done // starting (ends within one Programmer call) or timed out
+	if p.err != nil {
+		return nil, p.err
+	}
+	return c.response(p.job, rank), nil
+}
+
+// expire fails a session SessionTimeout after its first registration,
+// naming the ranks that never registered; every waiting rank gets the same
+// error.
+func (c *Controller) expire(p *pendingSession) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p.starting || c.pending[p.id] != p {
+		return
+	}
+	var missing []int
+	for r := range p.params.numWorkers {
+		if p.regs[r] == nil {
+			missing = append(missing, r)
+		}
+	}
+	c.stats.registrationTimeouts++
+	word := "ranks"
+	if len(missing) == 1 {
+		word = "rank"
+	}
+	c.log.Warn("registration timed out", "session", p.id, "missing", missing)
+	p.err = status.Errorf(codes.DeadlineExceeded,
+		"session %d: %s %s of %d never registered within %v; start the missing workers (same --session, --workers) or raise the controller's session timeout",
+		p.id, word, formatRanks(missing), p.params.numWorkers, c.cfg.SessionTimeout)
+	p.starting = true
+	delete(c.pending, p.id)
+	close(p.done)
+}
+
+// leave withdraws rank's registration; false if the session is already
+// starting or has timed out (then the caller must wait for done).
+func (c *Controller) leave(p *pendingSession, rank int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p.starting {
+		return false
+	}
+	delete(p.regs, rank)
+	if len(p.regs) == 0 && c.pending[p.id] == p {
+		p.timer.Stop()
+		delete(c.pending, p.id)
+	}
+	return true
+}
+
+// check compares a later rank's parameters with the session's.
+func (p *pendingSession) check(q sessionParams, rank int) error {
+	mismatch := func(what string, got, want any, fix string) error {
+		return status.Errorf(codes.InvalidArgument,
+			"session %d: rank %d registered with %s %v but rank %d with %v; %s",
+			p.id, rank, what, got, p.firstRank, want, fix)
+	}
+	switch {
+	case q.numWorkers != p.params.numWorkers:
+		return mismatch("num_workers", q.numWorkers, p.params.numWorkers, "every worker of a session must pass the same worker count")
+	case q.packetSize != p.params.packetSize:
+		return mismatch("packet size", q.packetSize, p.params.packetSize, "every worker must use the same packet size (path MTU)")
+	case q.messageSize != p.params.messageSize:
+		return mismatch("message_size", q.messageSize, p.params.messageSize, "every worker must use the same message size")
+	case q.qps != p.params.qps:
+		return mismatch("QP count", q.qps, p.params.qps, "every worker must open the same number of QPs")
+	case q.dtype != p.params.dtype:
+		return mismatch("dtype", q.dtype, p.params.dtype, "every worker must reduce the same element type")
+	case q.v6 != p.params.v6:
+		fam := func(v6 bool) string {
+			if v6 {
+				return "IPv6"
+			}
+			return "IPv4"
+		}
+		return mismatch("address family", fam(q.v6), fam(p.params.v6), "all workers of a job use IPv4 or all use IPv6")
+	}
+	return nil
+}
+
+// parseRegistration validates one request on its own.
+func (c *Controller) parseRegistration(req *pb.RdmaSessionRequest) (*registration, sessionParams, error) {
+	sid := req.GetSessionId()
+	bad := func(format string, args ...any) (*registration, sessionParams, error) {
+		return nil, sessionParams{}, status.Errorf(codes.InvalidArgument, "session %d: "+format, append([]any{sid}, args...)...)
+	}
+	n := int(req.GetNumWorkers())
+	if n == 0 {
+		return bad("num_workers is 0: pass the job's worker count (at least 1)")
+	}
+	rank := int(req.GetRank())
+	if rank >= n {
+		return bad("rank %d is out of range for %d workers: ranks are 0..%d", rank, n, n-1)
+	}
+	q := len(req.GetQpns())
+	if q == 0 {
+		return bad("rank %d sent no QPNs: a worker needs at least one QP", rank)
+	}
+	if len(req.GetPsns()) != q {
+		return bad("rank %d sent %d QPNs but %d PSNs: send one PSN per QP", rank, q, len(req.GetPsns()))
+	}
+	if c.cfg.QPNScheme == QPNP4App && (n > wire.MaxP4AppWorkers || q > wire.MaxP4AppQPs) {
+		return bad("%d workers × %d QPs: the Tofino QPN encoding holds %d workers and %d QPs per worker; use fewer, or the software switch", n, q, wire.MaxP4AppWorkers, wire.MaxP4AppQPs)
+	}
+	for i, v := range req.GetQpns() {
+		if v > 0xFFFFFF {
+			return bad("rank %d: QPN %#x of QP %d has more than 24 bits", rank, v, i)
+		}
+	}
+	for i, v := range req.GetPsns() {
+		if v > 0xFFFFFF {
+			return bad("rank %d: PSN %#x of QP %d has more than 24 bits", rank, v, i)
+		}
+	}
+	size := int(req.GetPacketSizeBytes())
+	if size == 0 {
+		switch req.GetPacketSize() {
+		case pb.PacketSize_MTU_128:
+			size = 128
+		case pb.PacketSize_MTU_256:
+			size = 256
+		case pb.PacketSize_MTU_512:
+			size = 512
+		case pb.PacketSize_MTU_1024:
+			size = 1024
+		default:
+			return bad("rank %d: unknown packet_size %d: use MTU_256, MTU_512, MTU_1024 or packet_size_bytes", rank, req.GetPacketSize())
+		}
+	}
+	if err := wire.CheckPacketSize(size); err != nil {
+		return bad("rank %d: %v", rank, err)
+	}
+	msg := int(req.GetMessageSize())
+	if msg == 0 {
+		return bad("rank %d: message_size is 0: pass bytes per message, a power-of-two multiple of the packet size (e.g. %d)", rank, 16*size)
+	}
+	if msg%size != 0 || bits.OnesCount(uint(msg/size)) != 1 {
+		lower := size
+		if k := msg / size; k > 1 {
+			lower = size << (bits.Len(uint(k)) - 1)
+		}
+		return bad("rank %d: message_size %d is not a power-of-two multiple of the %d-byte packet size (e.g. %d or %d)", rank, msg, size, lower, 2*lower)
+	}
+	var dt wire.DType
+	switch req.GetDtype() {
+	case pb.DataType_DATA_TYPE_FLOAT32:
+		dt = wire.Float32
+	case pb.DataType_DATA_TYPE_INT32:
+		dt = wire.Int32
+	default:
+		return bad("rank %d: unknown dtype %d: use DATA_TYPE_FLOAT32 or DATA_TYPE_INT32", rank, req.GetDtype())
+	}
+	if req.GetOp() != pb.ReduceOp_REDUCE_OP_SUM {
+		return bad("rank %d: unknown op %d: the switch only sums (REDUCE_OP_SUM)", rank, req.GetOp())
+	}
+	var addr netip.Addr
+	switch gid := req.GetGid(); {
+	case len(gid) == 16:
+		addr = netip.AddrFrom16([16]byte(gid)).Unmap()
+	case len(gid) != 0:
+		return bad("rank %d: gid has %d bytes; a RoCEv2 GID is 16 bytes", rank, len(gid))
+	case req.GetIpv4() != 0:
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], req.GetIpv4())
+		addr = netip.AddrFrom4(b)
+	default:
+		return bad("rank %d sent no address: set ipv4 (field 5) or gid (field 100) to the worker NIC's address", rank)
+	}
+	if addr.IsUnspecified() {
+		return bad("rank %d: address %v is unspecified; pass the worker NIC's address", rank, addr)
+	}
+	v6 := addr.Is6()
+	if v6 && !c.cfg.SwitchIPv6.IsValid() {
+		return nil, sessionParams{}, status.Errorf(codes.FailedPrecondition,
+			"session %d: rank %d registered IPv6 address %v but the switch has no IPv6 address; give the switch one or use IPv4 workers", sid, rank, addr)
+	}
+	if !v6 && !c.cfg.SwitchIPv4.IsValid() {
+		return nil, sessionParams{}, status.Errorf(codes.FailedPrecondition,
+			"session %d: rank %d registered IPv4 address %v but the switch has no IPv4 address; give the switch one or use IPv6 workers", sid, rank, addr)
+	}
+	if req.GetMac()>>48 != 0 {
+		return bad("rank %d: mac %#x has more than 48 bits", rank, req.GetMac())
+	}
+	reg := &registration{
+		rank: rank,
+		addr: addr,
+		mac:  macFromUint64(req.GetMac()),
+		rkey: req.GetRkey(),
+		qpns: slices.Clone(req.GetQpns()),
+		psns: slices.Clone(req.GetPsns()),
+	}
+	return reg, sessionParams{numWorkers: n, packetSize: size, messageSize: msg, qps: q, dtype: dt, v6: v6}, nil
+}
+
+// startJob allocates and installs the job of a complete session, then
+// wakes its waiters.
+func (c *Controller) startJob(p *pendingSession) {
+	defer c.starting.Done()
+	c.mu.Lock()
+	j, err := c.allocJob(p)
+	c.mu.Unlock()
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.SessionTimeout)
+		spec := cloneJob(&j.spec) // the backend may keep it
+		err = c.cfg.Programmer.AddJob(ctx, spec)
+		cancel()
+		if err != nil {
+			c.log.Error("switch refused job", "session", p.id, "job", j.id(), "err", err)
+			err = status.Errorf(codes.Unavailable, "session %d: the switch did not install job %d: %v", p.id, j.id(), err)
+			c.mu.Lock()
+			c.freeJob(j)
+			c.mu.Unlock()
+		}
+	}
+	c.mu.Lock()
+	if c.pending[p.id] == p {
+		delete(c.pending, p.id)
+	}
+	if err == nil {
+		c.jobs[j.id()] = j
+		c.jobBySession[p.id] = j
+		c.stats.sessionsTotal++
+		if c.cfg.LivenessTimeout > 0 {
+			j.liveness = time.AfterFunc(c.cfg.LivenessTimeout, func() { c.checkLiveness(j) })
+		}
+		c.log.Info("job started", "session", p.id, "job", j.id(), "workers", p.params.numWorkers,
+			"qps", p.params.qps, "packet_size", p.params.packetSize, "pool_base", j.pool.base, "pool_slots", j.pool.size)
+	}
+	p.job, p.err = j, err
+	close(p.done)
+	c.mu.Unlock()
+}
+
+// allocJob picks the job id, pool range, switch QPNs and PSNs. Holds c.mu.
+func (c *Controller) allocJob(p *pendingSession) (*job, error) {
+	prm := p.params
+	ppm := prm.ppm()
+	need := uint64(prm.qps) * uint64(ppm)
+	if need >= 1<<31 {
+		return nil, status.Errorf(codes.InvalidArgument, "session %d: %d QPs × %d packets per message is too many slots", p.id, prm.qps, ppm)
+	}
+	if c.cfg.QPNScheme == QPNP4App {
+		for r := range prm.numWorkers {
+			if other, busy := c.p4appAddrs[p.regs[r].addr]; busy {
+				return nil, status.Errorf(codes.FailedPrecondition,
+					"session %d: rank %d's address %v is already in job %d; with Tofino QPNs a worker address can be in one job at a time — end job %d or give this worker another address",
+					p.id, r, p.regs[r].addr, other, other)
+			}
+		}
+	}
+	pool, ok := c.pool.alloc(uint32(need))
+	if !ok {
+		free, largest := c.pool.available()
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"session %d: pool exhausted: the job needs %d slots (%d QPs × %d packets per message) but %d of %d slots are free (largest free range %d); end another job, use fewer QPs or smaller messages, or give the switch a larger pool",
+			p.id, need, prm.qps, ppm, free, c.cfg.PoolSize, largest)
+	}
+	j := &job{
+		sessionID:  p.id,
+		params:     prm,
+		pool:       pool,
+		switchPSNs: make([][]uint32, prm.numWorkers),
+		ended:      make([]bool, prm.numWorkers),
+		attached:   make([]bool, prm.numWorkers),
+		streamOpen: make([]bool, prm.numWorkers),
+		done:       make(chan struct{}),
+	}
+	if c.cfg.QPNScheme == QPNOpaque {
+		j.qpnRange, ok = c.qpns.alloc(uint32(prm.numWorkers * prm.qps))
+		if !ok {
+			c.pool.free(pool)
+			return nil, status.Errorf(codes.ResourceExhausted, "session %d: out of switch QPNs for %d workers × %d QPs; end other jobs", p.id, prm.numWorkers, prm.qps)
+		}
+	}
+	for c.jobs[c.nextJobID] != nil || c.nextJobID == 0 {
+		c.nextJobID++
+	}
+	j.spec = wire.Job{
+		ID:         c.nextJobID,
+		DType:      prm.dtype,
+		PacketSize: prm.packetSize,
+		PoolBase:   pool.base,
+		PoolSlots:  pool.size,
+		Workers:    make([]wire.Worker, prm.numWorkers),
+	}
+	c.nextJobID++
+	for r := range prm.numWorkers {
+		reg := p.regs[r]
+		sq := make([]uint32, prm.qps)
+		psns := make([]uint32, prm.qps)
+		for i := range sq {
+			if c.cfg.QPNScheme == QPNOpaque {
+				sq[i] = j.qpnRange.base + uint32(r*prm.qps+i)
+			} else {
+				sq[i], _ = wire.P4AppQPN(r, i) // bounds checked in parseRegistration
+			}
+			psns[i] = rand.Uint32() & 0xFFFFFF
+		}
+		j.switchPSNs[r] = psns
+		j.spec.Workers[r] = wire.Worker{
+			Rank:       r,
+			Addr:       reg.addr,
+			MAC:        reg.mac,
+			RKey:       reg.rkey,
+			QPNs:       reg.qpns,
+			PSNs:       reg.psns,
+			SwitchQPNs: sq,
+		}
+		if c.cfg.QPNScheme == QPNP4App {
+			c.p4appAddrs[reg.addr] = j.spec.ID
+		}
+	}
+	if err := j.spec.Validate(); err != nil {
+		c.freeJob(j)
+		return nil, status.Errorf(codes.Internal, "session %d: %v", p.id, err)
+	}
+	return j, nil
+}
+
+// freeJob returns a job's pool and QPN ranges. Holds c.mu.
+func (c *Controller) freeJob(j *job) {
+	c.pool.free(j.pool)
+	if c.cfg.QPNScheme == QPNOpaque {
+		c.qpns.free(j.qpnRange)
+	}
+	for _, w := range j.spec.Workers {
+		if c.p4appAddrs[w.Addr] == j.id() {
+			delete(c.p4appAddrs, w.Addr)
+		}
+	}
+}
+
+// response is rank's answer to RdmaSession.
+func (c *Controller) response(j *job, rank int) *pb.RdmaSessionResponse {
+	ppm := j.params.ppm()
+	idx := make([]uint32, j.params.qps)
+	for i := range idx {
+		idx[i] = uint32(wire.MakePoolIndex(j.pool.base+uint32(i*ppm), 0))
+	}
+	resp := &pb.RdmaSessionResponse{
+		SessionId:         uint64(j.sessionID),
+		Mac:               macToUint64(c.cfg.SwitchMAC),
+		Rkey:              uint32(wire.MakePoolIndex(j.pool.base, 0)),
+		Qpns:              slices.Clone(j.spec.Workers[rank].SwitchQPNs),
+		Psns:              slices.Clone(j.switchPSNs[rank]),
+		JobId:             j.id(),
+		PoolBase:          j.pool.base,
+		PoolSlots:         j.pool.size,
+		PacketSizeBytes:   uint32(j.params.packetSize),
+		QpPoolIndices:     idx,
+		NumWorkers:        uint32(j.params.numWorkers),
+		PacketsPerMessage: uint32(ppm),
+	}
+	if c.cfg.SwitchIPv4.IsValid() {
+		resp.Ipv4 = binary.BigEndian.Uint32(c.cfg.SwitchIPv4.AsSlice())
+	}
+	if j.params.v6 {
+		resp.Gid = c.cfg.SwitchIPv6.AsSlice()
+	}
+	return resp
+}
+
+// endJob removes a job from the switch, frees its ranges and wakes its
+// KeepAlive streams. It returns false, after the job is gone, if another
+// call got there first.
+func (c *Controller) endJob(j *job, aborted bool, reason, label string) bool {
+	c.mu.Lock()
+	if j.ending {
+		c.mu.Unlock()
+		<-j.done
+		return false
+	}
+	j.ending = true
+	j.aborted, j.reason = aborted, reason
+	delete(c.jobs, j.id())
+	if c.jobBySession[j.sessionID] == j {
+		delete(c.jobBySession, j.sessionID)
+	}
+	if j.liveness != nil {
+		j.liveness.Stop()
+	}
+	c.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.SessionTimeout)
+	err := c.cfg.Programmer.RemoveJob(ctx, j.id())
+	cancel()
+	if err != nil {
+		// The slots are freed anyway: AddJob promises the next job's slots
+		// start empty.
+		c.log.Error("switch did not remove job", "job", j.id(), "err", err)
+	}
+	lvl := c.log.Info
+	if aborted {
+		lvl = c.log.Warn
+	}
+	lvl("job ended", "session", j.sessionID, "job", j.id(), "aborted", aborted, "reason", reason)
+
+	c.mu.Lock()
+	c.freeJob(j)
+	c.stats.endedByReason[label]++
+	close(j.done)
+	c.mu.Unlock()
+	return true
+}
+
+// checkLiveness aborts a job whose ranks have neither opened a KeepAlive
+// stream nor ended within LivenessTimeout of its start.
+func (c *Controller) checkLiveness(j *job) {
+	c.mu.Lock()
+	var missing []int
+	for r := range j.params.numWorkers {
+		if !j.attached[r] && !j.ended[r] {
+			missing = append(missing, r)
+		}
+	}
+	ending := j.ending
+	c.mu.Unlock()
+	if ending || len(missing) == 0 {
+		return
+	}
+	word := "ranks"
+	if len(missing) == 1 {
+		word = "rank"
+	}
+	c.endJob(j, true, fmt.Sprintf("%s %s of %d never opened a keep-alive stream within %v of the job's start (worker gone, or a client without KeepAlive: run the controller with liveness checks off)",
+		word, formatRanks(missing), j.params.numWorkers, c.cfg.LivenessTimeout), endReasonLiveness)
+}
+
+func (c *Controller) endSession(_ context.Context, req *pb.EndSessionRequest) (*pb.EndSessionResponse, error) {
+	c.mu.Lock()
+	j := c.jobs[req.GetJobId()]
+	if j == nil {
+		c.mu.Unlock()
+		return nil, status.Errorf(codes.NotFound, "job %d is not running (it ended already, or the id is wrong: see ListJobs)", req.GetJobId())
+	}
+	rank := int(req.GetRank())
+	if rank >= j.params.numWorkers {
+		c.mu.Unlock()
+		return nil, status.Errorf(codes.InvalidArgument, "job %d: rank %d is out of range for %d workers", j.id(), rank, j.params.numWorkers)
+	}
+	if req.GetAbort() {
+		c.mu.Unlock()
+		reason := fmt.Sprintf("rank %d aborted the job", rank)
+		if req.GetReason() != "" {
+			reason += ": " + req.GetReason()
+		}
+		return &pb.EndSessionResponse{Ended: c.endJob(j, true, reason, endReasonAbort)}, nil
+	}
+	j.ended[rank] = true
+	var pendingRanks []uint32
+	for r, e := range j.ended {
+		if !e {
+			pendingRanks = append(pendingRanks, uint32(r))
+		}
+	}
+	c.mu.Unlock()
+	if len(pendingRanks) > 0 {
+		return &pb.EndSessionResponse{PendingRanks: pendingRanks}, nil
+	}
+	return &pb.EndSessionResponse{Ended: c.endJob(j, false, "every rank ended the session", endReasonEnd)}, nil
+}
+
+type eventSender interface {
+	Send(*pb.JobEvent) error
+	Context() context.Context
+}
+
+func (c *Controller) keepAlive(req *pb.KeepAliveRequest, stream eventSender) error {
+	c.mu.Lock()
+	j := c.jobs[req.GetJobId()]
+	if j == nil {
+		c.mu.Unlock()
+		return status.Errorf(codes.NotFound, "job %d is not running (it ended already, or the id is wrong: see ListJobs)", req.GetJobId())
+	}
+	rank := int(req.GetRank())
+	switch {
+	case rank >= j.params.numWorkers:
+		c.mu.Unlock()
+		return status.Errorf(codes.InvalidArgument, "job %d: rank %d is out of range for %d workers", j.id(), rank, j.params.numWorkers)
+	case j.streamOpen[rank]:
+		c.mu.Unlock()
+		return status.Errorf(codes.AlreadyExists, "job %d: rank %d already holds a keep-alive stream; one per rank", j.id(), rank)
+	case j.ended[rank]:
+		c.mu.Unlock()
+		return status.Errorf(codes.FailedPrecondition, "job %d: rank %d has ended its session", j.id(), rank)
+	}
+	j.streamOpen[rank] = true
+	j.attached[rank] = true
+	c.mu.Unlock()
+
+	err := stream.Send(&pb.JobEvent{Kind: pb.JobEvent_ATTACHED, JobId: j.id()})
+	if err == nil {
+		select {
+		case <-j.done:
+			err = stream.Send(&pb.JobEvent{Kind: pb.JobEvent_ENDED, JobId: j.id(), Aborted: j.aborted, Reason: j.reason})
+		case <-stream.Context().Done():
+			err = status.FromContextError(stream.Context().Err()).Err()
+		}
+	}
+	c.mu.Lock()
+	j.streamOpen[rank] = false
+	lost := !j.ended[rank] && !j.ending
+	c.mu.Unlock()
+	if lost {
+		c.endJob(j, true, fmt.Sprintf("rank %d's keep-alive stream closed before it ended its session (worker exited or lost the controller)", rank), endReasonKeepAlive)
+	}
+	return err
+}
+
+func (j *job) info() JobInfo {
+	info := JobInfo{Job: *cloneJob(&j.spec), SessionID: j.sessionID, MessageSize: j.params.messageSize}
+	for r, e := range j.ended {
+		if e {
+			info.EndedRanks = append(info.EndedRanks, r)
+		}
+	}
+	return info
+}
+
+func (i JobInfo) proto() *pb.JobInfo {
+	p := &pb.JobInfo{
+		JobId:           i.Job.ID,
+		SessionId:       i.SessionID,
+		NumWorkers:      uint32(len(i.Job.Workers)),
+		PacketSizeBytes: uint32(i.Job.PacketSize),
+		MessageSize:     uint32(i.MessageSize),
+		PoolBase:        i.Job.PoolBase,
+		PoolSlots:       i.Job.PoolSlots,
+	}
+	if i.Job.DType == wire.Int32 {
+		p.Dtype = pb.DataType_DATA_TYPE_INT32
+	}
+	for _, w := range i.Job.Workers {
+		p.NumQps = uint32(len(w.SwitchQPNs))
+		p.SwitchQpns = append(p.SwitchQpns, w.SwitchQPNs...)
+	}
+	for _, r := range i.EndedRanks {
+		p.EndedRanks = append(p.EndedRanks, uint32(r))
+	}
+	return p
+}
+
+func sortJobInfos(s []JobInfo) {
+	slices.SortFunc(s, func(a, b JobInfo) int { return int(a.Job.ID) - int(b.Job.ID) })
+}
+
+func cloneJob(j *wire.Job) *wire.Job {
+	c := *j
+	c.Workers = make([]wire.Worker, len(j.Workers))
+	for i, w := range j.Workers {
+		w.MAC = slices.Clone(w.MAC)
+		w.QPNs = slices.Clone(w.QPNs)
+		w.PSNs = slices.Clone(w.PSNs)
+		w.SwitchQPNs = slices.Clone(w.SwitchQPNs)
+		c.Workers[i] = w
+	}
+	return &c
+}
+
+// formatRanks writes "2, 3" or "2, 3, 5, … (12 in all)".
+func formatRanks(r []int) string {
+	const show = 16
+	var b strings.Builder
+	for i, v := range r {
+		if i == show {
+			fmt.Fprintf(&b, ", … (%d in all)", len(r))
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprint(&b, v)
+	}
+	return b.String()
+}
+
+func macFromUint64(v uint64) net.HardwareAddr {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], v)
+	return net.HardwareAddr(slices.Clone(b[2:]))
+}
+
+func macToUint64(m net.HardwareAddr) uint64 {
+	if len(m) != 6 {
+		return 0
+	}
+	var b [8]byte
+	copy(b[2:], m)
+	return binary.BigEndian.Uint64(b[:])
+}

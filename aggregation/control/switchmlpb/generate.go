@@ -1,0 +1,13 @@
+// Package switchmlpb is the generated Go code for switchml.proto, the
+// swml-rdma control plane (package switchml_proto, wire-compatible with
+// p4app-switchML plus extensions in field numbers ≥ 100 and the Job
+// service). docs/control-plane.md describes every message.
+//
+// The generated files are committed: building needs no protoc. To
+// regenerate after editing switchml.proto, install protoc
+// (apt-get install protobuf-compiler), protoc-gen-go v1.36.12 (the
+// google.golang.org/protobuf version in go.mod) and protoc-gen-go-grpc
+// v1.5.1, then run `go generate ./aggregation/control/switchmlpb`.
+package switchmlpb
+
+//go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative switchml.proto
