@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+)
+
+// run executes the CLI with args and returns stdout, stderr and the error.
+func run(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	app := newApp()
+	var out, errb bytes.Buffer
+	app.Writer, app.ErrWriter = &out, &errb
+	app.ExitErrHandler = func(*cli.Context, error) {}
+	err := app.Run(append([]string{"swml-rdma"}, args...))
+	return out.String(), errb.String(), err
+}
+
+func TestWriteBWTable(t *testing.T) {
+	out, _, err := run(t, "write-bw", "--iters", "50", "--size", "8KiB", "--mtu", "1024")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "#bytes") || !strings.Contains(out, "8192") || !strings.Contains(out, "BW [Gbit/s]") {
+		t.Fatalf("unexpected output:\n%s", out)
+	}
+}
+
+func TestWriteBWJSON(t *testing.T) {
+	out, _, err := run(t, "write-bw", "--iters", "20", "--size", "4096", "--json", "--client-addr", "127.0.0.12", "--server-addr", "127.0.0.13")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Bytes    int64   `json:"bytes"`
+		Messages int     `json:"messages"`
+		Posted   int     `json:"posted"`
+		Gbps     float64 `json:"gbit_per_s"`
+		Sender   string  `json:"sender"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if res.Posted != 20 || res.Messages == 0 || res.Bytes != int64(res.Messages)*4096 || res.Sender != "soft:127.0.0.12" {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+func TestWriteBWBadFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"mtu", []string{"--mtu", "1500"}, "256, 512, 1024, 2048 or 4096"},
+		{"size zero", []string{"--size", "0"}, "positive byte count"},
+		{"size junk", []string{"--size", "lots"}, "positive byte count"},
+		{"address", []string{"--client-addr", "nic0"}, "not an IP address"},
+		{"iters", []string{"--iters", "0"}, "--duration"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := run(t, append([]string{"write-bw"}, tt.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want it to mention %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int{"4096": 4096, "64KiB": 65536, "64K": 65536, "1MiB": 1 << 20, "2MB": 2000000, "256 MiB": 256 << 20} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+}
