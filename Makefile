@@ -30,8 +30,8 @@ test: ## The full test command of README.md (installs what it needs as root).
 unit: ## Only `go test -race` (no installs, no QEMU).
 	$(GO) test -race -count=1 $(PKGS)
 
-.PHONY: interop
-interop: ## Soft-RoCE (rxe) interop scenarios in a QEMU guest.
+.PHONY: interop soft-roce
+interop soft-roce: ## Soft-RoCE (rxe) interop scenarios in a QEMU guest.
 	testbed/soft-roce/qemu/harness.sh all
 
 .PHONY: bench

@@ -54,6 +54,11 @@ CGO_ENABLED=0 go build ./...
 step "go test -race"
 go test -race -count=1 -timeout 15m ./...
 
+if [ -f /usr/include/infiniband/verbs.h ]; then
+	step "go test -tags ibverbs (cgo backend, interop scenario code)"
+	go test -race -count=1 -tags ibverbs ./verbs/ibverbs/ ./internal/... ./rdma/
+fi
+
 step "fuzz smoke ($FUZZTIME per target)"
 for pkg in $(go list ./...); do
 	for f in $(go test -list '^Fuzz' "$pkg" 2>/dev/null | grep '^Fuzz' || true); do

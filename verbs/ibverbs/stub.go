@@ -1,0 +1,37 @@
+//go:build !ibverbs
+
+package ibverbs
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/swml-rdma/swml-rdma/verbs"
+)
+
+// built reports whether the cgo backend is compiled in.
+const built = false
+
+var errNotBuilt = fmt.Errorf("verbs/ibverbs: %w: this binary was built without -tags ibverbs (needs cgo and libibverbs-dev); use the userspace NIC (--nic soft)", verbs.ErrNotSupported)
+
+// Device is an open libibverbs device. In this build (no ibverbs tag) it
+// cannot be opened.
+type Device struct{}
+
+// Open always fails in a build without the ibverbs tag.
+func Open(name string, addr netip.Addr) (*Device, error) { return nil, errNotBuilt }
+
+func (d *Device) Name() string                   { return "" }
+func (d *Device) Addr() netip.Addr               { return netip.Addr{} }
+func (d *Device) Port() int                      { return 0 }
+func (d *Device) GIDIndex() int                  { return -1 }
+func (d *Device) ActiveMTU() verbs.MTU           { return 0 }
+func (d *Device) AllocPD() (verbs.PD, error)     { return nil, errNotBuilt }
+func (d *Device) CreateCQ(int) (verbs.CQ, error) { return nil, errNotBuilt }
+func (d *Device) Close() error                   { return nil }
+
+var _ verbs.Device = (*Device)(nil)
+
+// NoKernelSupport is the message of the error the cgo build returns when the
+// kernel has no RDMA subsystem.
+const NoKernelSupport = "no RDMA support in this kernel: load rdma_rxe (see docs/testbed.md) or use the userspace NIC (--nic soft)"
