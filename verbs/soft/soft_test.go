@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -293,6 +294,7 @@ func TestStateAndArgumentErrors(t *testing.T) {
 }
 
 func TestCloseIdempotentNoLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
 	e := newEndpoint(t, "127.0.0.2", 4096, verbs.AccessLocalWrite, Config{})
 	done := make(chan error, 1)
 	go func() {
@@ -312,6 +314,14 @@ func TestCloseIdempotentNoLeak(t *testing.T) {
 	}
 	if _, err := e.dev.AllocPD(); !errors.Is(err, verbs.ErrClosed) {
 		t.Fatalf("AllocPD after Close: %v", err)
+	}
+	// The receive goroutine and the waiter are gone.
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after Close, %d before Open", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
