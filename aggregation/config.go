@@ -1,0 +1,156 @@
+package aggregation
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/quant"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/verbs"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultQPs               = 4
+	DefaultPacketSize        = 1024
+	DefaultPacketsPerMessage = 16
+	// DefaultRetransmitTimeout is p4app-switchML's: a few round trips of a
+	// loaded data-centre link.
+	DefaultRetransmitTimeout = 10 * time.Millisecond
+	// DefaultBackoffAfter is p4app-switchML's: the timeout of a QP doubles
+	// after this many consecutive timeouts of the same message.
+	DefaultBackoffAfter = 100
+	// DefaultMaxRetransmitTimeout caps the doubling.
+	DefaultMaxRetransmitTimeout = time.Second
+	// DefaultPeerTimeout bounds how long a message may go without a result
+	// before AllReduce gives up on the switch or a peer.
+	DefaultPeerTimeout = 10 * time.Second
+)
+
+// Config describes one worker of a job. Every worker of a job passes the same
+// SessionID, Workers, QPs, PacketSize, PacketsPerMessage and DType (the
+// controller refuses a mismatch and names it).
+type Config struct {
+	// Device is the RDMA NIC to use (verbs/soft, verbs/ibverbs). Required.
+	// The session does not close it.
+	Device verbs.Device
+
+	// Controller is a connection to the controller, shared or owned by the
+	// caller. If nil, Open dials ControllerAddr (control.DefaultAddr when
+	// empty) and closes that connection in Close.
+	Controller     *control.Client
+	ControllerAddr string
+
+	// SessionID names the job; every worker of the job passes the same.
+	SessionID uint32
+	// Rank is this worker's rank in [0, Workers).
+	Rank int
+	// Workers is the number of workers of the job (at least 1).
+	Workers int
+
+	// QPs is the number of UC queue pairs to the switch (DefaultQPs if 0).
+	// With one message in flight per QP, the window is QPs ×
+	// PacketsPerMessage packets: size it to the bandwidth-delay product.
+	QPs int
+	// PacketSize is the payload bytes per packet (the path MTU): 256, 512,
+	// 1024, 2048 or 4096 (the Tofino program: 256, or 1024 with
+	// recirculation). DefaultPacketSize if 0.
+	PacketSize int
+	// PacketsPerMessage is a power of two (DefaultPacketsPerMessage if 0).
+	PacketsPerMessage int
+	// DType is the element type: wire.Float32 (block floating point) or
+	// wire.Int32 (exact). AllReduce serves Float32 sessions,
+	// AllReduceInt32 Int32 sessions.
+	DType wire.DType
+
+	// RetransmitTimeout is the first per-QP retransmission timeout
+	// (DefaultRetransmitTimeout if 0). A few round trips.
+	RetransmitTimeout time.Duration
+	// BackoffAfter doubles a QP's timeout after that many consecutive
+	// timeouts of one message (DefaultBackoffAfter if 0), up to
+	// MaxRetransmitTimeout (DefaultMaxRetransmitTimeout if 0).
+	BackoffAfter         int
+	MaxRetransmitTimeout time.Duration
+	// PeerTimeout: if a message has had no result for this long, the switch
+	// or another worker is taken for dead and AllReduce fails
+	// (DefaultPeerTimeout if 0). A worker that dies is normally reported
+	// sooner by the controller, which aborts the job when the worker's
+	// keep-alive stream breaks.
+	PeerTimeout time.Duration
+}
+
+// ErrConfig is wrapped by every configuration error Open returns.
+var ErrConfig = errors.New("invalid configuration")
+
+func configError(format string, args ...any) error {
+	return fmt.Errorf("aggregation: %w: "+format, append([]any{ErrConfig}, args...)...)
+}
+
+// withDefaults fills the zero fields and validates the rest.
+func (c Config) withDefaults() (Config, error) {
+	if c.Device == nil {
+		return c, configError("Config.Device is nil: open an RDMA device (soft.Open for the userspace NIC, ibverbs.Open for a real one) and pass it")
+	}
+	if c.Workers < 1 {
+		return c, configError("Config.Workers is %d: pass the number of workers of the job (at least 1)", c.Workers)
+	}
+	if c.Workers > quant.MaxWorkers {
+		return c, configError("Config.Workers is %d: at most %d workers fit the int32 quantization", c.Workers, quant.MaxWorkers)
+	}
+	if c.Rank < 0 || c.Rank >= c.Workers {
+		return c, configError("Config.Rank is %d: ranks of a %d-worker job are 0..%d", c.Rank, c.Workers, c.Workers-1)
+	}
+	if c.QPs == 0 {
+		c.QPs = DefaultQPs
+	}
+	if c.QPs < 0 || c.QPs > 1<<12 {
+		return c, configError("Config.QPs is %d: use 1 to 4096 queue pairs (0 for the default %d)", c.QPs, DefaultQPs)
+	}
+	if c.PacketSize == 0 {
+		c.PacketSize = DefaultPacketSize
+	}
+	if err := wire.CheckPacketSize(c.PacketSize); err != nil {
+		return c, configError("Config.PacketSize: %v", err)
+	}
+	if c.PacketsPerMessage == 0 {
+		c.PacketsPerMessage = DefaultPacketsPerMessage
+	}
+	if c.PacketsPerMessage < 0 || bits.OnesCount(uint(c.PacketsPerMessage)) != 1 || c.PacketsPerMessage > 1<<14 {
+		return c, configError("Config.PacketsPerMessage is %d: use a power of two from 1 to 16384 (0 for the default %d)", c.PacketsPerMessage, DefaultPacketsPerMessage)
+	}
+	if c.DType != wire.Float32 && c.DType != wire.Int32 {
+		return c, configError("Config.DType is %v: use wire.Float32 or wire.Int32", c.DType)
+	}
+	if c.RetransmitTimeout == 0 {
+		c.RetransmitTimeout = DefaultRetransmitTimeout
+	}
+	if c.MaxRetransmitTimeout == 0 {
+		c.MaxRetransmitTimeout = max(DefaultMaxRetransmitTimeout, c.RetransmitTimeout)
+	}
+	if c.BackoffAfter == 0 {
+		c.BackoffAfter = DefaultBackoffAfter
+	}
+	if c.PeerTimeout == 0 {
+		c.PeerTimeout = DefaultPeerTimeout
+	}
+	switch {
+	case c.RetransmitTimeout < 0:
+		return c, configError("Config.RetransmitTimeout is %v: pass a positive duration of a few round trips (0 for %v)", c.RetransmitTimeout, DefaultRetransmitTimeout)
+	case c.MaxRetransmitTimeout < c.RetransmitTimeout:
+		return c, configError("Config.MaxRetransmitTimeout %v is below RetransmitTimeout %v", c.MaxRetransmitTimeout, c.RetransmitTimeout)
+	case c.BackoffAfter < 0:
+		return c, configError("Config.BackoffAfter is %d: pass a positive count (0 for %d)", c.BackoffAfter, DefaultBackoffAfter)
+	case c.PeerTimeout < c.RetransmitTimeout:
+		return c, configError("Config.PeerTimeout %v is below RetransmitTimeout %v: a peer would be declared dead before the first retransmission", c.PeerTimeout, c.RetransmitTimeout)
+	}
+	if !c.Device.Addr().IsValid() {
+		return c, configError("device %s has no address: bring its network interface up with an IP", c.Device.Name())
+	}
+	return c, nil
+}
+
+// messageBytes is the payload of one message.
+func (c *Config) messageBytes() int { return c.PacketSize * c.PacketsPerMessage }

@@ -1,0 +1,387 @@
+package aggregation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/quant"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/verbs"
+)
+
+// qpState is the engine's view of one UC QP to the switch. The session
+// fields live as long as the session; the call fields are reset by every
+// AllReduce. Only the goroutine running AllReduce touches it.
+type qpState struct {
+	qp      verbs.QP
+	index   int
+	pool    wire.PoolIndex // pool index of the QP's first packet, set 0
+	sendOff uint64         // the QP's send staging region in the MR
+	// set and msgID describe the message in flight (or the last one sent):
+	// both advance once per new message and never on a retransmission, so
+	// a resend is identical. Every worker sends the same sequence of
+	// messages on QP i, so they agree on both without talking.
+	set   uint8
+	msgID uint16
+	wr    [1]verbs.SendWR // the message in flight, reposted as is on timeout
+
+	busy     bool        // a message is in flight
+	cur      int         // tensor message in flight; -1 for an exponent-only round
+	next     int         // the next tensor message this QP sends
+	scale    quant.Scale // the scale cur was quantized with
+	sent     time.Time   // first transmission of the message in flight
+	deadline time.Time   // retransmission timer
+	rto      time.Duration
+	timeouts int // consecutive timeouts of the message in flight
+}
+
+// recvOff is where the switch writes the result of a message sent in set:
+// the RETH va the worker sends and the switch echoes.
+func (s *Session) recvOff(set uint8, qp int) uint64 {
+	return uint64((int(set)*len(s.qps) + qp) * s.msgBytes)
+}
+
+// Work-request ids: the QP index in the high half, the kind in the low.
+const (
+	wrSend = 1
+	wrRecv = 2
+)
+
+func wrID(qp int, kind uint64) uint64 { return uint64(qp)<<32 | kind }
+
+func (s *Session) postRecv(st *qpState) error {
+	s.recvWR[0] = verbs.RecvWR{ID: wrID(st.index, wrRecv)}
+	if _, err := st.qp.PostRecv(s.recvWR[:]); err != nil {
+		return fmt.Errorf("aggregation: post receive on QP %d: %w", st.index, err)
+	}
+	return nil
+}
+
+// AllReduce replaces x, on every worker of the job, by the element-wise sum
+// of the workers' x, computed by the switch in block floating point (see
+// docs/protocol.md for the error bound). Every worker must call it with a
+// tensor of the same length, in the same order relative to its other calls.
+// x must not be touched until AllReduce returns. A NaN or ±Inf in x is an
+// error before anything is sent.
+//
+// The session must have been opened with DType wire.Float32. An error other
+// than bad input breaks the session (ErrBroken): close it.
+func (s *Session) AllReduce(ctx context.Context, x []float32) error {
+	if s.cfg.DType != wire.Float32 {
+		return fmt.Errorf("aggregation: AllReduce ([]float32) on an %v session: call AllReduceInt32, or open the session with DType wire.Float32", s.cfg.DType)
+	}
+	if len(x) == 0 {
+		return errors.New("aggregation: AllReduce of an empty tensor: pass at least one element")
+	}
+	if _, err := quant.BlockExponent(x); err != nil {
+		var nf *quant.NonFiniteError
+		if errors.As(err, &nf) {
+			return fmt.Errorf("aggregation: AllReduce: element %d is %v: gradients must be finite (nothing was sent; the other workers wait for this one until their PeerTimeout): %w", nf.Index, nf.Value, err)
+		}
+		return fmt.Errorf("aggregation: AllReduce: %w", err)
+	}
+	return s.run(ctx, x, nil)
+}
+
+// AllReduceInt32 replaces x, on every worker, by the element-wise sum of the
+// workers' x, exactly (wrapping on int32 overflow). The session must have
+// been opened with DType wire.Int32. Otherwise as AllReduce.
+func (s *Session) AllReduceInt32(ctx context.Context, x []int32) error {
+	if s.cfg.DType != wire.Int32 {
+		return fmt.Errorf("aggregation: AllReduceInt32 on a %v session: call AllReduce, or open the session with DType wire.Int32", s.cfg.DType)
+	}
+	if len(x) == 0 {
+		return errors.New("aggregation: AllReduceInt32 of an empty tensor: pass at least one element")
+	}
+	return s.run(ctx, nil, x)
+}
+
+// call is the tensor of one AllReduce.
+type call struct {
+	f    []float32
+	i    []int32
+	n    int // elements
+	vals int // elements per message
+	msgs int // messages
+}
+
+func (c *call) span(j int) (lo, hi int) {
+	lo = j * c.vals
+	return lo, min(lo+c.vals, c.n)
+}
+
+func (s *Session) run(ctx context.Context, f []float32, iv []int32) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("aggregation: AllReduce not started: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.broken != nil {
+		if s.broken == ErrClosed {
+			return ErrClosed
+		}
+		return fmt.Errorf("aggregation: %w: %w", ErrBroken, s.broken)
+	}
+	s.wake.reset()
+	stop := context.AfterFunc(ctx, s.wake.stop)
+	defer stop()
+	c := call{f: f, i: iv, n: len(f) + len(iv), vals: s.msgBytes / 4}
+	c.msgs = (c.n + c.vals - 1) / c.vals
+	if err := s.drive(ctx, &c); err != nil {
+		s.broken = err
+		return err
+	}
+	s.stats.allReduces.Add(1)
+	return nil
+}
+
+// drive runs the worker protocol of docs/protocol.md for one tensor.
+func (s *Session) drive(ctx context.Context, c *call) error {
+	now := time.Now()
+	active := 0
+	for _, st := range s.qps {
+		st.next, st.busy, st.cur = st.index, false, -1
+		if st.next >= c.msgs {
+			continue // every worker leaves the same QPs idle
+		}
+		var err error
+		if c.f != nil {
+			err = s.sendExponents(c, st, now)
+		} else {
+			_, err = s.sendNext(c, st, 0, now)
+		}
+		if err != nil {
+			return err
+		}
+		active++
+	}
+	for active > 0 {
+		if err := s.interrupted(ctx); err != nil {
+			return err
+		}
+		now := time.Now()
+		wakeAt := now.Add(time.Hour)
+		for _, st := range s.qps {
+			if !st.busy {
+				continue
+			}
+			if now.Sub(st.sent) >= s.cfg.PeerTimeout {
+				return s.deadPeer(st, now)
+			}
+			if !now.Before(st.deadline) {
+				if err := s.retransmit(st, now); err != nil {
+					return err
+				}
+			}
+			wakeAt = minTime(wakeAt, minTime(st.deadline, st.sent.Add(s.cfg.PeerTimeout)))
+		}
+		k, err := s.cq.Poll(s.wcs)
+		if err == nil && k == 0 {
+			s.wake.arm(wakeAt.Sub(now))
+			k, err = s.cq.Wait(s.wake, s.wcs)
+			if errors.Is(err, errWoken) {
+				continue
+			}
+		}
+		if err != nil {
+			if ierr := s.interrupted(ctx); ierr != nil {
+				return ierr
+			}
+			return fmt.Errorf("aggregation: %v: completion queue: %w", s, err)
+		}
+		for i := range s.wcs[:k] {
+			done, err := s.complete(c, &s.wcs[i])
+			if err != nil {
+				return err
+			}
+			if done {
+				active--
+			}
+		}
+	}
+	return nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// interrupted says why the engine must stop, if it must.
+func (s *Session) interrupted(ctx context.Context) error {
+	if s.closing.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("aggregation: %v: AllReduce interrupted, the session cannot continue: %w", s, err)
+	}
+	select {
+	case <-s.assign.Done():
+		if err := s.assign.Err(); errors.Is(err, control.ErrJobEnded) {
+			return fmt.Errorf("aggregation: %v: the controller ended the job: %w", s, err)
+		}
+	default:
+	}
+	return nil
+}
+
+// complete handles one completion; done is true when the QP has nothing
+// more to send in this call.
+func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error) {
+	qi := int(wc.WRID >> 32)
+	if qi >= len(s.qps) {
+		return false, fmt.Errorf("aggregation: %v: completion for unknown work request %#x", s, wc.WRID)
+	}
+	st := s.qps[qi]
+	if wc.Status != verbs.WCSuccess {
+		return false, fmt.Errorf("aggregation: %v: QP %d: %w", s, qi, wc.Err())
+	}
+	if wc.Opcode != verbs.WCRecvRDMAWithImm {
+		return false, nil // a send completed; the result is what counts
+	}
+	if err := s.postRecv(st); err != nil {
+		return false, err
+	}
+	imm := wire.Imm(wc.Imm)
+	if !st.busy || !wc.HasImm || imm.MsgID() != st.msgID {
+		// A duplicate: the switch answered a retransmission of a message
+		// whose result this worker already used.
+		s.stats.stale.Add(1)
+		return false, nil
+	}
+	s.stats.results.Add(1)
+	s.stats.bytesReceived.Add(uint64(wc.ByteLen))
+	st.busy = false
+	if st.cur >= 0 {
+		lo, hi := c.span(st.cur)
+		off := s.recvOff(st.set, qi)
+		res := s.mr.Bytes()[off : off+uint64(4*(hi-lo))]
+		if c.f != nil {
+			quant.Dequantize(c.f[lo:hi], res, st.scale)
+		} else {
+			quant.DecodeInt32(c.i[lo:hi], res)
+		}
+	}
+	sent, err := s.sendNext(c, st, imm.E0(), time.Now())
+	return !sent, err
+}
+
+// sendExponents starts a float32 call on st: a message of zeros whose only
+// content is the look-ahead exponent of the QP's first tensor message.
+func (s *Session) sendExponents(c *call, st *qpState, now time.Time) error {
+	buf := s.mr.Bytes()[st.sendOff : st.sendOff+uint64(s.msgBytes)]
+	clear(buf)
+	e0, err := s.exponent(c, st.next)
+	if err != nil {
+		return err
+	}
+	st.cur = -1
+	return s.post(st, e0, now)
+}
+
+// exponent is the block exponent of tensor message j, or MinExponent (the
+// identity of the switch's max) if there is no such message.
+func (s *Session) exponent(c *call, j int) (int8, error) {
+	if j >= c.msgs {
+		return quant.MinExponent, nil
+	}
+	lo, hi := c.span(j)
+	e, err := quant.BlockExponent(c.f[lo:hi])
+	if err != nil {
+		return 0, fmt.Errorf("aggregation: AllReduce: the tensor changed during the call: %w", err)
+	}
+	return e, nil
+}
+
+// sendNext sends the QP's next tensor message, quantized with the maximum
+// exponent maxE the switch returned for it; false if the QP is done.
+func (s *Session) sendNext(c *call, st *qpState, maxE int8, now time.Time) (bool, error) {
+	j := st.next
+	if j >= c.msgs {
+		return false, nil
+	}
+	lo, hi := c.span(j)
+	buf := s.mr.Bytes()[st.sendOff : st.sendOff+uint64(s.msgBytes)]
+	var e0 int8
+	if c.f != nil {
+		sc, err := quant.NewScale(s.cfg.Workers, maxE)
+		if err != nil {
+			return false, fmt.Errorf("aggregation: %v: %w", s, err)
+		}
+		if err := quant.Quantize(buf, c.f[lo:hi], sc); err != nil {
+			return false, fmt.Errorf("aggregation: AllReduce: the tensor changed during the call: %w", err)
+		}
+		st.scale = sc
+		if e0, err = s.exponent(c, j+len(s.qps)); err != nil {
+			return false, err
+		}
+	} else {
+		quant.EncodeInt32(buf, c.i[lo:hi])
+	}
+	// The last message of a tensor is padded with zeros: the switch adds
+	// whole packets, and zeros change no sum.
+	clear(buf[4*(hi-lo):])
+	st.cur = j
+	st.next = j + len(s.qps)
+	return true, s.post(st, e0, now)
+}
+
+// post sends a new message from st's staging region: next set, next
+// message id, look-ahead exponent e0.
+func (s *Session) post(st *qpState, e0 int8, now time.Time) error {
+	st.set ^= 1
+	st.msgID++
+	st.wr[0] = verbs.SendWR{
+		ID:         wrID(st.index, wrSend),
+		Opcode:     verbs.WRRDMAWriteWithImm,
+		Local:      verbs.SGE{Addr: st.sendOff, Length: uint32(s.msgBytes), LKey: s.mr.LKey()},
+		RemoteAddr: s.recvOff(st.set, st.index),
+		RKey:       uint32(st.pool | wire.PoolIndex(st.set)),
+		Imm:        uint32(wire.MakeImm(st.msgID, e0, 0)),
+		Signaled:   true,
+	}
+	st.busy = true
+	st.sent = now
+	st.rto = s.cfg.RetransmitTimeout
+	st.deadline = now.Add(st.rto)
+	st.timeouts = 0
+	s.stats.messages.Add(1)
+	return s.transmit(st)
+}
+
+func (s *Session) transmit(st *qpState) error {
+	if _, err := st.qp.PostSend(st.wr[:]); err != nil {
+		return fmt.Errorf("aggregation: %v: send on QP %d: %w", s, st.index, err)
+	}
+	s.stats.packets.Add(uint64(s.cfg.PacketsPerMessage))
+	s.stats.bytesSent.Add(uint64(s.msgBytes))
+	return nil
+}
+
+// retransmit resends st's message unchanged after a timeout. The switch's
+// bitmaps make that idempotent: a contribution already counted is not
+// added again, and a resend into a completed slot gets the result back.
+func (s *Session) retransmit(st *qpState, now time.Time) error {
+	st.timeouts++
+	s.stats.timeouts.Add(1)
+	s.stats.retransmissions.Add(1)
+	if st.timeouts%s.cfg.BackoffAfter == 0 {
+		st.rto = min(2*st.rto, s.cfg.MaxRetransmitTimeout)
+	}
+	st.deadline = now.Add(st.rto)
+	return s.transmit(st)
+}
+
+func (s *Session) deadPeer(st *qpState, now time.Time) error {
+	what := fmt.Sprintf("message %d", st.cur)
+	if st.cur < 0 {
+		what = "the exponent round"
+	}
+	return fmt.Errorf("aggregation: %v: %w: %s on QP %d has had no result for %v despite %d retransmissions; another worker of the job or the switch (%v) is gone or unreachable (raise Config.PeerTimeout if the network is merely slow)",
+		s, ErrPeerTimeout, what, st.index, now.Sub(st.sent).Round(time.Millisecond), st.timeouts, s.assign.SwitchAddr)
+}

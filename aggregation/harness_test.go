@@ -1,0 +1,265 @@
+package aggregation
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/quant"
+	"github.com/swml-rdma/swml-rdma/verbs"
+)
+
+// startController runs a real controller on a loopback port for prog and
+// returns its address.
+func startController(t testing.TB, prog control.Programmer, switchAddr netip.Addr, liveness time.Duration) string {
+	t.Helper()
+	return startControllerPool(t, prog, switchAddr, 1<<16, liveness)
+}
+
+func startControllerPool(t testing.TB, prog control.Programmer, switchAddr netip.Addr, pool uint32, liveness time.Duration) string {
+	t.Helper()
+	ctl, err := control.New(control.Config{
+		Programmer:      prog,
+		SwitchIPv4:      switchAddr,
+		PoolSize:        pool,
+		SessionTimeout:  20 * time.Second,
+		LivenessTimeout: liveness,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ctl.Serve(lis)
+	t.Cleanup(func() { ctl.Close() })
+	return lis.Addr().String()
+}
+
+// worker is one rank of a test job.
+type worker struct {
+	dev  verbs.Device
+	cli  *control.Client
+	sess *Session
+}
+
+// job is a set of workers joined to one session.
+type job struct {
+	workers []*worker
+}
+
+// openJob opens n sessions with cfg (Rank, Workers, Device and Controller
+// filled in per rank) concurrently.
+func openJob(t testing.TB, ctlAddr string, n int, cfg Config, newDev func(rank int) (verbs.Device, error)) *job {
+	t.Helper()
+	j := &job{workers: make([]*worker, n)}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		dev, err := newDev(r)
+		if err != nil {
+			t.Fatalf("rank %d: device: %v", r, err)
+		}
+		cli, err := control.Dial(ctlAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := &worker{dev: dev, cli: cli}
+		j.workers[r] = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := cfg
+			c.Rank, c.Workers, c.Device, c.Controller = r, n, dev, cli
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			w.sess, errs[r] = Open(ctx, c)
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() { j.close(t) })
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: Open: %v", r, err)
+		}
+	}
+	return j
+}
+
+func (j *job) close(t testing.TB) {
+	var wg sync.WaitGroup
+	for _, w := range j.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if w.sess != nil {
+				w.sess.Close()
+			}
+			w.cli.Close()
+			w.dev.Close()
+		}()
+	}
+	wg.Wait()
+}
+
+// allReduce runs AllReduce on every worker concurrently, worker r on in[r]
+// (in place); it returns each worker's error.
+func (j *job) allReduce(ctx context.Context, in [][]float32) []error {
+	errs := make([]error, len(j.workers))
+	var wg sync.WaitGroup
+	for r, w := range j.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = w.sess.AllReduce(ctx, in[r])
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func (j *job) allReduceInt32(ctx context.Context, in [][]int32) []error {
+	errs := make([]error, len(j.workers))
+	var wg sync.WaitGroup
+	for r, w := range j.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = w.sess.AllReduceInt32(ctx, in[r])
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func noErrors(t testing.TB, errs []error) {
+	t.Helper()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// gradients makes n workers' tensors of length l: messages of different
+// magnitudes (so the block exponents differ per message and per worker),
+// some all-zero stretches, signs mixed.
+func gradients(seed uint64, n, l int) [][]float32 {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	out := make([][]float32, n)
+	for r := range out {
+		x := make([]float32, l)
+		for i := range x {
+			block := i / 97
+			mag := math.Ldexp(1, (block*7+r*3)%40-20)
+			if (block+r)%11 == 5 {
+				continue // zeros
+			}
+			x[i] = float32((rng.Float64()*2 - 1) * mag)
+		}
+		out[r] = x
+	}
+	return out
+}
+
+func clone2(in [][]float32) [][]float32 {
+	out := make([][]float32, len(in))
+	for i, x := range in {
+		out[i] = append([]float32(nil), x...)
+	}
+	return out
+}
+
+// checkSums checks every worker's result against the float64 sum of the
+// inputs, within the quantizer's bound for the message the element is in,
+// and that all workers' results are bit-identical.
+func checkSums(t testing.TB, in, out [][]float32, msgVals int) {
+	t.Helper()
+	n := len(in)
+	l := len(in[0])
+	for lo := 0; lo < l; lo += msgVals {
+		hi := min(lo+msgVals, l)
+		e := quant.MinExponent
+		for r := range n {
+			er, err := quant.BlockExponent(in[r][lo:hi])
+			if err != nil {
+				t.Fatal(err)
+			}
+			e = max(e, er)
+		}
+		sc, err := quant.NewScale(n, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := lo; i < hi; i++ {
+			var exact, abs float64
+			for r := range n {
+				exact += float64(in[r][i])
+				abs += math.Abs(float64(in[r][i]))
+			}
+			got := float64(out[0][i])
+			if d := math.Abs(got - exact); d > sc.ErrorBound(abs) {
+				t.Fatalf("element %d: got %g, exact %g: error %g above bound %g (e=%d)", i, got, exact, d, sc.ErrorBound(abs), e)
+			}
+			for r := 1; r < n; r++ {
+				if math.Float32bits(out[r][i]) != math.Float32bits(out[0][i]) {
+					t.Fatalf("element %d: rank %d got %g, rank 0 %g: workers disagree", i, r, out[r][i], out[0][i])
+				}
+			}
+		}
+	}
+}
+
+func sameBits(t testing.TB, what string, a, b []float32) {
+	t.Helper()
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			t.Fatalf("%s: element %d: %g vs %g", what, i, a[i], b[i])
+		}
+	}
+}
+
+// int32Inputs makes n tensors whose sums wrap in places.
+func int32Inputs(seed uint64, n, l int) [][]int32 {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	out := make([][]int32, n)
+	for r := range out {
+		x := make([]int32, l)
+		for i := range x {
+			x[i] = int32(rng.Uint32())
+			if i%3 == 0 {
+				x[i] >>= 20
+			}
+		}
+		out[r] = x
+	}
+	return out
+}
+
+func checkInt32(t testing.TB, in, out [][]int32) {
+	t.Helper()
+	for i := range in[0] {
+		var want int32
+		for r := range in {
+			want += in[r][i]
+		}
+		for r := range out {
+			if out[r][i] != want {
+				t.Fatalf("rank %d element %d: got %d, want %d", r, i, out[r][i], want)
+			}
+		}
+	}
+}
+
+func addr4(a, b, c, d byte) netip.Addr { return netip.AddrFrom4([4]byte{a, b, c, d}) }
+
+func workerAddr(base byte, rank int) netip.Addr {
+	return addr4(127, base, byte((rank+2)>>8), byte(rank+2))
+}

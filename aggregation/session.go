@@ -1,0 +1,308 @@
+package aggregation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/verbs"
+)
+
+var (
+	// ErrClosed is returned by calls on a closed Session.
+	ErrClosed = errors.New("aggregation: session closed")
+	// ErrPeerTimeout is wrapped by AllReduce when a message got no result
+	// within Config.PeerTimeout: the switch or another worker is gone.
+	ErrPeerTimeout = errors.New("no result from the switch")
+	// ErrBroken is wrapped by every call after an AllReduce failed midway:
+	// this worker's QPs are no longer in step with the other workers', so
+	// the session cannot be used again. Close it and open a new one (a new
+	// session id, with every worker).
+	ErrBroken = errors.New("session broken by an earlier failure")
+)
+
+// recvDepth is the number of receive WRs kept posted per QP: one for the
+// result in flight plus room for duplicates (a unicast answer to a
+// retransmission racing the multicast result), which are dropped and
+// reposted.
+const recvDepth = 8
+
+// Session is one worker's membership in a job: its QPs to the switch, its
+// registered buffer and its lease with the controller. AllReduce and
+// AllReduceInt32 calls are serialised (one runs at a time, in the order the
+// workers agree on: every worker must issue the same sequence of calls with
+// the same tensor lengths). Stats and Close are safe to call concurrently
+// with them; Close interrupts a running call.
+type Session struct {
+	cfg      Config
+	msgBytes int
+	client   *control.Client
+	ownsCli  bool
+	assign   *control.Assignment
+
+	pd  verbs.PD
+	mr  verbs.MR
+	cq  verbs.CQ
+	qps []*qpState
+
+	wake      *waker
+	closing   atomic.Bool
+	closeOnce sync.Once
+	watchDone chan struct{}
+	stopWatch chan struct{}
+
+	mu     sync.Mutex // held by AllReduce and Close
+	broken error      // sticky, guarded by mu
+	wcs    []verbs.Completion
+	recvWR [1]verbs.RecvWR
+
+	stats counters
+}
+
+// Open registers this worker with the controller, waits for every worker of
+// the session (bounded by ctx and the controller's session timeout), and
+// connects its QPs to the switch. Close the session when done.
+func Open(ctx context.Context, cfg Config) (*Session, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{cfg: cfg, msgBytes: cfg.messageBytes(), wake: newWaker(), watchDone: make(chan struct{}), stopWatch: make(chan struct{})}
+	if err := s.open(ctx); err != nil {
+		s.release(true, err.Error()) // abort: the other workers would wait for this one
+		return nil, err
+	}
+	go s.watch()
+	return s, nil
+}
+
+func (s *Session) open(ctx context.Context) error {
+	cfg := &s.cfg
+	dev := cfg.Device
+	q := cfg.QPs
+	var err error
+	if s.pd, err = dev.AllocPD(); err != nil {
+		return fmt.Errorf("aggregation: open on %s: %w", dev.Name(), err)
+	}
+	// Layout (docs/protocol.md "Buffer layout"): receive regions for set 0
+	// and set 1 of every QP, then the send staging region of every QP.
+	if s.mr, err = s.pd.AllocMR(3*q*s.msgBytes, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return fmt.Errorf("aggregation: register a %d-byte buffer on %s: %w", 3*q*s.msgBytes, dev.Name(), err)
+	}
+	if s.cq, err = dev.CreateCQ(q*(recvDepth+16) + 256); err != nil {
+		return fmt.Errorf("aggregation: create CQ on %s: %w", dev.Name(), err)
+	}
+	s.wcs = make([]verbs.Completion, 64)
+	qpns := make([]uint32, q)
+	psns := make([]uint32, q)
+	for i := range q {
+		qp, err := s.pd.CreateUCQP(verbs.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 64, MaxRecvWR: recvDepth})
+		if err != nil {
+			return fmt.Errorf("aggregation: create UC QP %d of %d on %s: %w", i, q, dev.Name(), err)
+		}
+		st := &qpState{qp: qp, index: i, sendOff: uint64((2*q + i) * s.msgBytes), set: 1, msgID: 0xFFFF}
+		s.qps = append(s.qps, st)
+		if err := qp.Init(verbs.AccessRemoteWrite); err != nil {
+			return fmt.Errorf("aggregation: QP %d to INIT: %w", i, err)
+		}
+		qpns[i] = qp.QPN()
+		psns[i] = rand.Uint32() & 0xFFFFFF
+	}
+
+	s.client = cfg.Controller
+	if s.client == nil {
+		if s.client, err = control.Dial(cfg.ControllerAddr); err != nil {
+			return fmt.Errorf("aggregation: %w", err)
+		}
+		s.ownsCli = true
+	}
+	a, err := s.client.RegisterRDMA(ctx, control.Registration{
+		SessionID:   cfg.SessionID,
+		Rank:        cfg.Rank,
+		NumWorkers:  cfg.Workers,
+		Addr:        dev.Addr(),
+		RKey:        s.mr.RKey(),
+		PacketSize:  cfg.PacketSize,
+		MessageSize: s.msgBytes,
+		QPNs:        qpns,
+		PSNs:        psns,
+		DType:       cfg.DType,
+	})
+	if err != nil {
+		return fmt.Errorf("aggregation: join session %d as rank %d of %d: %w", cfg.SessionID, cfg.Rank, cfg.Workers, err)
+	}
+	s.assign = a
+	if len(a.SwitchQPNs) != q || len(a.SwitchPSNs) != q || len(a.QPPoolIndices) != q {
+		return fmt.Errorf("aggregation: job %d: the controller assigned %d switch QPNs, %d PSNs and %d pool indices for %d QPs; controller and worker versions disagree",
+			a.JobID, len(a.SwitchQPNs), len(a.SwitchPSNs), len(a.QPPoolIndices), q)
+	}
+	if a.PacketsPerMessage != 0 && a.PacketsPerMessage != cfg.PacketsPerMessage {
+		return fmt.Errorf("aggregation: job %d: the controller set %d packets per message, this worker %d", a.JobID, a.PacketsPerMessage, cfg.PacketsPerMessage)
+	}
+	if !a.SwitchAddr.IsValid() || a.SwitchAddr.IsUnspecified() {
+		return fmt.Errorf("aggregation: job %d: the controller returned no switch address; configure the controller with the switch's RoCE address", a.JobID)
+	}
+	for i, st := range s.qps {
+		st.pool = a.QPPoolIndices[i]
+		err := st.qp.ReadyToReceive(verbs.RTRAttr{RemoteQPN: a.SwitchQPNs[i], RemoteAddr: a.SwitchAddr, RecvPSN: psns[i], MTU: verbs.MTU(cfg.PacketSize)})
+		if err == nil {
+			err = st.qp.ReadyToSend(a.SwitchPSNs[i])
+		}
+		if err != nil {
+			return fmt.Errorf("aggregation: connect QP %d to switch %v QPN %#x: %w", i, a.SwitchAddr, a.SwitchQPNs[i], err)
+		}
+		// Results can arrive as soon as any worker sends: receives go in
+		// before this worker sends anything.
+		for range recvDepth {
+			if err := s.postRecv(st); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// watch turns the end of the job (another worker died, the controller
+// aborted it) into a wake-up of a running AllReduce.
+func (s *Session) watch() {
+	defer close(s.watchDone)
+	if s.assign == nil {
+		return
+	}
+	select {
+	case <-s.assign.Done():
+		// Only an abort stops the data path: a lost controller (no ENDED
+		// event) leaves the job installed on the switch, which keeps
+		// aggregating.
+		if errors.Is(s.assign.Err(), control.ErrJobEnded) {
+			s.wake.stop()
+		}
+	case <-s.stopWatch:
+	}
+}
+
+// JobID is the controller's id of the job this session belongs to.
+func (s *Session) JobID() uint32 { return s.assign.JobID }
+
+// Rank and Workers repeat the configuration.
+func (s *Session) Rank() int    { return s.cfg.Rank }
+func (s *Session) Workers() int { return s.cfg.Workers }
+
+// Close ends this worker's part in the job: it interrupts a running
+// AllReduce, tells the controller (EndSession; an abort if the session was
+// broken, so the other workers learn at once), and releases the QPs, CQ and
+// buffer. It does not close the Device or a caller-provided Controller.
+// Idempotent.
+func (s *Session) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.closing.Store(true)
+		s.wake.stop()
+		s.mu.Lock()
+		broken := s.broken
+		s.broken = ErrClosed
+		s.mu.Unlock()
+		reason := ""
+		if broken != nil {
+			reason = broken.Error()
+		}
+		err = s.release(broken != nil, reason)
+		close(s.stopWatch)
+		<-s.watchDone
+	})
+	return err
+}
+
+// release ends the lease and frees the verbs objects.
+func (s *Session) release(abort bool, reason string) error {
+	var errs []error
+	if s.assign != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var err error
+		if abort {
+			err = s.client.Abort(ctx, s.assign, reason)
+		} else {
+			err = s.client.EndSession(ctx, s.assign)
+		}
+		cancel()
+		// A job that already ended (another worker aborted it) is not
+		// this worker's failure.
+		if err != nil && s.assign.Err() == nil {
+			errs = append(errs, fmt.Errorf("aggregation: end session: %w", err))
+		}
+	}
+	if s.ownsCli && s.client != nil {
+		s.client.Close()
+	}
+	for _, st := range s.qps {
+		st.qp.Close()
+	}
+	if s.cq != nil {
+		s.cq.Close()
+	}
+	if s.mr != nil {
+		s.mr.Close()
+	}
+	if s.pd != nil {
+		s.pd.Close()
+	}
+	s.wake.halt()
+	return errors.Join(errs...)
+}
+
+// Stats counts a session's traffic since Open.
+type Stats struct {
+	// AllReduces is the number of completed AllReduce and AllReduceInt32
+	// calls.
+	AllReduces uint64
+	// Messages counts messages sent for the first time (exponent-only
+	// rounds included); Packets counts every packet sent, retransmissions
+	// included.
+	Messages uint64
+	Packets  uint64
+	// Retransmissions counts messages resent after a timeout; Timeouts
+	// counts timer expiries (equal today: every expiry resends).
+	Retransmissions uint64
+	Timeouts        uint64
+	// Results counts results used; StaleResults those dropped by the
+	// message-id check (duplicates of results already used).
+	Results      uint64
+	StaleResults uint64
+	// BytesSent and BytesReceived count RDMA payload bytes.
+	BytesSent     uint64
+	BytesReceived uint64
+}
+
+type counters struct {
+	allReduces, messages, packets, retransmissions, timeouts, results, stale, bytesSent, bytesReceived atomic.Uint64
+}
+
+// Stats returns the session's counters. Safe for concurrent use.
+func (s *Session) Stats() Stats {
+	c := &s.stats
+	return Stats{
+		AllReduces:      c.allReduces.Load(),
+		Messages:        c.messages.Load(),
+		Packets:         c.packets.Load(),
+		Retransmissions: c.retransmissions.Load(),
+		Timeouts:        c.timeouts.Load(),
+		Results:         c.results.Load(),
+		StaleResults:    c.stale.Load(),
+		BytesSent:       c.bytesSent.Load(),
+		BytesReceived:   c.bytesReceived.Load(),
+	}
+}
+
+// String describes a session for logs.
+func (s *Session) String() string {
+	id := uint32(0)
+	if s.assign != nil {
+		id = s.assign.JobID
+	}
+	return fmt.Sprintf("job %d rank %d/%d (%s, %d QPs × %d × %d B)", id, s.cfg.Rank, s.cfg.Workers, s.cfg.DType, s.cfg.QPs, s.cfg.PacketsPerMessage, s.cfg.PacketSize)
+}

@@ -1,0 +1,38 @@
+package switchmodel
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/swml-rdma/swml-rdma/rdma"
+)
+
+// FuzzProcess runs any packet rdma.Packet.Parse accepts, from a job's
+// workers or a stranger, through a pipeline that keeps its state across
+// inputs: it must never panic, and results must fit their buffer.
+func FuzzProcess(f *testing.F) {
+	job := testJob(1, 3, 2, 4, 8, 256)
+	p := mustPipeline(f, job)
+	for _, op := range []rdma.Opcode{rdma.UCRDMAWriteFirst, rdma.UCRDMAWriteMiddle, rdma.UCRDMAWriteLastWithImm, rdma.UCRDMAWriteOnlyWithImm, rdma.UCRDMAWriteOnly} {
+		for r := range 3 {
+			q := req{op: op, qpn: job.Workers[r].SwitchQPNs[1], rkey: pi(5, 1), payload: fill(64, int32(r))}
+			f.Add(q.bytes(f), uint8(r))
+		}
+	}
+	srcs := append([]netip.Addr{netip.MustParseAddr("127.0.9.9"), netip.MustParseAddr("::1")}, job.Workers[0].Addr, job.Workers[1].Addr, job.Workers[2].Addr)
+	var md Metadata
+	buf := make([]byte, 2048)
+	f.Fuzz(func(t *testing.T, data []byte, src uint8) {
+		var pk rdma.Packet
+		if pk.Parse(data) != nil {
+			return
+		}
+		p.Process(srcs[int(src)%len(srcs)], &pk, &md)
+		for d := 0; d < md.Dests(); d++ {
+			n, _, err := p.EncodeResult(&md, d, buf)
+			if err != nil || n != md.ResultLen() {
+				t.Fatalf("result %d: %d bytes, %v", d, n, err)
+			}
+		}
+	})
+}

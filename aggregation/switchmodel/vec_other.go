@@ -1,0 +1,9 @@
+//go:build !amd64 || purego
+
+package switchmodel
+
+const vecKernels = "scalar"
+
+func load(v []uint64, b []byte)       { loadGeneric(v, b) }
+func accumulate(v []uint64, b []byte) { accumulateGeneric(v, b) }
+func store(b []byte, v []uint64)      { storeGeneric(b, v) }

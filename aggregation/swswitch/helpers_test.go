@@ -1,0 +1,308 @@
+package swswitch
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/rdma"
+	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
+)
+
+// Every test uses its own 127.77.<net>.0/24 so that tests of this and other
+// packages, which all bind port 4791 on loopback, never collide: the switch
+// is .1, workers .2 and up.
+func addr(net, host int) netip.Addr { return netip.AddrFrom4([4]byte{127, 77, byte(net), byte(host)}) }
+
+func newSwitch(t testing.TB, cfg Config) *Switch {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// makeJob: worker r at addr(net, r+2), switch QPNs id<<12 | r·q+i.
+func makeJob(id uint32, net, n, q int, poolBase, poolSlots uint32, payload int) *wire.Job {
+	j := &wire.Job{ID: id, DType: wire.Int32, PacketSize: payload, PoolBase: poolBase, PoolSlots: poolSlots}
+	for r := 0; r < n; r++ {
+		w := wire.Worker{Rank: r, Addr: addr(net, r+2), RKey: 0x5000 + uint32(r)}
+		for i := 0; i < q; i++ {
+			w.QPNs = append(w.QPNs, 0x9000+uint32(i))
+			w.PSNs = append(w.PSNs, uint32(77*r+i))
+			w.SwitchQPNs = append(w.SwitchQPNs, id<<12|uint32(r*q+i))
+		}
+		j.Workers = append(j.Workers, w)
+	}
+	return j
+}
+
+// delivered is a complete result message as a UC receiver sees it.
+type delivered struct {
+	qp      int
+	imm     wire.Imm
+	va      uint64
+	payload []int32
+}
+
+// testWorker is a minimal SwitchML worker over a udp.Conn: it sends
+// request messages with sealed ICRCs and reassembles result messages the
+// way a UC QP does (consecutive PSNs from FIRST to LAST, else the message is
+// dropped), verifying each result's ICRC exactly.
+type testWorker struct {
+	t       testing.TB
+	job     *wire.Job
+	rank    int
+	conn    *udp.Conn
+	sw      netip.AddrPort
+	ppm     int
+	out     chan delivered
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	psn     []uint32
+	badICRC int
+}
+
+func newTestWorker(t testing.TB, job *wire.Job, rank, ppm int, sw netip.AddrPort) *testWorker {
+	t.Helper()
+	c, err := udp.Listen(udp.Config{Addr: job.Workers[rank].Addr, BatchSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &testWorker{t: t, job: job, rank: rank, conn: c, sw: sw, ppm: ppm, out: make(chan delivered, 1024),
+		psn: make([]uint32, len(job.Workers[rank].QPNs))}
+	w.wg.Add(1)
+	go w.read(job.Workers[rank])
+	t.Cleanup(w.close)
+	return w
+}
+
+func (w *testWorker) close() {
+	w.conn.Close()
+	w.wg.Wait()
+}
+
+type ucState struct {
+	active  bool
+	next    uint32
+	va      uint64
+	length  uint32 // RETH DMA length: a message that overruns it or ends short is dropped, as rxe does
+	payload []int32
+}
+
+func (w *testWorker) read(me wire.Worker) {
+	defer w.wg.Done()
+	qpOf := map[uint32]int{}
+	for i, q := range me.QPNs {
+		qpOf[q] = i
+	}
+	st := make([]ucState, len(me.QPNs))
+	in := make([]udp.Msg, 16)
+	for i := range in {
+		in[i] = udp.Msg{Buf: make([]byte, 8192), Off: rdma.ICRCHeadroom}
+	}
+	var icrc rdma.ICRC
+	var pk rdma.Packet
+	for {
+		n, err := w.conn.ReadBatch(in)
+		if err != nil {
+			return
+		}
+		for _, m := range in[:n] {
+			f := rdma.Flow{Src: m.Addr.Addr(), Dst: me.Addr, SrcPort: m.Addr.Port(), DstPort: rdma.UDPPort, DF: true}
+			if icrc.VerifyHeadroom(&f, m.Buf[:m.Off+m.N], m.Off) != nil || pk.Parse(m.Bytes()) != nil {
+				w.mu.Lock()
+				w.badICRC++
+				w.mu.Unlock()
+				continue
+			}
+			qp, ok := qpOf[pk.BTH.DestQP()]
+			if !ok {
+				continue
+			}
+			s := &st[qp]
+			op := pk.BTH.Opcode()
+			if op.IsFirst() {
+				*s = ucState{active: true, va: pk.RETH.VA(), length: pk.RETH.DMALen()}
+				if pk.RETH.RKey() != me.RKey {
+					s.active = false
+					continue
+				}
+			} else if !s.active || pk.BTH.PSN() != s.next {
+				s.active = false
+				continue
+			}
+			s.next = (pk.BTH.PSN() + 1) & rdma.PSNMask
+			for i := 0; i+4 <= len(pk.Payload); i += 4 {
+				s.payload = append(s.payload, int32(binary.BigEndian.Uint32(pk.Payload[i:])))
+			}
+			if len(s.payload)*4 > int(s.length) || op.IsLast() && len(s.payload)*4 != int(s.length) {
+				s.active = false
+				continue
+			}
+			if op.IsLast() {
+				s.active = false
+				select {
+				case w.out <- delivered{qp: qp, imm: wire.Imm(pk.ImmDt.Imm()), va: s.va, payload: s.payload}:
+				default: // nobody listens any more
+				}
+			}
+		}
+	}
+}
+
+// value is element e of packet k of worker r's message on QP i in round.
+func value(r, round, i, k, e int) int32 {
+	return int32(r*1_000_003+round*7919+i*131+k*17+e) * 40503
+}
+
+func exponent(r, round int) int8 { return int8((r*5+round*3)%17 - 8) }
+
+// message builds the datagrams (with sealed ICRCs) of worker w's message
+// on QP i for round, with the given first PSN.
+func (w *testWorker) message(i, round int, psn uint32) []udp.Msg {
+	me := w.job.Workers[w.rank]
+	vals := w.job.PacketSize / 4
+	slot := w.job.PoolBase + uint32(i*w.ppm)
+	rkey := uint32(wire.MakePoolIndex(slot, uint8(round&1)))
+	msgs := make([]udp.Msg, w.ppm)
+	var icrc rdma.ICRC
+	for k := 0; k < w.ppm; k++ {
+		first, last := k == 0, k == w.ppm-1
+		op := rdma.WriteOpcode(rdma.TransportUC, first, last, true)
+		f := rdma.PacketFields{
+			BTH:  rdma.BTHFields{Opcode: op, PKey: 0xFFFF, DestQP: me.SwitchQPNs[i], PSN: (psn + uint32(k)) & rdma.PSNMask},
+			RETH: rdma.RETHFields{VA: uint64(i * w.ppm * w.job.PacketSize), RKey: rkey, DMALen: uint32(w.ppm * w.job.PacketSize)},
+			Imm:  uint32(wire.MakeImm(uint16(round), exponent(w.rank, round), int8(-w.rank))),
+		}
+		n := rdma.PacketLen(op, w.job.PacketSize)
+		buf := make([]byte, rdma.ICRCHeadroom+n)
+		off, err := f.Encode(buf[rdma.ICRCHeadroom:], w.job.PacketSize)
+		if err != nil {
+			w.t.Error(err)
+			return nil
+		}
+		pl := buf[rdma.ICRCHeadroom+off:]
+		for e := 0; e < vals; e++ {
+			binary.BigEndian.PutUint32(pl[4*e:], uint32(value(w.rank, round, i, k, e)))
+		}
+		fl := rdma.Flow{Src: me.Addr, Dst: w.sw.Addr(), SrcPort: rdma.UDPPort, DstPort: w.sw.Port(), DF: true}
+		if err := icrc.SealHeadroom(&fl, buf, rdma.ICRCHeadroom); err != nil {
+			w.t.Error(err)
+			return nil
+		}
+		msgs[k] = udp.Msg{Buf: buf, Off: rdma.ICRCHeadroom, N: n, Addr: w.sw}
+	}
+	return msgs
+}
+
+func (w *testWorker) send(i, round int) {
+	w.mu.Lock()
+	psn := w.psn[i]
+	w.psn[i] = (psn + uint32(w.ppm)) & rdma.PSNMask
+	w.mu.Unlock()
+	if _, err := w.conn.WriteBatch(w.message(i, round, psn)); err != nil {
+		w.t.Error(err)
+	}
+}
+
+// run performs rounds of all-reduce on every QP, resending a QP's message
+// after timeout, and checks every result against the exact sum.
+func (w *testWorker) run(ctx context.Context, rounds int, timeout time.Duration) error {
+	q := len(w.job.Workers[w.rank].QPNs)
+	n := len(w.job.Workers)
+	for round := 0; round < rounds; round++ {
+		done := make([]bool, q)
+		for i := 0; i < q; i++ {
+			w.send(i, round)
+		}
+		left := q
+		tick := time.NewTimer(timeout)
+		for left > 0 {
+			select {
+			case d := <-w.out:
+				if d.imm.MsgID() != uint16(round) || done[d.qp] {
+					continue // stale or duplicate
+				}
+				if err := w.check(d, round, n); err != nil {
+					return err
+				}
+				done[d.qp] = true
+				left--
+			case <-tick.C:
+				for i := 0; i < q; i++ {
+					if !done[i] {
+						w.send(i, round)
+					}
+				}
+				tick.Reset(timeout)
+			case <-ctx.Done():
+				return fmt.Errorf("worker %d round %d: %w (%d QPs missing)", w.rank, round, ctx.Err(), left)
+			}
+		}
+		tick.Stop()
+	}
+	return nil
+}
+
+func (w *testWorker) check(d delivered, round, n int) error {
+	vals := w.job.PacketSize / 4
+	if len(d.payload) != w.ppm*vals {
+		return fmt.Errorf("worker %d round %d QP %d: %d values, want %d", w.rank, round, d.qp, len(d.payload), w.ppm*vals)
+	}
+	if d.va != uint64(d.qp*w.ppm*w.job.PacketSize) {
+		return fmt.Errorf("worker %d round %d QP %d: va %#x", w.rank, round, d.qp, d.va)
+	}
+	var e0, e1 int8 = -128, -128
+	for r := 0; r < n; r++ {
+		e0, e1 = max(e0, exponent(r, round)), max(e1, int8(-r))
+	}
+	if d.imm != wire.MakeImm(uint16(round), e0, e1) {
+		return fmt.Errorf("worker %d round %d QP %d: imm %#x, want %#x", w.rank, round, d.qp, uint32(d.imm), uint32(wire.MakeImm(uint16(round), e0, e1)))
+	}
+	for k := 0; k < w.ppm; k++ {
+		for e := 0; e < vals; e++ {
+			var want int32
+			for r := 0; r < n; r++ {
+				want += value(r, round, d.qp, k, e)
+			}
+			if got := d.payload[k*vals+e]; got != want {
+				return fmt.Errorf("worker %d round %d QP %d packet %d element %d: %d, want %d", w.rank, round, d.qp, k, e, got, want)
+			}
+		}
+	}
+	return nil
+}
+
+// runJob runs every worker of a job concurrently.
+func runJob(t testing.TB, sw *Switch, job *wire.Job, ppm, rounds int, timeout time.Duration) []*testWorker {
+	t.Helper()
+	ws := make([]*testWorker, len(job.Workers))
+	for r := range ws {
+		ws[r] = newTestWorker(t, job, r, ppm, sw.Addr())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := make(chan error, len(ws))
+	for _, w := range ws {
+		go func() { errs <- w.run(ctx, rounds, timeout) }()
+	}
+	var first error
+	for range ws {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			cancel()
+		}
+	}
+	if first != nil {
+		t.Fatalf("job %d: %v", job.ID, first)
+	}
+	return ws
+}

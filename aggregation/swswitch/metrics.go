@@ -1,0 +1,72 @@
+package swswitch
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
+)
+
+// collector reads Switch.Stats at scrape time; the packet path only bumps
+// plain counters under the lock it already holds per batch.
+type collector struct {
+	s *Switch
+
+	packets, bytes, aggregated, retransmissions, completed, unicasts, results, skipped, drops *prometheus.Desc
+	slotsInUse, slotsAllocated, poolSize, jobs                                                *prometheus.Desc
+}
+
+func newCollector(s *Switch) *collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("swml_switch_"+name, help, labels, nil)
+	}
+	return &collector{
+		s:               s,
+		packets:         d("packets_total", "RoCEv2 datagrams received (in, before ingress loss) and sent (out, after egress loss).", "direction"),
+		bytes:           d("bytes_total", "UDP payload bytes received and sent.", "direction"),
+		aggregated:      d("aggregated_total", "New contributions added into a slot."),
+		retransmissions: d("retransmissions_total", "Requests recognised as retransmissions by the bitmap."),
+		completed:       d("slots_completed_total", "Slots completed and broadcast to every worker of the job."),
+		unicasts:        d("unicasts_total", "Retransmissions into a completed slot answered to the sender alone."),
+		results:         d("result_packets_total", "Result packets built (before egress loss)."),
+		skipped:         d("results_skipped_total", "Result packets not sent to a worker QP because they would have followed another message's packet; the worker retransmits."),
+		drops:           d("drops_total", "Packets dropped, by reason.", "reason"),
+		slotsInUse:      d("slots_in_use", "(slot, set) pairs holding a partial aggregation."),
+		slotsAllocated:  d("slots_allocated", "Slots owned by installed jobs."),
+		poolSize:        d("pool_slots", "Aggregation slots of the switch."),
+		jobs:            d("jobs", "Installed jobs."),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.aggregated, c.retransmissions, c.completed, c.unicasts,
+		c.results, c.skipped, c.drops, c.slotsInUse, c.slotsAllocated, c.poolSize, c.jobs} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.Stats()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
+	}
+	counter(c.packets, st.PacketsIn, "in")
+	counter(c.packets, st.PacketsOut, "out")
+	counter(c.bytes, st.BytesIn, "in")
+	counter(c.bytes, st.BytesOut, "out")
+	counter(c.aggregated, st.Model.Aggregated)
+	counter(c.retransmissions, st.Model.Retransmissions)
+	counter(c.completed, st.Model.Completed)
+	counter(c.unicasts, st.Model.Unicasts)
+	counter(c.results, st.Model.ResultPackets)
+	counter(c.skipped, st.Model.ResultsSkipped)
+	for r := switchmodel.DropReason(1); r < switchmodel.NumDropReasons; r++ {
+		counter(c.drops, st.Model.Drops[r], r.String())
+	}
+	gauge(c.slotsInUse, float64(st.SlotsInUse))
+	gauge(c.slotsAllocated, float64(st.SlotsAllocated))
+	gauge(c.poolSize, float64(st.PoolSize))
+	gauge(c.jobs, float64(st.Jobs))
+}

@@ -1,0 +1,311 @@
+package swswitch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
+)
+
+func TestEndToEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		net             int
+		n, q, ppm       int
+		payload         int
+		rounds          int
+		ingress, egress float64
+	}{
+		{"1 worker", 1, 1, 2, 1, 256, 4, 0, 0},
+		{"3 workers 3-packet messages", 2, 3, 2, 3, 1024, 6, 0, 0},
+		{"33 workers", 3, 33, 1, 2, 256, 3, 0, 0},
+		{"4 KiB packets", 4, 2, 1, 2, 4096, 3, 0, 0},
+		{"5% ingress and egress loss", 5, 4, 2, 4, 512, 12, 0.05, 0.05},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewPedanticRegistry()
+			sw := newSwitch(t, Config{Addr: addr(tc.net, 1), Model: switchmodel.Config{PoolSize: 256},
+				IngressLoss: tc.ingress, EgressLoss: tc.egress, Seed: 42, Registry: reg})
+			job := makeJob(7, tc.net, tc.n, tc.q, 16, uint32(tc.q*tc.ppm), tc.payload)
+			if err := sw.AddJob(context.Background(), job); err != nil {
+				t.Fatal(err)
+			}
+			timeout := 200 * time.Millisecond
+			if tc.ingress > 0 {
+				timeout = 20 * time.Millisecond
+			}
+			ws := runJob(t, sw, job, tc.ppm, tc.rounds, timeout)
+			for _, w := range ws {
+				w.close()
+				if w.badICRC != 0 {
+					t.Errorf("worker %d got %d results with a bad ICRC", w.rank, w.badICRC)
+				}
+			}
+			if tc.ingress == 0 {
+				// The counters of a sendmmsg move after the kernel delivered it.
+				want := uint64(tc.n * tc.q * tc.ppm * tc.rounds)
+				waitFor(t, func() bool { return sw.Stats().PacketsOut == want })
+			}
+			st := sw.Stats()
+			if tc.ingress > 0 {
+				if st.Model.Retransmissions == 0 || st.Drops(switchmodel.DropIngressLoss) == 0 || st.Drops(switchmodel.DropEgressLoss) == 0 {
+					t.Errorf("loss not exercised: %+v", st)
+				}
+			} else {
+				want := uint64(tc.n * tc.q * tc.ppm * tc.rounds)
+				if st.Model.Aggregated != want || st.Model.Completed != want/uint64(tc.n) || st.PacketsIn != want || st.PacketsOut != want {
+					t.Errorf("counters %+v, want %d aggregated", st, want)
+				}
+				for r, v := range st.Model.Drops {
+					if v != 0 {
+						t.Errorf("%d drops for %v", v, switchmodel.DropReason(r))
+					}
+				}
+			}
+			if st.SlotsInUse != 0 || st.SlotsAllocated != uint64(tc.q*tc.ppm) || st.Jobs != 1 {
+				t.Errorf("slots in use %d, allocated %d, jobs %d", st.SlotsInUse, st.SlotsAllocated, st.Jobs)
+			}
+			checkMetric(t, reg, "swml_switch_packets_total", "direction", "in", float64(st.PacketsIn))
+			checkMetric(t, reg, "swml_switch_aggregated_total", "", "", float64(st.Model.Aggregated))
+			checkMetric(t, reg, "swml_switch_drops_total", "reason", "ingress_loss", float64(st.Drops(switchmodel.DropIngressLoss)))
+			checkMetric(t, reg, "swml_switch_slots_allocated", "", "", float64(tc.q*tc.ppm))
+		})
+	}
+}
+
+func checkMetric(t *testing.T, reg *prometheus.Registry, name, label, value string, want float64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if label != "" && !hasLabel(m, label, value) {
+				continue
+			}
+			var got float64
+			if m.Counter != nil {
+				got = m.Counter.GetValue()
+			} else {
+				got = m.Gauge.GetValue()
+			}
+			if got != want {
+				t.Errorf("%s{%s=%q} = %v, want %v", name, label, value, got, want)
+			}
+			return
+		}
+	}
+	t.Errorf("metric %s{%s=%q} missing", name, label, value)
+}
+
+func hasLabel(m *dto.Metric, name, value string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name && l.GetValue() == value {
+			return true
+		}
+	}
+	return false
+}
+
+// TestForgedPackets: packets from an unregistered source or QPN, into
+// another job's pool, or with a bad ICRC are dropped, counted, and never
+// change any result.
+func TestForgedPackets(t *testing.T) {
+	const netA, ppm = 10, 2
+	sw := newSwitch(t, Config{Addr: addr(netA, 1), Model: switchmodel.Config{PoolSize: 64}})
+	a := makeJob(1, netA, 2, 1, 0, ppm, 256)
+	b := makeJob(2, netA, 2, 1, 8, ppm, 256)
+	for r := range b.Workers { // job B's workers at .20, .21
+		b.Workers[r].Addr = addr(netA, 20+r)
+	}
+	ctx := context.Background()
+	for _, j := range []*wire.Job{a, b} {
+		if err := sw.AddJob(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A stranger impersonating job A's worker 0 (its QPN) from its own
+	// address, sending round 0 with other values.
+	stranger := newTestWorker(t, &wire.Job{ID: 1, PacketSize: 256, PoolBase: 0, Workers: []wire.Worker{{
+		Addr: addr(netA, 99), QPNs: []uint32{1}, PSNs: []uint32{0}, SwitchQPNs: a.Workers[0].SwitchQPNs}}}, 0, ppm, sw.Addr())
+	stranger.send(0, 0)
+	stranger.job.Workers[0].SwitchQPNs = []uint32{0x777}
+	stranger.send(0, 0)
+	// Job B's worker 0 writing into job A's pool with its own QPN.
+	intruder := newTestWorker(t, &wire.Job{ID: 2, PacketSize: 256, PoolBase: 0, Workers: []wire.Worker{{
+		Addr: b.Workers[0].Addr, QPNs: []uint32{1}, PSNs: []uint32{0}, SwitchQPNs: b.Workers[0].SwitchQPNs}}}, 0, ppm, sw.Addr())
+	intruder.send(0, 0)
+	// Job A's worker 0 itself with a corrupted ICRC: if it were accepted,
+	// its real contribution would then look like a retransmission.
+	w0 := newTestWorker(t, a, 0, ppm, sw.Addr())
+	bad := w0.message(0, 0, 0)
+	for _, m := range bad {
+		m.Buf[m.Off+m.N-1] ^= 0x55
+	}
+	if _, err := w0.conn.WriteBatch(bad); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		st := sw.Stats()
+		return st.Drops(switchmodel.DropUnknownQP) == 2*ppm && st.Drops(switchmodel.DropPoolRange) == 1 &&
+			st.Drops(switchmodel.DropPSN) == ppm-1 && st.Drops(switchmodel.DropICRC) == ppm
+	})
+	if st := sw.Stats(); st.Model.Aggregated != 0 || st.SlotsInUse != 0 {
+		t.Fatalf("forged packets touched slots: %+v", st)
+	}
+	// Now the real jobs run, concurrently; results are exact.
+	w0.close()
+	intruder.close()
+	done := make(chan struct{})
+	go func() { defer close(done); runJob(t, sw, b, ppm, 4, 200*time.Millisecond) }()
+	runJob(t, sw, a, ppm, 4, 200*time.Millisecond)
+	<-done
+	st := sw.Stats()
+	if st.Model.Retransmissions != 0 || st.Drops(switchmodel.DropICRC) != ppm {
+		t.Errorf("stats after the jobs: %+v", st)
+	}
+}
+
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestTwoJobs: jobs of different sizes and packet sizes run concurrently
+// on one switch; removing one leaves the other running.
+func TestTwoJobs(t *testing.T) {
+	const net = 11
+	sw := newSwitch(t, Config{Addr: addr(net, 1), Model: switchmodel.Config{PoolSize: 64}})
+	a := makeJob(1, net, 2, 2, 0, 2*2, 1024)
+	b := makeJob(2, net, 3, 1, 4, 3, 256)
+	for r := range b.Workers {
+		b.Workers[r].Addr = addr(net, 30+r)
+	}
+	ctx := context.Background()
+	for _, j := range []*wire.Job{a, b} {
+		if err := sw.AddJob(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); runJob(t, sw, b, 3, 8, 200*time.Millisecond) }()
+	runJob(t, sw, a, 2, 8, 200*time.Millisecond)
+	<-done
+	if err := sw.RemoveJob(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.RemoveJob(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	// A new job takes B's pool range and QPNs.
+	c := makeJob(2, net, 2, 1, 4, 2, 512)
+	for r := range c.Workers {
+		c.Workers[r].Addr = addr(net, 40+r)
+	}
+	if err := sw.AddJob(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	runJob(t, sw, c, 2, 3, 200*time.Millisecond)
+	if st := sw.Stats(); st.Jobs != 2 || st.Model.Drops != [switchmodel.NumDropReasons]uint64{} {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestAddJobErrors(t *testing.T) {
+	const net = 12
+	sw := newSwitch(t, Config{Addr: addr(net, 1), Model: switchmodel.Config{PoolSize: 16}})
+	ctx := context.Background()
+	v6 := makeJob(1, net, 1, 1, 0, 1, 256)
+	v6.Workers[0].Addr = netip.AddrFrom16(addr(net, 2).As16())
+	for _, tc := range []struct {
+		name string
+		job  *wire.Job
+		want error
+	}{
+		{"nil", nil, wire.ErrBadJob},
+		{"IPv6 worker on an IPv4 switch", func() *wire.Job {
+			j := makeJob(1, net, 1, 1, 0, 1, 256)
+			j.Workers[0].Addr = netip.MustParseAddr("fd00::2")
+			return j
+		}(), wire.ErrBadJob},
+		{"pool beyond the switch", makeJob(1, net, 1, 1, 10, 10, 256), switchmodel.ErrCapacity},
+	} {
+		if err := sw.AddJob(ctx, tc.job); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	// An IPv4-mapped IPv6 worker address is the IPv4 worker.
+	if err := sw.AddJob(ctx, v6); err != nil {
+		t.Errorf("IPv4-mapped worker: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := sw.AddJob(cctx, makeJob(2, net, 1, 1, 4, 1, 256)); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled context: %v", err)
+	}
+	if _, err := New(Config{}); err == nil || !strings.Contains(err.Error(), "own IP address") {
+		t.Errorf("New without address: %v", err)
+	}
+	if _, err := New(Config{Addr: addr(net, 1)}); err == nil {
+		t.Error("a second switch on the same address")
+	}
+}
+
+func TestCloseNoLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	reg := prometheus.NewRegistry()
+	var pcap bytes.Buffer
+	capt, err := udp.NewCapture(&pcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := New(Config{Addr: addr(13, 1), Registry: reg, Capture: capt, Model: switchmodel.Config{PoolSize: 16}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := makeJob(1, 13, 2, 1, 0, 1, 256)
+	if err := sw.AddJob(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	ws := runJob(t, sw, job, 1, 2, 200*time.Millisecond)
+	for _, w := range ws {
+		w.close()
+	}
+	if err := sw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := capt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// 2 workers × 2 rounds in, 2 results × 2 rounds out.
+	if got := capt.Packets(); got != 8 {
+		t.Errorf("captured %d packets, want 8", got)
+	}
+	// The registry was handed back: a new switch can register on it.
+	sw2 := newSwitch(t, Config{Addr: addr(13, 1), Registry: reg})
+	sw2.Close()
+	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
+}

@@ -1,0 +1,169 @@
+package aggregation
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/verbs/verbstest"
+)
+
+// toySwitch is a message-level SwitchML switch on a verbstest.Network, for
+// unit tests of the engine: per (slot, set) a bitmap of contributors, an
+// int32 sum and the max exponents; a new contribution clears the worker's
+// bit in the other set; the last one multicasts; a retransmission into a
+// completed (slot, set) is answered to its sender alone. Messages travel
+// whole on the fake wire, so the slot of a message is the slot of its
+// first packet. It implements control.Programmer.
+type toySwitch struct {
+	net  *verbstest.Network
+	addr netip.Addr
+
+	mu    sync.Mutex
+	jobs  map[uint32]*toyJob
+	qps   map[toyKey]toyQP
+	slots map[uint64]*toySlot // by job<<32 | pool index
+	// counters
+	retransmissions, unicasts, multicasts, unknown int
+}
+
+type toyKey struct {
+	src netip.Addr
+	qpn uint32
+}
+
+type toyQP struct {
+	job        *toyJob
+	rank, qpIx int
+}
+
+type toyJob struct{ spec *wire.Job }
+
+type toySlot struct {
+	seen     uint64 // worker bitmap (tests stay ≤ 64 workers)
+	count    int
+	complete bool
+	sum      []byte
+	e0, e1   int8
+}
+
+var _ control.Programmer = (*toySwitch)(nil)
+
+func newToySwitch(n *verbstest.Network, addr netip.Addr) (*toySwitch, error) {
+	s := &toySwitch{net: n, addr: addr, jobs: map[uint32]*toyJob{}, qps: map[toyKey]toyQP{}, slots: map[uint64]*toySlot{}}
+	if err := n.Attach(addr, s.handle); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *toySwitch) AddJob(_ context.Context, job *wire.Job) error {
+	if len(job.Workers) > 64 {
+		return fmt.Errorf("toy switch: %d workers: at most 64", len(job.Workers))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := &toyJob{spec: job}
+	s.jobs[job.ID] = j
+	for r, w := range job.Workers {
+		for i, q := range w.SwitchQPNs {
+			s.qps[toyKey{w.Addr, q}] = toyQP{job: j, rank: r, qpIx: i}
+		}
+	}
+	return nil
+}
+
+func (s *toySwitch) RemoveJob(_ context.Context, id uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.jobs[id]
+	if j == nil {
+		return nil
+	}
+	delete(s.jobs, id)
+	for k, q := range s.qps {
+		if q.job == j {
+			delete(s.qps, k)
+		}
+	}
+	for k := range s.slots {
+		if uint32(k>>32) == id {
+			delete(s.slots, k)
+		}
+	}
+	return nil
+}
+
+func (s *toySwitch) handle(m *verbstest.Message) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, ok := s.qps[toyKey{m.Src, m.DstQPN}]
+	if !ok || !m.WithImm {
+		s.unknown++
+		return
+	}
+	job := q.job.spec
+	pi := wire.PoolIndex(m.RKey)
+	if pi.Slot() < job.PoolBase || pi.Slot() >= job.PoolBase+job.PoolSlots {
+		s.unknown++
+		return
+	}
+	key := uint64(job.ID)<<32 | uint64(pi)
+	sl := s.slots[key]
+	if sl == nil {
+		sl = &toySlot{}
+		s.slots[key] = sl
+	}
+	bit := uint64(1) << q.rank
+	imm := wire.Imm(m.Imm)
+	if sl.seen&bit != 0 {
+		s.retransmissions++
+		if sl.complete {
+			s.unicasts++
+			s.send(job, q.rank, q.qpIx, m, sl, imm)
+		}
+		return
+	}
+	if other := s.slots[key^1]; other != nil {
+		other.seen &^= bit
+	}
+	if sl.complete || sl.count == 0 {
+		sl.complete, sl.count = false, 0
+		sl.sum = append(sl.sum[:0], make([]byte, len(m.Payload))...)
+		sl.e0, sl.e1 = -128, -128
+	}
+	sl.seen |= bit
+	sl.count++
+	for i := 0; i+4 <= len(m.Payload) && i+4 <= len(sl.sum); i += 4 {
+		v := binary.BigEndian.Uint32(sl.sum[i:]) + binary.BigEndian.Uint32(m.Payload[i:])
+		binary.BigEndian.PutUint32(sl.sum[i:], v)
+	}
+	sl.e0, sl.e1 = max(sl.e0, imm.E0()), max(sl.e1, imm.E1())
+	if sl.count == len(job.Workers) {
+		sl.complete = true
+		s.multicasts++
+		for r := range job.Workers {
+			s.send(job, r, q.qpIx, m, sl, imm)
+		}
+	}
+}
+
+func (s *toySwitch) send(job *wire.Job, rank, qpIx int, req *verbstest.Message, sl *toySlot, imm wire.Imm) {
+	w := job.Workers[rank]
+	s.net.Send(verbstest.Message{
+		Src: s.addr, SrcQPN: w.SwitchQPNs[qpIx],
+		Dst: w.Addr, DstQPN: w.QPNs[qpIx],
+		WithImm: true, Imm: uint32(imm.WithExponents(sl.e0, sl.e1)),
+		RKey: w.RKey, VA: req.VA, Payload: sl.sum,
+	})
+}
+
+func (s *toySwitch) counters() (retx, unicasts, multicasts, unknown int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.retransmissions, s.unicasts, s.multicasts, s.unknown
+}
