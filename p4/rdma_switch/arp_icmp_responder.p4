@@ -1,0 +1,67 @@
+/*
+ * ARPICMPResponder — answers ARP requests and ICMP echo requests for the
+ * switch's own IP in the data plane, so workers can resolve and ping the
+ * RoCE endpoint (the software switch gets this from the host kernel).
+ * switch_address's default action holds the switch MAC and IP
+ * (control.Config.SwitchMAC / SwitchIPv4); the P4Runtime backend sets it.
+ */
+#ifndef _ARP_ICMP_RESPONDER_P4_
+#define _ARP_ICMP_RESPONDER_P4_
+
+#include "types.p4"
+#include "headers.p4"
+
+control ARPICMPResponder(
+    inout header_t hdr,
+    inout ingress_metadata_t ig_md,
+    in ingress_intrinsic_metadata_t ig_intr_md,
+    inout ingress_intrinsic_metadata_for_tm_t ig_tm_md,
+    out bool responded) {
+
+    action set_switch_address(mac_addr_t switch_mac, ipv4_addr_t switch_ip) {
+        ig_md.switch_mac = switch_mac;
+        ig_md.switch_ip = switch_ip;
+    }
+
+    table switch_address {
+        actions = { set_switch_address; }
+        default_action = set_switch_address(0, 0);
+        size = 1;
+    }
+
+    apply {
+        responded = false;
+        switch_address.apply();
+        if (hdr.arp.isValid() && hdr.arp.opcode == ARP_REQUEST &&
+            hdr.arp.target_proto_addr == ig_md.switch_ip) {
+            hdr.ethernet.dst_addr = hdr.arp.sender_hw_addr;
+            hdr.ethernet.src_addr = ig_md.switch_mac;
+            hdr.arp.opcode = ARP_REPLY;
+            hdr.arp.target_hw_addr = hdr.arp.sender_hw_addr;
+            hdr.arp.target_proto_addr = hdr.arp.sender_proto_addr;
+            hdr.arp.sender_hw_addr = ig_md.switch_mac;
+            hdr.arp.sender_proto_addr = ig_md.switch_ip;
+            ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
+            responded = true;
+        } else if (hdr.icmp.isValid() && hdr.icmp.msg_type == ICMP_ECHO_REQUEST &&
+                   hdr.ipv4.dst_addr == ig_md.switch_ip) {
+            hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+            hdr.ethernet.src_addr = ig_md.switch_mac;
+            hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+            hdr.ipv4.src_addr = ig_md.switch_ip;
+            hdr.ipv4.ttl = 64;
+            hdr.icmp.msg_type = ICMP_ECHO_REPLY;
+            // RFC 1624 incremental update for type 8 → 0: +0x0800 with
+            // end-around carry.
+            if (hdr.icmp.checksum >= 0xF7FF) {
+                hdr.icmp.checksum = hdr.icmp.checksum + 0x0801;
+            } else {
+                hdr.icmp.checksum = hdr.icmp.checksum + 0x0800;
+            }
+            ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
+            responded = true;
+        }
+    }
+}
+
+#endif /* _ARP_ICMP_RESPONDER_P4_ */

@@ -1,0 +1,56 @@
+/*
+ * configuration.p4 — sizes of the rdma_switch program (Tofino 1, TNA).
+ *
+ * Every table and register size lives here. The default profile is the
+ * production one: 8192 slots × 2 sets × 64 values (256 B) per slot, the
+ * largest that fits Tofino 1's per-stage SRAM with 32 paired registers
+ * (docs/p4.md "Resources"). Compile with -DTEST_PROFILE for a small build
+ * (64 slots, 8 workers, 64 QPs) that compiles fast and fits the model.
+ *
+ * The controller must be told the same pool size (swml-rdma controller
+ * --pool-size, control.Config.PoolSize; the Go model's switchmodel.Config
+ * PoolSize) — the P4Runtime backend checks it against the register sizes
+ * in the P4Info.
+ */
+#ifndef _CONFIGURATION_P4_
+#define _CONFIGURATION_P4_
+
+#ifdef TEST_PROFILE
+const bit<32> NUM_SLOTS        = 64;    // aggregation slots (pool size)
+const bit<32> MAX_RX_QPS       = 512;   // receiver/sender QP state entries (all jobs)
+const bit<32> MAX_WORKER_ENTRIES = 64;  // worker entries (all jobs)
+#define NUM_SLOTS_X2 128
+#define NUM_SLOTS_I 64
+#define MAX_RX_QPS_I 512
+#define MAX_WORKER_ENTRIES_I 64
+#else
+const bit<32> NUM_SLOTS        = 8192;
+const bit<32> MAX_RX_QPS       = 16384; // 32 workers × 512 QPs
+const bit<32> MAX_WORKER_ENTRIES = 1024;
+#define NUM_SLOTS_X2 16384
+#define NUM_SLOTS_I 8192
+#define MAX_RX_QPS_I 16384
+#define MAX_WORKER_ENTRIES_I 1024
+#endif
+
+// 32 workers: the bitmap is one 32-bit word per set, and the switch QPN
+// encoding (wire.P4AppQPN) has 5 rank bits.
+const bit<32> MAX_WORKERS      = 32;
+// 64 int32 values per packet, 2 per Processor instance (paired 64-bit
+// register entry), 32 instances.
+const bit<32> VALUES_PER_PACKET = 64;
+const bit<32> NUM_PROCESSORS    = 32;
+
+// RoCEv2 UDP destination port.
+const bit<16> ROCE_V2_UDP_PORT = 4791;
+
+// Tofino 1 recirculation port of pipe 0 (68); pipes 1–3 use 196, 324, 452.
+// The harvest pass (docs/p4.md "Passes") recirculates through the pipe the
+// packet arrived on: pipe bits ++ 7w68.
+const bit<7> RECIRC_PORT_LOW = 68;
+
+// Counter sizes (indices are the codes in types.p4).
+#define NUM_DECISION_CODES 4
+#define NUM_DROP_CODES 16
+
+#endif /* _CONFIGURATION_P4_ */

@@ -1,0 +1,71 @@
+/*
+ * Processor — mirrors switchmodel.Processor (aggregation/switchmodel/
+ * processor.go).
+ *
+ * One instance per pair of int32 lanes (2k, 2k+1): 32 instances cover the
+ * 64 values of a 256 B packet. Each holds a paired 64-bit register indexed
+ * by wire.PoolIndex (slot·2 + set) — the same pairing as the Go model's
+ * uint64 words (lane 2k = first = high half). The first contribution
+ * overwrites, later ones add (wrapping, two's complement), a
+ * retransmission reads.
+ *
+ * A Tofino 1 stateful ALU returns one 32-bit word per pass, so a pair is
+ * read in two passes (docs/p4.md "Passes"):
+ *   PASS_REQUEST: write or add both halves, return the second half;
+ *                 a retransmission returns the second half;
+ *   PASS_HARVEST: (the recirculated Broadcast/Unicast) return the first.
+ * Between the two passes no new contribution can reach the (slot, set):
+ * every worker must first receive this result.
+ */
+#ifndef _PROCESSOR_P4_
+#define _PROCESSOR_P4_
+
+#include "types.p4"
+
+control Processor(
+    inout value_t first,
+    inout value_t second,
+    in switchml_md_t md,
+    in pass_t pass) {
+
+    Register<value_pair_t, pool_index_t>(NUM_SLOTS_X2) values;
+
+    RegisterAction<value_pair_t, pool_index_t, value_t>(values) write_read1 = {
+        void apply(inout value_pair_t v, out value_t r) {
+            v.first = first;
+            v.second = second;
+            r = v.second;
+        }
+    };
+
+    RegisterAction<value_pair_t, pool_index_t, value_t>(values) sum_read1 = {
+        void apply(inout value_pair_t v, out value_t r) {
+            v.first = v.first + first;
+            v.second = v.second + second;
+            r = v.second;
+        }
+    };
+
+    RegisterAction<value_pair_t, pool_index_t, value_t>(values) read0 = {
+        void apply(inout value_pair_t v, out value_t r) { r = v.first; }
+    };
+
+    RegisterAction<value_pair_t, pool_index_t, value_t>(values) read1 = {
+        void apply(inout value_pair_t v, out value_t r) { r = v.second; }
+    };
+
+    apply {
+        pool_index_t idx = (pool_index_t) md.pool_index;
+        if (pass == PASS_HARVEST) {
+            first = read0.execute(idx);
+        } else if (md.retransmission) {
+            second = read1.execute(idx);
+        } else if (md.bitmap_before == 0) {
+            second = write_read1.execute(idx);
+        } else {
+            second = sum_read1.execute(idx);
+        }
+    }
+}
+
+#endif /* _PROCESSOR_P4_ */

@@ -1,0 +1,129 @@
+/*
+ * RDMASender — mirrors switchmodel.RDMASender (aggregation/switchmodel/
+ * sender.go). Egress, once per replica.
+ *
+ * The destination rank is the PRE's egress_rid for a Broadcast (the
+ * multicast group's replica instance = rank) and the sender for a Unicast.
+ * worker (mgid, rank) gives the worker's MAC, IP and real rkey; worker_qp
+ * (mgid, rank, QP index) gives the worker's QPN for that QP and the index
+ * of its PSN counter. psn[] holds, per (worker, QP), the next result PSN;
+ * the controller writes the PSN the worker gave when the job starts.
+ * Opcode from the request's position: FIRST, MIDDLE, LAST_WITH_IMMEDIATE,
+ * ONLY_WITH_IMMEDIATE. RETH va/len are the request's (echoed), r_key the
+ * worker's; the immediate is wire.Imm(msg id, max e0, max e1) from
+ * Exponents. IPv4: TTL 64, DF, checksum recomputed (EgressDeparser); UDP
+ * checksum 0. The ICRC is NOT recomputed (docs/p4.md "ICRC").
+ */
+#ifndef _RDMA_SENDER_P4_
+#define _RDMA_SENDER_P4_
+
+#include "types.p4"
+#include "headers.p4"
+
+control RDMASender(
+    inout header_t hdr,
+    inout egress_metadata_t eg_md,
+    in egress_intrinsic_metadata_t eg_intr_md,
+    inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
+
+    Register<bit<32>, qp_state_index_t>(MAX_RX_QPS_I) psn;
+
+    RegisterAction<bit<32>, qp_state_index_t, bit<32>>(psn) next_psn = {
+        void apply(inout bit<32> v, out bit<32> current) {
+            current = v;
+            if (v == 0xFFFFFF) {
+                v = 0;
+            } else {
+                v = v + 1;
+            }
+        }
+    };
+
+    action set_worker(mac_addr_t mac, ipv4_addr_t ip, rkey_t rkey) {
+        hdr.ethernet.dst_addr = mac;
+        hdr.ipv4.dst_addr = ip;
+        eg_md.rkey = rkey;
+    }
+
+    action no_worker() {
+        eg_dprsr_md.drop_ctl = 1;
+    }
+
+    table worker {
+        key = {
+            hdr.bridged.mgid : exact;
+            eg_md.dest_rank  : exact;
+        }
+        actions = { set_worker; no_worker; }
+        const default_action = no_worker;
+        size = MAX_WORKER_ENTRIES_I;
+    }
+
+    action set_qp(qpn_t qpn, qp_state_index_t psn_index) {
+        hdr.ib_bth.dst_qp = qpn;
+        eg_md.psn_index = psn_index;
+    }
+
+    table worker_qp {
+        key = {
+            hdr.bridged.mgid     : exact;
+            eg_md.dest_rank      : exact;
+            hdr.bridged.qp_index : exact;
+        }
+        actions = { set_qp; no_worker; }
+        const default_action = no_worker;
+        size = MAX_RX_QPS_I;
+    }
+
+    apply {
+        if (hdr.bridged.decision == DECISION_BROADCAST) {
+            eg_md.dest_rank = (worker_id_t) eg_intr_md.egress_rid;
+        } else {
+            eg_md.dest_rank = hdr.bridged.worker_id;
+        }
+        worker.apply();
+        worker_qp.apply();
+        hdr.ib_bth.psn = (psn_t) next_psn.execute(eg_md.psn_index);
+
+        if (hdr.bridged.first_packet == 1 && hdr.bridged.last_packet == 1) {
+            hdr.ib_bth.opcode = UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE;
+        } else if (hdr.bridged.first_packet == 1) {
+            hdr.ib_bth.opcode = UC_RDMA_WRITE_FIRST;
+        } else if (hdr.bridged.last_packet == 1) {
+            hdr.ib_bth.opcode = UC_RDMA_WRITE_LAST_WITH_IMMEDIATE;
+        } else {
+            hdr.ib_bth.opcode = UC_RDMA_WRITE_MIDDLE;
+        }
+        // As switchmodel.RDMASender encodes a fresh BTH: M=1, pkey 0xFFFF.
+        hdr.ib_bth.se = 0;
+        hdr.ib_bth.migration_req = 1;
+        hdr.ib_bth.pad_count = 0;
+        hdr.ib_bth.transport_version = 0;
+        hdr.ib_bth.partition_key = 0xFFFF;
+        hdr.ib_bth.f_res1 = 0;
+        hdr.ib_bth.b_res1 = 0;
+        hdr.ib_bth.reserved = 0;
+        hdr.ib_bth.ack_req = 0;
+        hdr.ib_bth.reserved2 = 0;
+
+        if (hdr.ib_reth.isValid()) {
+            hdr.ib_reth.r_key = eg_md.rkey;
+        }
+        if (hdr.bridged.last_packet == 1) {
+            if (!hdr.ib_immediate.isValid()) {
+                // LAST / ONLY without immediate: the result always has one.
+                hdr.ib_immediate.setValid();
+                hdr.ipv4.total_len = hdr.ipv4.total_len + 4;
+                hdr.udp.length = hdr.udp.length + 4;
+            }
+            hdr.ib_immediate.msg_id = hdr.bridged.msg_id;
+            hdr.ib_immediate.e0 = hdr.bridged.e0;
+            hdr.ib_immediate.e1 = hdr.bridged.e1;
+        }
+        hdr.ipv4.ttl = 64;
+        hdr.ipv4.flags = 0b010; // DF
+        hdr.udp.checksum = 0;
+    }
+}
+
+#endif /* _RDMA_SENDER_P4_ */

@@ -1,0 +1,132 @@
+/*
+ * types.p4 — typedefs, codes and metadata of the rdma_switch program.
+ *
+ * Widths follow the wire contract (aggregation/wire) and the Go model
+ * (aggregation/switchmodel); each overloaded field names the Go type that
+ * mirrors it.
+ */
+#ifndef _TYPES_P4_
+#define _TYPES_P4_
+
+#include "configuration.p4"
+
+typedef bit<48> mac_addr_t;
+typedef bit<32> ipv4_addr_t;
+typedef bit<24> qpn_t;          // rdma.BTH DestQP
+typedef bit<24> psn_t;          // rdma.BTH PSN
+typedef bit<32> rkey_t;         // rdma.RETH RKey
+
+// pool_index_t is the overloaded RETH rkey of a request: wire.PoolIndex.
+// Bit 0 is the set (shadow copy), bits above are the slot; packet k of a
+// message uses rkey + 2k (RDMAReceiver derives it from its per-QP state).
+// 8192 slots × 2 sets = 14 bits; 16 bits kept for the test profile and
+// headroom. Registers of (slot, set) state are indexed by it directly.
+typedef bit<16> pool_index_t;
+typedef bit<16> slot_t;         // wire.PoolIndex.Slot()
+
+typedef bit<5>  worker_id_t;    // rank; wire.P4AppQPN has 5 rank bits
+typedef bit<32> worker_bitmap_t;// one bit per rank (switchmodel.BitmapChecker word)
+typedef bit<9>  qp_index_t;     // QP index; wire.P4AppQPN has 9 QP bits
+typedef bit<16> qp_state_index_t; // index into the per-QP registers
+typedef bit<8>  num_workers_t;
+typedef bit<16> mgid_t;         // one multicast group per job
+typedef bit<32> value_t;        // one int32 lane, big-endian on the wire
+typedef bit<32> counter_index_t;
+
+// wire.Imm, 32-bit immediate: [31:16] msg id (echoed), [15:8] e0, [7:0] e1
+// (signed 8-bit block exponents; the switch returns the maxima).
+typedef bit<16> msg_id_t;
+typedef int<8>  exponent_t;
+const exponent_t EXPONENT_UNSET = -128; // switchmodel.Exponents "unset"
+
+// A paired 64-bit register entry: Processor lanes 2k (first, the high
+// half of switchmodel.Processor's word) and 2k+1 (second).
+struct value_pair_t {
+    value_t first;
+    value_t second;
+}
+
+// RDMAReceiver per switch-QP state (switchmodel.rxState): the PSN the next
+// MIDDLE/LAST must carry and the pool index the last packet used.
+// pool_index = INVALID_POOL_INDEX marks "not valid" (before the first
+// FIRST/ONLY and for the rest of a message after a PSN gap).
+struct rx_state_t {
+    bit<32> next_psn;
+    bit<32> pool_index;
+}
+const bit<32> INVALID_POOL_INDEX = 0xFFFFFFFF;
+
+// BitmapChecker per-slot state: one bitmap per set.
+struct bitmap_pair_t {
+    worker_bitmap_t set0;
+    worker_bitmap_t set1;
+}
+
+// Pass of a packet through ingress (docs/p4.md "Passes"): a request makes
+// PASS_REQUEST; a Broadcast or Unicast result needs the first halves of the
+// paired registers and recirculates once as PASS_HARVEST.
+typedef bit<2> pass_t;
+const pass_t PASS_REQUEST = 0;
+const pass_t PASS_HARVEST = 1;
+
+// switchmodel.Decision, same order.
+typedef bit<2> decision_t;
+const decision_t DECISION_DROP      = 0;
+const decision_t DECISION_CONSUME   = 1;
+const decision_t DECISION_BROADCAST = 2;
+const decision_t DECISION_UNICAST   = 3;
+
+// switchmodel.DropReason, same codes (index of Ingress.rdma_receiver.drops /
+// next_step.drops counters).
+typedef bit<8> drop_reason_t;
+const drop_reason_t DROP_NONE               = 0;
+const drop_reason_t DROP_OPCODE             = 1;
+const drop_reason_t DROP_UNKNOWN_QP         = 2;
+const drop_reason_t DROP_LENGTH             = 3;
+const drop_reason_t DROP_PSN                = 4;
+const drop_reason_t DROP_POOL_RANGE         = 5;
+const drop_reason_t DROP_RETRANSMIT_INCOMPLETE = 6;
+const drop_reason_t DROP_MALFORMED          = 7;
+const drop_reason_t DROP_ICRC               = 8; // never: Tofino does not check the ICRC
+const drop_reason_t DROP_INGRESS_LOSS       = 9;
+const drop_reason_t DROP_EGRESS_LOSS        = 10;
+
+// switchml_md_t is the ingress metadata of a SwitchML packet, the P4 twin
+// of switchmodel.Metadata.
+struct switchml_md_t {
+    bool            is_switchml;     // RoCEv2 to the switch IP
+    drop_reason_t   drop_reason;
+    worker_id_t     worker_id;       // Metadata.Rank
+    worker_bitmap_t worker_bit;      // 1 << rank
+    num_workers_t   num_workers;
+    qp_index_t      qp_index;        // Metadata.QP
+    bit<16>         num_qps;         // QPs per worker (bounds qp_index)
+    qp_state_index_t qp_state_index; // qp_base + qp_index
+    slot_t          pool_base;       // job's pool range [pool_base, +pool_slots)
+    slot_t          pool_slots;
+    mgid_t          mgid;
+    bit<32>         pool_index;      // Metadata.PoolIndex (32-bit from RETH)
+    bool            first_packet;    // Metadata.First (FIRST/ONLY)
+    bool            last_packet;     // Metadata.Last  (LAST/ONLY)
+    worker_bitmap_t bitmap_before;   // my set's bitmap before this packet
+    bool            retransmission;  // Metadata.Retransmission
+    bool            first_contribution; // Metadata.FirstContribution
+    bool            last_contribution;  // Metadata.LastContribution
+    bool            complete;        // Metadata.Complete
+    bit<8>          missing_before;  // WorkersCounter before this packet
+    bool            has_imm;         // Metadata.HasImm
+    msg_id_t        result_msg_id;   // Exponents: the result's wire.Imm
+    exponent_t      result_e0;
+    exponent_t      result_e1;
+    bit<32>         psn;             // the BTH PSN, widened
+    bit<32>         psn_next;        // (PSN + 1) mod 2^24
+}
+
+struct ingress_metadata_t {
+    switchml_md_t switchml_md;
+    mac_addr_t    switch_mac;        // ARPICMPResponder.switch_address
+    ipv4_addr_t   switch_ip;
+    bool          sim_drop;          // DropSimulator verdict
+}
+
+#endif /* _TYPES_P4_ */
