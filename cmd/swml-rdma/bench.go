@@ -34,7 +34,7 @@ func benchCommand() *cli.Command {
 		Name:     "bench",
 		Category: "benchmarks",
 		Usage:    "all-reduce benchmark: software switch, controller and N userspace-NIC workers on loopback",
-		Description: "Runs a software switch (127.0.0.1), its controller and --workers workers (127.0.0.2, …), each with\n" +
+		Description: "Runs a software switch (--switch-addr, 127.0.0.1), its controller and --workers workers (127.0.0.2, …), each with\n" +
 			"its own userspace RoCEv2 NIC, in one process; all-reduces a tensor --iters times and checks every\n" +
 			"result against a float64 (int32: exact) reference. A mismatch fails the run.",
 		Flags: []cli.Flag{
@@ -46,6 +46,7 @@ func benchCommand() *cli.Command {
 			&cli.IntFlag{Name: "packet-size", Value: aggregation.DefaultPacketSize, Usage: "payload bytes per packet: 256, 512, 1024, 2048, 4096", EnvVars: []string{"SWML_PACKET_SIZE"}, Category: "protocol"},
 			&cli.IntFlag{Name: "qps", Value: aggregation.DefaultQPs, Usage: "UC queue pairs per worker", EnvVars: []string{"SWML_QPS"}, Category: "protocol"},
 			&cli.StringFlag{Name: "msg-size", Value: "16KiB", Usage: "message size: packet size × a power of two", EnvVars: []string{"SWML_MSG_SIZE"}, Category: "protocol"},
+			&cli.StringFlag{Name: "switch-addr", Value: "127.0.0.1", Usage: "embedded switch's IPv4 address; workers take the next ones", EnvVars: []string{"SWML_SWITCH_ADDR"}, Category: "network"},
 			&cli.Float64Flag{Name: "loss", Usage: "switch drop simulator: ingress and egress loss probability, e.g. 0.01", EnvVars: []string{"SWML_LOSS"}, Category: "protocol"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON", EnvVars: []string{"SWML_JSON"}, Category: "output"},
 		},
@@ -77,6 +78,7 @@ type benchConfig struct {
 	workers, size, iters, warmup, packetSize, qps, msgSize int
 	dtype                                                  wire.DType
 	loss                                                   float64
+	switchAddr                                             netip.Addr
 }
 
 func runBench(c *cli.Context) error {
@@ -124,6 +126,12 @@ func benchFlags(c *cli.Context) (benchConfig, error) {
 	case cfg.loss < 0 || cfg.loss >= 0.5:
 		return cfg, fmt.Errorf("--loss %v: give a probability in [0, 0.5)", cfg.loss)
 	}
+	if cfg.switchAddr, err = netip.ParseAddr(c.String("switch-addr")); err != nil || !cfg.switchAddr.Is4() {
+		return cfg, fmt.Errorf("--switch-addr %q: give an IPv4 address such as 127.0.0.1", c.String("switch-addr"))
+	}
+	if last := cfg.switchAddr.As4()[3]; int(last)+cfg.workers > 254 {
+		return cfg, fmt.Errorf("--switch-addr %v with %d workers: the workers' addresses would run past .254; pick a lower last byte", cfg.switchAddr, cfg.workers)
+	}
 	if err := wire.CheckPacketSize(cfg.packetSize); err != nil {
 		return cfg, fmt.Errorf("--packet-size: %v", err)
 	}
@@ -136,7 +144,7 @@ func benchFlags(c *cli.Context) (benchConfig, error) {
 
 // runEmbeddedBench runs the whole system in this process.
 func runEmbeddedBench(ctx context.Context, cfg benchConfig) (benchResult, error) {
-	swAddr := netip.MustParseAddr("127.0.0.1")
+	swAddr := cfg.switchAddr
 	sw, err := swswitch.New(swswitch.Config{Addr: swAddr, IngressLoss: cfg.loss, EgressLoss: cfg.loss, Seed: 1})
 	if err != nil {
 		return benchResult{}, err
@@ -184,7 +192,9 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig) (benchResult, error)
 		}
 	}()
 	for r := range cfg.workers {
-		d, err := soft.Open(soft.Config{Addr: netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + r)})})
+		a := swAddr.As4()
+		a[3] += byte(1 + r)
+		d, err := soft.Open(soft.Config{Addr: netip.AddrFrom4(a)})
 		if err != nil {
 			return benchResult{}, fmt.Errorf("worker %d: %w", r, err)
 		}

@@ -10,7 +10,7 @@ func TestBenchJSON(t *testing.T) {
 	for _, dtype := range []string{"float32", "int32"} {
 		t.Run(dtype, func(t *testing.T) {
 			out, _, err := run(t, "bench", "--workers", "3", "--size", "40000", "--iters", "2", "--warmup", "1",
-				"--packet-size", "256", "--msg-size", "1KiB", "--qps", "2", "--dtype", dtype, "--json")
+				"--packet-size", "256", "--msg-size", "1KiB", "--qps", "2", "--dtype", dtype, "--json", "--switch-addr", "127.13.2.1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -27,7 +27,7 @@ func TestBenchJSON(t *testing.T) {
 }
 
 func TestBenchTableWithLoss(t *testing.T) {
-	out, _, err := run(t, "bench", "--workers", "2", "--size", "64KiB", "--iters", "2", "--loss", "0.02", "--msg-size", "4KiB")
+	out, _, err := run(t, "bench", "--workers", "2", "--size", "64KiB", "--iters", "2", "--loss", "0.02", "--msg-size", "4KiB", "--switch-addr", "127.13.3.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +52,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{"dtype", []string{"--dtype", "float16"}, "use float32 or int32"},
 		{"loss", []string{"--loss", "0.9"}, "[0, 0.5)"},
 		{"positional", []string{"extra"}, "takes no arguments"},
+		{"switch addr", []string{"--switch-addr", "::1"}, "IPv4 address"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

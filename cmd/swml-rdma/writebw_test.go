@@ -21,7 +21,7 @@ func run(t *testing.T, args ...string) (string, string, error) {
 }
 
 func TestWriteBWTable(t *testing.T) {
-	out, _, err := run(t, "write-bw", "--iters", "50", "--size", "8KiB", "--mtu", "1024")
+	out, _, err := run(t, "write-bw", "--iters", "50", "--size", "8KiB", "--mtu", "1024", "--client-addr", "127.13.1.2", "--server-addr", "127.13.1.3")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestWriteBWTable(t *testing.T) {
 }
 
 func TestWriteBWJSON(t *testing.T) {
-	out, _, err := run(t, "write-bw", "--iters", "20", "--size", "4096", "--json", "--client-addr", "127.0.0.12", "--server-addr", "127.0.0.13")
+	out, _, err := run(t, "write-bw", "--iters", "20", "--size", "4096", "--json", "--client-addr", "127.13.1.12", "--server-addr", "127.13.1.13")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestWriteBWJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if res.Posted != 20 || res.Messages == 0 || res.Bytes != int64(res.Messages)*4096 || res.Sender != "soft:127.0.0.12" {
+	if res.Posted != 20 || res.Messages == 0 || res.Bytes != int64(res.Messages)*4096 || res.Sender != "soft:127.13.1.12" {
 		t.Fatalf("result %+v", res)
 	}
 }

@@ -11,11 +11,11 @@ import (
 
 func softPair(t testing.TB) (*soft.Device, *soft.Device) {
 	t.Helper()
-	a, err := soft.Open(soft.Config{Addr: netip.MustParseAddr("127.0.0.2")})
+	a, err := soft.Open(soft.Config{Addr: netip.MustParseAddr("127.12.0.2")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := soft.Open(soft.Config{Addr: netip.MustParseAddr("127.0.0.3")})
+	b, err := soft.Open(soft.Config{Addr: netip.MustParseAddr("127.12.0.3")})
 	if err != nil {
 		a.Close()
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func BenchmarkSoftNICvsUDP(b *testing.B) {
 				n := b.N * size / int(mtu)
 				b.SetBytes(int64(PacketLen(mtu)))
 				b.ResetTimer()
-				res, err := UDPBaseline(context.Background(), UDPConfig{Src: netip.MustParseAddr("127.0.0.4"), Dst: netip.MustParseAddr("127.0.0.5"),
+				res, err := UDPBaseline(context.Background(), UDPConfig{Src: netip.MustParseAddr("127.12.0.4"), Dst: netip.MustParseAddr("127.12.0.5"),
 					Datagram: PacketLen(mtu), Datagrams: max(n, 1), Burst: size / int(mtu), Window: 32 * size / int(mtu)})
 				if err != nil {
 					b.Fatal(err)

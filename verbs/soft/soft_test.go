@@ -94,8 +94,8 @@ func fill(b []byte, seed int) {
 func TestWriteWithImmAllMTUs(t *testing.T) {
 	for _, mtu := range []verbs.MTU{256, 512, 1024, 2048, 4096} {
 		t.Run(strconv.Itoa(int(mtu)), func(t *testing.T) {
-			a := newEndpoint(t, "127.0.0.2", 64<<10, verbs.AccessLocalWrite, Config{})
-			b := newEndpoint(t, "127.0.0.3", 64<<10, verbs.AccessLocalWrite|verbs.AccessRemoteWrite, Config{})
+			a := newEndpoint(t, "127.11.0.2", 64<<10, verbs.AccessLocalWrite, Config{})
+			b := newEndpoint(t, "127.11.0.3", 64<<10, verbs.AccessLocalWrite|verbs.AccessRemoteWrite, Config{})
 			connectPair(t, a, b, mtu)
 			for i, size := range []int{1, int(mtu) - 1, int(mtu), int(mtu) + 1, 5*int(mtu) + 3, 16 << 10} {
 				src := a.mr.Bytes()[:size]
@@ -173,11 +173,11 @@ func settle(t *testing.T, d *Device, n uint64) {
 
 func TestUCRulesAndProtection(t *testing.T) {
 	const mtu = 256
-	b := newEndpoint(t, "127.0.0.3", 8192, verbs.AccessLocalWrite|verbs.AccessRemoteWrite, Config{})
+	b := newEndpoint(t, "127.11.0.3", 8192, verbs.AccessLocalWrite|verbs.AccessRemoteWrite, Config{})
 	pdRO, _ := b.dev.AllocPD()
 	roMR, _ := pdRO.AllocMR(4096, verbs.AccessLocalWrite) // no remote write
 	t.Cleanup(func() { roMR.Close() })
-	peer := newRawPeer(t, "127.0.0.2", b.dev)
+	peer := newRawPeer(t, "127.11.0.2", b.dev)
 	const peerQPN = 77
 	if err := verbs.Connect(b.qp, verbs.AccessRemoteWrite, verbs.RTRAttr{RemoteQPN: peerQPN, RemoteAddr: peer.flow.Src, RecvPSN: 0, MTU: mtu}, 0); err != nil {
 		t.Fatal(err)
@@ -244,8 +244,8 @@ func TestUCRulesAndProtection(t *testing.T) {
 		t.Fatalf("completion after drops %+v", wc)
 	}
 	// No receive WR posted: drained queue, then one more message.
-	b2 := newEndpoint(t, "127.0.0.4", 4096, verbs.AccessRemoteWrite, Config{})
-	peer2 := newRawPeer(t, "127.0.0.5", b2.dev)
+	b2 := newEndpoint(t, "127.11.0.4", 4096, verbs.AccessRemoteWrite, Config{})
+	peer2 := newRawPeer(t, "127.11.0.5", b2.dev)
 	verbs.Connect(b2.qp, verbs.AccessRemoteWrite, verbs.RTRAttr{RemoteQPN: 1, RemoteAddr: peer2.flow.Src, MTU: mtu}, 0)
 	peer2.send(t, rdma.PacketFields{BTH: rdma.BTHFields{Opcode: rdma.UCRDMAWriteOnlyWithImm, DestQP: b2.qp.QPN()}, RETH: rdma.RETHFields{RKey: b2.mr.RKey(), DMALen: 4}}, []byte{9, 9, 9, 9}, false)
 	settle(t, b2.dev, 1)
@@ -255,9 +255,9 @@ func TestUCRulesAndProtection(t *testing.T) {
 }
 
 func TestBadSourceDropped(t *testing.T) {
-	b := newEndpoint(t, "127.0.0.3", 4096, verbs.AccessRemoteWrite, Config{})
-	verbs.Connect(b.qp, verbs.AccessRemoteWrite, verbs.RTRAttr{RemoteQPN: 1, RemoteAddr: netip.MustParseAddr("127.0.0.2"), MTU: 256}, 0)
-	intruder := newRawPeer(t, "127.0.0.9", b.dev)
+	b := newEndpoint(t, "127.11.0.3", 4096, verbs.AccessRemoteWrite, Config{})
+	verbs.Connect(b.qp, verbs.AccessRemoteWrite, verbs.RTRAttr{RemoteQPN: 1, RemoteAddr: netip.MustParseAddr("127.11.0.2"), MTU: 256}, 0)
+	intruder := newRawPeer(t, "127.11.0.9", b.dev)
 	intruder.send(t, rdma.PacketFields{BTH: rdma.BTHFields{Opcode: rdma.UCRDMAWriteOnly, DestQP: b.qp.QPN()}, RETH: rdma.RETHFields{RKey: b.mr.RKey(), DMALen: 4}}, []byte{1, 1, 1, 1}, false)
 	settle(t, b.dev, 1)
 	if s := b.dev.Stats(); s.RxBadSource != 1 || b.mr.Bytes()[0] != 0 {
@@ -266,7 +266,7 @@ func TestBadSourceDropped(t *testing.T) {
 }
 
 func TestStateAndArgumentErrors(t *testing.T) {
-	a := newEndpoint(t, "127.0.0.2", 4096, verbs.AccessLocalWrite, Config{})
+	a := newEndpoint(t, "127.11.0.2", 4096, verbs.AccessLocalWrite, Config{})
 	_, err := a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite}})
 	if !errors.Is(err, verbs.ErrInvalidState) {
 		t.Fatalf("PostSend in RESET: %v", err)
@@ -275,13 +275,13 @@ func TestStateAndArgumentErrors(t *testing.T) {
 		t.Fatalf("RESET → RTS: %v", err)
 	}
 	a.qp.Init(verbs.AccessRemoteWrite)
-	if err := a.qp.ReadyToReceive(verbs.RTRAttr{RemoteAddr: netip.MustParseAddr("127.0.0.3"), MTU: 1000}); !errors.Is(err, verbs.ErrInvalidArgument) {
+	if err := a.qp.ReadyToReceive(verbs.RTRAttr{RemoteAddr: netip.MustParseAddr("127.11.0.3"), MTU: 1000}); !errors.Is(err, verbs.ErrInvalidArgument) {
 		t.Fatalf("MTU 1000: %v", err)
 	}
 	if err := a.qp.ReadyToReceive(verbs.RTRAttr{RemoteAddr: netip.MustParseAddr("::1"), MTU: 1024}); !errors.Is(err, verbs.ErrInvalidArgument) {
 		t.Fatalf("IPv6 peer on IPv4 NIC: %v", err)
 	}
-	a.qp.ReadyToReceive(verbs.RTRAttr{RemoteAddr: netip.MustParseAddr("127.0.0.3"), MTU: 1024})
+	a.qp.ReadyToReceive(verbs.RTRAttr{RemoteAddr: netip.MustParseAddr("127.11.0.3"), MTU: 1024})
 	a.qp.ReadyToSend(0)
 	_, err = a.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRRDMAWrite, Local: verbs.SGE{Addr: 4000, Length: 200, LKey: a.mr.LKey()}}})
 	if !errors.Is(err, verbs.ErrInvalidArgument) {
@@ -295,7 +295,7 @@ func TestStateAndArgumentErrors(t *testing.T) {
 
 func TestCloseIdempotentNoLeak(t *testing.T) {
 	before := runtime.NumGoroutine()
-	e := newEndpoint(t, "127.0.0.2", 4096, verbs.AccessLocalWrite, Config{})
+	e := newEndpoint(t, "127.11.0.2", 4096, verbs.AccessLocalWrite, Config{})
 	done := make(chan error, 1)
 	go func() {
 		_, err := e.rcq.Wait(context.Background(), make([]verbs.Completion, 1))
@@ -341,8 +341,8 @@ func TestCaptureDecodedByTshark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newEndpoint(t, "127.0.0.2", 64<<10, verbs.AccessLocalWrite, Config{Capture: cp})
-	b := newEndpoint(t, "127.0.0.3", 64<<10, verbs.AccessRemoteWrite, Config{})
+	a := newEndpoint(t, "127.11.0.2", 64<<10, verbs.AccessLocalWrite, Config{Capture: cp})
+	b := newEndpoint(t, "127.11.0.3", 64<<10, verbs.AccessRemoteWrite, Config{})
 	connectPair(t, a, b, 1024)
 	type posted struct {
 		va   uint64

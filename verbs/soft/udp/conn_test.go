@@ -24,8 +24,8 @@ func listen(t testing.TB, addr string, cfg Config) *Conn {
 }
 
 func TestBatchRoundTrip(t *testing.T) {
-	a := listen(t, "127.0.0.2", Config{BatchSize: 8})
-	b := listen(t, "127.0.0.3", Config{BatchSize: 8})
+	a := listen(t, "127.10.0.2", Config{BatchSize: 8})
+	b := listen(t, "127.10.0.3", Config{BatchSize: 8})
 	const n = 20
 	out := make([]Msg, n)
 	for i := range out {
@@ -60,15 +60,15 @@ func TestBatchRoundTrip(t *testing.T) {
 }
 
 func TestAddressInUse(t *testing.T) {
-	listen(t, "127.0.0.2", Config{})
-	_, err := Listen(Config{Addr: netip.MustParseAddr("127.0.0.2")})
+	listen(t, "127.10.0.2", Config{})
+	_, err := Listen(Config{Addr: netip.MustParseAddr("127.10.0.2")})
 	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("own address")) {
 		t.Fatalf("second Listen: %v", err)
 	}
 }
 
 func TestCloseUnblocksRead(t *testing.T) {
-	c := listen(t, "127.0.0.4", Config{})
+	c := listen(t, "127.10.0.4", Config{})
 	done := make(chan error)
 	go func() {
 		_, err := c.ReadBatch([]Msg{{Buf: make([]byte, 64)}})
@@ -88,8 +88,8 @@ func TestCloseUnblocksRead(t *testing.T) {
 }
 
 func TestLossInjection(t *testing.T) {
-	a := listen(t, "127.0.0.2", Config{SendLoss: 0.5, Seed: 7})
-	b := listen(t, "127.0.0.3", Config{})
+	a := listen(t, "127.10.0.2", Config{SendLoss: 0.5, Seed: 7})
+	b := listen(t, "127.10.0.3", Config{})
 	msgs := make([]Msg, 200)
 	for i := range msgs {
 		msgs[i] = Msg{Buf: []byte{1, 2, 3, 4}, N: 4, Addr: b.LocalAddr()}
@@ -102,8 +102,8 @@ func TestLossInjection(t *testing.T) {
 }
 
 func TestAllocs(t *testing.T) {
-	a := listen(t, "127.0.0.2", Config{})
-	b := listen(t, "127.0.0.3", Config{})
+	a := listen(t, "127.10.0.2", Config{})
+	b := listen(t, "127.10.0.3", Config{})
 	out := []Msg{{Buf: make([]byte, 1024), N: 1024, Addr: b.LocalAddr()}}
 	in := []Msg{{Buf: make([]byte, 2048)}}
 	if n := testing.AllocsPerRun(200, func() {
@@ -124,8 +124,8 @@ func TestCaptureFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := listen(t, "127.0.0.2", Config{Capture: cp})
-	b := listen(t, "127.0.0.3", Config{})
+	a := listen(t, "127.10.0.2", Config{Capture: cp})
+	b := listen(t, "127.10.0.3", Config{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
