@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -21,7 +19,6 @@ import (
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
-	"github.com/swml-rdma/swml-rdma/aggregation/quant"
 	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs/soft"
@@ -162,22 +159,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig) (benchResult, error)
 	go ctl.Serve(lis)
 
 	n := cfg.size / 4
-	inputs := make([][]float32, cfg.workers)
-	inputsI := make([][]int32, cfg.workers)
-	for r := range inputs {
-		rng := rand.New(rand.NewPCG(uint64(r)+1, 7))
-		if cfg.dtype == wire.Int32 {
-			inputsI[r] = make([]int32, n)
-			for i := range inputsI[r] {
-				inputsI[r][i] = int32(rng.IntN(1<<20)) - 1<<19
-			}
-		} else {
-			inputs[r] = make([]float32, n)
-			for i := range inputs[r] {
-				inputs[r][i] = float32(rng.NormFloat64())
-			}
-		}
-	}
+	inputs, inputsI := makeInputs(cfg.dtype, cfg.workers, n)
 
 	sessions := make([]*aggregation.Session, cfg.workers)
 	var devs []*soft.Device
@@ -254,7 +236,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig) (benchResult, error)
 		if err := errors.Join(errs...); err != nil {
 			return benchResult{}, fmt.Errorf("all-reduce %d: %w", it, err)
 		}
-		if err := verify(cfg, inputs, inputsI, bufs, bufsI); err != nil {
+		if err := verify(cfg.dtype, inputs, inputsI, bufs, bufsI); err != nil {
 			return benchResult{}, fmt.Errorf("all-reduce %d: RESULT MISMATCH: %w", it, err)
 		}
 		if it >= cfg.warmup {
@@ -274,60 +256,6 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig) (benchResult, error)
 		res.Retransmissions += st.Retransmissions
 	}
 	return res, nil
-}
-
-// verify checks every worker's result: int32 exactly against the int64 sum
-// (which must fit), float32 within the quantization error bound of the
-// float64 sum (docs/quantization.md), and all workers bit-identical.
-func verify(cfg benchConfig, in [][]float32, inI [][]int32, out [][]float32, outI [][]int32) error {
-	w := cfg.workers
-	if cfg.dtype == wire.Int32 {
-		for i := range outI[0] {
-			var sum int64
-			for r := 0; r < w; r++ {
-				sum += int64(inI[r][i])
-			}
-			for r := 0; r < w; r++ {
-				if int64(outI[r][i]) != sum {
-					return fmt.Errorf("worker %d element %d: %d, want %d", r, i, outI[r][i], sum)
-				}
-			}
-		}
-		return nil
-	}
-	// A bound valid for every block: the tensor-wide exponent is ≥ each
-	// message's, and the bound grows with the exponent.
-	maxAbs := 0.0
-	for r := 0; r < w; r++ {
-		for _, v := range in[r] {
-			maxAbs = math.Max(maxAbs, math.Abs(float64(v)))
-		}
-	}
-	e, err := quant.BlockExponent([]float32{float32(maxAbs)})
-	if err != nil {
-		return err
-	}
-	scale, err := quant.NewScale(w, e)
-	if err != nil {
-		return err
-	}
-	for i := range out[0] {
-		var sum, sumAbs float64
-		for r := 0; r < w; r++ {
-			sum += float64(in[r][i])
-			sumAbs += math.Abs(float64(in[r][i]))
-		}
-		bound := scale.ErrorBound(sumAbs)
-		for r := 0; r < w; r++ {
-			if math.Float32bits(out[r][i]) != math.Float32bits(out[0][i]) {
-				return fmt.Errorf("element %d: worker %d has %v, worker 0 has %v (results must be bit-identical)", i, r, out[r][i], out[0][i])
-			}
-		}
-		if d := math.Abs(float64(out[0][i]) - sum); d > bound {
-			return fmt.Errorf("element %d: %v, float64 reference %v, error %g > bound %g", i, out[0][i], sum, d, bound)
-		}
-	}
-	return nil
 }
 
 func printBench(out io.Writer, r benchResult, asJSON bool) error {
