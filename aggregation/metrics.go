@@ -1,0 +1,62 @@
+package aggregation
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// sessionCollector reads Session.Stats at scrape time: the data path only
+// bumps the session's atomics.
+type sessionCollector struct {
+	s *Session
+
+	allReduces, messages, packets, retransmissions, timeouts, results, stale, bytes *prometheus.Desc
+}
+
+// NewCollector returns a Prometheus collector of s's counters
+// (swml_worker_…, see docs/metrics.md), labelled with the constant labels
+// job_id (the controller's job id; not "job", which Prometheus sets to the
+// scrape job's name) and rank. Register it on the caller's
+// registry after Open and unregister it before dropping the session; it may
+// be scraped after Close (the counters stay readable). Safe for concurrent
+// use.
+func NewCollector(s *Session) prometheus.Collector {
+	labels := prometheus.Labels{"job_id": strconv.FormatUint(uint64(s.JobID()), 10), "rank": strconv.Itoa(s.Rank())}
+	d := func(name, help string, variable ...string) *prometheus.Desc {
+		return prometheus.NewDesc("swml_worker_"+name, help, variable, labels)
+	}
+	return &sessionCollector{
+		s:               s,
+		allReduces:      d("allreduces_total", "Completed all-reduce calls (float32 and int32)."),
+		messages:        d("messages_total", "Messages sent for the first time, exponent-only rounds included."),
+		packets:         d("packets_total", "RoCEv2 packets sent to the switch, retransmissions included."),
+		retransmissions: d("retransmissions_total", "Messages resent after a retransmission timeout."),
+		timeouts:        d("timeouts_total", "Per-QP retransmission timer expiries."),
+		results:         d("results_total", "Result messages from the switch used."),
+		stale:           d("stale_results_total", "Result messages dropped by the message-id check (duplicates of results already used)."),
+		bytes:           d("bytes_total", "RDMA payload bytes sent (out) to and received (in) from the switch.", "direction"),
+	}
+}
+
+func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.allReduces, c.messages, c.packets, c.retransmissions, c.timeouts, c.results, c.stale, c.bytes} {
+		ch <- d
+	}
+}
+
+func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.Stats()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(c.allReduces, st.AllReduces)
+	counter(c.messages, st.Messages)
+	counter(c.packets, st.Packets)
+	counter(c.retransmissions, st.Retransmissions)
+	counter(c.timeouts, st.Timeouts)
+	counter(c.results, st.Results)
+	counter(c.stale, st.StaleResults)
+	counter(c.bytes, st.BytesSent, "out")
+	counter(c.bytes, st.BytesReceived, "in")
+}

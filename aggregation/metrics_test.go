@@ -1,0 +1,83 @@
+package aggregation
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+)
+
+// TestSessionCollector runs a two-worker job on the in-memory network and
+// checks that the swml_worker_ counters follow Session.Stats, carry the job_id
+// and rank labels, and pass promlint.
+func TestSessionCollector(t *testing.T) {
+	c := newToyCluster(t, 0)
+	j := openJob(t, c.ctlAddr, 2, toyConfig(900), c.device(90))
+	reg := prometheus.NewPedanticRegistry()
+	for _, w := range j.workers {
+		reg.MustRegister(NewCollector(w.sess))
+	}
+	in := gradients(9, 2, 1000)
+	for range 2 {
+		noErrors(t, j.allReduce(context.Background(), clone2(in)))
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{} // name/rank/direction → value
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			if labels["job_id"] != strconv.FormatUint(uint64(j.workers[0].sess.JobID()), 10) {
+				t.Errorf("%s: job_id label %q", key, labels["job_id"])
+			}
+			key += "/" + labels["rank"] + "/" + labels["direction"]
+			got[key] = m.GetCounter().GetValue()
+		}
+	}
+	for r, w := range j.workers {
+		st := w.sess.Stats()
+		rank := strconv.Itoa(r)
+		// Gathered before Stats: late duplicates may still bump the
+		// stale-result, byte and packet counters, never the call, message
+		// and result counts of a finished job.
+		for name, want := range map[string]uint64{
+			"swml_worker_allreduces_total/" + rank + "/": 2,
+			"swml_worker_messages_total/" + rank + "/":   st.Messages,
+			"swml_worker_results_total/" + rank + "/":    st.Results,
+		} {
+			if v, ok := got[name]; !ok || v != float64(want) {
+				t.Errorf("%s = %v (present %v), want %d", name, v, ok, want)
+			}
+		}
+		for name, most := range map[string]uint64{
+			"swml_worker_packets_total/" + rank + "/":         st.Packets,
+			"swml_worker_retransmissions_total/" + rank + "/": st.Retransmissions,
+			"swml_worker_timeouts_total/" + rank + "/":        st.Timeouts,
+			"swml_worker_stale_results_total/" + rank + "/":   st.StaleResults,
+			"swml_worker_bytes_total/" + rank + "/out":        st.BytesSent,
+			"swml_worker_bytes_total/" + rank + "/in":         st.BytesReceived,
+		} {
+			if v, ok := got[name]; !ok || v > float64(most) {
+				t.Errorf("%s = %v (present %v), want at most %d", name, v, ok, most)
+			}
+		}
+		if got["swml_worker_packets_total/"+rank+"/"] == 0 || got["swml_worker_bytes_total/"+rank+"/out"] == 0 {
+			t.Errorf("rank %d: no traffic counted", r)
+		}
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+}

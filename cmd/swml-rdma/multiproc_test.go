@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// testMainEnv makes the test binary act as swml-rdma: the multi-process
+// tests re-execute it, so they need no `go build`.
+const testMainEnv = "SWML_TEST_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(testMainEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a concurrent reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitForLine polls buf until re matches (returning the submatches), done
+// is closed, or timeout passes.
+func waitForLine(t *testing.T, what string, buf *syncBuffer, re *regexp.Regexp, done <-chan struct{}, timeout time.Duration) []string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if m := re.FindStringSubmatch(buf.String()); m != nil {
+			return m
+		}
+		select {
+		case <-done:
+			if m := re.FindStringSubmatch(buf.String()); m != nil {
+				return m
+			}
+			t.Fatalf("%s ended before logging %q:\n%s", what, re, buf)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not log %q within %v:\n%s", what, re, timeout, buf)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+var (
+	readyRE   = regexp.MustCompile(`msg="switch ready".* controller=(\S+)`)
+	metricsRE = regexp.MustCompile(`metrics=(http://\S+)`)
+	joinedRE  = regexp.MustCompile(`msg="joined job"`)
+)
+
+// proc is a swml-rdma process: the test binary re-executed.
+type proc struct {
+	name           string
+	cmd            *exec.Cmd
+	stdout, stderr *syncBuffer
+	done           chan struct{}
+	err            error // valid after done
+}
+
+func startProc(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{name: name, cmd: exec.Command(exe, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	env := []string{testMainEnv + "=1"}
+	for _, kv := range os.Environ() {
+		// The job's rank and size come from flags only.
+		if !strings.HasPrefix(kv, "SWML_") && !strings.HasPrefix(kv, "RANK=") && !strings.HasPrefix(kv, "WORLD_SIZE=") && !strings.HasPrefix(kv, "OMPI_COMM_WORLD_") {
+			env = append(env, kv)
+		}
+	}
+	p.cmd.Env = env
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// wait returns the exit code, killing the process (and failing) after
+// timeout.
+func (p *proc) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.cmd.Process.Kill()
+		<-p.done
+		t.Fatalf("%s still running after %v; killed.\nstdout:\n%s\nstderr:\n%s", p.name, timeout, p.stdout, p.stderr)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+func (p *proc) signal(t *testing.T, sig os.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %s: %v", p.name, err)
+	}
+}
+
+// startSwitchProc starts a switch daemon on addr with its controller (and
+// metrics) on free loopback ports, and returns it with the controller's
+// address and the metrics URL.
+func startSwitchProc(t *testing.T, addr string) (sw *proc, controller, metricsURL string) {
+	t.Helper()
+	sw = startProc(t, "switch", "switch", "--addr", addr, "--controller-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
+	m := waitForLine(t, "switch", sw.stderr, readyRE, sw.done, 60*time.Second)
+	u := waitForLine(t, "switch", sw.stderr, metricsRE, sw.done, time.Second)
+	return sw, m[1], u[1]
+}
+
+// stopSwitchProc sends SIGTERM and checks a clean exit with final counters.
+func stopSwitchProc(t *testing.T, sw *proc) string {
+	t.Helper()
+	sw.signal(t, syscall.SIGTERM)
+	if code := sw.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("switch exited %d after SIGTERM:\n%s", code, sw.stderr)
+	}
+	out := sw.stdout.String()
+	for _, want := range []string{"final counters", "packets in", "packets out", "aggregated", "retransmissions", "drops", "unknown_qp=", "jobs"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("switch's final counters lack %q:\n%s", want, out)
+		}
+	}
+	return out
+}
+
+func workerArgs(controller, addr string, rank, workers int, extra ...string) []string {
+	return append([]string{"worker", "--controller", controller, "--connect-timeout", "60s", "--addr", addr,
+		"--rank", fmt.Sprint(rank), "--workers", fmt.Sprint(workers), "--packet-size", "1024", "--msg-size", "4KiB", "--qps", "2"}, extra...)
+}
+
+// TestMultiProcess runs a switch daemon and three worker processes on
+// loopback (127.13.16.x): every worker verifies its results and exits 0, the
+// switch's metrics count the traffic, and SIGTERM stops the switch cleanly.
+func TestMultiProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	sw, ctl, metricsURL := startSwitchProc(t, "127.13.16.1")
+	before := scrape(t, metricsURL)
+	if v := sample(t, before, "swml_switch_packets_total", "direction", "in"); v != 0 {
+		t.Fatalf("switch counted %v packets before any worker", v)
+	}
+	const n = 3
+	workers := make([]*proc, n)
+	for r := range n {
+		workers[r] = startProc(t, fmt.Sprintf("worker %d", r),
+			workerArgs(ctl, fmt.Sprintf("127.13.16.%d", 2+r), r, n, "--size", "64KiB", "--iters", "3", "--warmup", "1", "--json")...)
+	}
+	for r, w := range workers {
+		if code := w.wait(t, 120*time.Second); code != 0 {
+			t.Fatalf("worker %d exited %d:\n%s", r, code, w.stderr)
+		}
+		var res workerResult
+		if err := json.Unmarshal([]byte(w.stdout.String()), &res); err != nil {
+			t.Fatalf("worker %d: not JSON: %v\n%s", r, err, w.stdout)
+		}
+		if !res.Verified || res.Rank != r || res.Workers != n || res.Iters != 3 || res.Elements != 16384 || res.Packets == 0 ||
+			res.JobID == 0 || res.MedianNs < res.MinNs || res.MaxNs < res.MedianNs {
+			t.Fatalf("worker %d result %+v", r, res)
+		}
+	}
+	after := scrape(t, metricsURL)
+	// 16384 elements = 64 packets of 1024 B per all-reduce and worker, 4
+	// all-reduces, plus the exponent-only first round of each QP.
+	if in := sample(t, after, "swml_switch_packets_total", "direction", "in"); in < n*4*64 {
+		t.Errorf("switch received %v packets, want ≥ %d", in, n*4*64)
+	}
+	if v := sample(t, after, "swml_controller_sessions_total"); v != 1 {
+		t.Errorf("controller started %v jobs, want 1", v)
+	}
+	if v := sample(t, after, "swml_controller_sessions_ended_total", "reason", "end"); v != 1 {
+		t.Errorf("%v jobs ended cleanly, want 1", v)
+	}
+	out := stopSwitchProc(t, sw)
+	if !regexp.MustCompile(`jobs\s+1\s`).MatchString(out) {
+		t.Errorf("final counters do not show one job:\n%s", out)
+	}
+}
+
+// TestMultiProcessWorkerDies kills (SIGKILL) or interrupts (SIGINT) one of
+// three workers in the middle of a long run: the others fail with an error
+// naming the abort within a bounded time, and the switch keeps serving.
+func TestMultiProcessWorkerDies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	for _, tc := range []struct {
+		name   string
+		net    string
+		sig    os.Signal
+		code   int    // the victim's exit status (-1: killed)
+		reason string // in the survivors' error
+	}{
+		{"kill", "127.13.17", syscall.SIGKILL, -1, "keep-alive stream closed"},
+		{"interrupt", "127.13.18", syscall.SIGINT, exitInterrupted, "rank 2 aborted the job"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sw, ctl, _ := startSwitchProc(t, tc.net+".1")
+			const n = 3
+			workers := make([]*proc, n)
+			for r := range n {
+				workers[r] = startProc(t, fmt.Sprintf("worker %d", r),
+					workerArgs(ctl, fmt.Sprintf("%s.%d", tc.net, 2+r), r, n, "--size", "16KiB", "--iters", "100000000", "--warmup", "0")...)
+			}
+			for r, w := range workers {
+				waitForLine(t, fmt.Sprintf("worker %d", r), w.stderr, joinedRE, w.done, 60*time.Second)
+			}
+			time.Sleep(200 * time.Millisecond) // let them all-reduce a while
+			victim := workers[n-1]
+			victim.signal(t, tc.sig)
+			if code := victim.wait(t, 60*time.Second); code != tc.code {
+				t.Errorf("victim exited %d, want %d:\n%s", code, tc.code, victim.stderr)
+			}
+			if tc.sig == syscall.SIGINT && !strings.Contains(victim.stderr.String(), "interrupted") {
+				t.Errorf("interrupted worker's error does not say so:\n%s", victim.stderr)
+			}
+			for r, w := range workers[:n-1] {
+				if code := w.wait(t, 60*time.Second); code != 1 {
+					t.Fatalf("worker %d exited %d, want 1:\n%s", r, code, w.stderr)
+				}
+				if s := w.stderr.String(); !strings.Contains(s, "the controller ended the job") || !strings.Contains(s, tc.reason) {
+					t.Errorf("worker %d: error does not name the abort (%q):\n%s", r, tc.reason, s)
+				}
+			}
+			stopSwitchProc(t, sw)
+		})
+	}
+}
+
+// TestReexec checks TestMain's re-execution: the child is swml-rdma.
+func TestReexec(t *testing.T) {
+	p := startProc(t, "version", "--version")
+	if code := p.wait(t, 30*time.Second); code != 0 || !strings.Contains(p.stdout.String(), version) {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, p.stdout, p.stderr)
+	}
+}

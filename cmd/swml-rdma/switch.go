@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
+	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
+)
+
+func init() { commands = append(commands, switchCommand()) }
+
+func switchCommand() *cli.Command {
+	return &cli.Command{
+		Name:     "switch",
+		Category: "daemons",
+		Usage:    "run the software switch and its controller until SIGINT/SIGTERM",
+		Description: "Serves RoCEv2 on --addr, UDP 4791 (the aggregation pipeline of p4/rdma_switch in Go) and the\n" +
+			"workers' gRPC control plane on --controller-addr (loopback unless told otherwise). Start the\n" +
+			"workers with `swml-rdma worker --controller ADDR`. On SIGINT or SIGTERM it aborts the running jobs,\n" +
+			"closes the switch, flushes --pcap and prints the final counters to stdout. See docs/operations.md.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "addr", Value: "127.0.0.1", Usage: "the switch's RoCE `IP` (UDP 4791): workers write to it", EnvVars: []string{"SWML_SWITCH_ADDR"}, Category: "network"},
+			&cli.StringFlag{Name: "controller-addr", Value: control.DefaultAddr, Usage: "gRPC listen `ADDR` (host:port) of the controller; port 0 picks a free one", EnvVars: []string{"SWML_CONTROLLER_ADDR"}, Category: "network"},
+			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics at http://`ADDR`/metrics (host:port; empty: off)", EnvVars: []string{"SWML_METRICS_ADDR"}, Category: "output"},
+			&cli.UintFlag{Name: "pool-size", Value: switchmodel.DefaultPoolSize, Usage: "aggregation slots shared by all jobs", EnvVars: []string{"SWML_POOL_SIZE"}, Category: "switch"},
+			&cli.StringFlag{Name: "icrc", Value: swswitch.ICRCVerify.String(), Usage: "which requests to ICRC-check: verify (all) or verify-ipv6 (for rxe workers over IPv4, whose IPv4 ID a socket cannot see)", EnvVars: []string{"SWML_ICRC"}, Category: "switch"},
+			&cli.DurationFlag{Name: "session-timeout", Value: control.DefaultSessionTimeout, Usage: "how long a job waits for all its workers to register", EnvVars: []string{"SWML_SESSION_TIMEOUT"}, Category: "switch"},
+			&cli.Float64Flag{Name: "loss", Usage: "drop simulator: ingress and egress loss probability, e.g. 0.01", EnvVars: []string{"SWML_LOSS"}, Category: "testing"},
+			&cli.StringFlag{Name: "pcap", Usage: "record every datagram in and out to `FILE` (pcap, Wireshark decodes RoCEv2)", EnvVars: []string{"SWML_PCAP"}, Category: "output"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error (logs go to stderr)", EnvVars: []string{"SWML_LOG_LEVEL"}, Category: "output"},
+		},
+		Action: runSwitch,
+	}
+}
+
+// switchConfig is the validated configuration of the switch daemon.
+type switchConfig struct {
+	addr           netip.Addr
+	controllerAddr string
+	metricsAddr    string
+	poolSize       uint32
+	icrc           swswitch.ICRCPolicy
+	sessionTimeout time.Duration
+	loss           float64
+	pcap           string
+	logLevel       slog.Level
+}
+
+func switchFlags(c *cli.Context) (switchConfig, error) {
+	cfg := switchConfig{controllerAddr: c.String("controller-addr"), metricsAddr: c.String("metrics-addr"),
+		sessionTimeout: c.Duration("session-timeout"), loss: c.Float64("loss"), pcap: c.String("pcap")}
+	var err error
+	if cfg.addr, err = netip.ParseAddr(c.String("addr")); err != nil || cfg.addr.IsUnspecified() {
+		return cfg, fmt.Errorf("--addr %q: give the switch's own IP address, e.g. 127.0.0.1 or the RoCE interface's address", c.String("addr"))
+	}
+	cfg.addr = cfg.addr.Unmap()
+	if err := checkHostPort("controller-addr", cfg.controllerAddr); err != nil {
+		return cfg, err
+	}
+	if cfg.metricsAddr != "" {
+		if err := checkHostPort("metrics-addr", cfg.metricsAddr); err != nil {
+			return cfg, err
+		}
+	}
+	ps := c.Uint("pool-size")
+	if ps < 1 || ps >= 1<<30 {
+		return cfg, fmt.Errorf("--pool-size %d: give 1 to 2^30-1 slots (default %d)", ps, switchmodel.DefaultPoolSize)
+	}
+	cfg.poolSize = uint32(ps)
+	switch c.String("icrc") {
+	case swswitch.ICRCVerify.String():
+		cfg.icrc = swswitch.ICRCVerify
+	case swswitch.ICRCVerifyIPv6.String():
+		cfg.icrc = swswitch.ICRCVerifyIPv6
+	default:
+		return cfg, fmt.Errorf("--icrc %q: use verify or verify-ipv6", c.String("icrc"))
+	}
+	if cfg.sessionTimeout <= 0 {
+		return cfg, fmt.Errorf("--session-timeout %v: give a positive duration, e.g. 30s", cfg.sessionTimeout)
+	}
+	if cfg.loss < 0 || cfg.loss >= 0.5 {
+		return cfg, fmt.Errorf("--loss %v: give a probability in [0, 0.5)", cfg.loss)
+	}
+	if cfg.logLevel, err = parseLogLevel(c.String("log-level")); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// checkHostPort checks that a flag holds host:port.
+func checkHostPort(flag, addr string) error {
+	// An empty host means every interface, which net.Listen accepts.
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		return fmt.Errorf("--%s %q: give host:port, e.g. 127.0.0.1:50099", flag, addr)
+	}
+	return nil
+}
+
+// parseLogLevel accepts debug, info, warn and error (any case).
+func parseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level %q: use debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// newLogger writes text log lines to w (stderr).
+func newLogger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// jobCounter counts the jobs the controller installs and removes, for the
+// final report (the controller's own counters go with it when it closes).
+type jobCounter struct {
+	control.Programmer
+	added, removed atomic.Uint64
+}
+
+func (p *jobCounter) AddJob(ctx context.Context, job *wire.Job) error {
+	err := p.Programmer.AddJob(ctx, job)
+	if err == nil {
+		p.added.Add(1)
+	}
+	return err
+}
+
+func (p *jobCounter) RemoveJob(ctx context.Context, id uint32) error {
+	err := p.Programmer.RemoveJob(ctx, id)
+	if err == nil {
+		p.removed.Add(1)
+	}
+	return err
+}
+
+func runSwitch(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cli.Exit(fmt.Sprintf("switch takes no arguments (got %q): put flags before nothing, e.g. swml-rdma switch --addr 10.0.0.1", c.Args().Slice()), 2)
+	}
+	cfg, err := switchFlags(c)
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	log := newLogger(c.App.ErrWriter, cfg.logLevel)
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serveSwitch(ctx, stop, cfg, log, c.App.Writer); err != nil {
+		return cli.Exit("switch: "+err.Error(), 1)
+	}
+	return nil
+}
+
+// serveSwitch runs the daemon until ctx ends (stop is called then, so that
+// a second signal kills the process), shuts it down and prints the final
+// counters to out.
+func serveSwitch(ctx context.Context, stop func(), cfg switchConfig, log *slog.Logger, out io.Writer) (err error) {
+	start := time.Now()
+	var capture *udp.Capture
+	if cfg.pcap != "" {
+		f, err := os.Create(cfg.pcap)
+		if err != nil {
+			return fmt.Errorf("--pcap: %w", err)
+		}
+		if capture, err = udp.NewCapture(f); err != nil {
+			f.Close()
+			return fmt.Errorf("--pcap %s: %w", cfg.pcap, err)
+		}
+		defer func() {
+			if cerr := capture.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("--pcap %s: %w", cfg.pcap, cerr)
+			}
+		}()
+	}
+	reg := newMetricsRegistry()
+	sw, err := swswitch.New(swswitch.Config{
+		Addr: cfg.addr, Model: switchmodel.Config{PoolSize: cfg.poolSize}, ICRC: cfg.icrc,
+		IngressLoss: cfg.loss, EgressLoss: cfg.loss, Seed: uint64(time.Now().UnixNano()),
+		Capture: capture, Registry: reg, Logger: log,
+	})
+	if err != nil {
+		return fmt.Errorf("--addr %v: %w", cfg.addr, err)
+	}
+	swClosed := false
+	defer func() {
+		if !swClosed {
+			sw.Close()
+		}
+	}()
+	jobs := &jobCounter{Programmer: sw}
+	ccfg := control.Config{Programmer: jobs, PoolSize: sw.Config().Model.PoolSize, SessionTimeout: cfg.sessionTimeout, Logger: log, Registry: reg}
+	if cfg.addr.Is4() {
+		ccfg.SwitchIPv4 = cfg.addr
+	} else {
+		ccfg.SwitchIPv6 = cfg.addr
+	}
+	ctl, err := control.New(ccfg)
+	if err != nil {
+		return err
+	}
+	ctlClosed := false
+	defer func() {
+		if !ctlClosed {
+			ctl.Close()
+		}
+	}()
+	lis, err := net.Listen("tcp", cfg.controllerAddr)
+	if err != nil {
+		return listenError("controller-addr", cfg.controllerAddr, err)
+	}
+	var metrics *metricsServer
+	if cfg.metricsAddr != "" {
+		if metrics, err = startMetricsServer("metrics-addr", cfg.metricsAddr, reg, log); err != nil {
+			lis.Close()
+			return err
+		}
+		defer metrics.Close()
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- ctl.Serve(lis) }()
+	log.Info("switch ready", "roce", sw.Addr().String(), "controller", lis.Addr().String(),
+		"pool", cfg.poolSize, "loss", cfg.loss, "pcap", cfg.pcap)
+
+	select {
+	case <-ctx.Done():
+		stop()
+		log.Info("shutting down: aborting running jobs", "jobs", len(ctl.Jobs()))
+	case err = <-serveErr:
+		stop()
+		if err == nil {
+			err = errors.New("the controller stopped serving")
+		}
+		log.Error("controller failed", "err", err)
+	}
+	ctl.Close() // aborts the jobs (workers get ENDED) and removes them from the switch
+	ctlClosed = true
+	if err == nil {
+		<-serveErr
+	}
+	metrics.Close()
+	sw.Close()
+	swClosed = true
+	printSwitchStats(out, sw, jobs, capture, cfg.pcap, time.Since(start))
+	return err
+}
+
+// printSwitchStats writes the final counters.
+func printSwitchStats(out io.Writer, sw *swswitch.Switch, jobs *jobCounter, capture *udp.Capture, pcap string, uptime time.Duration) {
+	st := sw.Stats()
+	fmt.Fprintf(out, "switch %v stopped after %v: final counters\n", sw.Addr(), uptime.Round(time.Millisecond))
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "  packets in\t%d\t(%d bytes)\n", st.PacketsIn, st.BytesIn)
+	fmt.Fprintf(w, "  packets out\t%d\t(%d bytes)\n", st.PacketsOut, st.BytesOut)
+	fmt.Fprintf(w, "  aggregated\t%d\t\n", st.Model.Aggregated)
+	fmt.Fprintf(w, "  slots completed\t%d\t\n", st.Model.Completed)
+	fmt.Fprintf(w, "  retransmissions\t%d\t\n", st.Model.Retransmissions)
+	fmt.Fprintf(w, "  unicasts\t%d\t\n", st.Model.Unicasts)
+	fmt.Fprintf(w, "  results skipped\t%d\t\n", st.Model.ResultsSkipped)
+	var total uint64
+	var reasons []string
+	for r := switchmodel.DropReason(1); r < switchmodel.NumDropReasons; r++ {
+		total += st.Drops(r)
+		reasons = append(reasons, fmt.Sprintf("%s=%d", r, st.Drops(r)))
+	}
+	fmt.Fprintf(w, "  drops\t%d\t(%s)\n", total, strings.Join(reasons, " "))
+	fmt.Fprintf(w, "  jobs\t%d\t(started; %d ended)\n", jobs.added.Load(), jobs.removed.Load())
+	if capture != nil {
+		fmt.Fprintf(w, "  pcap\t%d\t(frames in %s)\n", capture.Packets(), pcap)
+	}
+	w.Flush()
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/verbs/soft"
+)
+
+// runSwitchBounded runs `switch args…` in this process for at most 30 s: a
+// bad configuration must fail at start, never serve.
+func runSwitchBounded(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, stderr, done := runInProcess(ctx, append([]string{"switch"}, args...)...)
+	err := <-done
+	if ctx.Err() != nil {
+		t.Fatalf("switch %v served instead of failing:\n%s", args, stderr)
+	}
+	return stderr.String(), err
+}
+
+func TestSwitchBadFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"addr", []string{"--addr", "switch0"}, "give the switch's own IP address"},
+		{"addr unspecified", []string{"--addr", "0.0.0.0"}, "give the switch's own IP address"},
+		{"controller addr", []string{"--controller-addr", "localhost"}, "give host:port"},
+		{"metrics addr", []string{"--metrics-addr", "9100"}, "give host:port"},
+		{"pool size", []string{"--pool-size", "0"}, "--pool-size 0"},
+		{"icrc", []string{"--icrc", "off"}, "use verify or verify-ipv6"},
+		{"loss", []string{"--loss", "0.7"}, "[0, 0.5)"},
+		{"session timeout", []string{"--session-timeout", "0s"}, "positive duration"},
+		{"log level", []string{"--log-level", "loud"}, "use debug, info, warn or error"},
+		{"positional", []string{"now"}, "takes no arguments"},
+		{"pcap", []string{"--addr", "127.13.20.9", "--controller-addr", "127.0.0.1:0", "--pcap", filepath.Join(t.TempDir(), "no", "such", "dir.pcap")}, "--pcap"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := runSwitchBounded(t, tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want it to mention %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestSwitchAddressInUse: each of the switch's three listeners reports a
+// taken address with the address and the fix. Addresses: 127.13.20.x.
+func TestSwitchAddressInUse(t *testing.T) {
+	taken, err := soft.Open(soft.Config{Addr: netip.MustParseAddr("127.13.20.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	busy := tcp.Addr().String()
+
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"roce", []string{"--addr", "127.13.20.1", "--controller-addr", "127.0.0.1:0"}, []string{"--addr 127.13.20.1", "already uses this address"}},
+		{"controller", []string{"--addr", "127.13.20.2", "--controller-addr", busy}, []string{"--controller-addr " + busy, "already in use", "pick a free port"}},
+		{"metrics", []string{"--addr", "127.13.20.3", "--controller-addr", "127.0.0.1:0", "--metrics-addr", busy}, []string{"--metrics-addr " + busy, "already in use"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := runSwitchBounded(t, tt.args...)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,523 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/urfave/cli/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/swml-rdma/swml-rdma/aggregation"
+	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	pb "github.com/swml-rdma/swml-rdma/aggregation/control/switchmlpb"
+	"github.com/swml-rdma/swml-rdma/aggregation/quant"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/verbs"
+	"github.com/swml-rdma/swml-rdma/verbs/ibverbs"
+	"github.com/swml-rdma/swml-rdma/verbs/soft"
+)
+
+func init() { commands = append(commands, workerCommand()) }
+
+// Defaults of the worker's job flags.
+const (
+	defaultConnectTimeout = 30 * time.Second
+	// exitInterrupted is the exit status after SIGINT/SIGTERM, as a shell
+	// reports a process killed by SIGINT.
+	exitInterrupted = 130
+)
+
+func workerCommand() *cli.Command {
+	return &cli.Command{
+		Name:     "worker",
+		Category: "daemons",
+		Usage:    "run one worker of a job against `swml-rdma switch` (the benchmark loop, verified)",
+		Description: "Joins session --session-id as --rank of --workers at the controller (--controller), then all-reduces\n" +
+			"a deterministic tensor --warmup + --iters times and checks its result against the float64 (int32:\n" +
+			"exact) reference: every worker can rebuild every rank's input. A mismatch fails with exit status 1.\n" +
+			"Rank and size come from --rank/--workers, else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (mpirun),\n" +
+			"else RANK/WORLD_SIZE (torchrun). SIGINT/SIGTERM aborts the job for every worker. See docs/operations.md.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "controller", Value: control.DefaultAddr, Usage: "the controller's gRPC `ADDR` (host:port), as given to `swml-rdma switch --controller-addr`", EnvVars: []string{"SWML_CONTROLLER"}, Category: "job"},
+			&cli.DurationFlag{Name: "connect-timeout", Value: defaultConnectTimeout, Usage: "how long to wait for the controller to accept connections", EnvVars: []string{"SWML_CONNECT_TIMEOUT"}, Category: "job"},
+			&cli.UintFlag{Name: "session-id", Value: 1, Usage: "the job's session id: the same for every worker of a job, distinct between concurrent jobs", EnvVars: []string{"SWML_SESSION_ID"}, Category: "job"},
+			&cli.IntFlag{Name: "rank", Usage: "this worker's rank, 0 … workers-1", DefaultText: "$OMPI_COMM_WORLD_RANK, else $RANK", EnvVars: []string{"SWML_RANK"}, Category: "job"},
+			&cli.IntFlag{Name: "workers", Usage: "workers of the job", DefaultText: "$OMPI_COMM_WORLD_SIZE, else $WORLD_SIZE", EnvVars: []string{"SWML_WORKERS"}, Category: "job"},
+			&cli.StringFlag{Name: "nic", Value: "soft", Usage: "soft (userspace RoCEv2 NIC over UDP) or ibverbs (an RDMA device through libibverbs)", EnvVars: []string{"SWML_NIC"}, Category: "nic"},
+			&cli.StringFlag{Name: "device", Usage: "ibverbs device `NAME`, e.g. rxe0 or mlx5_0 (default: the one whose GID is --addr; ignored by soft)", EnvVars: []string{"SWML_DEVICE"}, Category: "nic"},
+			&cli.StringFlag{Name: "addr", Usage: "the worker's RoCE `IP`: soft binds it (default 127.0.0.<2+rank>); ibverbs uses the GID of this address", EnvVars: []string{"SWML_ADDR"}, Category: "nic"},
+			&cli.StringFlag{Name: "gid-index", Value: "auto", Usage: "RoCE v2 GID index: auto = the GID of --addr (the only choice today)", EnvVars: []string{"SWML_GID_INDEX"}, Category: "nic"},
+			&cli.StringFlag{Name: "size", Value: "4MiB", Usage: "tensor size in bytes (4-byte elements), e.g. 64MiB", EnvVars: []string{"SWML_SIZE"}, Category: "bench"},
+			&cli.IntFlag{Name: "iters", Value: 10, Usage: "measured all-reduces", EnvVars: []string{"SWML_ITERS"}, Category: "bench"},
+			&cli.IntFlag{Name: "warmup", Value: 2, Usage: "unmeasured all-reduces first", EnvVars: []string{"SWML_WARMUP"}, Category: "bench"},
+			&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "float32 (block floating point) or int32 (exact)", EnvVars: []string{"SWML_DTYPE"}, Category: "bench"},
+			&cli.IntFlag{Name: "packet-size", Value: aggregation.DefaultPacketSize, Usage: "payload bytes per packet: 256, 512, 1024, 2048, 4096", EnvVars: []string{"SWML_PACKET_SIZE"}, Category: "protocol"},
+			&cli.IntFlag{Name: "qps", Value: aggregation.DefaultQPs, Usage: "UC queue pairs per worker", EnvVars: []string{"SWML_QPS"}, Category: "protocol"},
+			&cli.StringFlag{Name: "msg-size", Value: "16KiB", Usage: "message size: packet size × a power of two", EnvVars: []string{"SWML_MSG_SIZE"}, Category: "protocol"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON", EnvVars: []string{"SWML_JSON"}, Category: "output"},
+			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics at http://`ADDR`/metrics while the job runs (host:port; empty: off)", EnvVars: []string{"SWML_METRICS_ADDR"}, Category: "output"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error (logs go to stderr)", EnvVars: []string{"SWML_LOG_LEVEL"}, Category: "output"},
+		},
+		Action: runWorker,
+	}
+}
+
+// workerConfig is one worker of a multi-process job; bench --controller
+// fills it too.
+type workerConfig struct {
+	controller     string        // gRPC host:port
+	connectTimeout time.Duration // bound on waiting for the controller to accept
+	sessionID      uint32
+	rank, workers  int
+
+	nic    string     // "soft" or "ibverbs"
+	device string     // ibverbs device name; "" = the one holding addr's GID
+	addr   netip.Addr // soft: bound; ibverbs: whose GID to use
+
+	size, iters, warmup      int // tensor bytes; all-reduces
+	packetSize, qps, msgSize int
+	dtype                    wire.DType
+
+	// Optional.
+	peerTimeout       time.Duration         // 0: aggregation.DefaultPeerTimeout
+	retransmitTimeout time.Duration         // 0: aggregation.DefaultRetransmitTimeout
+	registry          prometheus.Registerer // gets swml_worker_… and swml_nic_… if set
+}
+
+// workerResult is one worker's benchmark result: bench's columns for this
+// worker alone (Packets and Retransmissions are its own), plus who it was.
+type workerResult struct {
+	benchResult
+	Rank       int    `json:"rank"`
+	JobID      uint32 `json:"job"`
+	SessionID  uint32 `json:"session_id"`
+	Device     string `json:"device"`
+	Controller string `json:"controller"`
+}
+
+func runWorker(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cli.Exit(fmt.Sprintf("worker takes no arguments (got %q): put flags before nothing, e.g. swml-rdma worker --rank 0 --workers 2", c.Args().Slice()), 2)
+	}
+	cfg, err := workerFlags(c)
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	level, err := parseLogLevel(c.String("log-level"))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	log := newLogger(c.App.ErrWriter, level).With("rank", cfg.rank)
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if addr := c.String("metrics-addr"); addr != "" {
+		if err := checkHostPort("metrics-addr", addr); err != nil {
+			return cli.Exit(err.Error(), 2)
+		}
+		reg := newMetricsRegistry()
+		m, err := startMetricsServer("metrics-addr", addr, reg, log)
+		if err != nil {
+			return cli.Exit(err.Error(), 1)
+		}
+		defer m.Close()
+		cfg.registry = reg
+	}
+	res, err := runWorkerBench(ctx, cfg, log)
+	if err != nil {
+		if ctx.Err() != nil && c.Context.Err() == nil {
+			return cli.Exit(fmt.Sprintf("worker rank %d: interrupted (a running job is aborted for every worker): %v", cfg.rank, err), exitInterrupted)
+		}
+		return cli.Exit(fmt.Sprintf("worker rank %d: %v", cfg.rank, err), 1)
+	}
+	return printWorker(c.App.Writer, res, c.Bool("json"))
+}
+
+// workerFlags validates the worker's flags and environment.
+func workerFlags(c *cli.Context) (workerConfig, error) {
+	cfg := workerConfig{controller: c.String("controller"), connectTimeout: c.Duration("connect-timeout"),
+		nic: c.String("nic"), device: c.String("device"),
+		iters: c.Int("iters"), warmup: c.Int("warmup"), packetSize: c.Int("packet-size"), qps: c.Int("qps")}
+	var err error
+	if cfg.rank, cfg.workers, err = rankAndSize(c); err != nil {
+		return cfg, err
+	}
+	if err := checkHostPort("controller", cfg.controller); err != nil {
+		return cfg, err
+	}
+	if cfg.connectTimeout < 0 {
+		return cfg, fmt.Errorf("--connect-timeout %v: give a duration ≥ 0, e.g. 30s", cfg.connectTimeout)
+	}
+	sid := c.Uint("session-id")
+	if uint64(sid) > 1<<32-1 {
+		return cfg, fmt.Errorf("--session-id %d: give a 32-bit number", sid)
+	}
+	cfg.sessionID = uint32(sid)
+	if err := jobFlags(c, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := nicFlags(c, &cfg); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// rankAndSize resolves rank and worker count: flags (or SWML_RANK,
+// SWML_WORKERS) win, then Open MPI's variables, then torchrun's.
+func rankAndSize(c *cli.Context) (rank, workers int, err error) {
+	rank, rankFrom, err := intFromFlagOrEnv(c, "rank", "OMPI_COMM_WORLD_RANK", "RANK")
+	if err != nil {
+		return 0, 0, err
+	}
+	if rankFrom == "" {
+		return 0, 0, errors.New("no rank: pass --rank N (or SWML_RANK), or launch with mpirun (OMPI_COMM_WORLD_RANK) or torchrun (RANK)")
+	}
+	workers, sizeFrom, err := intFromFlagOrEnv(c, "workers", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE")
+	if err != nil {
+		return 0, 0, err
+	}
+	if sizeFrom == "" {
+		return 0, 0, errors.New("no worker count: pass --workers N (or SWML_WORKERS), or launch with mpirun (OMPI_COMM_WORLD_SIZE) or torchrun (WORLD_SIZE)")
+	}
+	if workers < 1 || workers > quant.MaxWorkers {
+		return 0, 0, fmt.Errorf("%s %d: a job has 1 to %d workers", sizeFrom, workers, quant.MaxWorkers)
+	}
+	if rank < 0 || rank >= workers {
+		return 0, 0, fmt.Errorf("%s %d with %s %d: ranks of a %d-worker job are 0 … %d", rankFrom, rank, sizeFrom, workers, workers, workers-1)
+	}
+	return rank, workers, nil
+}
+
+// intFromFlagOrEnv reads flag if set, else the first non-empty variable of
+// envs; from names the source ("--rank", "RANK=…"), "" when none was set.
+func intFromFlagOrEnv(c *cli.Context, flag string, envs ...string) (v int, from string, err error) {
+	if c.IsSet(flag) {
+		return c.Int(flag), "--" + flag, nil
+	}
+	for _, e := range envs {
+		s := os.Getenv(e)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return 0, "", fmt.Errorf("%s=%q in the environment is not a number; unset it or pass --%s", e, s, flag)
+		}
+		return n, "$" + e, nil
+	}
+	return 0, "", nil
+}
+
+// jobFlags validates the tensor and protocol flags (as bench does).
+func jobFlags(c *cli.Context, cfg *workerConfig) error {
+	var err error
+	if cfg.size, err = parseSize(c.String("size")); err != nil {
+		return fmt.Errorf("--size: %v", err)
+	}
+	if cfg.size%4 != 0 {
+		return fmt.Errorf("--size %d: a tensor of 4-byte elements needs a multiple of 4 bytes", cfg.size)
+	}
+	if cfg.msgSize, err = parseSize(c.String("msg-size")); err != nil {
+		return fmt.Errorf("--msg-size: %v", err)
+	}
+	if cfg.dtype, err = wire.ParseDType(c.String("dtype")); err != nil {
+		return fmt.Errorf("--dtype: %v", err)
+	}
+	switch {
+	case cfg.iters < 1:
+		return fmt.Errorf("--iters %d: give at least 1", cfg.iters)
+	case cfg.warmup < 0:
+		return fmt.Errorf("--warmup %d: must not be negative", cfg.warmup)
+	case cfg.qps < 1 || cfg.qps > 4096:
+		return fmt.Errorf("--qps %d: give 1 to 4096 queue pairs", cfg.qps)
+	}
+	if err := wire.CheckPacketSize(cfg.packetSize); err != nil {
+		return fmt.Errorf("--packet-size: %v", err)
+	}
+	ppm := cfg.msgSize / cfg.packetSize
+	if cfg.msgSize%cfg.packetSize != 0 || ppm&(ppm-1) != 0 {
+		return fmt.Errorf("--msg-size %d: must be the packet size (%d) times a power of two, e.g. %d", cfg.msgSize, cfg.packetSize, 16*cfg.packetSize)
+	}
+	return nil
+}
+
+// nicFlags validates --nic, --device, --addr and --gid-index.
+func nicFlags(c *cli.Context, cfg *workerConfig) error {
+	gid := c.String("gid-index")
+	if gid != "auto" {
+		if _, err := strconv.ParseUint(gid, 10, 8); err != nil {
+			return fmt.Errorf("--gid-index %q: use auto (the GID of --addr) or a GID table index", gid)
+		}
+	}
+	if a := c.String("addr"); a != "" {
+		ip, err := netip.ParseAddr(a)
+		if err != nil || ip.IsUnspecified() {
+			return fmt.Errorf("--addr %q: give this worker's own IP address, e.g. 10.0.0.2 (127.0.0.2 on one host)", a)
+		}
+		cfg.addr = ip.Unmap()
+	}
+	switch cfg.nic {
+	case "soft":
+		if gid != "auto" {
+			return fmt.Errorf("--gid-index %s with --nic soft: the userspace NIC has no GID table, its GID is --addr; drop --gid-index", gid)
+		}
+		if !cfg.addr.IsValid() {
+			if cfg.rank > 252 {
+				return fmt.Errorf("--rank %d: no default address past 127.0.0.254; pass --addr", cfg.rank)
+			}
+			cfg.addr = netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + cfg.rank)})
+		}
+	case "ibverbs":
+		if gid != "auto" {
+			return fmt.Errorf("--gid-index %s: --nic ibverbs picks the RoCE v2 GID whose address is --addr; pass that GID's address as --addr instead (`swml-rdma devices` lists GIDs with their addresses)", gid)
+		}
+		if !cfg.addr.IsValid() {
+			return errors.New("--nic ibverbs needs --addr: the local IP whose RoCE v2 GID to send from (`swml-rdma devices` lists them)")
+		}
+	default:
+		return fmt.Errorf("--nic %q: use soft (userspace NIC, no RDMA hardware needed) or ibverbs", cfg.nic)
+	}
+	return nil
+}
+
+// openWorkerDevice opens the worker's NIC; closeDev releases it.
+func openWorkerDevice(cfg workerConfig) (dev verbs.Device, closeDev func(), err error) {
+	switch cfg.nic {
+	case "ibverbs":
+		d, err := ibverbs.Open(cfg.device, cfg.addr)
+		if errors.Is(err, verbs.ErrNotSupported) || errors.Is(err, verbs.ErrNoDevice) {
+			return nil, nil, fmt.Errorf("--nic ibverbs (device %q, --addr %v): %w\n"+
+				"  fixes: run with --nic soft (the userspace NIC needs no RDMA hardware); use a binary built with -tags ibverbs\n"+
+				"  (cgo, libibverbs-dev) if this one is not; or add a Soft-RoCE device: modprobe rdma_rxe &&\n"+
+				"  rdma link add rxe0 type rxe netdev <dev> (docs/testbed.md); `swml-rdma devices` lists what there is", cfg.device, cfg.addr, err)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("--nic ibverbs (device %q, --addr %v): %w", cfg.device, cfg.addr, err)
+		}
+		return d, func() { d.Close() }, nil
+	default:
+		d, err := soft.Open(soft.Config{Addr: cfg.addr})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--addr %v: %w", cfg.addr, err)
+		}
+		if cfg.registry != nil {
+			if err := cfg.registry.Register(soft.NewCollector(d)); err != nil {
+				d.Close()
+				return nil, nil, fmt.Errorf("register NIC metrics: %w", err)
+			}
+		}
+		return d, func() { d.Close() }, nil
+	}
+}
+
+// waitForController polls the controller's TCP port until it accepts, ctx
+// ends or timeout passes: workers may start before the switch daemon.
+func waitForController(ctx context.Context, addr string, timeout time.Duration, log *slog.Logger) error {
+	deadline := time.Now().Add(timeout)
+	var d net.Dialer
+	for attempt := 0; ; attempt++ {
+		dctx, cancel := context.WithTimeout(ctx, max(min(time.Until(deadline), 2*time.Second), 100*time.Millisecond))
+		conn, err := d.DialContext(dctx, "tcp", addr)
+		cancel()
+		if err == nil {
+			conn.Close()
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("waiting for the controller %s: %w", addr, ctx.Err())
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("controller %s unreachable after %v (%v): start `swml-rdma switch --controller-addr %s` first, check --controller, or raise --connect-timeout",
+				addr, timeout, err, addr)
+		}
+		if attempt == 0 {
+			log.Info("waiting for the controller", "controller", addr, "timeout", timeout)
+		}
+		t := time.NewTimer(min(250*time.Millisecond, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// runWorkerBench runs one worker of a job: it opens the NIC, joins the
+// session, all-reduces this rank's deterministic input warmup + iters times,
+// checks every result against the reference built from every rank's input,
+// and ends its session (an abort if anything failed, so the other workers
+// learn at once). With cfg.registry set it registers the worker's metrics
+// there (swml_worker_…, swml_nic_… for soft) for the caller to serve.
+func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ workerResult, err error) {
+	dev, closeDev, err := openWorkerDevice(cfg)
+	if err != nil {
+		return workerResult{}, err
+	}
+	defer closeDev()
+	if err := waitForController(ctx, cfg.controller, cfg.connectTimeout, log); err != nil {
+		return workerResult{}, err
+	}
+	log.Info("joining", "controller", cfg.controller, "session", cfg.sessionID, "workers", cfg.workers, "device", dev.Name())
+	sess, err := aggregation.Open(ctx, aggregation.Config{
+		Device: dev, ControllerAddr: cfg.controller, SessionID: cfg.sessionID, Rank: cfg.rank, Workers: cfg.workers,
+		QPs: cfg.qps, PacketSize: cfg.packetSize, PacketsPerMessage: cfg.msgSize / cfg.packetSize, DType: cfg.dtype,
+		PeerTimeout: cfg.peerTimeout, RetransmitTimeout: cfg.retransmitTimeout,
+	})
+	if err != nil {
+		return workerResult{}, err
+	}
+	closed := false
+	defer func() {
+		if closed {
+			return
+		}
+		// Session.Close aborts the job only if an all-reduce broke midway;
+		// a worker stopped between two calls would end its session cleanly
+		// and leave the others waiting out their PeerTimeout.
+		reason := fmt.Sprint(err)
+		if ctx.Err() != nil {
+			reason = "interrupted (SIGINT or SIGTERM)"
+		}
+		if aerr := abortJob(cfg.controller, sess.JobID(), cfg.rank, reason); aerr != nil {
+			log.Warn("aborting the job", "job", sess.JobID(), "err", aerr)
+		}
+		sess.Close()
+	}()
+	log.Info("joined job", "job", sess.JobID(), "session", cfg.sessionID)
+	var hist prometheus.Histogram
+	if cfg.registry != nil {
+		hist = prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "swml_worker_allreduce_duration_seconds",
+			Help: "Time of one all-reduce call of this worker, warm-up included.",
+			ConstLabels: prometheus.Labels{
+				"job_id": strconv.FormatUint(uint64(sess.JobID()), 10), "rank": strconv.Itoa(cfg.rank)},
+			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 18), // 100 µs … 13 s
+		})
+		if err := cfg.registry.Register(aggregation.NewCollector(sess)); err != nil {
+			return workerResult{}, fmt.Errorf("register worker metrics: %w", err)
+		}
+		if err := cfg.registry.Register(hist); err != nil {
+			return workerResult{}, fmt.Errorf("register worker metrics: %w", err)
+		}
+	}
+
+	n := cfg.size / 4
+	inputs, inputsI := makeInputs(cfg.dtype, cfg.workers, n)
+	var buf []float32
+	var bufI []int32
+	if cfg.dtype == wire.Int32 {
+		bufI = make([]int32, n)
+	} else {
+		buf = make([]float32, n)
+	}
+	times := make([]time.Duration, 0, cfg.iters)
+	total := cfg.warmup + cfg.iters
+	for it := range total {
+		if cfg.dtype == wire.Int32 {
+			copy(bufI, inputsI[cfg.rank])
+		} else {
+			copy(buf, inputs[cfg.rank])
+		}
+		start := time.Now()
+		if cfg.dtype == wire.Int32 {
+			err = sess.AllReduceInt32(ctx, bufI)
+		} else {
+			err = sess.AllReduce(ctx, buf)
+		}
+		elapsed := time.Since(start)
+		if err != nil {
+			return workerResult{}, fmt.Errorf("all-reduce %d of %d (job %d): %w", it+1, total, sess.JobID(), err)
+		}
+		if hist != nil {
+			hist.Observe(elapsed.Seconds())
+		}
+		var out [][]float32
+		var outI [][]int32
+		if cfg.dtype == wire.Int32 {
+			outI = [][]int32{bufI}
+		} else {
+			out = [][]float32{buf}
+		}
+		if err := verify(cfg.dtype, inputs, inputsI, out, outI); err != nil {
+			log.Error("RESULT MISMATCH", "iteration", it+1, "err", err)
+			return workerResult{}, fmt.Errorf("all-reduce %d of %d (job %d): RESULT MISMATCH: %w", it+1, total, sess.JobID(), err)
+		}
+		if it >= cfg.warmup {
+			times = append(times, elapsed)
+		}
+	}
+	st := sess.Stats()
+	jobID := sess.JobID()
+	closed = true
+	if err := sess.Close(); err != nil {
+		// Every result was verified; the lease just did not end cleanly.
+		log.Warn("ending the session", "err", err)
+	}
+	res := workerResult{
+		benchResult: benchResult{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: n, Iters: cfg.iters,
+			PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Verified: true,
+			Packets: st.Packets, Retransmissions: st.Retransmissions},
+		Rank: cfg.rank, JobID: jobID, SessionID: cfg.sessionID, Device: dev.Name(), Controller: cfg.controller,
+	}
+	slices.Sort(times)
+	res.MinNs, res.MaxNs, res.MedianNs = int64(times[0]), int64(times[len(times)-1]), int64(times[len(times)/2])
+	med := time.Duration(res.MedianNs).Seconds()
+	res.ATEPerSec = float64(n) / med
+	res.Gbps = float64(cfg.size) * 8 / med / 1e9
+	log.Info("done", "job", jobID, "iters", cfg.iters, "median", time.Duration(res.MedianNs), "verified", true)
+	return res, nil
+}
+
+// abortJob ends a job for every worker at once (EndSession with abort), so
+// that the others fail naming reason.
+func abortJob(controller string, jobID uint32, rank int, reason string) error {
+	conn, err := grpc.NewClient(controller, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("abort job %d at %s: %w", jobID, controller, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = pb.NewJobClient(conn).EndSession(ctx, &pb.EndSessionRequest{JobId: jobID, Rank: uint32(rank), Abort: true, Reason: reason})
+	if status.Code(err) == codes.NotFound {
+		return nil // ended already (another rank aborted it)
+	}
+	if err != nil {
+		return fmt.Errorf("abort job %d at %s: %w", jobID, controller, err)
+	}
+	return nil
+}
+
+// printWorker prints one worker's result: bench's columns, or JSON.
+func printWorker(out io.Writer, r workerResult, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	fmt.Fprintf(out, "SwitchML all-reduce, rank %d of %d (job %d, %s, controller %s): %s tensor of %s (%d elements), packet %d B, message %d B, %d QPs\n",
+		r.Rank, r.Workers, r.JobID, r.Device, r.Controller, r.DType, humanBytes(r.TensorBytes), r.Elements, r.PacketSize, r.MessageSize, r.QPs)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "iters\tmedian\tmin\tmax\tATE/s\tGbit/s\tpackets\tretransmissions\tverified\t")
+	fmt.Fprintf(w, "%d\t%v\t%v\t%v\t%.3g\t%.3f\t%d\t%d\t%v\t\n", r.Iters,
+		time.Duration(r.MedianNs).Round(time.Microsecond), time.Duration(r.MinNs).Round(time.Microsecond), time.Duration(r.MaxNs).Round(time.Microsecond),
+		r.ATEPerSec, r.Gbps, r.Packets, r.Retransmissions, r.Verified)
+	return w.Flush()
+}
