@@ -6,11 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -21,6 +25,8 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/verbs"
+	"github.com/swml-rdma/swml-rdma/verbs/perftest"
 	"github.com/swml-rdma/swml-rdma/verbs/soft"
 )
 
@@ -30,12 +36,15 @@ func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:     "bench",
 		Category: "benchmarks",
-		Usage:    "all-reduce benchmark: software switch, controller and N userspace-NIC workers on loopback",
+		Usage:    "all-reduce benchmark: software switch, controller and N userspace-NIC workers on loopback, against a ring all-reduce",
 		Description: "Runs a software switch (--switch-addr, 127.0.0.1), its controller and --workers workers (127.0.0.2, …), each with\n" +
 			"its own userspace RoCEv2 NIC, in one process; all-reduces a tensor --iters times and checks every\n" +
-			"result against a float64 (int32: exact) reference. A mismatch fails the run.",
+			"result against a float64 (int32: exact) reference. A mismatch fails the run. With --baseline ring\n" +
+			"(the default) the same workers then run a ring all-reduce over the same NICs, checked the same way,\n" +
+			"and the table gives SwitchML's ATE/s as a multiple of the ring's. --workers 2,4,8,16 sweeps worker\n" +
+			"counts (one row per count and algorithm); --plot draws the sweep. See docs/bench.md.",
 		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "workers", Value: 4, Usage: "number of workers", EnvVars: []string{"SWML_WORKERS"}, Category: "job"},
+			&cli.StringFlag{Name: "workers", Value: "4", Usage: "number of workers, or a comma list to sweep, e.g. 2,4,8,16", EnvVars: []string{"SWML_WORKERS"}, Category: "job"},
 			&cli.StringFlag{Name: "size", Value: "4MiB", Usage: "tensor size in bytes (4-byte elements), e.g. 64MiB", EnvVars: []string{"SWML_SIZE"}, Category: "job"},
 			&cli.IntFlag{Name: "iters", Value: 10, Usage: "measured all-reduces", EnvVars: []string{"SWML_ITERS"}, Category: "job"},
 			&cli.IntFlag{Name: "warmup", Value: 2, Usage: "unmeasured all-reduces first", EnvVars: []string{"SWML_WARMUP"}, Category: "job"},
@@ -44,13 +53,19 @@ func benchCommand() *cli.Command {
 			&cli.IntFlag{Name: "qps", Value: aggregation.DefaultQPs, Usage: "UC queue pairs per worker", EnvVars: []string{"SWML_QPS"}, Category: "protocol"},
 			&cli.StringFlag{Name: "msg-size", Value: "16KiB", Usage: "message size: packet size × a power of two", EnvVars: []string{"SWML_MSG_SIZE"}, Category: "protocol"},
 			&cli.StringFlag{Name: "switch-addr", Value: "127.0.0.1", Usage: "embedded switch's IPv4 address; workers take the next ones", EnvVars: []string{"SWML_SWITCH_ADDR"}, Category: "network"},
-			&cli.Float64Flag{Name: "loss", Usage: "switch drop simulator: ingress and egress loss probability, e.g. 0.01", EnvVars: []string{"SWML_LOSS"}, Category: "protocol"},
-			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON", EnvVars: []string{"SWML_JSON"}, Category: "output"},
+			&cli.Float64Flag{Name: "loss", Usage: "switch drop simulator: ingress and egress loss probability, e.g. 0.01 (not applied to the ring)", EnvVars: []string{"SWML_LOSS"}, Category: "protocol"},
+			&cli.StringFlag{Name: "baseline", Value: "ring", Usage: "also run this all-reduce among the same workers over the same NICs: ring or none", EnvVars: []string{"SWML_BASELINE"}, Category: "job"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON (schema in docs/bench.md)", EnvVars: []string{"SWML_JSON"}, Category: "output"},
+			&cli.StringFlag{Name: "plot", Usage: "draw time per all-reduce and ATE/s against worker count into `FILE` (.svg or .png)", EnvVars: []string{"SWML_PLOT"}, Category: "output"},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (runtime/pprof) of the run to `FILE`", EnvVars: []string{"SWML_CPUPROFILE"}, Category: "output"},
 		},
 		Action: runBench,
 	}
 }
 
+// benchResult is one SwitchML measurement; its JSON fields are the
+// flat part of a run object in the bench schema (docs/bench.md), and a
+// worker process reports the same columns.
 type benchResult struct {
 	Workers         int     `json:"workers"`
 	DType           string  `json:"dtype"`
@@ -71,11 +86,49 @@ type benchResult struct {
 	Verified        bool    `json:"verified"`
 }
 
+// benchSchemaVersion is bumped on any incompatible change of benchReport.
+const benchSchemaVersion = 1
+
+// benchReport is the JSON document bench prints: one run per worker count.
+type benchReport struct {
+	SchemaVersion int        `json:"schema_version"`
+	Runs          []benchRun `json:"runs"`
+}
+
+// benchRun is one worker count: SwitchML's result (flat), the baseline's
+// (null with --baseline none) and SwitchML ATE/s ÷ baseline ATE/s (null
+// without a baseline).
+type benchRun struct {
+	benchResult
+	Warmup   int             `json:"warmup"`
+	Baseline *baselineResult `json:"baseline"`
+	ATERatio *float64        `json:"ate_ratio"`
+}
+
+// baselineResult is the ring all-reduce among the same workers. Packets
+// counts everything the ranks sent (data, retransmissions and
+// acknowledgements); Retransmissions counts data messages resent.
+type baselineResult struct {
+	Name            string  `json:"name"`
+	MedianNs        int64   `json:"median_ns"`
+	MinNs           int64   `json:"min_ns"`
+	MaxNs           int64   `json:"max_ns"`
+	ATEPerSec       float64 `json:"ate_per_s"`
+	Gbps            float64 `json:"gbit_per_s"`
+	Packets         uint64  `json:"packets"`
+	Retransmissions uint64  `json:"retransmissions"`
+	Verified        bool    `json:"verified"`
+	WindowMessages  int     `json:"window_messages"`
+}
+
 type benchConfig struct {
 	workers, size, iters, warmup, packetSize, qps, msgSize int
+	sweep                                                  []int // worker counts; workers is the one running
 	dtype                                                  wire.DType
 	loss                                                   float64
 	switchAddr                                             netip.Addr
+	baseline                                               string // "ring" or "none"
+	plot                                                   string
 }
 
 func runBench(c *cli.Context) error {
@@ -86,19 +139,53 @@ func runBench(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
+	if path := c.String("cpuprofile"); path != "" {
+		stopProfile, err := startCPUProfile(path)
+		if err != nil {
+			return cli.Exit(err.Error(), 2)
+		}
+		defer stopProfile()
+	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt)
 	defer stop()
-	res, err := runEmbeddedBench(ctx, cfg)
-	if err != nil {
-		return cli.Exit("bench: "+err.Error(), 1)
+	prog := newProgress(c.App.ErrWriter, benchSteps(cfg))
+	report := benchReport{SchemaVersion: benchSchemaVersion}
+	for _, w := range cfg.sweep {
+		cfg.workers = w
+		run, err := runEmbeddedBench(ctx, cfg, prog)
+		if err != nil {
+			prog.clear()
+			return cli.Exit(fmt.Sprintf("bench (%d workers): %v", w, err), 1)
+		}
+		report.Runs = append(report.Runs, run)
 	}
-	return printBench(c.App.Writer, res, c.Bool("json"))
+	prog.clear()
+	if cfg.plot != "" {
+		if err := writePlot(cfg.plot, report.Runs); err != nil {
+			return cli.Exit("bench: "+err.Error(), 1)
+		}
+	}
+	return printBench(c.App.Writer, report, c.Bool("json"))
+}
+
+// benchSteps is the number of all-reduces the whole run does (progress).
+func benchSteps(cfg benchConfig) int {
+	per := cfg.warmup + cfg.iters
+	if cfg.baseline != "none" {
+		per *= 2
+	}
+	return per * len(cfg.sweep)
 }
 
 func benchFlags(c *cli.Context) (benchConfig, error) {
-	cfg := benchConfig{workers: c.Int("workers"), iters: c.Int("iters"), warmup: c.Int("warmup"),
-		packetSize: c.Int("packet-size"), qps: c.Int("qps"), loss: c.Float64("loss")}
+	cfg := benchConfig{iters: c.Int("iters"), warmup: c.Int("warmup"),
+		packetSize: c.Int("packet-size"), qps: c.Int("qps"), loss: c.Float64("loss"),
+		baseline: c.String("baseline"), plot: c.String("plot")}
 	var err error
+	if cfg.sweep, err = parseWorkers(c.String("workers")); err != nil {
+		return cfg, err
+	}
+	cfg.workers = slices.Max(cfg.sweep)
 	if cfg.size, err = parseSize(c.String("size")); err != nil {
 		return cfg, fmt.Errorf("--size: %v", err)
 	}
@@ -112,8 +199,6 @@ func benchFlags(c *cli.Context) (benchConfig, error) {
 		return cfg, fmt.Errorf("--dtype: %v", err)
 	}
 	switch {
-	case cfg.workers < 1 || cfg.workers > 250:
-		return cfg, fmt.Errorf("--workers %d: give 1 to 250 workers (each gets its own address 127.0.0.2 …)", cfg.workers)
 	case cfg.iters < 1:
 		return cfg, fmt.Errorf("--iters %d: give at least 1", cfg.iters)
 	case cfg.warmup < 0:
@@ -122,6 +207,13 @@ func benchFlags(c *cli.Context) (benchConfig, error) {
 		return cfg, fmt.Errorf("--qps %d: give at least 1 queue pair", cfg.qps)
 	case cfg.loss < 0 || cfg.loss >= 0.5:
 		return cfg, fmt.Errorf("--loss %v: give a probability in [0, 0.5)", cfg.loss)
+	case cfg.baseline != "ring" && cfg.baseline != "none":
+		return cfg, fmt.Errorf("--baseline %q: use ring (a ring all-reduce among the same workers) or none", cfg.baseline)
+	}
+	if cfg.plot != "" {
+		if err := checkPlotPath(cfg.plot); err != nil {
+			return cfg, err
+		}
 	}
 	if cfg.switchAddr, err = netip.ParseAddr(c.String("switch-addr")); err != nil || !cfg.switchAddr.Is4() {
 		return cfg, fmt.Errorf("--switch-addr %q: give an IPv4 address such as 127.0.0.1", c.String("switch-addr"))
@@ -139,22 +231,41 @@ func benchFlags(c *cli.Context) (benchConfig, error) {
 	return cfg, nil
 }
 
-// runEmbeddedBench runs the whole system in this process.
-func runEmbeddedBench(ctx context.Context, cfg benchConfig) (benchResult, error) {
+// parseWorkers accepts a worker count or a comma list of them.
+func parseWorkers(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("--workers %q: %q is not a number; give a count such as 4 or a comma list such as 2,4,8,16", s, f)
+		}
+		if n < 1 || n > 250 {
+			return nil, fmt.Errorf("--workers %d: give 1 to 250 workers (each gets its own address 127.0.0.2 …)", n)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// runEmbeddedBench runs the whole system in this process for cfg.workers
+// workers: SwitchML, then (unless --baseline none) the ring among the same
+// workers over the same NICs.
+func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (benchRun, error) {
 	swAddr := cfg.switchAddr
 	sw, err := swswitch.New(swswitch.Config{Addr: swAddr, IngressLoss: cfg.loss, EgressLoss: cfg.loss, Seed: 1})
 	if err != nil {
-		return benchResult{}, err
+		return benchRun{}, err
 	}
 	defer sw.Close()
 	ctl, err := control.New(control.Config{Programmer: sw, SwitchIPv4: swAddr, PoolSize: sw.Config().Model.PoolSize})
 	if err != nil {
-		return benchResult{}, err
+		return benchRun{}, err
 	}
 	defer ctl.Close()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return benchResult{}, err
+		return benchRun{}, err
 	}
 	go ctl.Serve(lis)
 
@@ -163,12 +274,16 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig) (benchResult, error)
 
 	sessions := make([]*aggregation.Session, cfg.workers)
 	var devs []*soft.Device
-	defer func() {
-		for _, s := range sessions {
+	closeSessions := func() {
+		for i, s := range sessions {
 			if s != nil {
 				s.Close()
+				sessions[i] = nil
 			}
 		}
+	}
+	defer func() {
+		closeSessions()
 		for _, d := range devs {
 			d.Close()
 		}
@@ -178,7 +293,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig) (benchResult, error)
 		a[3] += byte(1 + r)
 		d, err := soft.Open(soft.Config{Addr: netip.AddrFrom4(a)})
 		if err != nil {
-			return benchResult{}, fmt.Errorf("worker %d: %w", r, err)
+			return benchRun{}, fmt.Errorf("worker %d: %w", r, err)
 		}
 		devs = append(devs, d)
 	}
@@ -196,7 +311,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig) (benchResult, error)
 	}
 	wg.Wait()
 	if err := errors.Join(openErr...); err != nil {
-		return benchResult{}, err
+		return benchRun{}, err
 	}
 
 	// One buffer per worker, refilled from its input before each call.
@@ -209,9 +324,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig) (benchResult, error)
 			bufs[r] = make([]float32, n)
 		}
 	}
-	times := make([]time.Duration, 0, cfg.iters)
-	errs := make([]error, cfg.workers)
-	for it := 0; it < cfg.warmup+cfg.iters; it++ {
+	refill := func() {
 		for r := range cfg.workers {
 			if cfg.dtype == wire.Int32 {
 				copy(bufsI[r], inputsI[r])
@@ -219,59 +332,195 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig) (benchResult, error)
 				copy(bufs[r], inputs[r])
 			}
 		}
+	}
+	label := fmt.Sprintf("SwitchML, %d workers", cfg.workers)
+	times, err := timeAllReduces(ctx, cfg, prog, label, refill, func(r int) error {
+		if cfg.dtype == wire.Int32 {
+			return sessions[r].AllReduceInt32(ctx, bufsI[r])
+		}
+		return sessions[r].AllReduce(ctx, bufs[r])
+	}, func() error { return verify(cfg.dtype, inputs, inputsI, bufs, bufsI) })
+	if err != nil {
+		return benchRun{}, err
+	}
+	run := benchRun{Warmup: cfg.warmup, benchResult: benchResult{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: n, Iters: cfg.iters,
+		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Loss: cfg.loss, Verified: true}}
+	st := summarize(times, n, cfg.size)
+	run.MinNs, run.MaxNs, run.MedianNs, run.ATEPerSec, run.Gbps = st.min, st.max, st.median, st.ate, st.gbps
+	for _, s := range sessions {
+		st := s.Stats()
+		run.Packets += st.Packets
+		run.Retransmissions += st.Retransmissions
+	}
+	closeSessions()
+	if cfg.baseline == "none" {
+		return run, nil
+	}
+
+	vdevs := make([]verbs.Device, len(devs))
+	for i, d := range devs {
+		vdevs[i] = d
+	}
+	ring, err := perftest.NewRing(vdevs, perftest.RingConfig{MessageSize: cfg.msgSize, MTU: verbs.MTU(cfg.packetSize)})
+	if err != nil {
+		return benchRun{}, fmt.Errorf("ring baseline: %w", err)
+	}
+	defer ring.Close()
+	label = fmt.Sprintf("ring, %d workers", cfg.workers)
+	times, err = timeAllReduces(ctx, cfg, prog, label, refill, func(r int) error {
+		if cfg.dtype == wire.Int32 {
+			return ring.Rank(r).AllReduceInt32(ctx, bufsI[r])
+		}
+		return ring.Rank(r).AllReduce(ctx, bufs[r])
+	}, func() error { return verifyRing(cfg.dtype, inputs, inputsI, bufs, bufsI) })
+	if err != nil {
+		return benchRun{}, fmt.Errorf("ring baseline: %w", err)
+	}
+	st = summarize(times, n, cfg.size)
+	rs := ring.Stats()
+	run.Baseline = &baselineResult{Name: "ring", MedianNs: st.median, MinNs: st.min, MaxNs: st.max, ATEPerSec: st.ate, Gbps: st.gbps,
+		Packets: rs.Packets, Retransmissions: rs.Retransmissions, Verified: true, WindowMessages: ring.Config().Window}
+	ratio := run.ATEPerSec / run.Baseline.ATEPerSec
+	run.ATERatio = &ratio
+	return run, nil
+}
+
+// timeAllReduces runs warmup+iters all-reduces, each on every worker at once
+// (call(r) on worker r), refilling the buffers before and verifying after
+// each; it returns the measured durations.
+func timeAllReduces(ctx context.Context, cfg benchConfig, prog *progress, label string, refill func(), call func(r int) error, check func() error) ([]time.Duration, error) {
+	times := make([]time.Duration, 0, cfg.iters)
+	errs := make([]error, cfg.workers)
+	var wg sync.WaitGroup
+	for it := 0; it < cfg.warmup+cfg.iters; it++ {
+		refill()
 		start := time.Now()
 		for r := range cfg.workers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if cfg.dtype == wire.Int32 {
-					errs[r] = sessions[r].AllReduceInt32(ctx, bufsI[r])
-				} else {
-					errs[r] = sessions[r].AllReduce(ctx, bufs[r])
-				}
+				errs[r] = call(r)
 			}()
 		}
 		wg.Wait()
 		elapsed := time.Since(start)
 		if err := errors.Join(errs...); err != nil {
-			return benchResult{}, fmt.Errorf("all-reduce %d: %w", it, err)
+			return nil, fmt.Errorf("all-reduce %d: %w", it, err)
 		}
-		if err := verify(cfg.dtype, inputs, inputsI, bufs, bufsI); err != nil {
-			return benchResult{}, fmt.Errorf("all-reduce %d: RESULT MISMATCH: %w", it, err)
+		if err := check(); err != nil {
+			return nil, fmt.Errorf("all-reduce %d: RESULT MISMATCH: %w", it, err)
 		}
 		if it >= cfg.warmup {
 			times = append(times, elapsed)
 		}
+		prog.step(label)
 	}
-	res := benchResult{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: n, Iters: cfg.iters,
-		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Loss: cfg.loss, Verified: true}
-	slices.Sort(times)
-	res.MinNs, res.MaxNs, res.MedianNs = int64(times[0]), int64(times[len(times)-1]), int64(times[len(times)/2])
-	med := time.Duration(res.MedianNs).Seconds()
-	res.ATEPerSec = float64(n) / med
-	res.Gbps = float64(cfg.size) * 8 / med / 1e9
-	for _, s := range sessions {
-		st := s.Stats()
-		res.Packets += st.Packets
-		res.Retransmissions += st.Retransmissions
-	}
-	return res, nil
+	return times, nil
 }
 
-func printBench(out io.Writer, r benchResult, asJSON bool) error {
+type timing struct {
+	median, min, max int64
+	ate, gbps        float64
+}
+
+func summarize(times []time.Duration, elements, bytes int) timing {
+	slices.Sort(times)
+	t := timing{min: int64(times[0]), max: int64(times[len(times)-1]), median: int64(times[len(times)/2])}
+	med := time.Duration(t.median).Seconds()
+	t.ate = float64(elements) / med
+	t.gbps = float64(bytes) * 8 / med / 1e9
+	return t
+}
+
+// verifyRing checks ring results: int32 exactly (as verify does); float32
+// bit-identical on every worker and within float32 rounding of the float64
+// sum — each of the N−1 additions of the ring rounds once, so the error is
+// at most N·2⁻²⁴·Σ|xᵢ|.
+func verifyRing(dtype wire.DType, in [][]float32, inI [][]int32, out [][]float32, outI [][]int32) error {
+	if dtype == wire.Int32 {
+		return verify(dtype, in, inI, out, outI)
+	}
+	w := len(in)
+	for i := range out[0] {
+		var sum, sumAbs float64
+		for r := range w {
+			sum += float64(in[r][i])
+			sumAbs += math.Abs(float64(in[r][i]))
+		}
+		for r := range out {
+			if math.Float32bits(out[r][i]) != math.Float32bits(out[0][i]) {
+				return fmt.Errorf("element %d: result %d has %v, result 0 has %v (results must be bit-identical)", i, r, out[r][i], out[0][i])
+			}
+		}
+		if bound := float64(w) * 0x1p-24 * sumAbs; math.Abs(float64(out[0][i])-sum) > bound {
+			return fmt.Errorf("element %d: %v, float64 reference %v, error %g > float32 rounding bound %g", i, out[0][i], sum, math.Abs(float64(out[0][i])-sum), bound)
+		}
+	}
+	return nil
+}
+
+func printBench(out io.Writer, rep benchReport, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+		return enc.Encode(rep)
 	}
-	fmt.Fprintf(out, "SwitchML all-reduce on loopback: %d workers, %s tensor of %s (%d elements), packet %d B, message %d B, %d QPs/worker, loss %g\n",
-		r.Workers, r.DType, humanBytes(r.TensorBytes), r.Elements, r.PacketSize, r.MessageSize, r.QPs, r.Loss)
+	if len(rep.Runs) == 0 {
+		return nil
+	}
+	r0 := rep.Runs[0]
+	counts := make([]string, len(rep.Runs))
+	for i, r := range rep.Runs {
+		counts[i] = strconv.Itoa(r.Workers)
+	}
+	what := "SwitchML all-reduce"
+	if r0.Baseline != nil {
+		what = "SwitchML vs " + r0.Baseline.Name + " all-reduce"
+	}
+	fmt.Fprintf(out, "%s on loopback: %s workers, %s tensor of %s (%d elements), packet %d B, message %d B, %d QPs/worker, loss %g, %d iters (+%d warmup)\n",
+		what, strings.Join(counts, ","), r0.DType, humanBytes(r0.TensorBytes), r0.Elements, r0.PacketSize, r0.MessageSize, r0.QPs, r0.Loss, r0.Iters, r0.Warmup)
+	if r0.Baseline != nil && r0.Loss > 0 {
+		fmt.Fprintf(out, "(--loss applies to the switch only; the %s runs without injected loss)\n", r0.Baseline.Name)
+	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "iters\tmedian\tmin\tmax\tATE/s\tGbit/s\tpackets\tretransmissions\tverified\t")
-	fmt.Fprintf(w, "%d\t%v\t%v\t%v\t%.3g\t%.3f\t%d\t%d\t%v\t\n", r.Iters,
-		time.Duration(r.MedianNs).Round(time.Microsecond), time.Duration(r.MinNs).Round(time.Microsecond), time.Duration(r.MaxNs).Round(time.Microsecond),
-		r.ATEPerSec, r.Gbps, r.Packets, r.Retransmissions, r.Verified)
-	return w.Flush()
+	fmt.Fprintln(w, "workers\tall-reduce\tmedian\tmin\tmax\tATE/s\tGbit/s\tpackets\tretransmissions\tverified\tATE/s ratio\t")
+	d := func(ns int64) time.Duration { return time.Duration(ns).Round(time.Microsecond) }
+	for _, r := range rep.Runs {
+		ratio := "-"
+		if r.ATERatio != nil {
+			ratio = fmt.Sprintf("%.2f×", *r.ATERatio)
+		}
+		fmt.Fprintf(w, "%d\t%s\t%v\t%v\t%v\t%.3g\t%.3f\t%d\t%d\t%v\t%s\t\n", r.Workers, "switchml",
+			d(r.MedianNs), d(r.MinNs), d(r.MaxNs), r.ATEPerSec, r.Gbps, r.Packets, r.Retransmissions, r.Verified, ratio)
+		if b := r.Baseline; b != nil {
+			fmt.Fprintf(w, "%d\t%s\t%v\t%v\t%v\t%.3g\t%.3f\t%d\t%d\t%v\t%s\t\n", r.Workers, b.Name,
+				d(b.MedianNs), d(b.MinNs), d(b.MaxNs), b.ATEPerSec, b.Gbps, b.Packets, b.Retransmissions, b.Verified, "baseline")
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if r0.Baseline != nil {
+		fmt.Fprintf(out, "ATE/s ratio = SwitchML ATE/s ÷ %s ATE/s in the same run (> 1: SwitchML is faster).\n", r0.Baseline.Name)
+	}
+	return nil
+}
+
+// startCPUProfile starts runtime/pprof CPU profiling into path; the returned
+// function stops it and closes the file.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %v: give a writable file path", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile %s: %v (is another profile running?)", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 func humanBytes(n int) string {

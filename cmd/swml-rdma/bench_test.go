@@ -1,29 +1,100 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"image/png"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
 
+// Bench tests send traffic only to 127.13.2.1, 127.13.3.1 and
+// 127.13.32.0 – 127.13.47.255 (switch at .1, workers at .2, …).
+
 func TestBenchJSON(t *testing.T) {
-	for _, dtype := range []string{"float32", "int32"} {
+	for i, dtype := range []string{"float32", "int32"} {
 		t.Run(dtype, func(t *testing.T) {
+			addr := []string{"127.13.2.1", "127.13.32.1"}[i]
 			out, _, err := run(t, "bench", "--workers", "3", "--size", "40000", "--iters", "2", "--warmup", "1",
-				"--packet-size", "256", "--msg-size", "1KiB", "--qps", "2", "--dtype", dtype, "--json", "--switch-addr", "127.13.2.1")
+				"--packet-size", "256", "--msg-size", "1KiB", "--qps", "2", "--dtype", dtype, "--json", "--switch-addr", addr)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var r benchResult
-			if err := json.Unmarshal([]byte(out), &r); err != nil {
+			checkBenchSchema(t, out, true)
+			var rep benchReport
+			if err := json.Unmarshal([]byte(out), &rep); err != nil {
 				t.Fatalf("not JSON: %v\n%s", err, out)
 			}
-			if !r.Verified || r.Workers != 3 || r.Elements != 10000 || r.Iters != 2 || r.DType != dtype || r.Packets == 0 ||
+			if rep.SchemaVersion != 1 || len(rep.Runs) != 1 {
+				t.Fatalf("report %+v", rep)
+			}
+			r := rep.Runs[0]
+			if !r.Verified || r.Workers != 3 || r.Elements != 10000 || r.Iters != 2 || r.Warmup != 1 || r.DType != dtype || r.Packets == 0 ||
 				r.MedianNs < r.MinNs || r.MaxNs < r.MedianNs || r.ATEPerSec <= 0 {
 				t.Fatalf("result %+v", r)
 			}
+			b := r.Baseline
+			if b == nil || b.Name != "ring" || !b.Verified || b.Packets == 0 || b.MedianNs < b.MinNs || b.MaxNs < b.MedianNs || b.ATEPerSec <= 0 || b.WindowMessages <= 0 {
+				t.Fatalf("baseline %+v", b)
+			}
+			if r.ATERatio == nil || *r.ATERatio != r.ATEPerSec/b.ATEPerSec {
+				t.Fatalf("ate_ratio %v, want %v", r.ATERatio, r.ATEPerSec/b.ATEPerSec)
+			}
 		})
 	}
+}
+
+// checkBenchSchema checks the documented JSON keys (docs/bench.md), so a
+// renamed field fails here and not in someone's script.
+func checkBenchSchema(t *testing.T, out string, withBaseline bool) {
+	t.Helper()
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if got := sortedKeys(doc); !slices.Equal(got, []string{"runs", "schema_version"}) {
+		t.Fatalf("top-level keys %v", got)
+	}
+	var runs []map[string]json.RawMessage
+	if err := json.Unmarshal(doc["runs"], &runs); err != nil {
+		t.Fatal(err)
+	}
+	runKeys := []string{"ate_per_s", "ate_ratio", "baseline", "dtype", "elements", "gbit_per_s", "iters", "loss", "max_ns", "median_ns",
+		"message_size", "min_ns", "packet_size", "packets", "qps", "retransmissions", "tensor_bytes", "verified", "warmup", "workers"}
+	baseKeys := []string{"ate_per_s", "gbit_per_s", "max_ns", "median_ns", "min_ns", "name", "packets", "retransmissions", "verified", "window_messages"}
+	for _, r := range runs {
+		if got := sortedKeys(r); !slices.Equal(got, runKeys) {
+			t.Fatalf("run keys %v, want %v", got, runKeys)
+		}
+		if !withBaseline {
+			if string(r["baseline"]) != "null" || string(r["ate_ratio"]) != "null" {
+				t.Fatalf("without a baseline: baseline %s, ate_ratio %s; want null", r["baseline"], r["ate_ratio"])
+			}
+			continue
+		}
+		var b map[string]json.RawMessage
+		if err := json.Unmarshal(r["baseline"], &b); err != nil {
+			t.Fatal(err)
+		}
+		if got := sortedKeys(b); !slices.Equal(got, baseKeys) {
+			t.Fatalf("baseline keys %v, want %v", got, baseKeys)
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	var k []string
+	for key := range m {
+		k = append(k, key)
+	}
+	slices.Sort(k)
+	return k
 }
 
 func TestBenchTableWithLoss(t *testing.T) {
@@ -31,10 +102,132 @@ func TestBenchTableWithLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"2 workers", "loss 0.02", "ATE/s", "retransmissions", "true"} {
+	for _, want := range []string{"2 workers", "loss 0.02", "ATE/s", "retransmissions", "true", "switchml", "ring", "×", "ATE/s ratio", "switch only"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestBenchBaselineNone(t *testing.T) {
+	out, stderr, err := run(t, "bench", "--workers", "2", "--size", "16KiB", "--iters", "1", "--warmup", "0", "--baseline", "none", "--json", "--switch-addr", "127.13.33.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBenchSchema(t, out, false)
+	if stderr != "" {
+		t.Fatalf("stderr is not a terminal, yet got %q", stderr)
+	}
+	out, _, err = run(t, "bench", "--workers", "2", "--size", "16KiB", "--iters", "1", "--baseline", "none", "--switch-addr", "127.13.33.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "ring") || !strings.Contains(out, "switchml") {
+		t.Fatalf("table with --baseline none:\n%s", out)
+	}
+}
+
+func TestBenchSweepPlot(t *testing.T) {
+	dir := t.TempDir()
+	svgPath, pngPath := filepath.Join(dir, "sweep.svg"), filepath.Join(dir, "sweep.png")
+	out, _, err := run(t, "bench", "--workers", "1,2,3", "--size", "20000", "--iters", "2", "--warmup", "1", "--packet-size", "256", "--msg-size", "1KiB",
+		"--switch-addr", "127.13.34.1", "--plot", svgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"1,2,3 workers"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, w := range []string{"1", "2", "3"} {
+		for _, alg := range []string{"switchml", "ring"} {
+			found := false
+			for _, line := range strings.Split(out, "\n") {
+				if f := strings.Fields(line); len(f) > 2 && f[0] == w && f[1] == alg {
+					found = true
+				}
+			}
+			if !found {
+				t.Fatalf("no %s row for %s workers:\n%s", alg, w, out)
+			}
+		}
+	}
+	svg, err := os.ReadFile(svgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	series := map[string]int{}
+	dec := xml.NewDecoder(bytes.NewReader(svg))
+	var texts []string
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG is not XML: %v", err)
+		}
+		switch el := tok.(type) {
+		case xml.StartElement:
+			for _, a := range el.Attr {
+				if a.Name.Local == "class" {
+					series[a.Value]++
+				}
+			}
+		case xml.CharData:
+			texts = append(texts, string(el))
+		}
+	}
+	if series["series-SwitchML"] < 6 || series["series-ring"] < 6 {
+		t.Fatalf("SVG series elements %v: want both series with a point per worker count", series)
+	}
+	all := strings.Join(texts, "|")
+	for _, want := range []string{"workers", "time per all-reduce", "ATE/s", "SwitchML", "ring"} {
+		if !strings.Contains(all, want) {
+			t.Fatalf("SVG text lacks %q: %s", want, all)
+		}
+	}
+
+	if _, _, err := run(t, "bench", "--workers", "2,3", "--size", "8KiB", "--iters", "1", "--warmup", "0", "--packet-size", "256", "--msg-size", "1KiB",
+		"--switch-addr", "127.13.35.1", "--plot", pngPath); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(pngPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("PNG does not decode: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() != plotWidth || b.Dy() != plotHeight {
+		t.Fatalf("PNG is %v, want %d×%d", b, plotWidth, plotHeight)
+	}
+	// Both series' colours are drawn.
+	seen := map[[3]uint32]bool{}
+	for y := 0; y < plotHeight; y++ {
+		for x := 0; x < plotWidth; x++ {
+			r, g, b, _ := img.At(x, y).RGBA()
+			seen[[3]uint32{r >> 8, g >> 8, b >> 8}] = true
+		}
+	}
+	for _, c := range []struct{ r, g, b uint32 }{{0x1f, 0x77, 0xb4}, {0xff, 0x7f, 0x0e}} {
+		if !seen[[3]uint32{c.r, c.g, c.b}] {
+			t.Fatalf("PNG lacks series colour %+v", c)
+		}
+	}
+}
+
+func TestBenchCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	if _, _, err := run(t, "bench", "--workers", "2", "--size", "16KiB", "--iters", "1", "--warmup", "0", "--baseline", "none",
+		"--switch-addr", "127.13.36.1", "--cpuprofile", path); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
+		t.Fatalf("profile %s: %v, %v", path, st, err)
 	}
 }
 
@@ -45,6 +238,10 @@ func TestBenchBadFlags(t *testing.T) {
 		want string
 	}{
 		{"workers", []string{"--workers", "0"}, "1 to 250 workers"},
+		{"workers list", []string{"--workers", "2,x"}, "comma list such as 2,4,8,16"},
+		{"workers list zero", []string{"--workers", "2,0"}, "1 to 250 workers"},
+		{"workers list empty", []string{"--workers", ""}, "comma list"},
+		{"workers past .254", []string{"--workers", "2,200", "--switch-addr", "127.0.0.100"}, "past .254"},
 		{"size zero", []string{"--size", "0"}, "positive byte count"},
 		{"size odd", []string{"--size", "10"}, "multiple of 4"},
 		{"packet size", []string{"--packet-size", "1000"}, "256, 512, 1024, 2048 and 4096"},
@@ -53,6 +250,9 @@ func TestBenchBadFlags(t *testing.T) {
 		{"loss", []string{"--loss", "0.9"}, "[0, 0.5)"},
 		{"positional", []string{"extra"}, "takes no arguments"},
 		{"switch addr", []string{"--switch-addr", "::1"}, "IPv4 address"},
+		{"baseline", []string{"--baseline", "tree"}, "use ring"},
+		{"plot", []string{"--plot", "out.jpg"}, ".svg or .png"},
+		{"cpuprofile", []string{"--cpuprofile", "/nonexistent-dir/cpu.prof"}, "writable file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,5 +261,45 @@ func TestBenchBadFlags(t *testing.T) {
 				t.Fatalf("error %v, want it to mention %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestProgress(t *testing.T) {
+	var buf bytes.Buffer
+	if newProgress(&buf, 10) != nil {
+		t.Fatal("progress bar on a buffer, which is not a terminal")
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if isTerminal(f) {
+		t.Fatal("a regular file is not a terminal")
+	}
+	var nilBar *progress
+	nilBar.step("x") // a nil bar is silent
+	nilBar.clear()
+	p := newProgressTo(&buf, 3)
+	for range 3 {
+		p.step("SwitchML, 2 workers")
+	}
+	p.clear()
+	s := buf.String()
+	if !strings.HasPrefix(s, "\r[") || !strings.Contains(s, "100%") || !strings.Contains(s, "3/3") || !strings.HasSuffix(s, "\r") {
+		t.Fatalf("progress output %q", s)
+	}
+	// Rate-bounded: the first and the last step draw, the middle one (within
+	// 100 ms) does not.
+	if n := strings.Count(s, "\r["); n != 2 {
+		t.Fatalf("%d redraws for 3 quick steps, want 2: %q", n, s)
+	}
+}
+
+func TestNiceScale(t *testing.T) {
+	for _, tt := range []struct{ v, max, step float64 }{{4.2, 5, 1}, {0.9, 1, 0.2}, {73e6, 80e6, 20e6}, {0, 1, 0.2}} {
+		if m, s := niceScale(tt.v); m != tt.max || s != tt.step {
+			t.Errorf("niceScale(%v) = %v, %v; want %v, %v", tt.v, m, s, tt.max, tt.step)
+		}
 	}
 }

@@ -1,0 +1,385 @@
+package main
+
+import (
+	"bufio"
+	"encoding/xml"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// The bench plot: two panels, time per all-reduce (median, min–max bar) and
+// ATE/s, against the worker count (log₂ axis), one series per algorithm.
+// Both formats are drawn from one display list: SVG as text, PNG rasterised
+// here with a 3×5 bitmap font (standard library only).
+
+const (
+	plotWidth  = 960
+	plotHeight = 440
+)
+
+// checkPlotPath accepts a .svg or .png path.
+func checkPlotPath(path string) error {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".svg", ".png":
+		return nil
+	}
+	return fmt.Errorf("--plot %s: give a file name ending in .svg or .png", path)
+}
+
+type plotSeries struct {
+	name  string
+	color color.RGBA
+	pts   []plotPoint
+}
+
+type plotPoint struct {
+	workers        int
+	ms, msLo, msHi float64
+	ate            float64
+}
+
+var (
+	colorSwitchML = color.RGBA{0x1f, 0x77, 0xb4, 0xff}
+	colorRing     = color.RGBA{0xff, 0x7f, 0x0e, 0xff}
+	colorAxis     = color.RGBA{0x22, 0x22, 0x22, 0xff}
+	colorGrid     = color.RGBA{0xdd, 0xdd, 0xdd, 0xff}
+	colorText     = color.RGBA{0x22, 0x22, 0x22, 0xff}
+)
+
+// plotData turns bench runs into series.
+func plotData(runs []benchRun) []plotSeries {
+	sw := plotSeries{name: "SwitchML", color: colorSwitchML}
+	ring := plotSeries{color: colorRing}
+	for _, r := range runs {
+		sw.pts = append(sw.pts, plotPoint{workers: r.Workers, ms: ms(r.MedianNs), msLo: ms(r.MinNs), msHi: ms(r.MaxNs), ate: r.ATEPerSec})
+		if b := r.Baseline; b != nil {
+			ring.name = b.Name
+			ring.pts = append(ring.pts, plotPoint{workers: r.Workers, ms: ms(b.MedianNs), msLo: ms(b.MinNs), msHi: ms(b.MaxNs), ate: b.ATEPerSec})
+		}
+	}
+	out := []plotSeries{sw}
+	if len(ring.pts) > 0 {
+		out = append(out, ring)
+	}
+	for i := range out {
+		slices.SortFunc(out[i].pts, func(a, b plotPoint) int { return a.workers - b.workers })
+	}
+	return out
+}
+
+func ms(ns int64) float64 { return float64(ns) / 1e6 }
+
+// writePlot draws runs into path (.svg or .png).
+func writePlot(path string, runs []benchRun) error {
+	if err := checkPlotPath(path); err != nil {
+		return err
+	}
+	if len(runs) == 0 {
+		return fmt.Errorf("plot %s: no results to draw", path)
+	}
+	title := fmt.Sprintf("swml-rdma bench: %s tensor of %s, packet %d B, message %d B, loopback",
+		runs[0].DType, humanBytes(runs[0].TensorBytes), runs[0].PacketSize, runs[0].MessageSize)
+	d := layoutPlot(title, plotData(runs))
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	if strings.EqualFold(filepath.Ext(path), ".svg") {
+		err = d.writeSVG(w)
+	} else {
+		err = png.Encode(w, d.raster())
+	}
+	if ferr := w.Flush(); err == nil {
+		err = ferr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	return nil
+}
+
+// drawing is a display list in pixel coordinates (origin top left).
+type drawing struct {
+	w, h   int
+	shapes []shape
+}
+
+type shapeKind int
+
+const (
+	shapeLine shapeKind = iota
+	shapeDot
+	shapeRect
+	shapeText
+)
+
+type shape struct {
+	kind           shapeKind
+	x1, y1, x2, y2 float64 // line ends; rect corners; dot/text position in x1, y1
+	width          float64 // line width; dot radius
+	color          color.RGBA
+	text           string
+	anchor         string // start, middle, end
+	size           int    // font size (SVG px); text shapes
+	class          string // SVG class: series name for data shapes
+}
+
+func (d *drawing) line(x1, y1, x2, y2, w float64, c color.RGBA, class string) {
+	d.shapes = append(d.shapes, shape{kind: shapeLine, x1: x1, y1: y1, x2: x2, y2: y2, width: w, color: c, class: class})
+}
+
+func (d *drawing) dot(x, y, r float64, c color.RGBA, class string) {
+	d.shapes = append(d.shapes, shape{kind: shapeDot, x1: x, y1: y, width: r, color: c, class: class})
+}
+
+func (d *drawing) rect(x1, y1, x2, y2 float64, c color.RGBA) {
+	d.shapes = append(d.shapes, shape{kind: shapeRect, x1: x1, y1: y1, x2: x2, y2: y2, color: c})
+}
+
+func (d *drawing) text(x, y float64, s, anchor string, size int) {
+	d.shapes = append(d.shapes, shape{kind: shapeText, x1: x, y1: y, text: s, anchor: anchor, size: size, color: colorText})
+}
+
+// layoutPlot places the two panels, their axes and the series.
+func layoutPlot(title string, series []plotSeries) *drawing {
+	d := &drawing{w: plotWidth, h: plotHeight}
+	d.rect(0, 0, plotWidth, plotHeight, color.RGBA{0xff, 0xff, 0xff, 0xff})
+	d.text(plotWidth/2, 24, title, "middle", 15)
+	// Legend, centred under the title.
+	lx := float64(plotWidth)/2 - float64(len(series))*70
+	for _, s := range series {
+		d.line(lx, 46, lx+24, 46, 2.5, s.color, s.name)
+		d.dot(lx+12, 46, 3.5, s.color, s.name)
+		d.text(lx+30, 50, s.name, "start", 13)
+		lx += 140
+	}
+	var workers []int
+	for _, s := range series {
+		for _, p := range s.pts {
+			workers = append(workers, p.workers)
+		}
+	}
+	slices.Sort(workers)
+	workers = slices.Compact(workers)
+	panel := func(x0 float64, name string, val func(plotPoint) (v, lo, hi float64), format func(float64) string) {
+		const top, bottom, width = 90.0, 380.0, 370.0
+		left := x0 + 70
+		right := left + width
+		d.text((left+right)/2, 78, name, "middle", 13)
+		maxV := 0.0
+		for _, s := range series {
+			for _, p := range s.pts {
+				_, _, hi := val(p)
+				maxV = math.Max(maxV, hi)
+			}
+		}
+		yMax, step := niceScale(maxV)
+		y := func(v float64) float64 { return bottom - (bottom-top)*v/yMax }
+		for v := 0.0; v <= yMax*(1+1e-9); v += step {
+			d.line(left, y(v), right, y(v), 1, colorGrid, "")
+			d.text(left-6, y(v)+4, format(v), "end", 11)
+		}
+		lo2, hi2 := math.Log2(float64(workers[0])), math.Log2(float64(workers[len(workers)-1]))
+		x := func(w int) float64 {
+			if hi2 == lo2 {
+				return (left + right) / 2
+			}
+			return left + 20 + (width-40)*(math.Log2(float64(w))-lo2)/(hi2-lo2)
+		}
+		for _, w := range workers {
+			d.line(x(w), bottom, x(w), bottom+5, 1, colorAxis, "")
+			d.text(x(w), bottom+18, strconv.Itoa(w), "middle", 11)
+		}
+		d.line(left, top, left, bottom, 1.5, colorAxis, "")
+		d.line(left, bottom, right, bottom, 1.5, colorAxis, "")
+		d.text((left+right)/2, bottom+40, "workers", "middle", 12)
+		for _, s := range series {
+			for i, p := range s.pts {
+				v, lo, hi := val(p)
+				if i > 0 {
+					pv, _, _ := val(s.pts[i-1])
+					d.line(x(s.pts[i-1].workers), y(pv), x(p.workers), y(v), 2.5, s.color, s.name)
+				}
+				if hi > lo {
+					d.line(x(p.workers), y(lo), x(p.workers), y(hi), 1, s.color, s.name)
+				}
+				d.dot(x(p.workers), y(v), 3.5, s.color, s.name)
+			}
+		}
+	}
+	panel(0, "time per all-reduce [ms] (median, min-max)", func(p plotPoint) (float64, float64, float64) { return p.ms, p.msLo, p.msHi },
+		func(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) })
+	panel(plotWidth/2, "ATE/s (tensor elements reduced per second)", func(p plotPoint) (float64, float64, float64) { return p.ate, p.ate, p.ate },
+		formatSI)
+	return d
+}
+
+// niceScale returns an axis maximum ≥ v and a tick step (1, 2 or 5 × 10ᵏ)
+// giving about five ticks.
+func niceScale(v float64) (max, step float64) {
+	if !(v > 0) || math.IsInf(v, 0) {
+		return 1, 0.2
+	}
+	raw := v / 5
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if step = m * mag; step >= raw {
+			break
+		}
+	}
+	return math.Ceil(v/step) * step, step
+}
+
+// formatSI writes v with an SI suffix: 1.5M, 250k, 2G.
+func formatSI(v float64) string {
+	for _, u := range []struct {
+		div float64
+		s   string
+	}{{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}} {
+		if math.Abs(v) >= u.div {
+			return strconv.FormatFloat(v/u.div, 'g', 3, 64) + u.s
+		}
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+func svgColor(c color.RGBA) string { return fmt.Sprintf("#%02x%02x%02x", c.R, c.G, c.B) }
+
+func (d *drawing) writeSVG(w *bufio.Writer) error {
+	fmt.Fprintf(w, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n")
+	fmt.Fprintf(w, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n", d.w, d.h, d.w, d.h)
+	for _, s := range d.shapes {
+		class := ""
+		if s.class != "" {
+			class = fmt.Sprintf(" class=\"series-%s\"", xmlEscape(s.class))
+		}
+		switch s.kind {
+		case shapeLine:
+			fmt.Fprintf(w, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"%g\"%s/>\n", s.x1, s.y1, s.x2, s.y2, svgColor(s.color), s.width, class)
+		case shapeDot:
+			fmt.Fprintf(w, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%g\" fill=\"%s\"%s/>\n", s.x1, s.y1, s.width, svgColor(s.color), class)
+		case shapeRect:
+			fmt.Fprintf(w, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", s.x1, s.y1, s.x2-s.x1, s.y2-s.y1, svgColor(s.color))
+		case shapeText:
+			fmt.Fprintf(w, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"%d\" text-anchor=\"%s\" fill=\"%s\">%s</text>\n", s.x1, s.y1, s.size, s.anchor, svgColor(s.color), xmlEscape(s.text))
+		}
+	}
+	_, err := fmt.Fprintln(w, "</svg>")
+	return err
+}
+
+func xmlEscape(s string) string {
+	var b strings.Builder
+	xml.EscapeText(&b, []byte(s))
+	return b.String()
+}
+
+// raster draws the display list into an RGBA image.
+func (d *drawing) raster() *image.RGBA {
+	img := image.NewRGBA(image.Rect(0, 0, d.w, d.h))
+	for _, s := range d.shapes {
+		switch s.kind {
+		case shapeRect:
+			for y := int(s.y1); y < int(s.y2); y++ {
+				for x := int(s.x1); x < int(s.x2); x++ {
+					img.SetRGBA(x, y, s.color)
+				}
+			}
+		case shapeLine:
+			drawLine(img, s.x1, s.y1, s.x2, s.y2, s.width, s.color)
+		case shapeDot:
+			r := s.width + 0.5
+			for y := -r; y <= r; y++ {
+				for x := -r; x <= r; x++ {
+					if x*x+y*y <= r*r {
+						img.SetRGBA(int(math.Round(s.x1+x)), int(math.Round(s.y1+y)), s.color)
+					}
+				}
+			}
+		case shapeText:
+			drawText(img, s)
+		}
+	}
+	return img
+}
+
+// drawLine stamps a square of the line's width along it.
+func drawLine(img *image.RGBA, x1, y1, x2, y2, width float64, c color.RGBA) {
+	steps := int(math.Max(math.Abs(x2-x1), math.Abs(y2-y1))) + 1
+	half := int(width / 2)
+	for i := 0; i <= steps; i++ {
+		t := float64(i) / float64(steps)
+		x, y := int(math.Round(x1+(x2-x1)*t)), int(math.Round(y1+(y2-y1)*t))
+		for dy := -half; dy <= half; dy++ {
+			for dx := -half; dx <= half; dx++ {
+				img.SetRGBA(x+dx, y+dy, c)
+			}
+		}
+	}
+}
+
+// font3x5 is a 3×5 bitmap font: five rows of three pixels per glyph, top to
+// bottom, '#' set. Text is drawn in upper case; unknown runes are blank.
+var font3x5 = map[rune]string{
+	'0': "###|#.#|#.#|#.#|###", '1': ".#.|##.|.#.|.#.|###", '2': "###|..#|###|#..|###", '3': "###|..#|###|..#|###",
+	'4': "#.#|#.#|###|..#|..#", '5': "###|#..|###|..#|###", '6': "###|#..|###|#.#|###", '7': "###|..#|..#|.#.|.#.",
+	'8': "###|#.#|###|#.#|###", '9': "###|#.#|###|..#|###",
+	'A': ".#.|#.#|###|#.#|#.#", 'B': "##.|#.#|##.|#.#|##.", 'C': ".##|#..|#..|#..|.##", 'D': "##.|#.#|#.#|#.#|##.",
+	'E': "###|#..|##.|#..|###", 'F': "###|#..|##.|#..|#..", 'G': ".##|#..|#.#|#.#|.##", 'H': "#.#|#.#|###|#.#|#.#",
+	'I': "###|.#.|.#.|.#.|###", 'J': "..#|..#|..#|#.#|.#.", 'K': "#.#|#.#|##.|#.#|#.#", 'L': "#..|#..|#..|#..|###",
+	'M': "#.#|###|###|#.#|#.#", 'N': "##.|#.#|#.#|#.#|#.#", 'O': ".#.|#.#|#.#|#.#|.#.", 'P': "##.|#.#|##.|#..|#..",
+	'Q': ".#.|#.#|#.#|###|.##", 'R': "##.|#.#|##.|#.#|#.#", 'S': ".##|#..|.#.|..#|##.", 'T': "###|.#.|.#.|.#.|.#.",
+	'U': "#.#|#.#|#.#|#.#|###", 'V': "#.#|#.#|#.#|#.#|.#.", 'W': "#.#|#.#|###|###|#.#", 'X': "#.#|#.#|.#.|#.#|#.#",
+	'Y': "#.#|#.#|.#.|.#.|.#.", 'Z': "###|..#|.#.|#..|###",
+	'.': "...|...|...|...|.#.", ',': "...|...|...|.#.|#..", ':': "...|.#.|...|.#.|...", '/': "..#|..#|.#.|#..|#..",
+	'(': ".#.|#..|#..|#..|.#.", ')': ".#.|..#|..#|..#|.#.", '[': "##.|#..|#..|#..|##.", ']': ".##|..#|..#|..#|.##",
+	'-': "...|...|###|...|...", '+': "...|.#.|###|.#.|...", '%': "#.#|..#|.#.|#..|#.#", '=': "...|###|...|###|...",
+	'×': "...|#.#|.#.|#.#|...", '₂': "...|...|##.|.#.|.##",
+}
+
+// drawText renders s at scale 2 (6×10 pixel glyphs, 8 pixels apart), with
+// the baseline at y like SVG text.
+func drawText(img *image.RGBA, s shape) {
+	const scale, advance = 2, 8
+	runes := []rune(strings.ToUpper(s.text))
+	width := float64(len(runes)*advance - (advance - 3*scale))
+	x := s.x1
+	switch s.anchor {
+	case "middle":
+		x -= width / 2
+	case "end":
+		x -= width
+	}
+	top := int(s.y1) - 5*scale
+	for i, r := range runes {
+		g, ok := font3x5[r]
+		if !ok {
+			continue
+		}
+		gx := int(x) + i*advance
+		for row, bits := range strings.Split(g, "|") {
+			for col, b := range bits {
+				if b != '#' {
+					continue
+				}
+				for dy := range scale {
+					for dx := range scale {
+						img.SetRGBA(gx+col*scale+dx, top+row*scale+dy, s.color)
+					}
+				}
+			}
+		}
+	}
+}
