@@ -43,7 +43,7 @@ func benchCommand() *cli.Command {
 			"(the default) the same workers then run a ring all-reduce over the same NICs, checked the same way,\n" +
 			"and the table gives SwitchML's ATE/s as a multiple of the ring's. --workers 2,4,8,16 sweeps worker\n" +
 			"counts (one row per count and algorithm); --plot draws the sweep. See docs/bench.md.",
-		Flags: []cli.Flag{
+		Flags: append(append([]cli.Flag{
 			&cli.StringFlag{Name: "workers", Value: "4", Usage: "number of workers, or a comma list to sweep, e.g. 2,4,8,16", EnvVars: []string{"SWML_WORKERS"}, Category: "job"},
 			&cli.StringFlag{Name: "size", Value: "4MiB", Usage: "tensor size in bytes (4-byte elements), e.g. 64MiB", EnvVars: []string{"SWML_SIZE"}, Category: "job"},
 			&cli.IntFlag{Name: "iters", Value: 10, Usage: "measured all-reduces", EnvVars: []string{"SWML_ITERS"}, Category: "job"},
@@ -58,7 +58,7 @@ func benchCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON (schema in docs/bench.md)", EnvVars: []string{"SWML_JSON"}, Category: "output"},
 			&cli.StringFlag{Name: "plot", Usage: "draw time per all-reduce and ATE/s against worker count into `FILE` (.svg or .png)", EnvVars: []string{"SWML_PLOT"}, Category: "output"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (runtime/pprof) of the run to `FILE`", EnvVars: []string{"SWML_CPUPROFILE"}, Category: "output"},
-		},
+		}, distributedBenchFlags()...), logLevelFlag()),
 		Action: runBench,
 	}
 }
@@ -131,9 +131,46 @@ type benchConfig struct {
 	plot                                                   string
 }
 
+// distributedCategory holds the flags of `bench --controller`.
+const distributedCategory = "distributed (with --controller)"
+
+// distributedBenchFlags are the worker's job-member flags; --controller
+// switches bench from the embedded switch to being one worker of a job.
+func distributedBenchFlags() []cli.Flag {
+	flags := jobMemberFlags(distributedCategory)
+	for _, f := range flags {
+		if sf, ok := f.(*cli.StringFlag); ok && sf.Name == "controller" {
+			sf.Usage = "run as one worker of a multi-process/multi-host job at the controller `ADDR` (host:port of `swml-rdma switch`) instead of the embedded switch; needs --rank (or $OMPI_COMM_WORLD_RANK/$RANK)"
+		}
+	}
+	return flags
+}
+
+// embeddedOnlyFlags make no sense for one worker of a distributed job.
+var embeddedOnlyFlags = []struct{ name, why string }{
+	{"baseline", "the ring baseline needs every worker in this process"},
+	{"plot", "a plot needs a sweep of worker counts"},
+	{"loss", "loss is simulated by the switch: pass --loss to `swml-rdma switch`"},
+	{"switch-addr", "the switch is the one behind --controller"},
+	{"cpuprofile", "profile the embedded bench, or the worker with `go tool pprof` on a test"},
+}
+
 func runBench(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("bench takes no arguments (got %q): flags go before nothing, e.g. swml-rdma bench --workers 8", c.Args().Slice()), 2)
+	}
+	if c.IsSet("controller") {
+		for _, f := range embeddedOnlyFlags {
+			if c.IsSet(f.name) {
+				return cli.Exit(fmt.Sprintf("--%s does not apply with --controller: %s; drop it", f.name, f.why), 2)
+			}
+		}
+		return runWorker(c)
+	}
+	for _, f := range []string{"rank", "session-id", "nic", "device", "addr", "gid-index", "connect-timeout", "metrics-addr"} {
+		if c.IsSet(f) {
+			return cli.Exit(fmt.Sprintf("--%s applies to one worker of a distributed job: pass --controller ADDR too, or drop it for the embedded bench", f), 2)
+		}
 	}
 	cfg, err := benchFlags(c)
 	if err != nil {

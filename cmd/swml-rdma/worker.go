@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -54,16 +55,8 @@ func workerCommand() *cli.Command {
 			"exact) reference: every worker can rebuild every rank's input. A mismatch fails with exit status 1.\n" +
 			"Rank and size come from --rank/--workers, else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (mpirun),\n" +
 			"else RANK/WORLD_SIZE (torchrun). SIGINT/SIGTERM aborts the job for every worker. See docs/operations.md.",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "controller", Value: control.DefaultAddr, Usage: "the controller's gRPC `ADDR` (host:port), as given to `swml-rdma switch --controller-addr`", EnvVars: []string{"SWML_CONTROLLER"}, Category: "job"},
-			&cli.DurationFlag{Name: "connect-timeout", Value: defaultConnectTimeout, Usage: "how long to wait for the controller to accept connections", EnvVars: []string{"SWML_CONNECT_TIMEOUT"}, Category: "job"},
-			&cli.UintFlag{Name: "session-id", Value: 1, Usage: "the job's session id: the same for every worker of a job, distinct between concurrent jobs", EnvVars: []string{"SWML_SESSION_ID"}, Category: "job"},
-			&cli.IntFlag{Name: "rank", Usage: "this worker's rank, 0 … workers-1", DefaultText: "$OMPI_COMM_WORLD_RANK, else $RANK", EnvVars: []string{"SWML_RANK"}, Category: "job"},
+		Flags: append(append([]cli.Flag{
 			&cli.IntFlag{Name: "workers", Usage: "workers of the job", DefaultText: "$OMPI_COMM_WORLD_SIZE, else $WORLD_SIZE", EnvVars: []string{"SWML_WORKERS"}, Category: "job"},
-			&cli.StringFlag{Name: "nic", Value: "soft", Usage: "soft (userspace RoCEv2 NIC over UDP) or ibverbs (an RDMA device through libibverbs)", EnvVars: []string{"SWML_NIC"}, Category: "nic"},
-			&cli.StringFlag{Name: "device", Usage: "ibverbs device `NAME`, e.g. rxe0 or mlx5_0 (default: the one whose GID is --addr; ignored by soft)", EnvVars: []string{"SWML_DEVICE"}, Category: "nic"},
-			&cli.StringFlag{Name: "addr", Usage: "the worker's RoCE `IP`: soft binds it (default 127.0.0.<2+rank>); ibverbs uses the GID of this address", EnvVars: []string{"SWML_ADDR"}, Category: "nic"},
-			&cli.StringFlag{Name: "gid-index", Value: "auto", Usage: "RoCE v2 GID index: auto = the GID of --addr (the only choice today)", EnvVars: []string{"SWML_GID_INDEX"}, Category: "nic"},
 			&cli.StringFlag{Name: "size", Value: "4MiB", Usage: "tensor size in bytes (4-byte elements), e.g. 64MiB", EnvVars: []string{"SWML_SIZE"}, Category: "bench"},
 			&cli.IntFlag{Name: "iters", Value: 10, Usage: "measured all-reduces", EnvVars: []string{"SWML_ITERS"}, Category: "bench"},
 			&cli.IntFlag{Name: "warmup", Value: 2, Usage: "unmeasured all-reduces first", EnvVars: []string{"SWML_WARMUP"}, Category: "bench"},
@@ -72,11 +65,36 @@ func workerCommand() *cli.Command {
 			&cli.IntFlag{Name: "qps", Value: aggregation.DefaultQPs, Usage: "UC queue pairs per worker", EnvVars: []string{"SWML_QPS"}, Category: "protocol"},
 			&cli.StringFlag{Name: "msg-size", Value: "16KiB", Usage: "message size: packet size × a power of two", EnvVars: []string{"SWML_MSG_SIZE"}, Category: "protocol"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON", EnvVars: []string{"SWML_JSON"}, Category: "output"},
-			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics at http://`ADDR`/metrics while the job runs (host:port; empty: off)", EnvVars: []string{"SWML_METRICS_ADDR"}, Category: "output"},
-			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error (logs go to stderr)", EnvVars: []string{"SWML_LOG_LEVEL"}, Category: "output"},
-		},
+		}, jobMemberFlags("")...), logLevelFlag()),
 		Action: runWorker,
 	}
+}
+
+// jobMemberFlags are the flags of a process that joins a job at a
+// controller as one worker: `worker`, and `bench --controller` (which puts
+// them all under one category).
+func jobMemberFlags(category string) []cli.Flag {
+	cat := func(own string) string {
+		if category != "" {
+			return category
+		}
+		return own
+	}
+	return []cli.Flag{
+		&cli.StringFlag{Name: "controller", Value: control.DefaultAddr, Usage: "the controller's gRPC `ADDR` (host:port), as given to `swml-rdma switch --controller-addr`", EnvVars: []string{"SWML_CONTROLLER"}, Category: cat("job")},
+		&cli.DurationFlag{Name: "connect-timeout", Value: defaultConnectTimeout, Usage: "how long to wait for the controller to accept connections", EnvVars: []string{"SWML_CONNECT_TIMEOUT"}, Category: cat("job")},
+		&cli.UintFlag{Name: "session-id", Value: 1, Usage: "the job's session id: the same for every worker of a job, distinct between concurrent jobs", EnvVars: []string{"SWML_SESSION_ID"}, Category: cat("job")},
+		&cli.IntFlag{Name: "rank", Usage: "this worker's rank, 0 … workers-1", DefaultText: "$OMPI_COMM_WORLD_RANK, else $RANK", EnvVars: []string{"SWML_RANK"}, Category: cat("job")},
+		&cli.StringFlag{Name: "nic", Value: "soft", Usage: "soft (userspace RoCEv2 NIC over UDP) or ibverbs (an RDMA device through libibverbs)", EnvVars: []string{"SWML_NIC"}, Category: cat("nic")},
+		&cli.StringFlag{Name: "device", Usage: "ibverbs device `NAME`, e.g. rxe0 or mlx5_0 (default: the one whose GID is --addr; ignored by soft)", EnvVars: []string{"SWML_DEVICE"}, Category: cat("nic")},
+		&cli.StringFlag{Name: "addr", Usage: "the worker's RoCE `IP`: soft binds it (default 127.0.0.<2+rank>); ibverbs uses the GID of this address", EnvVars: []string{"SWML_ADDR"}, Category: cat("nic")},
+		&cli.StringFlag{Name: "gid-index", Value: "auto", Usage: "RoCE v2 GID index: auto = the GID of --addr (the only choice today)", EnvVars: []string{"SWML_GID_INDEX"}, Category: cat("nic")},
+		&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics at http://`ADDR`/metrics while the job runs (host:port; empty: off)", EnvVars: []string{"SWML_METRICS_ADDR"}, Category: cat("output")},
+	}
+}
+
+func logLevelFlag() cli.Flag {
+	return &cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error (logs go to stderr)", EnvVars: []string{"SWML_LOG_LEVEL"}, Category: "output"}
 }
 
 // workerConfig is one worker of a multi-process job; bench --controller
@@ -209,7 +227,16 @@ func rankAndSize(c *cli.Context) (rank, workers int, err error) {
 // envs; from names the source ("--rank", "RANK=…"), "" when none was set.
 func intFromFlagOrEnv(c *cli.Context, flag string, envs ...string) (v int, from string, err error) {
 	if c.IsSet(flag) {
-		return c.Int(flag), "--" + flag, nil
+		switch v := c.Value(flag).(type) {
+		case int:
+			return v, "--" + flag, nil
+		case string: // bench's --workers, which also takes a sweep list
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return 0, "", fmt.Errorf("--%s %q: give one number (a job has one size; sweeps need the embedded bench, without --controller)", flag, v)
+			}
+			return n, "--" + flag, nil
+		}
 	}
 	for _, e := range envs {
 		s := os.Getenv(e)
