@@ -29,6 +29,11 @@ func BenchmarkAllReduce(b *testing.B) {
 				b.StopTimer()
 				st := j.workers[0].sess.Stats()
 				b.ReportMetric(float64(st.Retransmissions)/float64(b.N), "retx/op")
+				ss := c.sw.Stats()
+				b.ReportMetric(float64(ss.PacketsIn)/float64(max(ss.DatagramsIn, 1)), "sw_pkts/dgram_in")
+				b.ReportMetric(float64(ss.PacketsOut)/float64(max(ss.DatagramsOut, 1)), "sw_pkts/dgram_out")
+				b.ReportMetric(float64(ss.PacketsIn)/float64(max(ss.RecvCalls, 1)), "sw_pkts/recv")
+				b.ReportMetric(float64(ss.PacketsOut)/float64(max(ss.SendCalls, 1)), "sw_pkts/send")
 			})
 		}
 	}

@@ -66,8 +66,13 @@ type Config struct {
 	// AllReduceInt32 Int32 sessions.
 	DType wire.DType
 
-	// RetransmitTimeout is the first per-QP retransmission timeout
-	// (DefaultRetransmitTimeout if 0). A few round trips.
+	// RetransmitTimeout is the smallest per-QP retransmission timeout
+	// (DefaultRetransmitTimeout if 0). A few round trips. The timeout of a
+	// new message adapts to the measured times to result (RFC 6298: smoothed
+	// RTT + 4 × its variation, sampled from messages sent once), within
+	// [RetransmitTimeout, MaxRetransmitTimeout]; a QP's first message of a
+	// call has its own estimate, since it also waits for the other workers
+	// to join the call.
 	RetransmitTimeout time.Duration
 	// BackoffAfter doubles a QP's timeout after that many consecutive
 	// timeouts of one message (DefaultBackoffAfter if 0), up to

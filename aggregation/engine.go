@@ -35,7 +35,37 @@ type qpState struct {
 	sent     time.Time   // first transmission of the message in flight
 	deadline time.Time   // retransmission timer
 	rto      time.Duration
-	timeouts int // consecutive timeouts of the message in flight
+	timeouts int  // consecutive timeouts of the message in flight
+	joining  bool // the message in flight is the QP's first of the call
+}
+
+// rttEstimator is RFC 6298's smoothed round-trip time and variation, fed
+// with the times to result of messages sent once (Karn's rule).
+type rttEstimator struct {
+	srtt, rttvar time.Duration
+	samples      int
+}
+
+func (e *rttEstimator) sample(r time.Duration) {
+	if e.samples == 0 {
+		e.srtt, e.rttvar = r, r/2
+	} else {
+		d := e.srtt - r
+		if d < 0 {
+			d = -d
+		}
+		e.rttvar = (3*e.rttvar + d) / 4
+		e.srtt = (7*e.srtt + r) / 8
+	}
+	e.samples++
+}
+
+// rto is srtt + 4·rttvar within [floor, ceil]; floor before any sample.
+func (e *rttEstimator) rto(floor, ceil time.Duration) time.Duration {
+	if e.samples == 0 {
+		return floor
+	}
+	return min(max(e.srtt+4*e.rttvar, floor), ceil)
 }
 
 // recvOff is where the switch writes the result of a message sent in set:
@@ -143,7 +173,7 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 	now := time.Now()
 	active := 0
 	for _, st := range s.qps {
-		st.next, st.busy, st.cur = st.index, false, -1
+		st.next, st.busy, st.cur, st.joining = st.index, false, -1, true
 		if st.next >= c.msgs {
 			continue // every worker leaves the same QPs idle
 		}
@@ -162,6 +192,26 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 		if err := s.interrupted(ctx); err != nil {
 			return err
 		}
+		// Completions first: a result that is already here must not be
+		// retransmitted because this goroutine was late to look (on a
+		// loaded host it can be descheduled for longer than a timeout).
+		k, err := s.cq.Poll(s.wcs)
+		if err != nil {
+			if ierr := s.interrupted(ctx); ierr != nil {
+				return ierr
+			}
+			return fmt.Errorf("aggregation: %v: completion queue: %w", s, err)
+		}
+		if k > 0 {
+			n, err := s.completeAll(c, k)
+			if err != nil {
+				return err
+			}
+			active -= n
+			if k == len(s.wcs) {
+				continue // more may be waiting
+			}
+		}
 		now := time.Now()
 		wakeAt := now.Add(time.Hour)
 		for _, st := range s.qps {
@@ -178,13 +228,13 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 			}
 			wakeAt = minTime(wakeAt, minTime(st.deadline, st.sent.Add(s.cfg.PeerTimeout)))
 		}
-		k, err := s.cq.Poll(s.wcs)
-		if err == nil && k == 0 {
-			s.wake.arm(wakeAt.Sub(now))
-			k, err = s.cq.Wait(s.wake, s.wcs)
-			if errors.Is(err, errWoken) {
-				continue
-			}
+		if k > 0 || active == 0 {
+			continue
+		}
+		s.wake.arm(wakeAt.Sub(now))
+		k, err = s.cq.Wait(s.wake, s.wcs)
+		if errors.Is(err, errWoken) {
+			continue
 		}
 		if err != nil {
 			if ierr := s.interrupted(ctx); ierr != nil {
@@ -192,17 +242,28 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 			}
 			return fmt.Errorf("aggregation: %v: completion queue: %w", s, err)
 		}
-		for i := range s.wcs[:k] {
-			done, err := s.complete(c, &s.wcs[i])
-			if err != nil {
-				return err
-			}
-			if done {
-				active--
-			}
+		n, err := s.completeAll(c, k)
+		if err != nil {
+			return err
 		}
+		active -= n
 	}
 	return nil
+}
+
+// completeAll handles s.wcs[:k] and returns how many QPs finished.
+func (s *Session) completeAll(c *call, k int) (int, error) {
+	finished := 0
+	for i := range s.wcs[:k] {
+		done, err := s.complete(c, &s.wcs[i])
+		if err != nil {
+			return finished, err
+		}
+		if done {
+			finished++
+		}
+	}
+	return finished, nil
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -256,7 +317,17 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 	}
 	s.stats.results.Add(1)
 	s.stats.bytesReceived.Add(uint64(wc.ByteLen))
+	now := time.Now()
+	if st.timeouts == 0 {
+		// Karn's rule: only messages sent once give an unambiguous time.
+		if st.joining {
+			s.joinRTT.sample(now.Sub(st.sent))
+		} else {
+			s.rtt.sample(now.Sub(st.sent))
+		}
+	}
 	st.busy = false
+	st.joining = false
 	if st.cur >= 0 {
 		lo, hi := c.span(st.cur)
 		off := s.recvOff(st.set, qi)
@@ -267,7 +338,7 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 			quant.DecodeInt32(c.i[lo:hi], res)
 		}
 	}
-	sent, err := s.sendNext(c, st, imm.E0(), time.Now())
+	sent, err := s.sendNext(c, st, imm.E0(), now)
 	return !sent, err
 }
 
@@ -347,11 +418,24 @@ func (s *Session) post(st *qpState, e0 int8, now time.Time) error {
 	}
 	st.busy = true
 	st.sent = now
-	st.rto = s.cfg.RetransmitTimeout
+	st.rto = s.rto(st)
 	st.deadline = now.Add(st.rto)
 	st.timeouts = 0
 	s.stats.messages.Add(1)
 	return s.transmit(st)
+}
+
+// rto is the first timeout of st's new message: RFC 6298 over the measured
+// times to result, never below Config.RetransmitTimeout. A QP's first
+// message of a call has its own estimate: its result waits for the last
+// worker to join the call, which on a busy host can take longer than a
+// round trip (that wait is not loss, and resending does not shorten it).
+func (s *Session) rto(st *qpState) time.Duration {
+	floor, ceil := s.cfg.RetransmitTimeout, s.cfg.MaxRetransmitTimeout
+	if st.joining {
+		return s.joinRTT.rto(floor, ceil)
+	}
+	return s.rtt.rto(floor, ceil)
 }
 
 func (s *Session) transmit(st *qpState) error {

@@ -60,6 +60,9 @@ type Session struct {
 	broken error      // sticky, guarded by mu
 	wcs    []verbs.Completion
 	recvWR [1]verbs.RecvWR
+	// Times to result (guarded by mu): of messages in the middle of a
+	// call, and of each QP's first message of a call.
+	rtt, joinRTT rttEstimator
 
 	stats counters
 }

@@ -232,23 +232,29 @@ func StoredICRC(b []byte) uint32 {
 }
 
 // FlowICRC seals and verifies packets of one fixed flow (a QP's sender
-// side). The CRC state after the masked IP/UDP pseudo-header is cached per
-// packet length, so a packet costs one CRC pass over exactly its own bytes
-// (SwitchML traffic is mostly packets of one size). Not safe for concurrent
-// use.
+// side, a switch's flow to one worker). The CRC state after the masked
+// IP/UDP pseudo-header depends only on the packet length and is cached for
+// the last few lengths (a UC message has three: FIRST, MIDDLE, LAST), so a
+// packet costs one CRC pass over exactly its own bytes. Not safe for
+// concurrent use.
 type FlowICRC struct {
-	pseudo    [8 + ipv6HeaderLen + udpHeaderLen]byte
-	n         int // pseudo-header length; 0 until Reset
-	v4        bool
-	cachedLen int
-	cachedCRC uint32
+	pseudo [8 + ipv6HeaderLen + udpHeaderLen]byte
+	n      int // pseudo-header length; 0 until Reset
+	v4     bool
+	lens   [flowCacheSize]int // packet lengths cached, -1 for none
+	crcs   [flowCacheSize]uint32
+	next   int // round-robin victim
 }
+
+const flowCacheSize = 4
 
 // Reset binds h to flow f.
 func (h *FlowICRC) Reset(f *Flow) {
 	h.n = writePseudo(h.pseudo[:], f, 0)
 	h.v4 = f.Src.Unmap().Is4()
-	h.cachedLen = -1
+	for i := range h.lens {
+		h.lens[i] = -1
+	}
 }
 
 // Seal computes the ICRC of pkt (BTH … ICRC) and stores it in its last 4
@@ -274,6 +280,28 @@ func (h *FlowICRC) Verify(pkt []byte) error {
 	return nil
 }
 
+// pseudoCRC returns the CRC of the pseudo-header for a packet of n bytes.
+func (h *FlowICRC) pseudoCRC(n int) uint32 {
+	for i, l := range h.lens {
+		if l == n {
+			return h.crcs[i]
+		}
+	}
+	udpLen := uint16(udpHeaderLen + n)
+	s := h.pseudo[:h.n]
+	if h.v4 {
+		binary.BigEndian.PutUint16(s[8+2:], uint16(ipv4HeaderLen)+udpLen)
+		binary.BigEndian.PutUint16(s[8+ipv4HeaderLen+4:], udpLen)
+	} else {
+		binary.BigEndian.PutUint16(s[8+4:], udpLen)
+		binary.BigEndian.PutUint16(s[8+ipv6HeaderLen+4:], udpLen)
+	}
+	c := crc32.ChecksumIEEE(s)
+	h.lens[h.next], h.crcs[h.next] = n, c
+	h.next = (h.next + 1) % flowCacheSize
+	return c
+}
+
 func (h *FlowICRC) sum(pkt []byte) (uint32, error) {
 	if h.n == 0 {
 		return 0, fmt.Errorf("rdma: FlowICRC used before Reset")
@@ -281,22 +309,10 @@ func (h *FlowICRC) sum(pkt []byte) (uint32, error) {
 	if len(pkt) < BTHSize+ICRCSize {
 		return 0, ErrTruncated
 	}
-	if len(pkt) != h.cachedLen {
-		udpLen := uint16(udpHeaderLen + len(pkt))
-		s := h.pseudo[:h.n]
-		if h.v4 {
-			binary.BigEndian.PutUint16(s[8+2:], uint16(ipv4HeaderLen)+udpLen)
-			binary.BigEndian.PutUint16(s[8+ipv4HeaderLen+4:], udpLen)
-		} else {
-			binary.BigEndian.PutUint16(s[8+4:], udpLen)
-			binary.BigEndian.PutUint16(s[8+ipv6HeaderLen+4:], udpLen)
-		}
-		h.cachedCRC = crc32.ChecksumIEEE(s)
-		h.cachedLen = len(pkt)
-	}
+	pc := h.pseudoCRC(len(pkt))
 	saved := pkt[bthResv8a]
 	pkt[bthResv8a] = 0xFF
-	c := crc32.Update(h.cachedCRC, crc32.IEEETable, pkt[:len(pkt)-ICRCSize])
+	c := crc32.Update(pc, crc32.IEEETable, pkt[:len(pkt)-ICRCSize])
 	pkt[bthResv8a] = saved
 	return c, nil
 }

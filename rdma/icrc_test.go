@@ -262,3 +262,36 @@ func itoa(n int) string {
 	}
 	return string(b[i:])
 }
+
+// TestFlowICRCLengths: the per-length pseudo-header cache agrees with the
+// uncached ICRC whatever the order of lengths, more lengths than it holds
+// included, over both address families.
+func TestFlowICRCLengths(t *testing.T) {
+	flows := []Flow{
+		{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), SrcPort: 4791, DstPort: 4791, DF: true},
+		{Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"), SrcPort: 1234, DstPort: 4791},
+	}
+	lens := []int{1056, 1040, 1040, 1044, 1056, 60, 300, 1040, 2000, 1056, 1044, 1040}
+	for _, f := range flows {
+		var fh FlowICRC
+		var h ICRC
+		fh.Reset(&f)
+		for i, n := range lens {
+			pkt := make([]byte, n)
+			for k := range pkt {
+				pkt[k] = byte(k*31 + i)
+			}
+			want := make([]byte, n)
+			copy(want, pkt)
+			if err := h.Seal(&f, want); err != nil {
+				t.Fatal(err)
+			}
+			if err := fh.Seal(pkt); err != nil {
+				t.Fatal(err)
+			}
+			if StoredICRC(pkt) != StoredICRC(want) {
+				t.Fatalf("%v, packet %d (%d bytes): FlowICRC %#x, ICRC %#x", f.Src, i, n, StoredICRC(pkt), StoredICRC(want))
+			}
+		}
+	}
+}

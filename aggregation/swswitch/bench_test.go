@@ -3,6 +3,7 @@ package swswitch
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/rdma"
+	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
@@ -33,8 +35,20 @@ type benchClient struct {
 // payloads per round and wait for as many packets back; every iteration runs
 // one round against the reflector and one against the switch (a 4-worker
 // job: 3 of 4 requests are absorbed, the 4th returns 4 results, so packets
-// in = packets out for both). Same sockets package, same batch size.
+// in = packets out for both). Same sockets package, same batch size, same
+// UDP offload: "off" is plain recvmmsg/sendmmsg everywhere, "gso" UDP
+// GSO/GRO everywhere (clients, reflector and switch).
 func BenchmarkSwitchVsReflector(b *testing.B) {
+	for _, off := range []udp.Offload{udp.OffloadOff, udp.OffloadOn} {
+		name := "off"
+		if off == udp.OffloadOn {
+			name = "gso"
+		}
+		b.Run(name, func(b *testing.B) { benchSwitchVsReflector(b, off) })
+	}
+}
+
+func benchSwitchVsReflector(b *testing.B, off udp.Offload) {
 	const (
 		net     = 250
 		clients = 4
@@ -42,12 +56,15 @@ func BenchmarkSwitchVsReflector(b *testing.B) {
 		payload = 1024
 		batch   = udp.DefaultBatchSize
 	)
-	sw, err := New(Config{Addr: addr(net, 1), BatchSize: batch, Model: switchmodel.Config{PoolSize: window, MaxPayload: payload}})
+	sw, err := New(Config{Addr: addr(net, 1), BatchSize: batch, Model: switchmodel.Config{PoolSize: window, MaxPayload: payload}, Offload: off})
+	if errors.Is(err, verbs.ErrNotSupported) {
+		b.Skip(err)
+	}
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer sw.Close()
-	refl, err := udp.Listen(udp.Config{Addr: addr(net, 100), BatchSize: batch})
+	refl, err := udp.Listen(udp.Config{Addr: addr(net, 100), BatchSize: batch, Offload: off})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -77,7 +94,7 @@ func BenchmarkSwitchVsReflector(b *testing.B) {
 	}
 	cs := make([]*benchClient, clients)
 	for r := range cs {
-		c, err := udp.Listen(udp.Config{Addr: job.Workers[r].Addr, BatchSize: batch})
+		c, err := udp.Listen(udp.Config{Addr: job.Workers[r].Addr, BatchSize: batch, Offload: off})
 		if err != nil {
 			b.Fatal(err)
 		}

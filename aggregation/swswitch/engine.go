@@ -2,6 +2,7 @@ package swswitch
 
 import (
 	"net/netip"
+	"slices"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/rdma"
@@ -28,12 +29,64 @@ type engine struct {
 	nout  int
 	maxN  int // the largest worker count of an installed job
 	bufSz int
+
+	// Per-flow ICRC state: requests from each worker socket, results to
+	// each worker. outFlow[i] is the egress flow id of out[i], for
+	// grouping a batch by destination (schedule).
+	inFlows  flowCache
+	outFlows flowCache
+	outFlow  []int
+	sorted   []udp.Msg
+	dests    []int
+	next     []int
+	queues   []qpQueue
+}
+
+// maxFlows bounds each flow cache; packets of further flows (only possible
+// from sources that are no job's workers, or more workers than that) take
+// the uncached ICRC path.
+const maxFlows = 4096
+
+// flowCache maps a flow's remote end to its FlowICRC. It allocates only
+// when it meets a new flow.
+type flowCache struct {
+	m       map[netip.AddrPort]int
+	flows   []rdma.FlowICRC
+	lastKey netip.AddrPort
+	last    int
+}
+
+// get returns the id of the flow to or from remote (local being the
+// switch), creating it if there is room; -1 if not.
+func (c *flowCache) get(remote netip.AddrPort, f func() rdma.Flow) int {
+	if c.m != nil && remote == c.lastKey {
+		return c.last
+	}
+	id, ok := c.m[remote]
+	if !ok {
+		if len(c.flows) >= maxFlows {
+			return -1
+		}
+		if c.m == nil {
+			c.m = make(map[netip.AddrPort]int)
+		}
+		fl := f()
+		id = len(c.flows)
+		c.flows = append(c.flows, rdma.FlowICRC{})
+		c.flows[id].Reset(&fl)
+		c.m[remote] = id
+	}
+	c.lastKey, c.last = remote, id
+	return id
 }
 
 func newEngine(local netip.AddrPort, policy ICRCPolicy, pipe *switchmodel.Pipeline, outCap int) *engine {
 	e := &engine{local: local, policy: policy, pipe: pipe}
 	e.bufSz = rdma.ICRCHeadroom + pipe.Config().MaxPayload + maxHeaders
 	e.out = make([]udp.Msg, outCap)
+	e.outFlow = make([]int, outCap)
+	e.sorted = make([]udp.Msg, outCap)
+	e.next = make([]int, outCap)
 	for i := range e.out {
 		e.out[i] = udp.Msg{Buf: make([]byte, e.bufSz), Off: rdma.ICRCHeadroom}
 	}
@@ -50,8 +103,7 @@ func (e *engine) input(src netip.AddrPort, buf []byte, off, n int) {
 	p := e.pipe
 	b := buf[off : off+n]
 	if e.verify(src) {
-		f := rdma.Flow{Src: src.Addr(), Dst: e.local.Addr(), SrcPort: src.Port(), DstPort: e.local.Port(), DF: true}
-		if err := e.icrc.VerifyHeadroom(&f, buf[:off+n], off); err != nil {
+		if err := e.verifyICRC(src, buf, off, n); err != nil {
 			p.Counters.Packets++
 			if err == rdma.ErrICRC {
 				p.Counters.Drops[switchmodel.DropICRC]++
@@ -80,8 +132,7 @@ func (e *engine) input(src netip.AddrPort, buf []byte, off, n int) {
 		}
 		m.N = pl
 		m.Addr = netip.AddrPortFrom(dst, rdma.UDPPort)
-		f := rdma.Flow{Src: e.local.Addr(), Dst: dst, SrcPort: e.local.Port(), DstPort: rdma.UDPPort, DF: true}
-		if err := e.icrc.SealHeadroom(&f, m.Buf[:m.Off+pl], m.Off); err != nil {
+		if err := e.seal(m, pl); err != nil {
 			p.Counters.Drops[switchmodel.DropSendError]++
 			continue
 		}
@@ -93,4 +144,99 @@ func (e *engine) input(src netip.AddrPort, buf []byte, off, n int) {
 // checked.
 func (e *engine) verify(src netip.AddrPort) bool {
 	return e.policy == ICRCVerify || !src.Addr().Unmap().Is4()
+}
+
+// verifyICRC checks the ICRC of the request at buf[off:off+n] from src.
+func (e *engine) verifyICRC(src netip.AddrPort, buf []byte, off, n int) error {
+	id := e.inFlows.get(src, func() rdma.Flow {
+		return rdma.Flow{Src: src.Addr(), Dst: e.local.Addr(), SrcPort: src.Port(), DstPort: e.local.Port(), DF: true}
+	})
+	if id < 0 {
+		f := rdma.Flow{Src: src.Addr(), Dst: e.local.Addr(), SrcPort: src.Port(), DstPort: e.local.Port(), DF: true}
+		return e.icrc.VerifyHeadroom(&f, buf[:off+n], off)
+	}
+	return e.inFlows.flows[id].Verify(buf[off : off+n])
+}
+
+// seal computes the ICRC of result out[nout] (pl bytes, addressed) and
+// records its flow.
+func (e *engine) seal(m *udp.Msg, pl int) error {
+	dst := m.Addr
+	id := e.outFlows.get(dst, func() rdma.Flow {
+		return rdma.Flow{Src: e.local.Addr(), Dst: dst.Addr(), SrcPort: e.local.Port(), DstPort: dst.Port(), DF: true}
+	})
+	e.outFlow[e.nout] = id
+	if id < 0 {
+		f := rdma.Flow{Src: e.local.Addr(), Dst: dst.Addr(), SrcPort: e.local.Port(), DstPort: dst.Port(), DF: true}
+		return e.icrc.SealHeadroom(&f, m.Buf[:m.Off+pl], m.Off)
+	}
+	return e.outFlows.flows[id].Seal(m.Buf[m.Off : m.Off+pl])
+}
+
+// schedule returns out[:nout] reordered so that UDP GSO can send it as few
+// datagrams as possible: grouped by destination, and within a destination
+// the packets of its QPs merged in rounds of equal size (every QP's FIRSTs,
+// then every QP's MIDDLEs, then its LASTs, …). Each (destination, QP)
+// keeps its own order, which is all UC needs: its PSNs stay in sequence.
+// The Msgs are copied (they share buffers with out).
+func (e *engine) schedule() []udp.Msg {
+	out := e.out[:e.nout]
+	ids := e.outFlow[:e.nout]
+	if len(out) <= 1 {
+		return out
+	}
+	e.dests = e.dests[:0]
+	for _, id := range ids {
+		if !slices.Contains(e.dests, id) {
+			e.dests = append(e.dests, id)
+		}
+	}
+	k := 0
+	for _, d := range e.dests {
+		// Per-QP queues of this destination's packets, linked through
+		// e.next in their original order.
+		e.queues = e.queues[:0]
+		left := 0
+		for i, id := range ids {
+			if id != d {
+				continue
+			}
+			left++
+			e.next[i] = -1
+			qpn := rdma.BTH(out[i].Bytes()).DestQP()
+			q := slices.IndexFunc(e.queues, func(q qpQueue) bool { return q.qpn == qpn })
+			if q < 0 {
+				e.queues = append(e.queues, qpQueue{qpn: qpn, head: i, tail: i})
+				continue
+			}
+			e.next[e.queues[q].tail] = i
+			e.queues[q].tail = i
+		}
+		for left > 0 {
+			size := -1
+			for qi := range e.queues {
+				q := &e.queues[qi]
+				if q.head < 0 {
+					continue
+				}
+				if size < 0 {
+					size = out[q.head].N
+				}
+				for q.head >= 0 && out[q.head].N == size {
+					e.sorted[k] = out[q.head]
+					k++
+					left--
+					q.head = e.next[q.head]
+				}
+			}
+		}
+	}
+	return e.sorted[:k]
+}
+
+// qpQueue is one (destination, QP)'s packets in a batch: a list through
+// engine.next.
+type qpQueue struct {
+	qpn        uint32
+	head, tail int
 }

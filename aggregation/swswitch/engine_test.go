@@ -153,7 +153,84 @@ func FuzzInput(f *testing.F) {
 		if e.nout > 2 {
 			t.Fatalf("%d results for one packet", e.nout)
 		}
+		if got := len(e.schedule()); got != e.nout {
+			t.Fatalf("schedule returned %d of %d results", got, e.nout)
+		}
 	})
+}
+
+// TestSchedule: results are grouped by destination and merged across QPs
+// in rounds of equal size, keeping every (destination, QP)'s order.
+func TestSchedule(t *testing.T) {
+	e0, _ := testEngine(t, engineV4, ICRCVerify)
+	e := newEngine(engineV4, ICRCVerify, e0.pipe, 64)
+	type pkt struct {
+		dst  byte
+		qpn  uint32
+		size int
+		seq  int // order within (dst, qpn)
+	}
+	var in []pkt
+	seq := map[[2]uint32]int{}
+	// Two workers × three QPs, each a FIRST, two MIDDLEs and a LAST, the
+	// QPs and workers interleaved as slots complete; then a unicast replay
+	// of QP 0 to worker 2 (a second message on the same QP).
+	sizes := []int{1056, 1040, 1040, 1044}
+	for _, size := range sizes {
+		for qp := uint32(1); qp <= 3; qp++ {
+			for _, dst := range []byte{2, 3} {
+				key := [2]uint32{uint32(dst), qp}
+				in = append(in, pkt{dst, qp, size, seq[key]})
+				seq[key]++
+			}
+		}
+	}
+	for _, size := range sizes {
+		key := [2]uint32{2, 1}
+		in = append(in, pkt{2, 1, size, seq[key]})
+		seq[key]++
+	}
+	e.nout = 0
+	for _, p := range in {
+		m := &e.out[e.nout]
+		m.N = p.size
+		m.Addr = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 77, 200, p.dst}), rdma.UDPPort)
+		b := m.Bytes()
+		clear(b)
+		rdma.BTH(b).Encode(&rdma.BTHFields{Opcode: rdma.UCRDMAWriteMiddle, DestQP: p.qpn, PSN: uint32(p.seq)})
+		e.outFlow[e.nout] = e.outFlows.get(m.Addr, func() rdma.Flow {
+			return rdma.Flow{Src: engineV4.Addr(), Dst: m.Addr.Addr(), SrcPort: 4791, DstPort: 4791}
+		})
+		e.nout++
+	}
+	out := e.schedule()
+	if len(out) != len(in) {
+		t.Fatalf("%d packets out of %d", len(out), len(in))
+	}
+	next := map[[2]uint32]uint32{}
+	runs := 0
+	for i, m := range out {
+		bth := rdma.BTH(m.Bytes())
+		key := [2]uint32{uint32(m.Addr.Addr().As4()[3]), bth.DestQP()}
+		if bth.PSN() != next[key] {
+			t.Fatalf("packet %d: %v QP %d PSN %d, want %d", i, m.Addr, key[1], bth.PSN(), next[key])
+		}
+		next[key]++
+		if i > 0 && m.Addr != out[i-1].Addr {
+			for _, prev := range out[:i-1] {
+				if prev.Addr == m.Addr {
+					t.Fatalf("packet %d: destination %v not contiguous", i, m.Addr)
+				}
+			}
+		}
+		if i == 0 || m.Addr != out[i-1].Addr || m.N != out[i-1].N {
+			runs++
+		}
+	}
+	// Worker 3: F×3, M×6, L×3. Worker 2: the same, then QP 1's replay.
+	if runs > 3+3+4 {
+		t.Fatalf("%d runs of equal size, want at most 10", runs)
+	}
 }
 
 func TestEngineAllocs(t *testing.T) {

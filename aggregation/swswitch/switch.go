@@ -59,6 +59,9 @@ type Config struct {
 	BatchSize int
 	// SocketBuffer is SO_RCVBUF/SO_SNDBUF in bytes (default: udp's).
 	SocketBuffer int
+	// Offload selects UDP GSO/GRO (default udp.OffloadAuto). Results are
+	// ordered so that each worker's packets form runs GSO can send whole.
+	Offload udp.Offload
 	// ICRC selects which requests are verified (default ICRCVerify).
 	ICRC ICRCPolicy
 	// IngressLoss and EgressLoss drop that fraction of requests and of
@@ -114,7 +117,7 @@ func New(cfg Config) (*Switch, error) {
 	}
 	conn, err := udp.Listen(udp.Config{
 		Addr: cfg.Addr, Port: cfg.Port, BatchSize: cfg.BatchSize, SocketBuffer: cfg.SocketBuffer,
-		Capture: cfg.Capture, RecvLoss: cfg.IngressLoss, SendLoss: cfg.EgressLoss, Seed: cfg.Seed,
+		Capture: cfg.Capture, RecvLoss: cfg.IngressLoss, SendLoss: cfg.EgressLoss, Seed: cfg.Seed, Offload: cfg.Offload,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("swswitch: %w", err)
@@ -166,7 +169,7 @@ func (s *Switch) serve(in []udp.Msg) {
 				m := &in[i]
 				e.input(m.Addr, m.Buf, m.Off, m.N)
 			}
-			out := e.out[:e.nout]
+			out := e.schedule()
 			e.nout = 0
 			s.mu.Unlock()
 			// The result buffers are only touched by this goroutine, so
@@ -222,11 +225,15 @@ func (s *Switch) RemoveJob(ctx context.Context, jobID uint32) error {
 type Stats struct {
 	PacketsIn, BytesIn   uint64 // datagrams received (before ingress loss)
 	PacketsOut, BytesOut uint64 // datagrams sent (after egress loss)
-	Model                switchmodel.Counters
-	SlotsInUse           int64  // (slot, set) pairs holding a partial sum
-	SlotsAllocated       uint64 // slots owned by installed jobs
-	PoolSize             uint32
-	Jobs                 int
+	// Kernel datagrams and system calls that carried those packets: with
+	// UDP GSO/GRO one datagram holds a run of packets.
+	DatagramsIn, RecvCalls  uint64
+	DatagramsOut, SendCalls uint64
+	Model                   switchmodel.Counters
+	SlotsInUse              int64  // (slot, set) pairs holding a partial sum
+	SlotsAllocated          uint64 // slots owned by installed jobs
+	PoolSize                uint32
+	Jobs                    int
 }
 
 // Drops returns the count for one reason.
@@ -247,6 +254,8 @@ func (s *Switch) Stats() Stats {
 	s.mu.Unlock()
 	st.PacketsIn, st.BytesIn = cs.RxPackets, cs.RxBytes
 	st.PacketsOut, st.BytesOut = cs.TxPackets, cs.TxBytes
+	st.DatagramsIn, st.RecvCalls = cs.RxDatagrams, cs.RxCalls
+	st.DatagramsOut, st.SendCalls = cs.TxDatagrams, cs.TxCalls
 	st.Model.Drops[switchmodel.DropIngressLoss] += cs.RxLossDropped
 	st.Model.Drops[switchmodel.DropEgressLoss] += cs.TxLossDropped
 	st.Model.Drops[switchmodel.DropMalformed] += cs.RxTruncated

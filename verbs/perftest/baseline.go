@@ -20,6 +20,9 @@ type UDPConfig struct {
 	BatchSize int // datagrams per sendmmsg/recvmmsg (default udp.DefaultBatchSize)
 	Window    int // datagrams in flight (default 32 × 64)
 	Burst     int // datagrams per send call (a message's packets; default BatchSize)
+	// Offload selects UDP GSO/GRO on both endpoints (udp.OffloadAuto: on
+	// loopback when the kernel has them).
+	Offload udp.Offload
 }
 
 // UDPBaseline sends cfg.Datagrams datagrams from Src to Dst and returns the
@@ -37,12 +40,12 @@ func UDPBaseline(ctx context.Context, cfg UDPConfig) (Result, error) {
 	if cfg.Datagram <= 0 || cfg.Datagrams <= 0 {
 		return Result{}, fmt.Errorf("perftest: UDP baseline needs a datagram size and count")
 	}
-	tx, err := udp.Listen(udp.Config{Addr: cfg.Src, BatchSize: cfg.BatchSize})
+	tx, err := udp.Listen(udp.Config{Addr: cfg.Src, BatchSize: cfg.BatchSize, Offload: cfg.Offload})
 	if err != nil {
 		return Result{}, err
 	}
 	defer tx.Close()
-	rx, err := udp.Listen(udp.Config{Addr: cfg.Dst, BatchSize: cfg.BatchSize})
+	rx, err := udp.Listen(udp.Config{Addr: cfg.Dst, BatchSize: cfg.BatchSize, Offload: cfg.Offload})
 	if err != nil {
 		return Result{}, err
 	}

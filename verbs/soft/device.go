@@ -49,6 +49,10 @@ type Config struct {
 	Seed               uint64
 	// SocketBuffer is the socket buffer size in bytes (default 4 MiB).
 	SocketBuffer int
+	// Offload selects UDP GSO/GRO (default udp.OffloadAuto: GRO when the
+	// kernel has it, GSO over IPv6 or loopback; see udp.Offload for why
+	// not over IPv4 on a real link). The packets are the same either way.
+	Offload udp.Offload
 }
 
 // Stats are the NIC's counters.
@@ -106,7 +110,7 @@ func Open(cfg Config) (*Device, error) {
 	}
 	conn, err := udp.Listen(udp.Config{
 		Addr: cfg.Addr, Port: cfg.Port, BatchSize: cfg.BatchSize, SocketBuffer: cfg.SocketBuffer,
-		Capture: cfg.Capture, RecvLoss: cfg.RecvLoss, SendLoss: cfg.SendLoss, Seed: cfg.Seed,
+		Capture: cfg.Capture, RecvLoss: cfg.RecvLoss, SendLoss: cfg.SendLoss, Seed: cfg.Seed, Offload: cfg.Offload,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("soft: open NIC: %w", err)

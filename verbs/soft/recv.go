@@ -1,6 +1,8 @@
 package soft
 
 import (
+	"net/netip"
+
 	"github.com/swml-rdma/swml-rdma/rdma"
 	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
@@ -20,7 +22,7 @@ func (d *Device) receive() {
 	for i := range msgs {
 		msgs[i] = udp.Msg{Buf: store[i*stride : (i+1)*stride], Off: rdma.ICRCHeadroom}
 	}
-	var h rdma.ICRC
+	var h rxICRC
 	var pkt rdma.Packet
 	for {
 		n, err := d.conn.ReadBatch(msgs)
@@ -36,7 +38,42 @@ func (d *Device) receive() {
 	}
 }
 
-func (d *Device) handle(h *rdma.ICRC, p *rdma.Packet, m *udp.Msg) {
+// maxRxFlows bounds the receive ICRC cache; packets from further sources
+// take the uncached path.
+const maxRxFlows = 1024
+
+// rxICRC verifies received ICRCs, with the pseudo-header CRC cached per
+// source (rdma.FlowICRC): a packet costs one CRC pass over its own bytes.
+// Owned by the receive goroutine.
+type rxICRC struct {
+	h       rdma.ICRC
+	flows   map[netip.AddrPort]*rdma.FlowICRC
+	lastSrc netip.AddrPort
+	last    *rdma.FlowICRC
+}
+
+func (r *rxICRC) verify(d *Device, m *udp.Msg) error {
+	src := m.Addr
+	if r.last == nil || src != r.lastSrc {
+		fh := r.flows[src]
+		if fh == nil {
+			f := rdma.Flow{Src: src.Addr(), Dst: d.Addr(), SrcPort: src.Port(), DstPort: d.conn.LocalAddr().Port(), DF: true}
+			if len(r.flows) >= maxRxFlows {
+				return r.h.VerifyHeadroom(&f, m.Buf[:m.Off+m.N], m.Off)
+			}
+			if r.flows == nil {
+				r.flows = make(map[netip.AddrPort]*rdma.FlowICRC)
+			}
+			fh = new(rdma.FlowICRC)
+			fh.Reset(&f)
+			r.flows[src] = fh
+		}
+		r.lastSrc, r.last = src, fh
+	}
+	return r.last.Verify(m.Bytes())
+}
+
+func (d *Device) handle(h *rxICRC, p *rdma.Packet, m *udp.Msg) {
 	payload := m.Bytes()
 	c := &d.cnt
 	c.rxPackets.Add(1)
@@ -47,8 +84,7 @@ func (d *Device) handle(h *rdma.ICRC, p *rdma.Packet, m *udp.Msg) {
 	}
 	src := m.Addr.Addr()
 	if d.cfg.ICRC == ICRCVerify || (d.cfg.ICRC == ICRCIgnoreIPv4 && !src.Is4()) {
-		f := rdma.Flow{Src: src, Dst: d.Addr(), SrcPort: m.Addr.Port(), DstPort: d.conn.LocalAddr().Port(), DF: true}
-		if err := h.VerifyHeadroom(&f, m.Buf[:m.Off+m.N], m.Off); err != nil {
+		if err := h.verify(d, m); err != nil {
 			c.rxBadICRC.Add(1)
 			return
 		}

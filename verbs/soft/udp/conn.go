@@ -40,6 +40,8 @@ type Config struct {
 	// Seed. For tests and demos.
 	RecvLoss, SendLoss float64
 	Seed               uint64
+	// Offload selects UDP GSO and GRO (default OffloadAuto).
+	Offload Offload
 }
 
 // Msg is one datagram of a batch: its bytes are Buf[Off:Off+N]. For
@@ -63,6 +65,11 @@ type Stats struct {
 	RxLossDropped      uint64 // dropped by RecvLoss
 	TxLossDropped      uint64 // dropped by SendLoss
 	RxTruncated        uint64 // datagrams larger than the buffer given
+	// Kernel datagrams and system calls. With GSO one datagram sent
+	// carries several packets (TxGSODatagrams counts those), and with GRO
+	// one datagram received may hold several (RxGRODatagrams).
+	TxDatagrams, TxCalls, TxGSODatagrams uint64
+	RxDatagrams, RxCalls, RxGRODatagrams uint64
 }
 
 // Conn is a RoCEv2 UDP endpoint.
@@ -83,12 +90,24 @@ type Conn struct {
 	rerr  syscall.Errno
 	rfn   func(fd uintptr) bool
 	rloss *lossGen
+	// GRO: datagrams land in rbig (one 64 KiB buffer per header) and are
+	// split into packets; rcur/roff is the next packet not yet handed out.
+	gro   bool
+	rbig  [][]byte
+	rctl  [][groCtlWord]uint64
+	rseg  []int // per received datagram: segment size (0: one packet)
+	rfrom []netip.AddrPort
+	rcur  int
+	roff  int
 
 	// send state, guarded by smu
 	smu   sync.Mutex
+	gso   bool
 	shdr  []mmsghdr
 	siov  []unix.Iovec
 	sname [][sockaddrLen]byte
+	sctl  [][gsoCtlWord]uint64
+	sgrp  []sendGroup
 	sreq  int
 	sdone int
 	serr  syscall.Errno
@@ -97,7 +116,17 @@ type Conn struct {
 
 	rxPackets, rxBytes, txPackets, txBytes atomic.Uint64
 	rxLoss, txLoss, rxTrunc                atomic.Uint64
+	txDgrams, txCalls, txGSO               atomic.Uint64
+	rxDgrams, rxCalls, rxGRO               atomic.Uint64
 	closed                                 atomic.Bool
+}
+
+// sendGroup is one datagram of a sendmmsg call: packets siov[iov:iov+n] to
+// one address; with n > 1 a GSO datagram of seg-byte segments.
+type sendGroup struct {
+	iov, n, seg, bytes int
+	addr               netip.AddrPort
+	namelen            uint32
 }
 
 // sockaddrLen fits a sockaddr_in6.
@@ -132,6 +161,9 @@ func Listen(cfg Config) (*Conn, error) {
 	if cfg.RecvLoss < 0 || cfg.RecvLoss >= 1 || cfg.SendLoss < 0 || cfg.SendLoss >= 1 {
 		return nil, fmt.Errorf("udp: loss probabilities %v/%v: must be in [0, 1)", cfg.RecvLoss, cfg.SendLoss)
 	}
+	if cfg.Offload > OffloadOn {
+		return nil, fmt.Errorf("udp: listen: unknown %v: use OffloadAuto, OffloadOff or OffloadOn", cfg.Offload)
+	}
 	port := cfg.Port
 	if port == 0 {
 		port = rdma.UDPPort
@@ -141,6 +173,10 @@ func Listen(cfg Config) (*Conn, error) {
 		batch = DefaultBatchSize
 	}
 	addr := cfg.Addr.Unmap()
+	gso, gro, err := offloadFor(cfg.Offload, addr)
+	if err != nil {
+		return nil, fmt.Errorf("udp: listen on %v: %w", addr, err)
+	}
 	network := "udp4"
 	if addr.Is6() {
 		network = "udp6"
@@ -162,7 +198,7 @@ func Listen(cfg Config) (*Conn, error) {
 	}
 	bufBytes := cfg.SocketBuffer
 	if bufBytes <= 0 {
-		bufBytes = 4 << 20
+		bufBytes = DefaultSocketBuffer
 	}
 	var serr error
 	err = raw.Control(func(fd uintptr) {
@@ -180,6 +216,10 @@ func Listen(cfg Config) (*Conn, error) {
 				_ = unix.SetsockoptInt(s, unix.SOL_SOCKET, o[1], bufBytes)
 			}
 		}
+		if gro && serr == nil {
+			// Probed at package level; a refusal here is a real error.
+			serr = unix.SetsockoptInt(s, unix.IPPROTO_UDP, unix.UDP_GRO, 1)
+		}
 	})
 	if err == nil {
 		err = serr
@@ -189,19 +229,37 @@ func Listen(cfg Config) (*Conn, error) {
 		return nil, fmt.Errorf("udp: socket options on %v: %w", addr, err)
 	}
 	c := &Conn{
-		uc: uc, raw: raw, v4: addr.Is4(), batch: batch, cap: cfg.Capture,
+		uc: uc, raw: raw, v4: addr.Is4(), batch: batch, cap: cfg.Capture, gso: gso, gro: gro,
 		local: netip.AddrPortFrom(addr, uint16(uc.LocalAddr().(*net.UDPAddr).Port)),
 		rhdr:  make([]mmsghdr, batch), riov: make([]unix.Iovec, batch), rname: make([][sockaddrLen]byte, batch),
-		shdr: make([]mmsghdr, batch), siov: make([]unix.Iovec, batch), sname: make([][sockaddrLen]byte, batch),
+		shdr: make([]mmsghdr, batch), sname: make([][sockaddrLen]byte, batch), sgrp: make([]sendGroup, batch),
 		rloss: newLoss(cfg.RecvLoss, cfg.Seed, 1), sloss: newLoss(cfg.SendLoss, cfg.Seed, 2),
+	}
+	if gso {
+		c.siov = make([]unix.Iovec, batch*gsoMaxSegments)
+		c.sctl = make([][gsoCtlWord]uint64, batch)
+	} else {
+		c.siov = make([]unix.Iovec, batch)
 	}
 	for i := range c.rhdr {
 		c.rhdr[i].hdr.Iov = &c.riov[i]
 		c.rhdr[i].hdr.SetIovlen(1)
 		c.rhdr[i].hdr.Name = &c.rname[i][0]
-		c.shdr[i].hdr.Iov = &c.siov[i]
-		c.shdr[i].hdr.SetIovlen(1)
 		c.shdr[i].hdr.Name = &c.sname[i][0]
+	}
+	if gro {
+		n := groDatagrams(batch)
+		c.rbig = make([][]byte, n)
+		slab := make([]byte, n*groBufLen)
+		c.rctl = make([][groCtlWord]uint64, n)
+		c.rseg = make([]int, n)
+		c.rfrom = make([]netip.AddrPort, n)
+		for i := range c.rbig {
+			c.rbig[i] = slab[i*groBufLen : (i+1)*groBufLen : (i+1)*groBufLen]
+			c.riov[i].Base = &c.rbig[i][0]
+			c.riov[i].SetLen(groBufLen)
+			c.rhdr[i].hdr.Control = (*byte)(unsafe.Pointer(&c.rctl[i][0]))
+		}
 	}
 	c.rfn = c.recvmmsg
 	c.sfn = c.sendmmsg
@@ -214,6 +272,14 @@ func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
 // BatchSize is the most datagrams one ReadBatch or WriteBatch system call moves.
 func (c *Conn) BatchSize() int { return c.batch }
 
+// Offloads reports whether this endpoint sends with UDP GSO and receives
+// with UDP GRO.
+func (c *Conn) Offloads() (gso, gro bool) {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	return c.gso, c.gro
+}
+
 func (c *Conn) recvmmsg(fd uintptr) bool {
 	n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&c.rhdr[0])), uintptr(c.rreq), unix.MSG_DONTWAIT, 0, 0)
 	if e == unix.EAGAIN || e == unix.EINTR {
@@ -223,10 +289,33 @@ func (c *Conn) recvmmsg(fd uintptr) bool {
 	return true
 }
 
+// recv runs one recvmmsg of c.rreq headers (blocking until at least one
+// datagram is there).
+func (c *Conn) recv() error {
+	c.rgot, c.rerr = 0, 0
+	if err := c.raw.Read(c.rfn); err != nil {
+		return err
+	}
+	if c.rerr != 0 {
+		if c.closed.Load() {
+			return net.ErrClosed
+		}
+		return fmt.Errorf("udp: recvmmsg on %v: %w", c.local, c.rerr)
+	}
+	c.rxCalls.Add(1)
+	c.rxDgrams.Add(uint64(c.rgot))
+	return nil
+}
+
 // ReadBatch blocks until at least one datagram arrives, then stores up to
-// len(msgs) (at most BatchSize) of them. Datagrams longer than their Buf are
-// counted and dropped. It returns net.ErrClosed after Close.
+// len(msgs) of them, one packet per Msg: a GRO datagram is split into its
+// packets, and packets that do not fit msgs are kept for the next call.
+// Datagrams longer than their Buf are counted and dropped. It returns
+// net.ErrClosed after Close.
 func (c *Conn) ReadBatch(msgs []Msg) (int, error) {
+	if c.gro {
+		return c.readGRO(msgs)
+	}
 	for {
 		req := min(len(msgs), c.batch)
 		if req == 0 {
@@ -243,15 +332,9 @@ func (c *Conn) ReadBatch(msgs []Msg) (int, error) {
 			c.rhdr[i].hdr.Namelen = sockaddrLen
 			c.rhdr[i].hdr.Flags = 0
 		}
-		c.rreq, c.rgot, c.rerr = req, 0, 0
-		if err := c.raw.Read(c.rfn); err != nil {
+		c.rreq = req
+		if err := c.recv(); err != nil {
 			return 0, err
-		}
-		if c.rerr != 0 {
-			if c.closed.Load() {
-				return 0, net.ErrClosed
-			}
-			return 0, fmt.Errorf("udp: recvmmsg on %v: %w", c.local, c.rerr)
 		}
 		out := 0
 		for i := 0; i < c.rgot; i++ {
@@ -261,14 +344,8 @@ func (c *Conn) ReadBatch(msgs []Msg) (int, error) {
 				c.rxTrunc.Add(1)
 				continue
 			}
-			c.rxPackets.Add(1)
-			c.rxBytes.Add(uint64(n))
 			from := parseSockaddr(c.rname[i][:])
-			if c.cap != nil {
-				c.cap.Write(from, c.local, msgs[i].Buf[msgs[i].Off:msgs[i].Off+n])
-			}
-			if c.rloss.drop() {
-				c.rxLoss.Add(1)
+			if !c.accept(from, msgs[i].Buf[msgs[i].Off:msgs[i].Off+n]) {
 				continue
 			}
 			if out != i {
@@ -285,12 +362,99 @@ func (c *Conn) ReadBatch(msgs []Msg) (int, error) {
 	}
 }
 
+// accept counts and captures one received packet and applies RecvLoss.
+func (c *Conn) accept(from netip.AddrPort, b []byte) bool {
+	c.rxPackets.Add(1)
+	c.rxBytes.Add(uint64(len(b)))
+	if c.cap != nil {
+		c.cap.Write(from, c.local, b)
+	}
+	if c.rloss.drop() {
+		c.rxLoss.Add(1)
+		return false
+	}
+	return true
+}
+
+// readGRO is ReadBatch on a GRO socket: datagrams are received into the
+// endpoint's own 64 KiB buffers and each packet is copied to its Msg.
+func (c *Conn) readGRO(msgs []Msg) (int, error) {
+	for i := range msgs {
+		if m := &msgs[i]; m.Off < 0 || m.Off >= len(m.Buf) {
+			return 0, fmt.Errorf("udp: ReadBatch: message %d has no room after offset %d in its %d-byte buffer", i, m.Off, len(m.Buf))
+		}
+	}
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	for {
+		if c.rcur >= c.rgot {
+			c.rreq = len(c.rbig)
+			for i := 0; i < c.rreq; i++ {
+				h := &c.rhdr[i].hdr
+				h.Namelen = sockaddrLen
+				h.Flags = 0
+				h.SetControllen(groCtlLen)
+			}
+			c.rcur, c.roff = 0, 0
+			if err := c.recv(); err != nil {
+				c.rgot = 0
+				return 0, err
+			}
+			for i := 0; i < c.rgot; i++ {
+				h := &c.rhdr[i]
+				c.rseg[i] = groSegment(&c.rctl[i], int(h.hdr.Controllen))
+				c.rfrom[i] = parseSockaddr(c.rname[i][:])
+				if h.hdr.Flags&unix.MSG_TRUNC != 0 {
+					c.rxTrunc.Add(1)
+					c.rseg[i] = -1
+				} else if c.rseg[i] > 0 && int(h.len) > c.rseg[i] {
+					c.rxGRO.Add(1)
+				}
+			}
+		}
+		out := 0
+		for out < len(msgs) && c.rcur < c.rgot {
+			i := c.rcur
+			total := int(c.rhdr[i].len)
+			seg := c.rseg[i]
+			if seg < 0 || c.roff >= total {
+				c.rcur++
+				c.roff = 0
+				continue
+			}
+			n := total - c.roff
+			if seg > 0 {
+				n = min(n, seg)
+			}
+			b := c.rbig[i][c.roff : c.roff+n]
+			c.roff += n
+			m := &msgs[out]
+			if n > len(m.Buf)-m.Off {
+				c.rxTrunc.Add(1)
+				continue
+			}
+			if !c.accept(c.rfrom[i], b) {
+				continue
+			}
+			copy(m.Buf[m.Off:], b)
+			m.N = n
+			m.Addr = c.rfrom[i]
+			out++
+		}
+		if out > 0 {
+			return out, nil
+		}
+	}
+}
+
 func (c *Conn) sendmmsg(fd uintptr) bool {
 	for c.sdone < c.sreq {
 		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&c.shdr[c.sdone])), uintptr(c.sreq-c.sdone), unix.MSG_DONTWAIT, 0, 0)
 		switch e {
 		case 0:
 			c.sdone += int(n)
+			c.txCalls.Add(1)
 		case unix.EAGAIN:
 			return false
 		case unix.EINTR:
@@ -302,19 +466,26 @@ func (c *Conn) sendmmsg(fd uintptr) bool {
 	return true
 }
 
-// WriteBatch sends msgs[i].Buf[:msgs[i].N] to msgs[i].Addr, blocking while
+// WriteBatch sends msgs[i].Buf[Off:Off+N] to msgs[i].Addr, blocking while
 // the socket buffer is full. Datagrams dropped by SendLoss count as sent.
+// With GSO, runs of consecutive packets to one address whose sizes are equal
+// (the last of a run may be shorter) go out as one GSO datagram: the
+// packets, and what Capture and SendLoss see, are the same as without.
 func (c *Conn) WriteBatch(msgs []Msg) (int, error) {
 	c.smu.Lock()
 	defer c.smu.Unlock()
 	sent := 0
 	for sent < len(msgs) {
-		req := 0
+		ng, ni := 0, 0
 		i := sent
-		for ; i < len(msgs) && req < c.batch; i++ {
+		for ; i < len(msgs); i++ {
 			m := &msgs[i]
 			if m.N <= 0 || m.Off < 0 || m.Off+m.N > len(m.Buf) {
 				return sent, fmt.Errorf("udp: WriteBatch: message %d: bytes [%d, %d) outside its %d-byte buffer", i, m.Off, m.Off+m.N, len(m.Buf))
+			}
+			join := ng > 0 && c.canJoin(&c.sgrp[ng-1], m)
+			if (!join && ng == len(c.sgrp)) || ni == len(c.siov) {
+				break
 			}
 			if c.cap != nil {
 				c.cap.Write(c.local, m.Addr, m.Bytes())
@@ -323,32 +494,105 @@ func (c *Conn) WriteBatch(msgs []Msg) (int, error) {
 				c.txLoss.Add(1)
 				continue
 			}
-			nl, err := putSockaddr(c.sname[req][:], m.Addr, c.v4)
-			if err != nil {
-				return sent, err
+			if !join {
+				nl, err := putSockaddr(c.sname[ng][:], m.Addr, c.v4)
+				if err != nil {
+					return sent, err
+				}
+				c.sgrp[ng] = sendGroup{iov: ni, seg: m.N, addr: m.Addr, namelen: nl}
+				ng++
 			}
-			c.siov[req].Base = &m.Buf[m.Off]
-			c.siov[req].SetLen(m.N)
-			c.shdr[req].hdr.Namelen = nl
-			c.shdr[req].len = 0
-			c.txBytes.Add(uint64(m.N))
-			req++
+			g := &c.sgrp[ng-1]
+			c.siov[ni].Base = &m.Buf[m.Off]
+			c.siov[ni].SetLen(m.N)
+			ni++
+			g.n++
+			g.bytes += m.N
 		}
-		if req > 0 {
-			c.sreq, c.sdone, c.serr = req, 0, 0
-			if err := c.raw.Write(c.sfn); err != nil {
+		if ng > 0 {
+			if err := c.sendGroups(ng); err != nil {
 				return sent, err
 			}
-			if c.serr != 0 {
-				return sent + c.sdone, fmt.Errorf("udp: sendmmsg from %v: %w", c.local, c.serr)
-			}
-			c.txPackets.Add(uint64(req))
 		}
 		sent = i
 	}
 	return sent, nil
 }
 
+// canJoin says whether m can be the next segment of GSO datagram g.
+func (c *Conn) canJoin(g *sendGroup, m *Msg) bool {
+	return c.gso && m.Addr == g.addr && m.N <= g.seg &&
+		// a shorter segment ends a datagram
+		g.bytes == g.n*g.seg &&
+		g.n < gsoMaxSegments && g.bytes+m.N <= gsoMaxBytes
+}
+
+// sendGroups sends sgrp[:ng], falling back to one datagram per packet if
+// the kernel refuses GSO on this path.
+func (c *Conn) sendGroups(ng int) error {
+	for j := 0; j < ng; j++ {
+		g := &c.sgrp[j]
+		h := &c.shdr[j]
+		h.hdr.Iov = &c.siov[g.iov]
+		h.hdr.SetIovlen(g.n)
+		h.hdr.Namelen = g.namelen
+		h.len = 0
+		if g.n > 1 {
+			putGSOSegment(&c.sctl[j], g.seg)
+			h.hdr.Control = (*byte)(unsafe.Pointer(&c.sctl[j][0]))
+			h.hdr.SetControllen(gsoCtlLen)
+		} else {
+			h.hdr.Control = nil
+			h.hdr.SetControllen(0)
+		}
+	}
+	c.sreq, c.sdone, c.serr = ng, 0, 0
+	if err := c.raw.Write(c.sfn); err != nil {
+		return err
+	}
+	c.countSent(0, c.sdone)
+	if c.serr == 0 {
+		return nil
+	}
+	if g := &c.sgrp[c.sdone]; g.n > 1 && (c.serr == unix.EIO || c.serr == unix.EINVAL || c.serr == unix.EMSGSIZE) {
+		// No GSO on this path (e.g. a device without checksum offload):
+		// send the rest packet by packet from now on.
+		c.gso = false
+		return c.resendUnsegmented(c.sdone, ng)
+	}
+	return fmt.Errorf("udp: sendmmsg from %v: %w", c.local, c.serr)
+}
+
+func (c *Conn) countSent(from, to int) {
+	for j := from; j < to; j++ {
+		g := &c.sgrp[j]
+		c.txPackets.Add(uint64(g.n))
+		c.txBytes.Add(uint64(g.bytes))
+		if g.n > 1 {
+			c.txGSO.Add(1)
+		}
+	}
+	c.txDgrams.Add(uint64(to - from))
+}
+
+// resendUnsegmented sends the packets of sgrp[from:ng] one datagram each,
+// through sgrp[0] (each group is copied before sgrp[0] is overwritten; the
+// iovecs stay where they are).
+func (c *Conn) resendUnsegmented(from, ng int) error {
+	for j := from; j < ng; j++ {
+		g := c.sgrp[j]
+		for k := 0; k < g.n; k++ {
+			c.sgrp[0] = sendGroup{iov: g.iov + k, n: 1, seg: int(c.siov[g.iov+k].Len), bytes: int(c.siov[g.iov+k].Len), addr: g.addr, namelen: g.namelen}
+			if _, err := putSockaddr(c.sname[0][:], g.addr, c.v4); err != nil {
+				return err
+			}
+			if err := c.sendGroups(1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 func parseSockaddr(b []byte) netip.AddrPort {
 	fam := *(*uint16)(unsafe.Pointer(&b[0]))
 	port := binary.BigEndian.Uint16(b[2:4])
@@ -393,6 +637,8 @@ func (c *Conn) Stats() Stats {
 		RxPackets: c.rxPackets.Load(), RxBytes: c.rxBytes.Load(),
 		TxPackets: c.txPackets.Load(), TxBytes: c.txBytes.Load(),
 		RxLossDropped: c.rxLoss.Load(), TxLossDropped: c.txLoss.Load(), RxTruncated: c.rxTrunc.Load(),
+		TxDatagrams: c.txDgrams.Load(), TxCalls: c.txCalls.Load(), TxGSODatagrams: c.txGSO.Load(),
+		RxDatagrams: c.rxDgrams.Load(), RxCalls: c.rxCalls.Load(), RxGRODatagrams: c.rxGRO.Load(),
 	}
 }
 

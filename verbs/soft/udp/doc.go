@@ -1,8 +1,12 @@
 // Package udp is the RoCEv2 datagram endpoint shared by the userspace NIC
 // (verbs/soft) and the software switch (aggregation/swswitch): a UDP socket
 // on one local address and port 4791 with batched I/O (recvmmsg/sendmmsg,
-// caller-owned buffers, no allocation per packet), optional pcap capture of
-// every datagram in and out, and optional seeded loss injection.
+// caller-owned buffers, no allocation per packet), UDP GSO and GRO where the
+// kernel has them (probed once, cached; plain sendmmsg/recvmmsg otherwise,
+// and if a GSO send is refused), optional pcap capture of every packet in
+// and out, and optional seeded loss injection. Offload changes how many
+// datagrams and system calls carry the packets, never the packets: capture,
+// loss and the counters act on individual packets (see Offload).
 //
 // Sending RoCEv2 from a plain UDP socket: over IPv4 the socket is unconnected
 // and has IP_MTU_DISCOVER = IP_PMTUDISC_DO, so the kernel sends DF=1 and IPv4
