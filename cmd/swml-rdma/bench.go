@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -308,6 +307,10 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (ben
 
 	n := cfg.size / 4
 	inputs, inputsI := makeInputs(cfg.dtype, cfg.workers, n)
+	check, err := newChecker(cfg.dtype, inputs, inputsI)
+	if err != nil {
+		return benchRun{}, err
+	}
 
 	sessions := make([]*aggregation.Session, cfg.workers)
 	var devs []*soft.Device
@@ -376,7 +379,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (ben
 			return sessions[r].AllReduceInt32(ctx, bufsI[r])
 		}
 		return sessions[r].AllReduce(ctx, bufs[r])
-	}, func() error { return verify(cfg.dtype, inputs, inputsI, bufs, bufsI) })
+	}, func() error { return check.switchML(bufs, bufsI) })
 	if err != nil {
 		return benchRun{}, err
 	}
@@ -409,7 +412,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (ben
 			return ring.Rank(r).AllReduceInt32(ctx, bufsI[r])
 		}
 		return ring.Rank(r).AllReduce(ctx, bufs[r])
-	}, func() error { return verifyRing(cfg.dtype, inputs, inputsI, bufs, bufsI) })
+	}, func() error { return check.ring(bufs, bufsI) })
 	if err != nil {
 		return benchRun{}, fmt.Errorf("ring baseline: %w", err)
 	}
@@ -467,33 +470,6 @@ func summarize(times []time.Duration, elements, bytes int) timing {
 	t.ate = float64(elements) / med
 	t.gbps = float64(bytes) * 8 / med / 1e9
 	return t
-}
-
-// verifyRing checks ring results: int32 exactly (as verify does); float32
-// bit-identical on every worker and within float32 rounding of the float64
-// sum — each of the N−1 additions of the ring rounds once, so the error is
-// at most N·2⁻²⁴·Σ|xᵢ|.
-func verifyRing(dtype wire.DType, in [][]float32, inI [][]int32, out [][]float32, outI [][]int32) error {
-	if dtype == wire.Int32 {
-		return verify(dtype, in, inI, out, outI)
-	}
-	w := len(in)
-	for i := range out[0] {
-		var sum, sumAbs float64
-		for r := range w {
-			sum += float64(in[r][i])
-			sumAbs += math.Abs(float64(in[r][i]))
-		}
-		for r := range out {
-			if math.Float32bits(out[r][i]) != math.Float32bits(out[0][i]) {
-				return fmt.Errorf("element %d: result %d has %v, result 0 has %v (results must be bit-identical)", i, r, out[r][i], out[0][i])
-			}
-		}
-		if bound := float64(w) * 0x1p-24 * sumAbs; math.Abs(float64(out[0][i])-sum) > bound {
-			return fmt.Errorf("element %d: %v, float64 reference %v, error %g > float32 rounding bound %g", i, out[0][i], sum, math.Abs(float64(out[0][i])-sum), bound)
-		}
-	}
-	return nil
 }
 
 func printBench(out io.Writer, rep benchReport, asJSON bool) error {

@@ -49,19 +49,66 @@ func makeInputInt32(r, n int) []int32 {
 	return x
 }
 
-// verify checks results against every worker's input: in (or inI) holds all
-// the job's inputs, out (or outI) the results at hand — every worker's in
-// the embedded bench, one in a worker process. int32 must equal the int64
-// sum exactly (which must fit); float32 must lie within the quantization
-// error bound of the float64 sum (docs/quantization.md), and all results
-// must be bit-identical.
-func verify(dtype wire.DType, in [][]float32, inI [][]int32, out [][]float32, outI [][]int32) error {
-	w := max(len(in), len(inI))
+// checker checks all-reduce results against every worker's input: in (or
+// inI) holds all the job's inputs; a check gets the results at hand — every
+// worker's in the embedded bench, one in a worker process — and requires
+// them bit-identical. int32 must equal the int64 sum exactly (which must
+// fit). float32 from SwitchML must lie within the quantization error bound
+// of the float64 sum (docs/quantization.md); from the ring, within float32
+// rounding of it (N·2⁻²⁴·Σ|x|). Build it once: the bound's scale depends only
+// on the inputs.
+type checker struct {
+	dtype wire.DType
+	in    [][]float32
+	inI   [][]int32
+	scale quant.Scale // float32: for a tensor-wide block exponent
+}
+
+func newChecker(dtype wire.DType, in [][]float32, inI [][]int32) (*checker, error) {
+	c := &checker{dtype: dtype, in: in, inI: inI}
 	if dtype == wire.Int32 {
+		return c, nil
+	}
+	// A bound valid for every block: the tensor-wide exponent is ≥ each
+	// message's, and the bound grows with the exponent.
+	var maxAbs float32
+	for _, x := range in {
+		for _, v := range x {
+			if v < 0 {
+				v = -v
+			}
+			if v > maxAbs {
+				maxAbs = v
+			}
+		}
+	}
+	e, err := quant.BlockExponent([]float32{maxAbs})
+	if err != nil {
+		return nil, err
+	}
+	if c.scale, err = quant.NewScale(len(in), e); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// switchML checks results of SwitchML (block floating point).
+func (c *checker) switchML(out [][]float32, outI [][]int32) error {
+	return c.check(out, outI, c.scale.ErrorBound, "quantization error bound")
+}
+
+// ring checks results of the float32 ring, which adds in float32.
+func (c *checker) ring(out [][]float32, outI [][]int32) error {
+	w := float64(len(c.in))
+	return c.check(out, outI, func(sumAbs float64) float64 { return w * 0x1p-24 * sumAbs }, "float32 rounding bound")
+}
+
+func (c *checker) check(out [][]float32, outI [][]int32, bound func(sumAbs float64) float64, boundName string) error {
+	if c.dtype == wire.Int32 {
 		for i := range outI[0] {
 			var sum int64
-			for r := 0; r < w; r++ {
-				sum += int64(inI[r][i])
+			for _, x := range c.inI {
+				sum += int64(x[i])
 			}
 			for r := range outI {
 				if int64(outI[r][i]) != sum {
@@ -71,36 +118,20 @@ func verify(dtype wire.DType, in [][]float32, inI [][]int32, out [][]float32, ou
 		}
 		return nil
 	}
-	// A bound valid for every block: the tensor-wide exponent is ≥ each
-	// message's, and the bound grows with the exponent.
-	maxAbs := 0.0
-	for r := 0; r < w; r++ {
-		for _, v := range in[r] {
-			maxAbs = math.Max(maxAbs, math.Abs(float64(v)))
-		}
-	}
-	e, err := quant.BlockExponent([]float32{float32(maxAbs)})
-	if err != nil {
-		return err
-	}
-	scale, err := quant.NewScale(w, e)
-	if err != nil {
-		return err
-	}
 	for i := range out[0] {
 		var sum, sumAbs float64
-		for r := 0; r < w; r++ {
-			sum += float64(in[r][i])
-			sumAbs += math.Abs(float64(in[r][i]))
+		for _, x := range c.in {
+			sum += float64(x[i])
+			sumAbs += math.Abs(float64(x[i]))
 		}
-		bound := scale.ErrorBound(sumAbs)
-		for r := range out {
-			if math.Float32bits(out[r][i]) != math.Float32bits(out[0][i]) {
-				return fmt.Errorf("element %d: result %d has %v, result 0 has %v (results must be bit-identical)", i, r, out[r][i], out[0][i])
+		got := out[0][i]
+		for r := 1; r < len(out); r++ {
+			if math.Float32bits(out[r][i]) != math.Float32bits(got) {
+				return fmt.Errorf("element %d: result %d has %v, result 0 has %v (results must be bit-identical)", i, r, out[r][i], got)
 			}
 		}
-		if d := math.Abs(float64(out[0][i]) - sum); d > bound {
-			return fmt.Errorf("element %d: %v, float64 reference %v, error %g > bound %g", i, out[0][i], sum, d, bound)
+		if d, b := math.Abs(float64(got)-sum), bound(sumAbs); d > b {
+			return fmt.Errorf("element %d: %v, float64 reference %v, error %g > %s %g", i, got, sum, d, boundName, b)
 		}
 	}
 	return nil

@@ -447,6 +447,10 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 
 	n := cfg.size / 4
 	inputs, inputsI := makeInputs(cfg.dtype, cfg.workers, n)
+	check, err := newChecker(cfg.dtype, inputs, inputsI)
+	if err != nil {
+		return workerResult{}, err
+	}
 	var buf []float32
 	var bufI []int32
 	if cfg.dtype == wire.Int32 {
@@ -482,7 +486,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 		} else {
 			out = [][]float32{buf}
 		}
-		if err := verify(cfg.dtype, inputs, inputsI, out, outI); err != nil {
+		if err := check.switchML(out, outI); err != nil {
 			log.Error("RESULT MISMATCH", "iteration", it+1, "err", err)
 			return workerResult{}, fmt.Errorf("all-reduce %d of %d (job %d): RESULT MISMATCH: %w", it+1, total, sess.JobID(), err)
 		}
