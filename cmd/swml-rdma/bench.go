@@ -27,6 +27,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/perftest"
 	"github.com/swml-rdma/swml-rdma/verbs/soft"
+	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
 func init() { commands = append(commands, benchCommand()) }
@@ -56,6 +57,7 @@ func benchCommand() *cli.Command {
 			&cli.StringFlag{Name: "baseline", Value: "ring", Usage: "also run this all-reduce among the same workers over the same NICs: ring or none", EnvVars: []string{"SWML_BASELINE"}, Category: "job"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON (schema in docs/bench.md)", EnvVars: []string{"SWML_JSON"}, Category: "output"},
 			&cli.StringFlag{Name: "plot", Usage: "draw time per all-reduce and ATE/s against worker count into `FILE` (.svg or .png)", EnvVars: []string{"SWML_PLOT"}, Category: "output"},
+			offloadFlag("network"),
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (runtime/pprof) of the run to `FILE`", EnvVars: []string{"SWML_CPUPROFILE"}, Category: "output"},
 		}, distributedBenchFlags()...), logLevelFlag()),
 		Action: runBench,
@@ -128,6 +130,7 @@ type benchConfig struct {
 	switchAddr                                             netip.Addr
 	baseline                                               string // "ring" or "none"
 	plot                                                   string
+	offload                                                udp.Offload
 }
 
 // distributedCategory holds the flags of `bench --controller`.
@@ -218,6 +221,9 @@ func benchFlags(c *cli.Context) (benchConfig, error) {
 		packetSize: c.Int("packet-size"), qps: c.Int("qps"), loss: c.Float64("loss"),
 		baseline: c.String("baseline"), plot: c.String("plot")}
 	var err error
+	if cfg.offload, err = parseOffload(c); err != nil {
+		return cfg, err
+	}
 	if cfg.sweep, err = parseWorkers(c.String("workers")); err != nil {
 		return cfg, err
 	}
@@ -289,7 +295,7 @@ func parseWorkers(s string) ([]int, error) {
 // workers over the same NICs.
 func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (benchRun, error) {
 	swAddr := cfg.switchAddr
-	sw, err := swswitch.New(swswitch.Config{Addr: swAddr, IngressLoss: cfg.loss, EgressLoss: cfg.loss, Seed: 1})
+	sw, err := swswitch.New(swswitch.Config{Addr: swAddr, IngressLoss: cfg.loss, EgressLoss: cfg.loss, Seed: 1, Offload: cfg.offload})
 	if err != nil {
 		return benchRun{}, err
 	}
@@ -331,7 +337,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (ben
 	for r := range cfg.workers {
 		a := swAddr.As4()
 		a[3] += byte(1 + r)
-		d, err := soft.Open(soft.Config{Addr: netip.AddrFrom4(a)})
+		d, err := soft.Open(soft.Config{Addr: netip.AddrFrom4(a), Offload: cfg.offload})
 		if err != nil {
 			return benchRun{}, fmt.Errorf("worker %d: %w", r, err)
 		}

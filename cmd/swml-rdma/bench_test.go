@@ -97,8 +97,9 @@ func sortedKeys[V any](m map[string]V) []string {
 	return k
 }
 
+// TestBenchTableWithLoss also runs the plain (no GSO/GRO) socket path.
 func TestBenchTableWithLoss(t *testing.T) {
-	out, _, err := run(t, "bench", "--workers", "2", "--size", "64KiB", "--iters", "2", "--loss", "0.02", "--msg-size", "4KiB", "--switch-addr", "127.13.3.1")
+	out, _, err := run(t, "bench", "--workers", "2", "--size", "64KiB", "--iters", "2", "--loss", "0.02", "--msg-size", "4KiB", "--switch-addr", "127.13.3.1", "--offload", "off")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,6 +255,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{"controller with sweep", []string{"--controller", "127.0.0.1:1", "--rank", "0", "--workers", "2,4"}, "give one number"},
 		{"controller without rank", []string{"--controller", "127.0.0.1:1", "--workers", "2"}, "no rank"},
 		{"rank without controller", []string{"--rank", "1"}, "pass --controller ADDR too"},
+		{"offload", []string{"--offload", "gso"}, "use auto, on"},
 		{"baseline", []string{"--baseline", "tree"}, "use ring"},
 		{"plot", []string{"--plot", "out.jpg"}, ".svg or .png"},
 		{"cpuprofile", []string{"--cpuprofile", "/nonexistent-dir/cpu.prof"}, "writable file"},

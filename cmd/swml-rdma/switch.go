@@ -37,6 +37,7 @@ func switchCommand() *cli.Command {
 			"workers with `swml-rdma worker --controller ADDR`. On SIGINT or SIGTERM it aborts the running jobs,\n" +
 			"closes the switch, flushes --pcap and prints the final counters to stdout. See docs/operations.md.",
 		Flags: []cli.Flag{
+			offloadFlag("network"),
 			&cli.StringFlag{Name: "addr", Value: "127.0.0.1", Usage: "the switch's RoCE `IP` (UDP 4791): workers write to it", EnvVars: []string{"SWML_SWITCH_ADDR"}, Category: "network"},
 			&cli.StringFlag{Name: "controller-addr", Value: control.DefaultAddr, Usage: "gRPC listen `ADDR` (host:port) of the controller; port 0 picks a free one", EnvVars: []string{"SWML_CONTROLLER_ADDR"}, Category: "network"},
 			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics at http://`ADDR`/metrics (host:port; empty: off)", EnvVars: []string{"SWML_METRICS_ADDR"}, Category: "output"},
@@ -62,12 +63,16 @@ type switchConfig struct {
 	loss           float64
 	pcap           string
 	logLevel       slog.Level
+	offload        udp.Offload
 }
 
 func switchFlags(c *cli.Context) (switchConfig, error) {
 	cfg := switchConfig{controllerAddr: c.String("controller-addr"), metricsAddr: c.String("metrics-addr"),
 		sessionTimeout: c.Duration("session-timeout"), loss: c.Float64("loss"), pcap: c.String("pcap")}
 	var err error
+	if cfg.offload, err = parseOffload(c); err != nil {
+		return cfg, err
+	}
 	if cfg.addr, err = netip.ParseAddr(c.String("addr")); err != nil || cfg.addr.IsUnspecified() {
 		return cfg, fmt.Errorf("--addr %q: give the switch's own IP address, e.g. 127.0.0.1 or the RoCE interface's address", c.String("addr"))
 	}
@@ -193,7 +198,7 @@ func serveSwitch(ctx context.Context, stop func(), cfg switchConfig, log *slog.L
 	sw, err := swswitch.New(swswitch.Config{
 		Addr: cfg.addr, Model: switchmodel.Config{PoolSize: cfg.poolSize}, ICRC: cfg.icrc,
 		IngressLoss: cfg.loss, EgressLoss: cfg.loss, Seed: uint64(time.Now().UnixNano()),
-		Capture: capture, Registry: reg, Logger: log,
+		Capture: capture, Registry: reg, Logger: log, Offload: cfg.offload,
 	})
 	if err != nil {
 		return fmt.Errorf("--addr %v: %w", cfg.addr, err)

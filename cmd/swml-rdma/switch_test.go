@@ -38,6 +38,7 @@ func TestSwitchBadFlags(t *testing.T) {
 		{"metrics addr", []string{"--metrics-addr", "9100"}, "give host:port"},
 		{"pool size", []string{"--pool-size", "0"}, "--pool-size 0"},
 		{"icrc", []string{"--icrc", "off"}, "use verify or verify-ipv6"},
+		{"offload", []string{"--offload", "yes"}, "use auto, on"},
 		{"loss", []string{"--loss", "0.7"}, "[0, 0.5)"},
 		{"session timeout", []string{"--session-timeout", "0s"}, "positive duration"},
 		{"log level", []string{"--log-level", "loud"}, "use debug, info, warn or error"},

@@ -33,6 +33,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/ibverbs"
 	"github.com/swml-rdma/swml-rdma/verbs/soft"
+	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
 func init() { commands = append(commands, workerCommand()) }
@@ -65,7 +66,7 @@ func workerCommand() *cli.Command {
 			&cli.IntFlag{Name: "qps", Value: aggregation.DefaultQPs, Usage: "UC queue pairs per worker", EnvVars: []string{"SWML_QPS"}, Category: "protocol"},
 			&cli.StringFlag{Name: "msg-size", Value: "16KiB", Usage: "message size: packet size × a power of two", EnvVars: []string{"SWML_MSG_SIZE"}, Category: "protocol"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON", EnvVars: []string{"SWML_JSON"}, Category: "output"},
-		}, jobMemberFlags("")...), logLevelFlag()),
+		}, jobMemberFlags("")...), offloadFlag("nic"), logLevelFlag()),
 		Action: runWorker,
 	}
 }
@@ -105,9 +106,10 @@ type workerConfig struct {
 	sessionID      uint32
 	rank, workers  int
 
-	nic    string     // "soft" or "ibverbs"
-	device string     // ibverbs device name; "" = the one holding addr's GID
-	addr   netip.Addr // soft: bound; ibverbs: whose GID to use
+	nic     string      // "soft" or "ibverbs"
+	device  string      // ibverbs device name; "" = the one holding addr's GID
+	addr    netip.Addr  // soft: bound; ibverbs: whose GID to use
+	offload udp.Offload // soft: UDP GSO/GRO
 
 	size, iters, warmup      int // tensor bytes; all-reduces
 	packetSize, qps, msgSize int
@@ -192,6 +194,9 @@ func workerFlags(c *cli.Context) (workerConfig, error) {
 		return cfg, err
 	}
 	if err := nicFlags(c, &cfg); err != nil {
+		return cfg, err
+	}
+	if cfg.offload, err = parseOffload(c); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
@@ -340,7 +345,7 @@ func openWorkerDevice(cfg workerConfig) (dev verbs.Device, closeDev func(), err 
 		}
 		return d, func() { d.Close() }, nil
 	default:
-		d, err := soft.Open(soft.Config{Addr: cfg.addr})
+		d, err := soft.Open(soft.Config{Addr: cfg.addr, Offload: cfg.offload})
 		if err != nil {
 			return nil, nil, fmt.Errorf("--addr %v: %w", cfg.addr, err)
 		}
