@@ -35,8 +35,10 @@
 //
 // # Failures
 //
-// A message without a result is resent every RetransmitTimeout (doubling
-// after BackoffAfter consecutive timeouts). After PeerTimeout without a
+// A message without a result is resent when its QP's timer expires: the
+// timeout adapts to the measured time to result (smoothed RTT + 4 × its
+// variation, never below RetransmitTimeout) and doubles after BackoffAfter
+// consecutive timeouts, up to MaxRetransmitTimeout. After PeerTimeout without a
 // result, AllReduce fails with ErrPeerTimeout; when the controller aborts
 // the job (another worker's connection broke, or it aborted), AllReduce fails
 // at once with an error wrapping control.ErrJobEnded. Either failure, and a
