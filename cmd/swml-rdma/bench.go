@@ -297,7 +297,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (ben
 	swAddr := cfg.switchAddr
 	sw, err := swswitch.New(swswitch.Config{Addr: swAddr, IngressLoss: cfg.loss, EgressLoss: cfg.loss, Seed: 1, Offload: cfg.offload})
 	if err != nil {
-		return benchRun{}, err
+		return benchRun{}, fmt.Errorf("embedded switch (--switch-addr %v; pick another with --switch-addr if a switch daemon holds it): %w", swAddr, err)
 	}
 	defer sw.Close()
 	ctl, err := control.New(control.Config{Programmer: sw, SwitchIPv4: swAddr, PoolSize: sw.Config().Model.PoolSize})
@@ -339,7 +339,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (ben
 		a[3] += byte(1 + r)
 		d, err := soft.Open(soft.Config{Addr: netip.AddrFrom4(a), Offload: cfg.offload})
 		if err != nil {
-			return benchRun{}, fmt.Errorf("worker %d: %w", r, err)
+			return benchRun{}, fmt.Errorf("worker %d (--switch-addr %v + %d; pick another --switch-addr if something holds it): %w", r, swAddr, 1+r, err)
 		}
 		devs = append(devs, d)
 	}
