@@ -7,6 +7,12 @@
 // completion per delivered message: the result counts what arrived, not
 // what was posted (UC has no retransmission; on loopback a receiver that
 // falls behind loses datagrams).
+//
+// Ring is the baseline of `swml-rdma bench`: a ring all-reduce
+// (reduce-scatter, then all-gather) among N ranks over the same verbs
+// devices the SwitchML workers use, made reliable over UC with a window of
+// acknowledged messages and retransmission (its doc comment gives the
+// protocol; docs/bench.md the numbers it is compared by).
 package perftest
 
 import (
