@@ -188,6 +188,7 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 		}
 		active++
 	}
+	defer s.ringDoorbell() // on every way out: nothing staged stays behind
 	for active > 0 {
 		if err := s.interrupted(ctx); err != nil {
 			return err
@@ -227,6 +228,11 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 				}
 			}
 			wakeAt = minTime(wakeAt, minTime(st.deadline, st.sent.Add(s.cfg.PeerTimeout)))
+		}
+		// Everything the completions and timers made ready goes out
+		// together: one system call for all QPs.
+		if err := s.ringDoorbell(); err != nil {
+			return err
 		}
 		if k > 0 || active == 0 {
 			continue
@@ -438,8 +444,24 @@ func (s *Session) rto(st *qpState) time.Duration {
 	return s.rtt.rto(floor, ceil)
 }
 
+// stagedSender is a QP whose sends can be queued and sent later together
+// with other QPs' (verbs/soft.QP): the engine stages every message that is
+// ready and then rings the doorbell once, so the messages of all its QPs
+// leave in one system call (and, with GSO, a handful of datagrams).
+type stagedSender interface {
+	PostSendStaged(wrs []verbs.SendWR) (int, error)
+	Doorbell() error
+}
+
 func (s *Session) transmit(st *qpState) error {
-	if _, err := st.qp.PostSend(st.wr[:]); err != nil {
+	var err error
+	if ss, ok := st.qp.(stagedSender); ok {
+		_, err = ss.PostSendStaged(st.wr[:])
+		s.doorbell = ss
+	} else {
+		_, err = st.qp.PostSend(st.wr[:])
+	}
+	if err != nil {
 		return fmt.Errorf("aggregation: %v: send on QP %d: %w", s, st.index, err)
 	}
 	s.stats.packets.Add(uint64(s.cfg.PacketsPerMessage))
@@ -468,4 +490,17 @@ func (s *Session) deadPeer(st *qpState, now time.Time) error {
 	}
 	return fmt.Errorf("aggregation: %v: %w: %s on QP %d has had no result for %v despite %d retransmissions; another worker of the job or the switch (%v) is gone or unreachable (raise Config.PeerTimeout if the network is merely slow)",
 		s, ErrPeerTimeout, what, st.index, now.Sub(st.sent).Round(time.Millisecond), st.timeouts, s.assign.SwitchAddr)
+}
+
+// ringDoorbell sends the messages staged since the last call.
+func (s *Session) ringDoorbell() error {
+	d := s.doorbell
+	if d == nil {
+		return nil
+	}
+	s.doorbell = nil
+	if err := d.Doorbell(); err != nil {
+		return fmt.Errorf("aggregation: %v: send: %w", s, err)
+	}
+	return nil
 }

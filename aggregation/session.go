@@ -63,6 +63,9 @@ type Session struct {
 	// Times to result (guarded by mu): of messages in the middle of a
 	// call, and of each QP's first message of a call.
 	rtt, joinRTT rttEstimator
+	// doorbell is set when messages are staged on a QP and not yet sent
+	// (engine.go: transmit, ringDoorbell); guarded by mu.
+	doorbell stagedSender
 
 	stats counters
 }

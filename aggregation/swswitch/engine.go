@@ -1,6 +1,7 @@
 package swswitch
 
 import (
+	"hash/crc32"
 	"net/netip"
 	"slices"
 
@@ -40,6 +41,7 @@ type engine struct {
 	dests    []int
 	next     []int
 	queues   []qpQueue
+	shifts   []*rdma.CRCShift // by payload size, for sealing broadcasts
 }
 
 // maxFlows bounds each flow cache; packets of further flows (only possible
@@ -120,6 +122,10 @@ func (e *engine) input(src netip.AddrPort, buf []byte, off, n int) {
 	}
 	md := &e.md
 	p.Process(src.Addr(), &e.pkt, md)
+	// A broadcast's packets differ only in their headers: the payload's
+	// CRC is computed once and combined with each worker's header CRC.
+	var shift *rdma.CRCShift
+	var payloadCRC uint32
 	for d := 0; d < md.Dests(); d++ {
 		m := &e.out[e.nout]
 		pl, dst, err := p.EncodeResult(md, d, m.Buf[m.Off:])
@@ -132,7 +138,10 @@ func (e *engine) input(src netip.AddrPort, buf []byte, off, n int) {
 		}
 		m.N = pl
 		m.Addr = netip.AddrPortFrom(dst, rdma.UDPPort)
-		if err := e.seal(m, pl); err != nil {
+		if shift == nil && md.Dests() > 1 {
+			shift, payloadCRC = e.payloadCRC(m.Bytes())
+		}
+		if err := e.seal(m, pl, shift, payloadCRC); err != nil {
 			p.Counters.Drops[switchmodel.DropSendError]++
 			continue
 		}
@@ -158,9 +167,37 @@ func (e *engine) verifyICRC(src netip.AddrPort, buf []byte, off, n int) error {
 	return e.inFlows.flows[id].Verify(buf[off : off+n])
 }
 
+// maxShifts bounds the CRC shift operators kept (one per payload size in
+// use; jobs use a handful of packet sizes).
+const maxShifts = 8
+
+// payloadCRC returns the CRC of the payload of result packet pkt and the
+// operator that shifts a header CRC over it; nil if there is no room for
+// another operator (the results are then sealed directly).
+func (e *engine) payloadCRC(pkt []byte) (*rdma.CRCShift, uint32) {
+	n := len(pkt) - rdma.PacketLen(rdma.BTH(pkt).Opcode(), 0)
+	var s *rdma.CRCShift
+	for _, c := range e.shifts {
+		if c.Len() == n {
+			s = c
+			break
+		}
+	}
+	if s == nil {
+		if len(e.shifts) >= maxShifts || n < 0 {
+			return nil, 0
+		}
+		s = rdma.NewCRCShift(n)
+		e.shifts = append(e.shifts, s)
+	}
+	end := len(pkt) - rdma.ICRCSize
+	return s, crc32.ChecksumIEEE(pkt[end-n : end])
+}
+
 // seal computes the ICRC of result out[nout] (pl bytes, addressed) and
-// records its flow.
-func (e *engine) seal(m *udp.Msg, pl int) error {
+// records its flow. With shift set, the packet's last shift.Len() bytes
+// before the ICRC (its payload) have CRC payloadCRC.
+func (e *engine) seal(m *udp.Msg, pl int, shift *rdma.CRCShift, payloadCRC uint32) error {
 	dst := m.Addr
 	id := e.outFlows.get(dst, func() rdma.Flow {
 		return rdma.Flow{Src: e.local.Addr(), Dst: dst.Addr(), SrcPort: e.local.Port(), DstPort: dst.Port(), DF: true}
@@ -169,6 +206,9 @@ func (e *engine) seal(m *udp.Msg, pl int) error {
 	if id < 0 {
 		f := rdma.Flow{Src: e.local.Addr(), Dst: dst.Addr(), SrcPort: e.local.Port(), DstPort: dst.Port(), DF: true}
 		return e.icrc.SealHeadroom(&f, m.Buf[:m.Off+pl], m.Off)
+	}
+	if shift != nil {
+		return e.outFlows.flows[id].SealCombined(m.Buf[m.Off:m.Off+pl], payloadCRC, shift)
 	}
 	return e.outFlows.flows[id].Seal(m.Buf[m.Off : m.Off+pl])
 }

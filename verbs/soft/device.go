@@ -95,6 +95,7 @@ type Device struct {
 	nextKey uint32
 	closed  bool
 
+	tx      txQueue // send path of every QP
 	cnt     counters
 	rxDone  chan struct{}
 	done    chan struct{} // closed by Close: wakes CQ waiters
@@ -120,6 +121,7 @@ func Open(cfg Config) (*Device, error) {
 		qps: make(map[uint32]*QP), mrs: make(map[uint32]*MR),
 		nextQPN: 17, nextKey: 1, rxDone: make(chan struct{}), done: make(chan struct{}),
 	}
+	d.tx.init(conn.BatchSize())
 	go d.receive()
 	return d, nil
 }

@@ -10,6 +10,15 @@
 // completes on the send CQ. Over IPv4 the socket sends Identification 0 with
 // DF, so receivers can verify the ICRC (see verbs/soft/udp).
 //
+// Staged sends: the packets of every QP of a device go through one transmit
+// queue. QP.PostSendStaged builds them (PSNs, headers, ICRC) without sending;
+// the next QP.Doorbell (or PostSend, or a full queue) sends everything
+// queued in one system call, ordered so that UDP GSO carries each round of
+// equal-size packets to one destination as one datagram (udp.Scheduler),
+// each QP's PSN order kept. A caller driving several QPs (the aggregation
+// worker engine) stages each ready message and rings once. Signaled work
+// requests complete after their packets are sent.
+//
 // Receive: one goroutine per device reads batches, demultiplexes by
 // destination QPN and applies the UC rules as rxe does: FIRST/ONLY start a
 // message at any PSN; MIDDLE/LAST must continue the sequence or the rest of
@@ -18,6 +27,7 @@
 // IMMEDIATE consumes a posted receive and completes on the receive CQ with
 // the immediate. Every drop is counted by reason (Stats), never a panic.
 //
-// Concurrency: as documented in package verbs. Close on the device stops its
+// Concurrency: as documented in package verbs; PostSendStaged and Doorbell
+// are safe for concurrent use with the device's other QPs. Close on the device stops its
 // receive goroutine and closes the socket; it is idempotent.
 package soft

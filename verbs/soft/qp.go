@@ -8,7 +8,6 @@ import (
 
 	"github.com/swml-rdma/swml-rdma/rdma"
 	"github.com/swml-rdma/swml-rdma/verbs"
-	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
 // QP is an unreliable-connected queue pair of a userspace NIC.
@@ -27,12 +26,10 @@ type QP struct {
 	remoteQP uint32
 	mtu      int
 
-	// send side, owned by the PostSend caller
+	// send side, guarded by the device's transmit queue lock (dev.tx.mu)
 	sendPSN uint32
 	flow    rdma.Flow
 	icrc    rdma.FlowICRC // ICRC state of the flow to the peer
-	bufs    [][]byte
-	msgs    []udp.Msg
 
 	// receive queue, filled by PostRecv and consumed by the receive goroutine
 	rqMu sync.Mutex
@@ -72,9 +69,7 @@ func (p *PD) CreateUCQP(cfg verbs.QPConfig) (verbs.QP, error) {
 	if cfg.MaxRecvWR <= 0 {
 		cfg.MaxRecvWR = 256
 	}
-	batch := d.conn.BatchSize()
-	q := &QP{dev: d, sendCQ: scq, recvCQ: rcq, maxRQ: cfg.MaxRecvWR, rq: make([]verbs.RecvWR, cfg.MaxRecvWR),
-		bufs: make([][]byte, batch), msgs: make([]udp.Msg, batch)}
+	q := &QP{dev: d, sendCQ: scq, recvCQ: rcq, maxRQ: cfg.MaxRecvWR, rq: make([]verbs.RecvWR, cfg.MaxRecvWR)}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -131,9 +126,7 @@ func (q *QP) ReadyToReceive(a verbs.RTRAttr) error {
 	q.rx = rxState{expectPSN: a.RecvPSN & rdma.PSNMask}
 	q.flow = rdma.Flow{Src: q.dev.Addr(), Dst: ra, SrcPort: q.dev.conn.LocalAddr().Port(), DstPort: q.dev.peer, DF: true}
 	q.icrc.Reset(&q.flow)
-	for i := range q.bufs {
-		q.bufs[i] = make([]byte, rdma.PacketLen(rdma.UCRDMAWriteOnlyWithImm, q.mtu))
-	}
+	q.dev.tx.reserve(rdma.PacketLen(rdma.UCRDMAWriteOnlyWithImm, q.mtu))
 	q.state.Store(int32(verbs.QPStateRTR))
 	return nil
 }
@@ -152,101 +145,6 @@ func (q *QP) ReadyToSend(sendPSN uint32) error {
 	}
 	q.sendPSN = sendPSN & rdma.PSNMask
 	q.state.Store(int32(verbs.QPStateRTS))
-	return nil
-}
-
-// PostSend segments and sends each work request before returning.
-func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
-	if q.closed.Load() || q.dev.closing.Load() {
-		return 0, fmt.Errorf("soft: post send on QP %d: %w", q.qpn, verbs.ErrClosed)
-	}
-	if s := q.State(); s != verbs.QPStateRTS {
-		return 0, fmt.Errorf("soft: post send on QP %d in state %v: %w (connect it to RTS first)", q.qpn, s, verbs.ErrInvalidState)
-	}
-	nb := 0
-	for i := range wrs {
-		if err := q.sendOne(&wrs[i], &nb); err != nil {
-			return i, err
-		}
-	}
-	if err := q.flush(&nb); err != nil {
-		return len(wrs), err
-	}
-	return len(wrs), nil
-}
-
-func (q *QP) sendOne(wr *verbs.SendWR, nb *int) error {
-	if wr.Opcode != verbs.WRRDMAWrite && wr.Opcode != verbs.WRRDMAWriteWithImm {
-		return fmt.Errorf("soft: post send on QP %d: opcode %v: %w: UC QPs here support RDMA_WRITE and RDMA_WRITE_WITH_IMM", q.qpn, wr.Opcode, verbs.ErrNotSupported)
-	}
-	d := q.dev
-	d.mu.RLock()
-	mr := d.lookupMR(wr.Local.LKey)
-	d.mu.RUnlock()
-	if mr == nil {
-		return fmt.Errorf("soft: post send wr_id %d on QP %d: lkey %#x: %w: no such MR on %s", wr.ID, q.qpn, wr.Local.LKey, verbs.ErrInvalidArgument, d.name)
-	}
-	length := uint64(wr.Local.Length)
-	if wr.Local.Addr+length > uint64(len(mr.buf)) || wr.Local.Addr+length < wr.Local.Addr {
-		return fmt.Errorf("soft: post send wr_id %d on QP %d: local range [%d, %d) outside the %d-byte MR: %w", wr.ID, q.qpn, wr.Local.Addr, wr.Local.Addr+length, len(mr.buf), verbs.ErrInvalidArgument)
-	}
-	src := mr.buf[wr.Local.Addr : wr.Local.Addr+length]
-	withImm := wr.Opcode == verbs.WRRDMAWriteWithImm
-	npk := 1
-	if len(src) > 0 {
-		npk = (len(src) + q.mtu - 1) / q.mtu
-	}
-	pf := rdma.PacketFields{
-		BTH:  rdma.BTHFields{PKey: rdma.DefaultPKey, DestQP: q.remoteQP},
-		RETH: rdma.RETHFields{VA: wr.RemoteAddr, RKey: wr.RKey, DMALen: uint32(length)},
-		Imm:  wr.Imm,
-	}
-	for k := 0; k < npk; k++ {
-		chunk := src[min(k*q.mtu, len(src)):min((k+1)*q.mtu, len(src))]
-		pf.BTH.Opcode = rdma.WriteOpcode(rdma.TransportUC, k == 0, k == npk-1, withImm)
-		pf.BTH.PSN = q.sendPSN
-		q.sendPSN = rdma.PSNAdd(q.sendPSN, 1)
-		pkt := q.bufs[*nb][:rdma.PacketLen(pf.BTH.Opcode, len(chunk))]
-		off, err := pf.Encode(pkt, len(chunk))
-		if err != nil {
-			return err
-		}
-		copy(pkt[off:], chunk)
-		if err := q.icrc.Seal(pkt); err != nil {
-			return err
-		}
-		q.msgs[*nb] = udp.Msg{Buf: pkt, N: len(pkt), Addr: q.remote}
-		*nb++
-		d.cnt.txBytes.Add(uint64(len(pkt)))
-		if *nb == len(q.bufs) {
-			if err := q.flush(nb); err != nil {
-				return err
-			}
-		}
-	}
-	d.cnt.txPackets.Add(uint64(npk))
-	d.cnt.txMessages.Add(1)
-	if wr.Signaled {
-		if *nb > 0 {
-			// The completion must not overtake the packets.
-			if err := q.flush(nb); err != nil {
-				return err
-			}
-		}
-		q.sendCQ.push(&verbs.Completion{WRID: wr.ID, Opcode: verbs.WCRDMAWrite, QPN: q.qpn, ByteLen: uint32(length)})
-	}
-	return nil
-}
-
-func (q *QP) flush(nb *int) error {
-	if *nb == 0 {
-		return nil
-	}
-	_, err := q.dev.conn.WriteBatch(q.msgs[:*nb])
-	*nb = 0
-	if err != nil {
-		return fmt.Errorf("soft: send on QP %d: %w", q.qpn, err)
-	}
 	return nil
 }
 

@@ -337,6 +337,7 @@ func (c *Conn) ReadBatch(msgs []Msg) (int, error) {
 			return 0, err
 		}
 		out := 0
+		var cnt rxCount
 		for i := 0; i < c.rgot; i++ {
 			h := &c.rhdr[i]
 			n := int(h.len)
@@ -345,7 +346,7 @@ func (c *Conn) ReadBatch(msgs []Msg) (int, error) {
 				continue
 			}
 			from := parseSockaddr(c.rname[i][:])
-			if !c.accept(from, msgs[i].Buf[msgs[i].Off:msgs[i].Off+n]) {
+			if !c.accept(from, msgs[i].Buf[msgs[i].Off:msgs[i].Off+n], &cnt) {
 				continue
 			}
 			if out != i {
@@ -356,16 +357,29 @@ func (c *Conn) ReadBatch(msgs []Msg) (int, error) {
 			msgs[out].Addr = from
 			out++
 		}
+		c.addRx(&cnt)
 		if out > 0 {
 			return out, nil
 		}
 	}
 }
 
-// accept counts and captures one received packet and applies RecvLoss.
-func (c *Conn) accept(from netip.AddrPort, b []byte) bool {
-	c.rxPackets.Add(1)
-	c.rxBytes.Add(uint64(len(b)))
+// rxCount accumulates a batch's packet and byte counts, added to the
+// endpoint's counters once per batch rather than once per packet.
+type rxCount struct{ packets, bytes uint64 }
+
+func (c *Conn) addRx(n *rxCount) {
+	if n.packets > 0 {
+		c.rxPackets.Add(n.packets)
+		c.rxBytes.Add(n.bytes)
+	}
+}
+
+// accept counts (into n) and captures one received packet and applies
+// RecvLoss.
+func (c *Conn) accept(from netip.AddrPort, b []byte, n *rxCount) bool {
+	n.packets++
+	n.bytes += uint64(len(b))
 	if c.cap != nil {
 		c.cap.Write(from, c.local, b)
 	}
@@ -414,6 +428,7 @@ func (c *Conn) readGRO(msgs []Msg) (int, error) {
 			}
 		}
 		out := 0
+		var cnt rxCount
 		for out < len(msgs) && c.rcur < c.rgot {
 			i := c.rcur
 			total := int(c.rhdr[i].len)
@@ -434,7 +449,7 @@ func (c *Conn) readGRO(msgs []Msg) (int, error) {
 				c.rxTrunc.Add(1)
 				continue
 			}
-			if !c.accept(c.rfrom[i], b) {
+			if !c.accept(c.rfrom[i], b, &cnt) {
 				continue
 			}
 			copy(m.Buf[m.Off:], b)
@@ -442,6 +457,7 @@ func (c *Conn) readGRO(msgs []Msg) (int, error) {
 			m.Addr = c.rfrom[i]
 			out++
 		}
+		c.addRx(&cnt)
 		if out > 0 {
 			return out, nil
 		}
