@@ -236,6 +236,34 @@ func TestSoftKilledWorker(t *testing.T) {
 	checkSums(t, in2, out, 1024*2/4)
 }
 
+// TestSoftAbortBetweenCalls: a worker that stops between two calls with
+// Abort makes the others' next AllReduce fail at once, naming it and the
+// reason, where a Close would have looked like a clean end.
+func TestSoftAbortBetweenCalls(t *testing.T) {
+	c := newSoftCluster(t, 40, 0, 0)
+	cfg := softConfig(1, 1024, 2, 2)
+	cfg.PeerTimeout = time.Minute // the controller's abort must be what ends it
+	const n = 3
+	j := openJob(t, c.ctlAddr, n, cfg, c.device(2))
+	in := gradients(40, n, 3000)
+	noErrors(t, j.allReduce(context.Background(), clone2(in)))
+
+	if err := j.workers[2].sess.Abort("stopped by its operator"); err != nil {
+		t.Fatalf("Abort: %v", err)
+	}
+	if err := j.workers[2].sess.Close(); err != nil {
+		t.Fatalf("Close after Abort: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for r := range 2 {
+		err := j.workers[r].sess.AllReduce(ctx, clone2(in)[r])
+		if !errors.Is(err, control.ErrJobEnded) || !strings.Contains(err.Error(), "rank 2") || !strings.Contains(err.Error(), "stopped by its operator") {
+			t.Fatalf("rank %d: %v; want control.ErrJobEnded naming rank 2 and the reason", r, err)
+		}
+	}
+}
+
 // TestSoftDeadNIC: a worker whose NIC stops (its controller connection
 // stays up, so the controller cannot tell) makes the others fail with
 // ErrPeerTimeout within the PeerTimeout.

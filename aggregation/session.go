@@ -204,7 +204,24 @@ func (s *Session) Workers() int { return s.cfg.Workers }
 // broken, so the other workers learn at once), and releases the QPs, CQ and
 // buffer. It does not close the Device or a caller-provided Controller.
 // Idempotent.
-func (s *Session) Close() error {
+func (s *Session) Close() error { return s.end("") }
+
+// Abort ends this worker's part in the job like Close, but aborts the job
+// for every worker whatever state it is in: the others' running or next
+// AllReduce fails at once with an error wrapping control.ErrJobEnded that
+// names this rank and reason. Use it when this worker stops before the job
+// is done (a signal, a failure outside the session) — a Close between two
+// calls would look like a clean end, and the others would wait out their
+// PeerTimeout. Idempotent with Close: only the first of them acts.
+func (s *Session) Abort(reason string) error {
+	if reason == "" {
+		reason = "aborted by the application"
+	}
+	return s.end(reason)
+}
+
+// end implements Close (abortReason "": abort only if broken) and Abort.
+func (s *Session) end(abortReason string) error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.closing.Store(true)
@@ -213,11 +230,11 @@ func (s *Session) Close() error {
 		broken := s.broken
 		s.broken = ErrClosed
 		s.mu.Unlock()
-		reason := ""
-		if broken != nil {
+		reason := abortReason
+		if reason == "" && broken != nil {
 			reason = broken.Error()
 		}
-		err = s.release(broken != nil, reason)
+		err = s.release(reason != "", reason)
 		close(s.stopWatch)
 		<-s.watchDone
 	})

@@ -20,14 +20,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
-	pb "github.com/swml-rdma/swml-rdma/aggregation/control/switchmlpb"
 	"github.com/swml-rdma/swml-rdma/aggregation/quant"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs"
@@ -420,17 +415,16 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 		if closed {
 			return
 		}
-		// Session.Close aborts the job only if an all-reduce broke midway;
-		// a worker stopped between two calls would end its session cleanly
-		// and leave the others waiting out their PeerTimeout.
+		// A worker that stops before the job is done aborts it, so the
+		// others fail at once naming this rank and why (a Close between two
+		// calls would look like a clean end to them).
 		reason := fmt.Sprint(err)
 		if ctx.Err() != nil {
 			reason = "interrupted (SIGINT or SIGTERM)"
 		}
-		if aerr := abortJob(cfg.controller, sess.JobID(), cfg.rank, reason); aerr != nil {
+		if aerr := sess.Abort(reason); aerr != nil {
 			log.Warn("aborting the job", "job", sess.JobID(), "err", aerr)
 		}
-		sess.Close()
 	}()
 	log.Info("joined job", "job", sess.JobID(), "session", cfg.sessionID)
 	var hist prometheus.Histogram
@@ -519,26 +513,6 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 	res.Gbps = float64(cfg.size) * 8 / med / 1e9
 	log.Info("done", "job", jobID, "iters", cfg.iters, "median", time.Duration(res.MedianNs), "verified", true)
 	return res, nil
-}
-
-// abortJob ends a job for every worker at once (EndSession with abort), so
-// that the others fail naming reason.
-func abortJob(controller string, jobID uint32, rank int, reason string) error {
-	conn, err := grpc.NewClient(controller, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return fmt.Errorf("abort job %d at %s: %w", jobID, controller, err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, err = pb.NewJobClient(conn).EndSession(ctx, &pb.EndSessionRequest{JobId: jobID, Rank: uint32(rank), Abort: true, Reason: reason})
-	if status.Code(err) == codes.NotFound {
-		return nil // ended already (another rank aborted it)
-	}
-	if err != nil {
-		return fmt.Errorf("abort job %d at %s: %w", jobID, controller, err)
-	}
-	return nil
 }
 
 // printWorker prints one worker's result: bench's columns, or JSON.
