@@ -3,7 +3,6 @@ package swswitch
 import (
 	"hash/crc32"
 	"net/netip"
-	"slices"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/rdma"
@@ -32,16 +31,15 @@ type engine struct {
 	bufSz int
 
 	// Per-flow ICRC state: requests from each worker socket, results to
-	// each worker. outFlow[i] is the egress flow id of out[i], for
-	// grouping a batch by destination (schedule).
+	// each worker.
 	inFlows  flowCache
 	outFlows flowCache
-	outFlow  []int
-	sorted   []udp.Msg
-	dests    []int
-	next     []int
-	queues   []qpQueue
 	shifts   []*rdma.CRCShift // by payload size, for sealing broadcasts
+
+	// sched orders out[:nout] for GSO (schedule); qpns[i] is the
+	// destination QP of out[i], its stream.
+	sched udp.Scheduler
+	qpns  []uint32
 }
 
 // maxFlows bounds each flow cache; packets of further flows (only possible
@@ -86,9 +84,8 @@ func newEngine(local netip.AddrPort, policy ICRCPolicy, pipe *switchmodel.Pipeli
 	e := &engine{local: local, policy: policy, pipe: pipe}
 	e.bufSz = rdma.ICRCHeadroom + pipe.Config().MaxPayload + maxHeaders
 	e.out = make([]udp.Msg, outCap)
-	e.outFlow = make([]int, outCap)
-	e.sorted = make([]udp.Msg, outCap)
-	e.next = make([]int, outCap)
+	e.qpns = make([]uint32, outCap)
+	e.sched.Reserve(outCap)
 	for i := range e.out {
 		e.out[i] = udp.Msg{Buf: make([]byte, e.bufSz), Off: rdma.ICRCHeadroom}
 	}
@@ -194,15 +191,14 @@ func (e *engine) payloadCRC(pkt []byte) (*rdma.CRCShift, uint32) {
 	return s, crc32.ChecksumIEEE(pkt[end-n : end])
 }
 
-// seal computes the ICRC of result out[nout] (pl bytes, addressed) and
-// records its flow. With shift set, the packet's last shift.Len() bytes
-// before the ICRC (its payload) have CRC payloadCRC.
+// seal computes the ICRC of result m (pl bytes, addressed). With shift
+// set, the packet's last shift.Len() bytes before the ICRC (its payload)
+// have CRC payloadCRC.
 func (e *engine) seal(m *udp.Msg, pl int, shift *rdma.CRCShift, payloadCRC uint32) error {
 	dst := m.Addr
 	id := e.outFlows.get(dst, func() rdma.Flow {
 		return rdma.Flow{Src: e.local.Addr(), Dst: dst.Addr(), SrcPort: e.local.Port(), DstPort: dst.Port(), DF: true}
 	})
-	e.outFlow[e.nout] = id
 	if id < 0 {
 		f := rdma.Flow{Src: e.local.Addr(), Dst: dst.Addr(), SrcPort: e.local.Port(), DstPort: dst.Port(), DF: true}
 		return e.icrc.SealHeadroom(&f, m.Buf[:m.Off+pl], m.Off)
@@ -214,69 +210,18 @@ func (e *engine) seal(m *udp.Msg, pl int, shift *rdma.CRCShift, payloadCRC uint3
 }
 
 // schedule returns out[:nout] reordered so that UDP GSO can send it as few
-// datagrams as possible: grouped by destination, and within a destination
-// the packets of its QPs merged in rounds of equal size (every QP's FIRSTs,
-// then every QP's MIDDLEs, then its LASTs, …). Each (destination, QP)
-// keeps its own order, which is all UC needs: its PSNs stay in sequence.
-// The Msgs are copied (they share buffers with out).
+// datagrams as possible (udp.Scheduler): grouped by destination, and within
+// a destination the packets of its QPs merged in rounds of equal size
+// (every QP's FIRSTs, then every QP's MIDDLEs, then its LASTs, …), each
+// round the size at the head of the first QP with packets left. Each
+// (destination, QP) keeps its own order, which is all UC needs: its PSNs
+// stay in sequence. The result is out itself or the scheduler's copy (the
+// Msgs share buffers with out), valid until the next call.
 func (e *engine) schedule() []udp.Msg {
 	out := e.out[:e.nout]
-	ids := e.outFlow[:e.nout]
-	if len(out) <= 1 {
-		return out
+	qpns := e.qpns[:e.nout]
+	for i := range out {
+		qpns[i] = rdma.BTH(out[i].Bytes()).DestQP()
 	}
-	e.dests = e.dests[:0]
-	for _, id := range ids {
-		if !slices.Contains(e.dests, id) {
-			e.dests = append(e.dests, id)
-		}
-	}
-	k := 0
-	for _, d := range e.dests {
-		// Per-QP queues of this destination's packets, linked through
-		// e.next in their original order.
-		e.queues = e.queues[:0]
-		left := 0
-		for i, id := range ids {
-			if id != d {
-				continue
-			}
-			left++
-			e.next[i] = -1
-			qpn := rdma.BTH(out[i].Bytes()).DestQP()
-			q := slices.IndexFunc(e.queues, func(q qpQueue) bool { return q.qpn == qpn })
-			if q < 0 {
-				e.queues = append(e.queues, qpQueue{qpn: qpn, head: i, tail: i})
-				continue
-			}
-			e.next[e.queues[q].tail] = i
-			e.queues[q].tail = i
-		}
-		for left > 0 {
-			size := -1
-			for qi := range e.queues {
-				q := &e.queues[qi]
-				if q.head < 0 {
-					continue
-				}
-				if size < 0 {
-					size = out[q.head].N
-				}
-				for q.head >= 0 && out[q.head].N == size {
-					e.sorted[k] = out[q.head]
-					k++
-					left--
-					q.head = e.next[q.head]
-				}
-			}
-		}
-	}
-	return e.sorted[:k]
-}
-
-// qpQueue is one (destination, QP)'s packets in a batch: a list through
-// engine.next.
-type qpQueue struct {
-	qpn        uint32
-	head, tail int
+	return e.sched.Order(out, qpns)
 }

@@ -1,9 +1,6 @@
 package udp
 
-import (
-	"net/netip"
-	"slices"
-)
+import "net/netip"
 
 // Scheduler reorders a batch of packets so that WriteBatch with GSO sends it
 // as few datagrams as possible. A batch usually holds several ordered
@@ -15,20 +12,32 @@ import (
 // about three datagrams whatever the number of streams. Each stream keeps
 // its own order, which is all UC needs: its PSNs stay in sequence.
 //
-// The zero value is ready to use; it allocates only when a batch is larger
-// than any before. Not safe for concurrent use.
+// The zero value is ready to use; it allocates only when a batch is larger,
+// or has more destinations or streams, than any before. Not safe for
+// concurrent use.
 type Scheduler struct {
 	sorted []Msg
-	next   []int
-	dests  []netip.AddrPort
-	queues []schedQueue
+	next   []int            // next packet of the same (destination, stream)
+	dnext  []int            // next packet to the same destination
+	dests  []schedList      // each destination's packets, through dnext
+	addrs  []netip.AddrPort // dests[i]'s address
+	queues []schedList      // a destination's streams' packets, through next
+	ids    []uint32         // queues[i]'s stream
 }
 
-// schedQueue is one (destination, stream)'s packets in a batch: a list
-// through Scheduler.next.
-type schedQueue struct {
-	stream     uint32
-	head, tail int
+// schedList is a list of packets of a batch, linked through one of
+// Scheduler's next slices; -1 ends it.
+type schedList struct{ head, tail int }
+
+// Reserve allocates up front what Order needs per packet for batches of up
+// to n packets (what it needs per destination and per stream grows on first
+// use).
+func (s *Scheduler) Reserve(n int) {
+	if len(s.sorted) < n {
+		s.sorted = make([]Msg, n)
+		s.next = make([]int, n)
+		s.dnext = make([]int, n)
+	}
 }
 
 // Order returns msgs reordered as described for Scheduler; streams[i] names
@@ -51,39 +60,36 @@ func (s *Scheduler) Order(msgs []Msg, streams []uint32) []Msg {
 	if single {
 		return msgs
 	}
-	if len(s.sorted) < n {
-		s.sorted = make([]Msg, n)
-		s.next = make([]int, n)
-	}
-	s.dests = s.dests[:0]
+	s.Reserve(n)
+	// Each destination's packets, in order, in one pass over msgs (a Msg
+	// is large, an index small).
+	s.dests, s.addrs = s.dests[:0], s.addrs[:0]
+	d := 0
 	for i := range msgs {
-		if !slices.Contains(s.dests, msgs[i].Addr) {
-			s.dests = append(s.dests, msgs[i].Addr)
+		s.dnext[i] = -1
+		if d = schedFind(s.addrs, msgs[i].Addr, d); d < 0 {
+			d = len(s.dests)
+			s.dests, s.addrs = append(s.dests, schedList{i, i}), append(s.addrs, msgs[i].Addr)
+		} else {
+			s.dnext[s.dests[d].tail], s.dests[d].tail = i, i
 		}
 	}
 	k := 0
 	for _, d := range s.dests {
-		s.queues = s.queues[:0]
+		// The destination's per-stream queues, in order of first
+		// appearance.
+		s.queues, s.ids = s.queues[:0], s.ids[:0]
 		left := 0
-		for i := range msgs {
-			if msgs[i].Addr != d {
-				continue
-			}
+		q := 0
+		for i := d.head; i >= 0; i = s.dnext[i] {
 			left++
 			s.next[i] = -1
-			q := -1
-			for j := range s.queues {
-				if s.queues[j].stream == streams[i] {
-					q = j
-					break
-				}
+			if q = schedFind(s.ids, streams[i], q); q < 0 {
+				q = len(s.queues)
+				s.queues, s.ids = append(s.queues, schedList{i, i}), append(s.ids, streams[i])
+			} else {
+				s.next[s.queues[q].tail], s.queues[q].tail = i, i
 			}
-			if q < 0 {
-				s.queues = append(s.queues, schedQueue{stream: streams[i], head: i, tail: i})
-				continue
-			}
-			s.next[s.queues[q].tail] = i
-			s.queues[q].tail = i
 		}
 		for left > 0 {
 			size := s.roundSize(msgs)
@@ -99,6 +105,34 @@ func (s *Scheduler) Order(msgs []Msg, streams []uint32) []Msg {
 		}
 	}
 	return s.sorted[:k]
+}
+
+// schedFind returns the index of key in keys; -1 if it is not there.
+// Batches mostly hold one destination's (or stream's) packets in a row, or
+// destinations (streams) taking turns (the results of a broadcast), so the
+// key of the packet before, keys[near], and the one after it are tried
+// first.
+func schedFind[K comparable](keys []K, key K, near int) int {
+	n := len(keys)
+	if n == 0 {
+		return -1
+	}
+	if keys[near] == key {
+		return near
+	}
+	after := near + 1
+	if after == n {
+		after = 0
+	}
+	if keys[after] == key {
+		return after
+	}
+	for j := range keys {
+		if keys[j] == key {
+			return j
+		}
+	}
+	return -1
 }
 
 // roundSize picks the packet size of the next round: the size most queues
