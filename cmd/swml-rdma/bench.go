@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -185,7 +186,7 @@ func runBench(c *cli.Context) error {
 		}
 		defer stopProfile()
 	}
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt)
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	prog := newProgress(c.App.ErrWriter, benchSteps(cfg))
 	report := benchReport{SchemaVersion: benchSchemaVersion}
@@ -194,6 +195,11 @@ func runBench(c *cli.Context) error {
 		run, err := runEmbeddedBench(ctx, cfg, prog)
 		if err != nil {
 			prog.clear()
+			if ctx.Err() != nil && c.Context.Err() == nil {
+				// Everything the run opened (switch, controller, NICs,
+				// sessions) is closed by now: runEmbeddedBench defers it.
+				return cli.Exit(fmt.Sprintf("bench (%d workers): interrupted (SIGINT or SIGTERM); nothing left running", w), exitInterrupted)
+			}
 			return cli.Exit(fmt.Sprintf("bench (%d workers): %v", w, err), 1)
 		}
 		report.Runs = append(report.Runs, run)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -278,5 +279,43 @@ func TestReexec(t *testing.T) {
 	p := startProc(t, "version", "--version")
 	if code := p.wait(t, 30*time.Second); code != 0 || !strings.Contains(p.stdout.String(), version) {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, p.stdout, p.stderr)
+	}
+}
+
+// TestBenchInterrupted stops a long embedded bench with SIGINT or SIGTERM:
+// it exits promptly with the interrupted status, saying so, and its
+// switch's and workers' addresses are free again.
+func TestBenchInterrupted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	for _, tc := range []struct {
+		name string
+		net  string
+		sig  os.Signal
+	}{
+		{"SIGINT", "127.13.48", syscall.SIGINT},
+		{"SIGTERM", "127.13.49", syscall.SIGTERM},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := startProc(t, "bench", "bench", "--switch-addr", tc.net+".1", "--workers", "3", "--size", "1MiB",
+				"--iters", "100000000", "--baseline", "none")
+			time.Sleep(time.Second) // setting up or all-reducing: either must stop
+			p.signal(t, tc.sig)
+			if code := p.wait(t, 60*time.Second); code != exitInterrupted {
+				t.Fatalf("bench exited %d after %v, want %d:\n%s", code, tc.sig, exitInterrupted, p.stderr)
+			}
+			if !strings.Contains(p.stderr.String(), "interrupted") {
+				t.Errorf("bench's error does not say it was interrupted:\n%s", p.stderr)
+			}
+			for i := 1; i <= 4; i++ {
+				addr := fmt.Sprintf("%s.%d:4791", tc.net, i)
+				c, err := net.ListenPacket("udp4", addr)
+				if err != nil {
+					t.Fatalf("%s still taken after the bench exited: %v", addr, err)
+				}
+				c.Close()
+			}
+		})
 	}
 }
