@@ -44,15 +44,8 @@ func benchCommand() *cli.Command {
 			"(the default) the same workers then run a ring all-reduce over the same NICs, checked the same way,\n" +
 			"and the table gives SwitchML's ATE/s as a multiple of the ring's. --workers 2,4,8,16 sweeps worker\n" +
 			"counts (one row per count and algorithm); --plot draws the sweep. See docs/bench.md.",
-		Flags: append(append([]cli.Flag{
+		Flags: append(append(append([]cli.Flag{
 			&cli.StringFlag{Name: "workers", Value: "4", Usage: "number of workers, or a comma list to sweep, e.g. 2,4,8,16", EnvVars: []string{"SWML_WORKERS"}, Category: "job"},
-			&cli.StringFlag{Name: "size", Value: "4MiB", Usage: "tensor size in bytes (4-byte elements), e.g. 64MiB", EnvVars: []string{"SWML_SIZE"}, Category: "job"},
-			&cli.IntFlag{Name: "iters", Value: 10, Usage: "measured all-reduces", EnvVars: []string{"SWML_ITERS"}, Category: "job"},
-			&cli.IntFlag{Name: "warmup", Value: 2, Usage: "unmeasured all-reduces first", EnvVars: []string{"SWML_WARMUP"}, Category: "job"},
-			&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "float32 (block floating point) or int32 (exact)", EnvVars: []string{"SWML_DTYPE"}, Category: "job"},
-			&cli.IntFlag{Name: "packet-size", Value: aggregation.DefaultPacketSize, Usage: "payload bytes per packet: 256, 512, 1024, 2048, 4096", EnvVars: []string{"SWML_PACKET_SIZE"}, Category: "protocol"},
-			&cli.IntFlag{Name: "qps", Value: aggregation.DefaultQPs, Usage: "UC queue pairs per worker", EnvVars: []string{"SWML_QPS"}, Category: "protocol"},
-			&cli.StringFlag{Name: "msg-size", Value: "16KiB", Usage: "message size: packet size × a power of two", EnvVars: []string{"SWML_MSG_SIZE"}, Category: "protocol"},
 			&cli.StringFlag{Name: "switch-addr", Value: "127.0.0.1", Usage: "embedded switch's IPv4 address; workers take the next ones", EnvVars: []string{"SWML_SWITCH_ADDR"}, Category: "network"},
 			&cli.Float64Flag{Name: "loss", Usage: "switch drop simulator: ingress and egress loss probability, e.g. 0.01 (not applied to the ring)", EnvVars: []string{"SWML_LOSS"}, Category: "protocol"},
 			&cli.StringFlag{Name: "baseline", Value: "ring", Usage: "also run this all-reduce among the same workers over the same NICs: ring or none", EnvVars: []string{"SWML_BASELINE"}, Category: "job"},
@@ -60,8 +53,23 @@ func benchCommand() *cli.Command {
 			&cli.StringFlag{Name: "plot", Usage: "draw time per all-reduce and ATE/s against worker count into `FILE` (.svg or .png)", EnvVars: []string{"SWML_PLOT"}, Category: "output"},
 			offloadFlag("network"),
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (runtime/pprof) of the run to `FILE`", EnvVars: []string{"SWML_CPUPROFILE"}, Category: "output"},
-		}, distributedBenchFlags()...), logLevelFlag()),
+		}, allReduceFlags("job")...), distributedBenchFlags()...), logLevelFlag()),
 		Action: runBench,
+	}
+}
+
+// allReduceFlags describe the tensor and the protocol of an all-reduce job: the
+// same for the embedded bench and a worker (every worker of a job passes
+// the same values).
+func allReduceFlags(category string) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "size", Value: "4MiB", Usage: "tensor size in bytes (4-byte elements), e.g. 64MiB", EnvVars: []string{"SWML_SIZE"}, Category: category},
+		&cli.IntFlag{Name: "iters", Value: 10, Usage: "measured all-reduces", EnvVars: []string{"SWML_ITERS"}, Category: category},
+		&cli.IntFlag{Name: "warmup", Value: 2, Usage: "unmeasured all-reduces first", EnvVars: []string{"SWML_WARMUP"}, Category: category},
+		&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "float32 (block floating point) or int32 (exact)", EnvVars: []string{"SWML_DTYPE"}, Category: category},
+		&cli.IntFlag{Name: "packet-size", Value: aggregation.DefaultPacketSize, Usage: "payload bytes per packet: 256, 512, 1024, 2048, 4096", EnvVars: []string{"SWML_PACKET_SIZE"}, Category: "protocol"},
+		&cli.IntFlag{Name: "qps", Value: aggregation.DefaultQPs, Usage: "UC queue pairs per worker", EnvVars: []string{"SWML_QPS"}, Category: "protocol"},
+		&cli.StringFlag{Name: "msg-size", Value: "16KiB", Usage: "message size: packet size × a power of two", EnvVars: []string{"SWML_MSG_SIZE"}, Category: "protocol"},
 	}
 }
 

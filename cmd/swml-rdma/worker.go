@@ -51,17 +51,10 @@ func workerCommand() *cli.Command {
 			"exact) reference: every worker can rebuild every rank's input. A mismatch fails with exit status 1.\n" +
 			"Rank and size come from --rank/--workers, else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (mpirun),\n" +
 			"else RANK/WORLD_SIZE (torchrun). SIGINT/SIGTERM aborts the job for every worker. See docs/operations.md.",
-		Flags: append(append([]cli.Flag{
+		Flags: append(append(append([]cli.Flag{
 			&cli.IntFlag{Name: "workers", Usage: "workers of the job", DefaultText: "$OMPI_COMM_WORLD_SIZE, else $WORLD_SIZE", EnvVars: []string{"SWML_WORKERS"}, Category: "job"},
-			&cli.StringFlag{Name: "size", Value: "4MiB", Usage: "tensor size in bytes (4-byte elements), e.g. 64MiB", EnvVars: []string{"SWML_SIZE"}, Category: "bench"},
-			&cli.IntFlag{Name: "iters", Value: 10, Usage: "measured all-reduces", EnvVars: []string{"SWML_ITERS"}, Category: "bench"},
-			&cli.IntFlag{Name: "warmup", Value: 2, Usage: "unmeasured all-reduces first", EnvVars: []string{"SWML_WARMUP"}, Category: "bench"},
-			&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "float32 (block floating point) or int32 (exact)", EnvVars: []string{"SWML_DTYPE"}, Category: "bench"},
-			&cli.IntFlag{Name: "packet-size", Value: aggregation.DefaultPacketSize, Usage: "payload bytes per packet: 256, 512, 1024, 2048, 4096", EnvVars: []string{"SWML_PACKET_SIZE"}, Category: "protocol"},
-			&cli.IntFlag{Name: "qps", Value: aggregation.DefaultQPs, Usage: "UC queue pairs per worker", EnvVars: []string{"SWML_QPS"}, Category: "protocol"},
-			&cli.StringFlag{Name: "msg-size", Value: "16KiB", Usage: "message size: packet size × a power of two", EnvVars: []string{"SWML_MSG_SIZE"}, Category: "protocol"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON", EnvVars: []string{"SWML_JSON"}, Category: "output"},
-		}, jobMemberFlags("")...), offloadFlag("nic"), logLevelFlag()),
+		}, allReduceFlags("bench")...), jobMemberFlags("")...), offloadFlag("nic"), logLevelFlag()),
 		Action: runWorker,
 	}
 }
