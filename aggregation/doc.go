@@ -35,7 +35,10 @@
 //
 // # Failures
 //
-// A message without a result is resent when its QP's timer expires: the
+// A message without a result is resent as soon as the result of a message
+// sent after it, on another QP, is back and a reordering window has passed
+// (RACK, RFC 8985: the QPs of a worker share one path through one switch,
+// so that is evidence of loss), or else when its QP's timer expires: the
 // timeout adapts to the measured time to result (smoothed RTT + 4 × its
 // variation, never below RetransmitTimeout) and doubles after BackoffAfter
 // consecutive timeouts, up to MaxRetransmitTimeout. After PeerTimeout without a

@@ -11,7 +11,7 @@ import (
 type sessionCollector struct {
 	s *Session
 
-	allReduces, messages, packets, retransmissions, timeouts, results, stale, bytes *prometheus.Desc
+	allReduces, messages, packets, retransmissions, timeouts, fast, results, stale, bytes *prometheus.Desc
 }
 
 // NewCollector returns a Prometheus collector of s's counters
@@ -31,8 +31,9 @@ func NewCollector(s *Session) prometheus.Collector {
 		allReduces:      d("allreduces_total", "Completed all-reduce calls (float32 and int32)."),
 		messages:        d("messages_total", "Messages sent for the first time, exponent-only rounds included."),
 		packets:         d("packets_total", "RoCEv2 packets sent to the switch, retransmissions included."),
-		retransmissions: d("retransmissions_total", "Messages resent after a retransmission timeout."),
+		retransmissions: d("retransmissions_total", "Messages resent (timer expiries and fast retransmissions)."),
 		timeouts:        d("timeouts_total", "Per-QP retransmission timer expiries."),
+		fast:            d("fast_retransmissions_total", "Messages resent because the result of a message sent later came back first (RACK)."),
 		results:         d("results_total", "Result messages from the switch used."),
 		stale:           d("stale_results_total", "Result messages dropped by the message-id check (duplicates of results already used)."),
 		bytes:           d("bytes_total", "RDMA payload bytes sent (out) to and received (in) from the switch.", "direction"),
@@ -40,7 +41,7 @@ func NewCollector(s *Session) prometheus.Collector {
 }
 
 func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.allReduces, c.messages, c.packets, c.retransmissions, c.timeouts, c.results, c.stale, c.bytes} {
+	for _, d := range []*prometheus.Desc{c.allReduces, c.messages, c.packets, c.retransmissions, c.timeouts, c.fast, c.results, c.stale, c.bytes} {
 		ch <- d
 	}
 }
@@ -55,6 +56,7 @@ func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.packets, st.Packets)
 	counter(c.retransmissions, st.Retransmissions)
 	counter(c.timeouts, st.Timeouts)
+	counter(c.fast, st.FastRetransmissions)
 	counter(c.results, st.Results)
 	counter(c.stale, st.StaleResults)
 	counter(c.bytes, st.BytesSent, "out")

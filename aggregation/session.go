@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
 
@@ -56,6 +58,8 @@ type Session struct {
 	watchDone chan struct{}
 	stopWatch chan struct{}
 
+	recvDepth int // receive WRs kept posted per QP
+
 	mu     sync.Mutex // held by AllReduce and Close
 	broken error      // sticky, guarded by mu
 	wcs    []verbs.Completion
@@ -63,6 +67,12 @@ type Session struct {
 	// Times to result (guarded by mu): of messages in the middle of a
 	// call, and of each QP's first message of a call.
 	rtt, joinRTT rttEstimator
+	rack         rackState
+	// pktBits > 0 enables per-packet recovery (engine.go, resend): the
+	// packet index bits of wire.PacketMsgID; pktWRs is its scratch.
+	pktBits    uint
+	pktWRs     []verbs.SendWR
+	lastResult time.Time // when any result last arrived (guarded by mu)
 	// doorbell is set when messages are staged on a QP and not yet sent
 	// (engine.go: transmit, ringDoorbell); guarded by mu.
 	doorbell stagedSender
@@ -100,18 +110,30 @@ func (s *Session) open(ctx context.Context) error {
 	if s.mr, err = s.pd.AllocMR(3*q*s.msgBytes, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return fmt.Errorf("aggregation: register a %d-byte buffer on %s: %w", 3*q*s.msgBytes, dev.Name(), err)
 	}
-	if s.cq, err = dev.CreateCQ(q*(recvDepth+16) + 256); err != nil {
+	depth := recvDepth
+	sendDepth := 64
+	if ppm := cfg.PacketsPerMessage; ppm > 1 && ppm <= 1<<wire.MaxPacketIDBits {
+		s.pktBits = uint(bits.Len(uint(ppm - 1)))
+		s.pktWRs = make([]verbs.SendWR, 0, ppm)
+		// A resend is up to ppm one-packet messages, each answered by
+		// a one-packet result.
+		depth += ppm
+		sendDepth += ppm
+	}
+	s.recvDepth = depth
+	if s.cq, err = dev.CreateCQ(q*(depth+sendDepth) + 256); err != nil {
 		return fmt.Errorf("aggregation: create CQ on %s: %w", dev.Name(), err)
 	}
 	s.wcs = make([]verbs.Completion, 64)
 	qpns := make([]uint32, q)
 	psns := make([]uint32, q)
 	for i := range q {
-		qp, err := s.pd.CreateUCQP(verbs.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 64, MaxRecvWR: recvDepth})
+		qp, err := s.pd.CreateUCQP(verbs.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: sendDepth, MaxRecvWR: depth})
 		if err != nil {
 			return fmt.Errorf("aggregation: create UC QP %d of %d on %s: %w", i, q, dev.Name(), err)
 		}
-		st := &qpState{qp: qp, index: i, sendOff: uint64((2*q + i) * s.msgBytes), set: 1, msgID: 0xFFFF}
+		st := &qpState{qp: qp, index: i, sendOff: uint64((2*q + i) * s.msgBytes), set: 1, msgID: wire.MsgIDMask,
+			got: make([]uint64, (cfg.PacketsPerMessage+63)/64)}
 		s.qps = append(s.qps, st)
 		if err := qp.Init(verbs.AccessRemoteWrite); err != nil {
 			return fmt.Errorf("aggregation: QP %d to INIT: %w", i, err)
@@ -164,7 +186,7 @@ func (s *Session) open(ctx context.Context) error {
 		}
 		// Results can arrive as soon as any worker sends: receives go in
 		// before this worker sends anything.
-		for range recvDepth {
+		for range depth {
 			if err := s.postRecv(st); err != nil {
 				return err
 			}
@@ -288,10 +310,13 @@ type Stats struct {
 	// included.
 	Messages uint64
 	Packets  uint64
-	// Retransmissions counts messages resent after a timeout; Timeouts
-	// counts timer expiries (equal today: every expiry resends).
-	Retransmissions uint64
-	Timeouts        uint64
+	// Retransmissions counts messages resent, for either reason: Timeouts
+	// counts retransmission timer expiries, FastRetransmissions resends
+	// because the result of a message sent later came back first (RACK,
+	// docs/protocol.md "Loss recovery").
+	Retransmissions     uint64
+	Timeouts            uint64
+	FastRetransmissions uint64
 	// Results counts results used; StaleResults those dropped by the
 	// message-id check (duplicates of results already used).
 	Results      uint64
@@ -302,22 +327,23 @@ type Stats struct {
 }
 
 type counters struct {
-	allReduces, messages, packets, retransmissions, timeouts, results, stale, bytesSent, bytesReceived atomic.Uint64
+	allReduces, messages, packets, retransmissions, timeouts, fastRetransmissions, results, stale, bytesSent, bytesReceived atomic.Uint64
 }
 
 // Stats returns the session's counters. Safe for concurrent use.
 func (s *Session) Stats() Stats {
 	c := &s.stats
 	return Stats{
-		AllReduces:      c.allReduces.Load(),
-		Messages:        c.messages.Load(),
-		Packets:         c.packets.Load(),
-		Retransmissions: c.retransmissions.Load(),
-		Timeouts:        c.timeouts.Load(),
-		Results:         c.results.Load(),
-		StaleResults:    c.stale.Load(),
-		BytesSent:       c.bytesSent.Load(),
-		BytesReceived:   c.bytesReceived.Load(),
+		AllReduces:          c.allReduces.Load(),
+		Messages:            c.messages.Load(),
+		Packets:             c.packets.Load(),
+		Retransmissions:     c.retransmissions.Load(),
+		Timeouts:            c.timeouts.Load(),
+		FastRetransmissions: c.fastRetransmissions.Load(),
+		Results:             c.results.Load(),
+		StaleResults:        c.stale.Load(),
+		BytesSent:           c.bytesSent.Load(),
+		BytesReceived:       c.bytesReceived.Load(),
 	}
 }
 

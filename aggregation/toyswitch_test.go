@@ -107,58 +107,91 @@ func (s *toySwitch) handle(m *verbstest.Message) {
 		return
 	}
 	job := q.job.spec
-	pi := wire.PoolIndex(m.RKey)
-	if pi.Slot() < job.PoolBase || pi.Slot() >= job.PoolBase+job.PoolSlots {
+	ps := job.PacketSize
+	if ps <= 0 || len(m.Payload)%ps != 0 {
 		s.unknown++
 		return
 	}
-	key := uint64(job.ID)<<32 | uint64(pi)
-	sl := s.slots[key]
-	if sl == nil {
-		sl = &toySlot{}
-		s.slots[key] = sl
+	pkts := len(m.Payload) / ps
+	pi := wire.PoolIndex(m.RKey)
+	if pi.Slot() < job.PoolBase || pi.Add(pkts-1).Slot() >= job.PoolBase+job.PoolSlots {
+		s.unknown++
+		return
 	}
+	// A message arrives whole (the fake network has no packets), so its
+	// packets' slots are processed together: the result goes out when
+	// they are all complete, as one message like the request.
 	bit := uint64(1) << q.rank
 	imm := wire.Imm(m.Imm)
-	if sl.seen&bit != 0 {
+	retx, completed := true, false
+	slots := make([]*toySlot, pkts)
+	for k := range pkts {
+		key := uint64(job.ID)<<32 | uint64(pi.Add(k))
+		sl := s.slots[key]
+		if sl == nil {
+			sl = &toySlot{}
+			s.slots[key] = sl
+		}
+		slots[k] = sl
+		if sl.seen&bit != 0 {
+			continue
+		}
+		retx = false
+		if other := s.slots[key^1]; other != nil {
+			other.seen &^= bit
+		}
+		if sl.complete || sl.count == 0 {
+			sl.complete, sl.count = false, 0
+			sl.sum = append(sl.sum[:0], make([]byte, ps)...)
+			sl.e0, sl.e1 = -128, -128
+		}
+		sl.seen |= bit
+		sl.count++
+		p := m.Payload[k*ps : (k+1)*ps]
+		for i := 0; i+4 <= len(p); i += 4 {
+			v := binary.BigEndian.Uint32(sl.sum[i:]) + binary.BigEndian.Uint32(p[i:])
+			binary.BigEndian.PutUint32(sl.sum[i:], v)
+		}
+		if k == pkts-1 {
+			sl.e0, sl.e1 = max(sl.e0, imm.E0()), max(sl.e1, imm.E1())
+		}
+		if sl.count == len(job.Workers) {
+			sl.complete = true
+			completed = true
+		}
+	}
+	if retx {
 		s.retransmissions++
-		if sl.complete {
-			s.unicasts++
-			s.send(job, q.rank, q.qpIx, m, sl, imm)
+	}
+	for _, sl := range slots {
+		if !sl.complete {
+			return
+		}
+	}
+	last := slots[pkts-1]
+	sum := make([]byte, 0, len(m.Payload))
+	for _, sl := range slots {
+		sum = append(sum, sl.sum...)
+	}
+	res := imm.WithExponents(last.e0, last.e1)
+	if completed {
+		s.multicasts++
+		for r := range job.Workers {
+			s.send(job, r, q.qpIx, m, sum, res)
 		}
 		return
 	}
-	if other := s.slots[key^1]; other != nil {
-		other.seen &^= bit
-	}
-	if sl.complete || sl.count == 0 {
-		sl.complete, sl.count = false, 0
-		sl.sum = append(sl.sum[:0], make([]byte, len(m.Payload))...)
-		sl.e0, sl.e1 = -128, -128
-	}
-	sl.seen |= bit
-	sl.count++
-	for i := 0; i+4 <= len(m.Payload) && i+4 <= len(sl.sum); i += 4 {
-		v := binary.BigEndian.Uint32(sl.sum[i:]) + binary.BigEndian.Uint32(m.Payload[i:])
-		binary.BigEndian.PutUint32(sl.sum[i:], v)
-	}
-	sl.e0, sl.e1 = max(sl.e0, imm.E0()), max(sl.e1, imm.E1())
-	if sl.count == len(job.Workers) {
-		sl.complete = true
-		s.multicasts++
-		for r := range job.Workers {
-			s.send(job, r, q.qpIx, m, sl, imm)
-		}
-	}
+	s.unicasts++
+	s.send(job, q.rank, q.qpIx, m, sum, res)
 }
 
-func (s *toySwitch) send(job *wire.Job, rank, qpIx int, req *verbstest.Message, sl *toySlot, imm wire.Imm) {
+func (s *toySwitch) send(job *wire.Job, rank, qpIx int, req *verbstest.Message, sum []byte, imm wire.Imm) {
 	w := job.Workers[rank]
 	s.net.Send(verbstest.Message{
 		Src: s.addr, SrcQPN: w.SwitchQPNs[qpIx],
 		Dst: w.Addr, DstQPN: w.QPNs[qpIx],
-		WithImm: true, Imm: uint32(imm.WithExponents(sl.e0, sl.e1)),
-		RKey: w.RKey, VA: req.VA, Payload: sl.sum,
+		WithImm: true, Imm: uint32(imm),
+		RKey: w.RKey, VA: req.VA, Payload: sum,
 	})
 }
 

@@ -7,7 +7,9 @@ import (
 )
 
 // Exponents holds, per (slot, set), the immediate the result will carry: the
-// message id (echoed) and the maxima of e0 and e1 over the contributions that
+// message id (the id of the request's immediate, if it has one: a
+// retransmission gets its own id back; otherwise the last one stored) and
+// the maxima of e0 and e1 over the contributions that
 // carried an immediate (LAST/ONLY packets). The first contribution
 // overwrites, later ones take the maximum, a retransmission reads. P4:
 // p4/rdma_switch Exponents.
@@ -49,5 +51,12 @@ func (e *Exponents) Update(md *Metadata) {
 			st.e1 = max(st.e1, md.Imm.E1())
 		}
 	}
-	md.Imm = wire.MakeImm(st.msgID, st.e0, st.e1)
+	id := st.msgID
+	if md.HasImm {
+		// A result echoes the id of the request that asked for it: for a
+		// retransmission that is its own id, which may name a single
+		// packet of the message (per-packet recovery, wire.PacketMsgID).
+		id = md.Imm.MsgID()
+	}
+	md.Imm = wire.MakeImm(id, st.e0, st.e1)
 }

@@ -51,6 +51,31 @@ func (i Imm) E1() int8      { return int8(uint8(i)) }
 // WithExponents replaces the exponent fields, keeping the message id.
 func (i Imm) WithExponents(e0, e1 int8) Imm { return MakeImm(i.MsgID(), e0, e1) }
 
+// Message ids (ext, opaque to the switch, which echoes them). Bit 15 clear:
+// a whole message, a 15-bit sequence number (MsgIDMask) that advances per
+// message on a QP. Bit 15 set (PacketMsgIDFlag): one packet of a message
+// resent alone as a UC WRITE ONLY WITH IMMEDIATE (per-packet loss
+// recovery, docs/protocol.md): the low 15−bits bits of the message's id,
+// then the packet's index k in the message in bits bits, 2^bits ≥ the
+// packets per message. The switch answers such a packet, like any
+// one-packet message, with a one-packet result carrying the same id, so a
+// worker can tell which packet of which message came back.
+const (
+	MsgIDMask       = 0x7FFF
+	PacketMsgIDFlag = 0x8000
+	// MaxPacketIDBits bounds bits: at least 15−MaxPacketIDBits bits of the
+	// message id remain to tell a late answer from a current one.
+	MaxPacketIDBits = 6
+)
+
+// PacketMsgID is the message id of packet k of message msgID.
+func PacketMsgID(msgID uint16, k int, bits uint) uint16 {
+	return PacketMsgIDFlag | (msgID<<bits)&MsgIDMask | uint16(k)&(1<<bits-1)
+}
+
+// PacketIndex is the packet index of a PacketMsgID with the same bits.
+func PacketIndex(id uint16, bits uint) int { return int(id & (1<<bits - 1)) }
+
 // P4AppQPN is the switch QPN p4app-switchML (and our Tofino program) assigns
 // to QP i of worker rank: 0x800000 | rank<<16 | i, 5 rank bits and 9 QP bits.
 func P4AppQPN(rank, i int) (uint32, error) {

@@ -76,7 +76,15 @@ control Exponents(
             (!first && !ig_md.switchml_md.has_imm)) {
             ig_md.switchml_md.result_e0 = read_e0.execute(idx);
             ig_md.switchml_md.result_e1 = read_e1.execute(idx);
-            ig_md.switchml_md.result_msg_id = read_msg_id.execute(idx);
+            // A result echoes the id of the request that asked for it:
+            // a retransmission gets its own id back, which may name one
+            // packet of the message (per-packet recovery,
+            // aggregation/wire.PacketMsgID; switchmodel.Exponents).
+            if (ig_md.switchml_md.has_imm) {
+                ig_md.switchml_md.result_msg_id = hdr.ib_immediate.msg_id;
+            } else {
+                ig_md.switchml_md.result_msg_id = read_msg_id.execute(idx);
+            }
         } else if (first && ig_md.switchml_md.has_imm) {
             ig_md.switchml_md.result_e0 = write_e0.execute(idx);
             ig_md.switchml_md.result_e1 = write_e1.execute(idx);

@@ -95,11 +95,14 @@ type Device struct {
 	nextKey uint32
 	closed  bool
 
-	tx      txQueue // send path of every QP
-	cnt     counters
-	rxDone  chan struct{}
-	done    chan struct{} // closed by Close: wakes CQ waiters
-	closing atomic.Bool
+	tx     txQueue // send path of every QP
+	cnt    counters
+	rxDone chan struct{}
+	// rxHandled counts datagrams the receive goroutine has finished with
+	// (tests wait on it).
+	rxHandled atomic.Uint64
+	done      chan struct{} // closed by Close: wakes CQ waiters
+	closing   atomic.Bool
 }
 
 var _ verbs.Device = (*Device)(nil)

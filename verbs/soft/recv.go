@@ -35,6 +35,7 @@ func (d *Device) receive() {
 		for i := 0; i < n; i++ {
 			d.handle(&h, &pkt, &msgs[i])
 		}
+		d.rxHandled.Add(uint64(n))
 	}
 }
 

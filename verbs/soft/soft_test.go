@@ -163,7 +163,9 @@ func (r *rawPeer) send(t *testing.T, pf rdma.PacketFields, payload []byte, corru
 func settle(t *testing.T, d *Device, n uint64) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for d.Stats().RxPackets < n {
+	// rxHandled, not RxPackets: the packet must have been handled to the
+	// end (RxPackets counts it on arrival, before the checks).
+	for d.rxHandled.Load() < n {
 		if time.Now().After(deadline) {
 			t.Fatalf("NIC saw %d packets, want %d", d.Stats().RxPackets, n)
 		}
