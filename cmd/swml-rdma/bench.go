@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs"
@@ -47,7 +49,7 @@ func benchCommand() *cli.Command {
 		Flags: append(append(append([]cli.Flag{
 			&cli.StringFlag{Name: "workers", Value: "4", Usage: "number of workers, or a comma list to sweep, e.g. 2,4,8,16", EnvVars: []string{"SWML_WORKERS"}, Category: "job"},
 			&cli.StringFlag{Name: "switch-addr", Value: "127.0.0.1", Usage: "embedded switch's IPv4 address; workers take the next ones", EnvVars: []string{"SWML_SWITCH_ADDR"}, Category: "network"},
-			&cli.Float64Flag{Name: "loss", Usage: "switch drop simulator: ingress and egress loss probability, e.g. 0.01 (not applied to the ring)", EnvVars: []string{"SWML_LOSS"}, Category: "protocol"},
+			&cli.StringFlag{Name: "loss", Value: "0", Usage: "loss probability at the switch's ingress and egress (the ring: at its NICs' send and receive), e.g. 0.01, or a comma list to sweep, e.g. 0,0.001,0.01,0.05", EnvVars: []string{"SWML_LOSS"}, Category: "protocol"},
 			&cli.StringFlag{Name: "baseline", Value: "ring", Usage: "also run this all-reduce among the same workers over the same NICs: ring or none", EnvVars: []string{"SWML_BASELINE"}, Category: "job"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON (schema in docs/bench.md)", EnvVars: []string{"SWML_JSON"}, Category: "output"},
 			&cli.StringFlag{Name: "plot", Usage: "draw time per all-reduce and ATE/s against worker count into `FILE` (.svg or .png)", EnvVars: []string{"SWML_PLOT"}, Category: "output"},
@@ -113,6 +115,13 @@ type benchRun struct {
 	Warmup   int             `json:"warmup"`
 	Baseline *baselineResult `json:"baseline"`
 	ATERatio *float64        `json:"ate_ratio"`
+	// LossInflation is the median time ÷ the loss-free median of the
+	// same worker count in the same sweep (null without a loss-free run).
+	LossInflation *float64 `json:"loss_inflation"`
+	// RetransmissionsPerMessage is messages resent ÷ messages sent, over
+	// every worker; SwitchDrops the switch's drop counters by reason.
+	RetransmissionsPerMessage float64           `json:"retransmissions_per_message"`
+	SwitchDrops               map[string]uint64 `json:"switch_drops"`
 }
 
 // baselineResult is the ring all-reduce among the same workers. Packets
@@ -129,11 +138,15 @@ type baselineResult struct {
 	Retransmissions uint64  `json:"retransmissions"`
 	Verified        bool    `json:"verified"`
 	WindowMessages  int     `json:"window_messages"`
+	// LossInflation as for the SwitchML run, against the ring's own
+	// loss-free run.
+	LossInflation *float64 `json:"loss_inflation"`
 }
 
 type benchConfig struct {
 	workers, size, iters, warmup, packetSize, qps, msgSize int
-	sweep                                                  []int // worker counts; workers is the one running
+	sweep                                                  []int     // worker counts; workers is the one running
+	losses                                                 []float64 // loss sweep; loss is the one running
 	dtype                                                  wire.DType
 	loss                                                   float64
 	switchAddr                                             netip.Addr
@@ -200,17 +213,32 @@ func runBench(c *cli.Context) error {
 	report := benchReport{SchemaVersion: benchSchemaVersion}
 	for _, w := range cfg.sweep {
 		cfg.workers = w
-		run, err := runEmbeddedBench(ctx, cfg, prog)
-		if err != nil {
-			prog.clear()
-			if ctx.Err() != nil && c.Context.Err() == nil {
-				// Everything the run opened (switch, controller, NICs,
-				// sessions) is closed by now: runEmbeddedBench defers it.
-				return cli.Exit(fmt.Sprintf("bench (%d workers): interrupted (SIGINT or SIGTERM); nothing left running", w), exitInterrupted)
+		var lossFree *benchRun
+		for _, l := range cfg.losses {
+			cfg.loss = l
+			run, err := runEmbeddedBench(ctx, cfg, prog)
+			if err != nil {
+				prog.clear()
+				if ctx.Err() != nil && c.Context.Err() == nil {
+					// Everything the run opened (switch, controller, NICs,
+					// sessions) is closed by now: runEmbeddedBench defers it.
+					return cli.Exit(fmt.Sprintf("bench (%d workers, loss %g): interrupted (SIGINT or SIGTERM); nothing left running", w, l), exitInterrupted)
+				}
+				return cli.Exit(fmt.Sprintf("bench (%d workers, loss %g): %v", w, l, err), 1)
 			}
-			return cli.Exit(fmt.Sprintf("bench (%d workers): %v", w, err), 1)
+			if l == 0 {
+				lossFree = &run
+			}
+			if lossFree != nil {
+				x := float64(run.MedianNs) / float64(lossFree.MedianNs)
+				run.LossInflation = &x
+				if run.Baseline != nil && lossFree.Baseline != nil {
+					y := float64(run.Baseline.MedianNs) / float64(lossFree.Baseline.MedianNs)
+					run.Baseline.LossInflation = &y
+				}
+			}
+			report.Runs = append(report.Runs, run)
 		}
-		report.Runs = append(report.Runs, run)
 	}
 	prog.clear()
 	if cfg.plot != "" {
@@ -227,12 +255,12 @@ func benchSteps(cfg benchConfig) int {
 	if cfg.baseline != "none" {
 		per *= 2
 	}
-	return per * len(cfg.sweep)
+	return per * len(cfg.sweep) * len(cfg.losses)
 }
 
 func benchFlags(c *cli.Context) (benchConfig, error) {
 	cfg := benchConfig{iters: c.Int("iters"), warmup: c.Int("warmup"),
-		packetSize: c.Int("packet-size"), qps: c.Int("qps"), loss: c.Float64("loss"),
+		packetSize: c.Int("packet-size"), qps: c.Int("qps"),
 		baseline: c.String("baseline"), plot: c.String("plot")}
 	var err error
 	if cfg.offload, err = parseOffload(c); err != nil {
@@ -242,6 +270,10 @@ func benchFlags(c *cli.Context) (benchConfig, error) {
 		return cfg, err
 	}
 	cfg.workers = slices.Max(cfg.sweep)
+	if cfg.losses, err = parseLosses(c.String("loss")); err != nil {
+		return cfg, err
+	}
+	cfg.loss = cfg.losses[0]
 	if cfg.size, err = parseSize(c.String("size")); err != nil {
 		return cfg, fmt.Errorf("--size: %v", err)
 	}
@@ -261,14 +293,15 @@ func benchFlags(c *cli.Context) (benchConfig, error) {
 		return cfg, fmt.Errorf("--warmup %d: must not be negative", cfg.warmup)
 	case cfg.qps < 1:
 		return cfg, fmt.Errorf("--qps %d: give at least 1 queue pair", cfg.qps)
-	case cfg.loss < 0 || cfg.loss >= 0.5:
-		return cfg, fmt.Errorf("--loss %v: give a probability in [0, 0.5)", cfg.loss)
 	case cfg.baseline != "ring" && cfg.baseline != "none":
 		return cfg, fmt.Errorf("--baseline %q: use ring (a ring all-reduce among the same workers) or none", cfg.baseline)
 	}
 	if cfg.plot != "" {
 		if err := checkPlotPath(cfg.plot); err != nil {
 			return cfg, err
+		}
+		if len(cfg.losses) > 1 {
+			return cfg, fmt.Errorf("--plot draws a --workers sweep at one loss rate; with a --loss list, drop --plot (the table and --json give each loss rate's inflation)")
 		}
 	}
 	if cfg.switchAddr, err = netip.ParseAddr(c.String("switch-addr")); err != nil || !cfg.switchAddr.Is4() {
@@ -300,6 +333,21 @@ func parseWorkers(s string) ([]int, error) {
 			return nil, fmt.Errorf("--workers %d: give 1 to 250 workers (each gets its own address 127.0.0.2 …)", n)
 		}
 		out = append(out, n)
+	}
+	return out, nil
+}
+
+// parseLosses accepts a loss probability or a comma list of them; a list
+// starting at 0 gives every other row its inflation over the loss-free one.
+func parseLosses(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		p, err := strconv.ParseFloat(f, 64)
+		if err != nil || math.IsNaN(p) || p < 0 || p >= 0.5 {
+			return nil, fmt.Errorf("--loss %q: %q is not a loss probability in [0, 0.5); give one such as 0.01, or a comma list such as 0,0.001,0.01,0.05", s, f)
+		}
+		out = append(out, p)
 	}
 	return out, nil
 }
@@ -407,14 +455,42 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (ben
 		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Loss: cfg.loss, Verified: true}}
 	st := summarize(times, n, cfg.size)
 	run.MinNs, run.MaxNs, run.MedianNs, run.ATEPerSec, run.Gbps = st.min, st.max, st.median, st.ate, st.gbps
+	var messages uint64
 	for _, s := range sessions {
 		st := s.Stats()
 		run.Packets += st.Packets
 		run.Retransmissions += st.Retransmissions
+		messages += st.Messages
+	}
+	if messages > 0 {
+		run.RetransmissionsPerMessage = float64(run.Retransmissions) / float64(messages)
+	}
+	sws := sw.Stats()
+	run.SwitchDrops = make(map[string]uint64)
+	for r := switchmodel.DropReason(1); r < switchmodel.NumDropReasons; r++ {
+		run.SwitchDrops[r.String()] = sws.Drops(r)
 	}
 	closeSessions()
 	if cfg.baseline == "none" {
 		return run, nil
+	}
+	if cfg.loss > 0 {
+		// The ring gets the same loss model: each of its packets crosses
+		// a sending and a receiving NIC, each dropping cfg.loss, as
+		// SwitchML's cross the switch's ingress and egress.
+		for _, d := range devs {
+			d.Close()
+		}
+		devs = devs[:0]
+		for r := range cfg.workers {
+			a := swAddr.As4()
+			a[3] += byte(1 + r)
+			d, err := soft.Open(soft.Config{Addr: netip.AddrFrom4(a), Offload: cfg.offload, RecvLoss: cfg.loss, SendLoss: cfg.loss, Seed: uint64(1 + r)})
+			if err != nil {
+				return benchRun{}, fmt.Errorf("ring baseline, worker %d: %w", r, err)
+			}
+			devs = append(devs, d)
+		}
 	}
 
 	vdevs := make([]verbs.Device, len(devs))
@@ -502,32 +578,48 @@ func printBench(out io.Writer, rep benchReport, asJSON bool) error {
 		return nil
 	}
 	r0 := rep.Runs[0]
-	counts := make([]string, len(rep.Runs))
-	for i, r := range rep.Runs {
-		counts[i] = strconv.Itoa(r.Workers)
+	var counts, losses []string
+	for _, r := range rep.Runs {
+		if c := strconv.Itoa(r.Workers); !slices.Contains(counts, c) {
+			counts = append(counts, c)
+		}
+		if l := strconv.FormatFloat(r.Loss, 'g', -1, 64); !slices.Contains(losses, l) {
+			losses = append(losses, l)
+		}
 	}
 	what := "SwitchML all-reduce"
 	if r0.Baseline != nil {
 		what = "SwitchML vs " + r0.Baseline.Name + " all-reduce"
 	}
-	fmt.Fprintf(out, "%s on loopback: %s workers, %s tensor of %s (%d elements), packet %d B, message %d B, %d QPs/worker, loss %g, %d iters (+%d warmup)\n",
-		what, strings.Join(counts, ","), r0.DType, humanBytes(r0.TensorBytes), r0.Elements, r0.PacketSize, r0.MessageSize, r0.QPs, r0.Loss, r0.Iters, r0.Warmup)
-	if r0.Baseline != nil && r0.Loss > 0 {
-		fmt.Fprintf(out, "(--loss applies to the switch only; the %s runs without injected loss)\n", r0.Baseline.Name)
+	fmt.Fprintf(out, "%s on loopback: %s workers, %s tensor of %s (%d elements), packet %d B, message %d B, %d QPs/worker, loss %s, %d iters (+%d warmup)\n",
+		what, strings.Join(counts, ","), r0.DType, humanBytes(r0.TensorBytes), r0.Elements, r0.PacketSize, r0.MessageSize, r0.QPs, strings.Join(losses, ","), r0.Iters, r0.Warmup)
+	anyLoss := false
+	for _, r := range rep.Runs {
+		anyLoss = anyLoss || r.Loss > 0
+	}
+	if r0.Baseline != nil && anyLoss {
+		fmt.Fprintf(out, "(--loss drops at the switch's ingress and egress for SwitchML, at the sending and the receiving NIC for the %s)\n", r0.Baseline.Name)
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "workers\tall-reduce\tmedian\tmin\tmax\tATE/s\tGbit/s\tpackets\tretransmissions\tverified\tATE/s ratio\t")
+	fmt.Fprintln(w, "workers\tloss\tall-reduce\tmedian\tmin\tmax\tATE/s\tGbit/s\tpackets\tretransmissions\tretx/msg\tvs loss-free\tswitch drops in/out\tverified\tATE/s ratio\t")
 	d := func(ns int64) time.Duration { return time.Duration(ns).Round(time.Microsecond) }
+	infl := func(x *float64) string {
+		if x == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f×", *x)
+	}
 	for _, r := range rep.Runs {
 		ratio := "-"
 		if r.ATERatio != nil {
 			ratio = fmt.Sprintf("%.2f×", *r.ATERatio)
 		}
-		fmt.Fprintf(w, "%d\t%s\t%v\t%v\t%v\t%.3g\t%.3f\t%d\t%d\t%v\t%s\t\n", r.Workers, "switchml",
-			d(r.MedianNs), d(r.MinNs), d(r.MaxNs), r.ATEPerSec, r.Gbps, r.Packets, r.Retransmissions, r.Verified, ratio)
+		drops := fmt.Sprintf("%d/%d", r.SwitchDrops["ingress_loss"], r.SwitchDrops["egress_loss"])
+		fmt.Fprintf(w, "%d\t%g\t%s\t%v\t%v\t%v\t%.3g\t%.3f\t%d\t%d\t%.3f\t%s\t%s\t%v\t%s\t\n", r.Workers, r.Loss, "switchml",
+			d(r.MedianNs), d(r.MinNs), d(r.MaxNs), r.ATEPerSec, r.Gbps, r.Packets, r.Retransmissions, r.RetransmissionsPerMessage, infl(r.LossInflation), drops, r.Verified, ratio)
 		if b := r.Baseline; b != nil {
-			fmt.Fprintf(w, "%d\t%s\t%v\t%v\t%v\t%.3g\t%.3f\t%d\t%d\t%v\t%s\t\n", r.Workers, b.Name,
-				d(b.MedianNs), d(b.MinNs), d(b.MaxNs), b.ATEPerSec, b.Gbps, b.Packets, b.Retransmissions, b.Verified, "baseline")
+			fmt.Fprintf(w, "%d\t%g\t%s\t%v\t%v\t%v\t%.3g\t%.3f\t%d\t%d\t%s\t%s\t%s\t%v\t%s\t\n", r.Workers, r.Loss, b.Name,
+				d(b.MedianNs), d(b.MinNs), d(b.MaxNs), b.ATEPerSec, b.Gbps, b.Packets, b.Retransmissions, "-", infl(b.LossInflation), "-", b.Verified, "baseline")
 		}
 	}
 	if err := w.Flush(); err != nil {

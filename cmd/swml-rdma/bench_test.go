@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v2"
 )
 
 // Bench tests send traffic only to 127.13.2.1, 127.13.3.1 and
@@ -65,9 +67,9 @@ func checkBenchSchema(t *testing.T, out string, withBaseline bool) {
 	if err := json.Unmarshal(doc["runs"], &runs); err != nil {
 		t.Fatal(err)
 	}
-	runKeys := []string{"ate_per_s", "ate_ratio", "baseline", "dtype", "elements", "gbit_per_s", "iters", "loss", "max_ns", "median_ns",
-		"message_size", "min_ns", "packet_size", "packets", "qps", "retransmissions", "tensor_bytes", "verified", "warmup", "workers"}
-	baseKeys := []string{"ate_per_s", "gbit_per_s", "max_ns", "median_ns", "min_ns", "name", "packets", "retransmissions", "verified", "window_messages"}
+	runKeys := []string{"ate_per_s", "ate_ratio", "baseline", "dtype", "elements", "gbit_per_s", "iters", "loss", "loss_inflation", "max_ns", "median_ns",
+		"message_size", "min_ns", "packet_size", "packets", "qps", "retransmissions", "retransmissions_per_message", "switch_drops", "tensor_bytes", "verified", "warmup", "workers"}
+	baseKeys := []string{"ate_per_s", "gbit_per_s", "loss_inflation", "max_ns", "median_ns", "min_ns", "name", "packets", "retransmissions", "verified", "window_messages"}
 	for _, r := range runs {
 		if got := sortedKeys(r); !slices.Equal(got, runKeys) {
 			t.Fatalf("run keys %v, want %v", got, runKeys)
@@ -103,7 +105,7 @@ func TestBenchTableWithLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"2 workers", "loss 0.02", "ATE/s", "retransmissions", "true", "switchml", "ring", "×", "ATE/s ratio", "switch only"} {
+	for _, want := range []string{"2 workers", "loss 0.02", "ATE/s", "retransmissions", "true", "switchml", "ring", "×", "ATE/s ratio", "sending and the receiving NIC"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("output lacks %q:\n%s", want, out)
 		}
@@ -145,7 +147,7 @@ func TestBenchSweepPlot(t *testing.T) {
 		for _, alg := range []string{"switchml", "ring"} {
 			found := false
 			for _, line := range strings.Split(out, "\n") {
-				if f := strings.Fields(line); len(f) > 2 && f[0] == w && f[1] == alg {
+				if f := strings.Fields(line); len(f) > 3 && f[0] == w && f[2] == alg {
 					found = true
 				}
 			}
@@ -308,4 +310,68 @@ func TestNiceScale(t *testing.T) {
 			t.Errorf("niceScale(%v) = %v, %v; want %v, %v", tt.v, m, s, tt.max, tt.step)
 		}
 	}
+}
+
+// TestBenchLossSweep: --loss takes a list like --workers; every row after
+// the loss-free one gets its inflation, the ring runs under the same loss
+// (at its NICs), and the switch's drop counters show the loss happened.
+func TestBenchLossSweep(t *testing.T) {
+	out, _, err := run(t, "bench", "--workers", "2", "--size", "64KiB", "--iters", "2", "--warmup", "1", "--loss", "0,0.02",
+		"--msg-size", "4KiB", "--switch-addr", "127.13.35.1", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBenchSchema(t, out, true)
+	var rep benchReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Runs) != 2 || rep.Runs[0].Loss != 0 || rep.Runs[1].Loss != 0.02 {
+		t.Fatalf("runs %+v, want loss 0 then 0.02", rep.Runs)
+	}
+	lossy := rep.Runs[1]
+	if lossy.LossInflation == nil || lossy.Baseline == nil || lossy.Baseline.LossInflation == nil {
+		t.Fatalf("lossy run has no inflation over the loss-free one: %+v", lossy)
+	}
+	if lossy.SwitchDrops["ingress_loss"] == 0 || lossy.SwitchDrops["egress_loss"] == 0 || lossy.Retransmissions == 0 || lossy.RetransmissionsPerMessage <= 0 {
+		t.Fatalf("loss not exercised: drops %v, %d retransmissions", lossy.SwitchDrops, lossy.Retransmissions)
+	}
+	if rep.Runs[0].SwitchDrops["ingress_loss"] != 0 || !lossy.Verified || !lossy.Baseline.Verified {
+		t.Fatalf("loss-free run dropped %v; verified %v/%v", rep.Runs[0].SwitchDrops, lossy.Verified, lossy.Baseline.Verified)
+	}
+}
+
+func TestBenchLossFlagErrors(t *testing.T) {
+	for _, tc := range []struct{ arg, want string }{
+		{"NaN", `"NaN" is not a loss probability in [0, 0.5)`},
+		{"0,0.5", `"0.5" is not a loss probability`},
+		{"-0.1", `"-0.1" is not a loss probability`},
+		{"0.01,x", `"x" is not a loss probability`},
+	} {
+		_, stderr, err := run(t, "bench", "--loss", tc.arg)
+		var ec cli.ExitCoder
+		if !errors.As(err, &ec) || ec.ExitCode() != 2 {
+			t.Fatalf("--loss %s: error %v, want exit status 2", tc.arg, err)
+		}
+		if !strings.Contains(err.Error()+stderr, tc.want) {
+			t.Fatalf("--loss %s: %q lacks %q", tc.arg, err.Error()+stderr, tc.want)
+		}
+	}
+}
+
+func FuzzParseLosses(f *testing.F) {
+	for _, s := range []string{"0", "0.01", "0,0.001,0.01,0.05", "NaN", "1e-3", "-0", ",", "0.4999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ls, err := parseLosses(s)
+		if err != nil {
+			return
+		}
+		for _, l := range ls {
+			if !(l >= 0 && l < 0.5) {
+				t.Fatalf("parseLosses(%q) accepted %v", s, l)
+			}
+		}
+	})
 }

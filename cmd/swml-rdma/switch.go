@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -101,7 +102,7 @@ func switchFlags(c *cli.Context) (switchConfig, error) {
 	if cfg.sessionTimeout <= 0 {
 		return cfg, fmt.Errorf("--session-timeout %v: give a positive duration, e.g. 30s", cfg.sessionTimeout)
 	}
-	if cfg.loss < 0 || cfg.loss >= 0.5 {
+	if math.IsNaN(cfg.loss) || cfg.loss < 0 || cfg.loss >= 0.5 {
 		return cfg, fmt.Errorf("--loss %v: give a probability in [0, 0.5)", cfg.loss)
 	}
 	if cfg.logLevel, err = parseLogLevel(c.String("log-level")); err != nil {
