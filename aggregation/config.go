@@ -96,6 +96,15 @@ type Config struct {
 	// sooner by the controller, which aborts the job when the worker's
 	// keep-alive stream breaks.
 	PeerTimeout time.Duration
+
+	// WholeMessageResend resends whole messages, as p4app-switchML's
+	// workers do, instead of the packets whose results are missing one by
+	// one (per-packet recovery, docs/protocol.md "Loss recovery"). Set it
+	// for a switch that answers a retransmission with the message id it
+	// stored instead of the retransmission's own (p4app-switchML's Tofino
+	// program does; ours and the software switch echo the request's id).
+	// Per-packet recovery also needs PacketsPerMessage ≤ 64.
+	WholeMessageResend bool
 }
 
 // ErrConfig is wrapped by every configuration error Open returns.

@@ -202,6 +202,7 @@ func (s *Session) run(ctx context.Context, f []float32, iv []int32) error {
 // drive runs the worker protocol of docs/protocol.md for one tensor.
 func (s *Session) drive(ctx context.Context, c *call) error {
 	now := time.Now()
+	s.callStart, s.lastPass = now, now
 	active := 0
 	for _, st := range s.qps {
 		st.next, st.busy, st.cur, st.joining = st.index, false, -1, true
@@ -246,6 +247,23 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 		}
 		now := time.Now()
 		wakeAt := now.Add(time.Hour)
+		if gap := now.Sub(s.lastPass); gap > s.cfg.PeerTimeout/2 {
+			// This process was not running (stopped, or starved of CPU):
+			// the silence is ours, not the peers'. Restart the waits; if
+			// the job ended meanwhile, the controller's event says so.
+			for _, st := range s.qps {
+				if st.busy {
+					st.sent, st.deadline = st.sent.Add(gap), now
+				}
+			}
+		}
+		s.lastPass = now
+		// Wake at least four times per PeerTimeout, so a longer gap
+		// between passes can only mean this process was not running.
+		wakeAt = minTime(wakeAt, now.Add(s.cfg.PeerTimeout/4))
+		if t, ok := s.switchGoneAt(); ok {
+			wakeAt = minTime(wakeAt, t)
+		}
 		for _, st := range s.qps {
 			if !st.busy {
 				continue
@@ -335,7 +353,35 @@ func (s *Session) interrupted(ctx context.Context) error {
 		}
 	default:
 	}
+	if t, ok := s.switchGoneAt(); ok && !time.Now().Before(t) {
+		lost := time.Unix(0, s.ctlLost.Load())
+		return fmt.Errorf("aggregation: %v: %w: the keep-alive stream to the controller broke %v ago (%v) and no result has come back since: the switch daemon (`swml-rdma switch` runs the controller) is gone; restart it and the job",
+			s, ErrSwitchGone, time.Since(lost).Round(time.Millisecond), s.assign.Err())
+	}
 	return nil
+}
+
+// switchGoneAfter is how long a call waits for a result after the
+// keep-alive stream broke before it takes the switch for gone. A
+// controller apart from the switch (a Tofino's) can fail while the switch
+// keeps aggregating: results then keep coming and the call goes on.
+const switchGoneAfter = 500 * time.Millisecond
+
+// switchGoneAt is when the running call fails for a broken keep-alive
+// stream unless a result arrives first; false if the stream is fine.
+func (s *Session) switchGoneAt() (time.Time, bool) {
+	n := s.ctlLost.Load()
+	if n == 0 {
+		return time.Time{}, false
+	}
+	t := time.Unix(0, n)
+	if s.lastResult.After(t) {
+		t = s.lastResult
+	}
+	if s.callStart.After(t) {
+		t = s.callStart
+	}
+	return t.Add(switchGoneAfter), true
 }
 
 // complete handles one completion; done is true when the QP has nothing
@@ -357,6 +403,8 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 	}
 	imm := wire.Imm(wc.Imm)
 	now := time.Now()
+	// Any answer, even a duplicate, shows the switch is there.
+	s.lastResult = now
 	maxE := imm.E0()
 	if !st.busy || !wc.HasImm {
 		s.stats.stale.Add(1)
@@ -636,8 +684,30 @@ func (s *Session) deadPeer(st *qpState, now time.Time) error {
 	if st.cur < 0 {
 		what = "the exponent round"
 	}
-	return fmt.Errorf("aggregation: %v: %w: %s on QP %d has had no result for %v despite %d retransmissions; another worker of the job or the switch (%v) is gone or unreachable (raise Config.PeerTimeout if the network is merely slow)",
-		s, ErrPeerTimeout, what, st.index, now.Sub(st.sent).Round(time.Millisecond), st.timeouts, s.assign.SwitchAddr)
+	waited := now.Sub(st.sent).Round(time.Millisecond)
+	resent := fmt.Sprintf("%d resends (%d after a timeout)", st.resends, st.timeouts)
+	if st.ngot > 0 {
+		resent += fmt.Sprintf(", %d of its %d packets' results back", st.ngot, s.cfg.PacketsPerMessage)
+	}
+	msgs, retx := s.stats.messages.Load(), s.stats.retransmissions.Load()
+	lossSeen := 0.0
+	if msgs > 0 {
+		lossSeen = 100 * float64(retx) / float64(msgs)
+	}
+	if !s.lastResult.IsZero() && now.Sub(s.lastResult) < s.cfg.PeerTimeout/2 {
+		return fmt.Errorf("aggregation: %v: %w: %w: %s on QP %d has had no result for %v despite %s, while other QPs got results until %v ago: the switch (%v) and the other workers are there, but the network drops too much (this session resent %d of %d messages, %.0f%%); check the links' drop counters, or raise Config.PeerTimeout",
+			s, ErrPeerTimeout, ErrHeavyLoss, what, st.index, waited, resent, now.Sub(s.lastResult).Round(time.Millisecond), s.assign.SwitchAddr, retx, msgs, lossSeen)
+	}
+	heard := "no result at all has come back during this call"
+	if s.lastResult.After(s.callStart) {
+		heard = fmt.Sprintf("no result from the switch on any QP for %v", now.Sub(s.lastResult).Round(time.Millisecond))
+	}
+	ka := "the keep-alive stream to the controller is up"
+	if s.ctlLost.Load() != 0 {
+		ka = "the keep-alive stream to the controller broke"
+	}
+	return fmt.Errorf("aggregation: %v: %w: %s on QP %d has had no result for %v despite %s, and %s (%s): another worker of the job has stopped calling AllReduce, or the switch (%v) is gone or unreachable (raise Config.PeerTimeout if a worker is merely slow to reach its next call)",
+		s, ErrPeerTimeout, what, st.index, waited, resent, heard, ka, s.assign.SwitchAddr)
 }
 
 // ringDoorbell sends the messages staged since the last call.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -296,5 +298,180 @@ func TestRTTEstimator(t *testing.T) {
 	}
 	if got := e.rto(floor, ceil); got != ceil {
 		t.Fatalf("rto after 10 s samples = %v, want the ceiling %v", got, ceil)
+	}
+}
+
+// TestToyStarvation reproduces, with a deterministic loss pattern, how
+// whole-message recovery starves under heavy packet loss: with UC, one lost
+// packet loses its whole message, so at 20 % loss a 16-packet resend gets
+// through 3 % of the time, its 16-packet answer as rarely. Here every
+// multi-packet request of rank 0 on QP 0 loses its second packet, and every
+// multi-packet result to rank 1 on QP 1 is lost: resending whole messages
+// can never recover; resending the missing packets one by one must, with
+// results bit-identical to a loss-free run.
+func TestToyStarvation(t *testing.T) {
+	c := newToyCluster(t, 0)
+	const n, l = 4, 64 * 16 * 7
+	cfg := toyConfig(20)
+	cfg.PacketsPerMessage = 16
+	cfg.QPs = 2
+	in := gradients(5, n, l)
+
+	clean := openJob(t, c.ctlAddr, n, cfg, c.device(1))
+	want := clone2(in)
+	noErrors(t, clean.allReduce(context.Background(), want))
+
+	c.sw.mu.Lock()
+	c.sw.lossIn = func(rank, qp, pkts int) int {
+		if rank == 0 && qp == 0 && pkts > 1 {
+			return 1
+		}
+		return -1
+	}
+	c.sw.lossOut = func(rank, qp int, _ wire.PoolIndex, pkts int) bool { return rank == 1 && qp == 1 && pkts > 1 }
+	c.sw.mu.Unlock()
+
+	whole := cfg
+	whole.SessionID = 21
+	whole.WholeMessageResend = true
+	whole.PeerTimeout = 400 * time.Millisecond
+	starved := openJob(t, c.ctlAddr, n, whole, c.device(2))
+	for r, err := range starved.allReduce(context.Background(), clone2(in)) {
+		if !errors.Is(err, ErrPeerTimeout) {
+			t.Fatalf("whole-message resends, rank %d: %v; want ErrPeerTimeout (the pattern lets no whole message through)", r, err)
+		}
+	}
+
+	cfg.SessionID = 22
+	lossy := openJob(t, c.ctlAddr, n, cfg, c.device(3))
+	for range 2 {
+		got := clone2(in)
+		noErrors(t, lossy.allReduce(context.Background(), got))
+		for r := range n {
+			sameBits(t, fmt.Sprintf("rank %d per-packet recovery vs loss-free", r), got[r], want[0])
+		}
+	}
+	for r, w := range lossy.workers {
+		if st := w.sess.Stats(); (r == 0 || r == 1) && st.Retransmissions == 0 {
+			t.Errorf("rank %d resent nothing: %+v", r, st)
+		}
+	}
+}
+
+// TestDeadPeerTexts: when a message gives up, the error says what was
+// seen, and tells heavy loss (the switch keeps answering) from a gone peer
+// or switch (nothing comes back).
+func TestDeadPeerTexts(t *testing.T) {
+	now := time.Now()
+	newSession := func() *Session {
+		s := &Session{cfg: Config{PeerTimeout: 10 * time.Second, PacketsPerMessage: 16, Workers: 4, QPs: 8, PacketSize: 1024},
+			assign: &control.Assignment{JobID: 7, SwitchAddr: addr4(10, 0, 0, 1)}}
+		s.stats.messages.Store(200)
+		s.stats.retransmissions.Store(50)
+		s.callStart = now.Add(-12 * time.Second)
+		return s
+	}
+	st := &qpState{index: 3, cur: 41, sent: now.Add(-10 * time.Second), resends: 37, timeouts: 5, ngot: 12}
+
+	s := newSession()
+	s.lastResult = now.Add(-20 * time.Millisecond)
+	err := s.deadPeer(st, now)
+	if !errors.Is(err, ErrPeerTimeout) || !errors.Is(err, ErrHeavyLoss) {
+		t.Fatalf("heavy loss: %v, want ErrPeerTimeout and ErrHeavyLoss", err)
+	}
+	for _, want := range []string{"message 41 on QP 3", "37 resends (5 after a timeout)", "12 of its 16 packets", "until 20ms ago", "drops too much", "50 of 200 messages, 25%"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("heavy loss text lacks %q:\n%v", want, err)
+		}
+	}
+
+	s = newSession()
+	s.lastResult = now.Add(-8 * time.Second)
+	s.ctlLost.Store(now.Add(-9 * time.Second).UnixNano())
+	st.ngot = 0
+	err = s.deadPeer(st, now)
+	if !errors.Is(err, ErrPeerTimeout) || errors.Is(err, ErrHeavyLoss) {
+		t.Fatalf("gone: %v, want ErrPeerTimeout only", err)
+	}
+	for _, want := range []string{"no result from the switch on any QP for 8s", "keep-alive stream to the controller broke", "stopped calling AllReduce", "10.0.0.1"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("gone text lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+// tcpProxy forwards connections to target until kill, which cuts them all
+// at once, as a crashed process's would be.
+type tcpProxy struct {
+	lis   net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newTCPProxy(t *testing.T, target string) *tcpProxy {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{lis: lis}
+	t.Cleanup(p.kill)
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			go func() { io.Copy(u, c); u.Close() }()
+			go func() { io.Copy(c, u); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *tcpProxy) addr() string { return p.lis.Addr().String() }
+
+func (p *tcpProxy) kill() {
+	p.lis.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// TestToySwitchGone: the switch daemon dies (its data path goes silent and
+// the controller's keep-alive streams break without an ENDED event):
+// AllReduce fails with ErrSwitchGone half a second later, long before
+// PeerTimeout.
+func TestToySwitchGone(t *testing.T) {
+	c := newToyCluster(t, 0)
+	proxy := newTCPProxy(t, c.ctlAddr)
+	cfg := toyConfig(30)
+	cfg.PeerTimeout = time.Minute // the keep-alive must be what ends it
+	j := openJob(t, proxy.addr(), 2, cfg, c.device(1))
+	noErrors(t, j.allReduce(context.Background(), gradients(1, 2, 100)))
+
+	c.net.SetDrop(func(*verbstest.Message) bool { return true })
+	defer c.net.SetDrop(nil)
+	errs := make(chan error, 2)
+	for _, w := range j.workers {
+		go func() { errs <- w.sess.AllReduce(context.Background(), make([]float32, 1000)) }()
+	}
+	proxy.kill()
+	for range 2 {
+		err := <-errs
+		if !errors.Is(err, ErrSwitchGone) || !strings.Contains(err.Error(), "keep-alive stream to the controller broke") {
+			t.Fatalf("got %v, want ErrSwitchGone", err)
+		}
+		t.Log(err)
 	}
 }

@@ -21,6 +21,16 @@ var (
 	// ErrPeerTimeout is wrapped by AllReduce when a message got no result
 	// within Config.PeerTimeout: the switch or another worker is gone.
 	ErrPeerTimeout = errors.New("no result from the switch")
+	// ErrHeavyLoss is wrapped, with ErrPeerTimeout, when a message got no
+	// result within Config.PeerTimeout although other QPs kept getting
+	// theirs: the switch and the workers are there, the network drops too
+	// much.
+	ErrHeavyLoss = errors.New("heavy loss")
+	// ErrSwitchGone is wrapped by AllReduce when the controller's
+	// keep-alive stream broke and no result has come back since
+	// (switchGoneAfter): the switch daemon, which runs the controller, is
+	// gone.
+	ErrSwitchGone = errors.New("switch gone")
 	// ErrBroken is wrapped by every call after an AllReduce failed midway:
 	// this worker's QPs are no longer in step with the other workers', so
 	// the session cannot be used again. Close it and open a new one (a new
@@ -54,6 +64,7 @@ type Session struct {
 
 	wake      *waker
 	closing   atomic.Bool
+	ctlLost   atomic.Int64 // UnixNano when the keep-alive stream broke
 	closeOnce sync.Once
 	watchDone chan struct{}
 	stopWatch chan struct{}
@@ -73,6 +84,8 @@ type Session struct {
 	pktBits    uint
 	pktWRs     []verbs.SendWR
 	lastResult time.Time // when any result last arrived (guarded by mu)
+	callStart  time.Time // when the running call started (guarded by mu)
+	lastPass   time.Time // the engine loop's last pass (guarded by mu)
 	// doorbell is set when messages are staged on a QP and not yet sent
 	// (engine.go: transmit, ringDoorbell); guarded by mu.
 	doorbell stagedSender
@@ -112,7 +125,7 @@ func (s *Session) open(ctx context.Context) error {
 	}
 	depth := recvDepth
 	sendDepth := 64
-	if ppm := cfg.PacketsPerMessage; ppm > 1 && ppm <= 1<<wire.MaxPacketIDBits {
+	if ppm := cfg.PacketsPerMessage; ppm > 1 && ppm <= 1<<wire.MaxPacketIDBits && !cfg.WholeMessageResend {
 		s.pktBits = uint(bits.Len(uint(ppm - 1)))
 		s.pktWRs = make([]verbs.SendWR, 0, ppm)
 		// A resend is up to ppm one-packet messages, each answered by
@@ -207,8 +220,14 @@ func (s *Session) watch() {
 		// Only an abort stops the data path: a lost controller (no ENDED
 		// event) leaves the job installed on the switch, which keeps
 		// aggregating.
-		if errors.Is(s.assign.Err(), control.ErrJobEnded) {
+		err := s.assign.Err()
+		if errors.Is(err, control.ErrJobEnded) {
 			s.wake.stop()
+		} else if errors.Is(err, control.ErrControllerLost) {
+			// The data path decides: a running AllReduce fails if no
+			// result comes back soon (engine.go, interrupted).
+			s.ctlLost.Store(time.Now().UnixNano())
+			s.wake.fire()
 		}
 	case <-s.stopWatch:
 	}

@@ -29,6 +29,14 @@ type toySwitch struct {
 	slots map[uint64]*toySlot // by job<<32 | pool index
 	// counters
 	retransmissions, unicasts, multicasts, unknown int
+
+	// Deterministic loss patterns (nil: none). lossIn returns the index
+	// of the first lost packet of a pkts-packet request from rank on QP
+	// qp (the switch's UC receiver then drops the rest), or -1; lossOut
+	// says whether a pkts-packet result to rank on QP qp, for the request
+	// with pool index pi, is lost.
+	lossIn  func(rank, qp, pkts int) int
+	lossOut func(rank, qp int, pi wire.PoolIndex, pkts int) bool
 }
 
 type toyKey struct {
@@ -121,6 +129,14 @@ func (s *toySwitch) handle(m *verbstest.Message) {
 	// A message arrives whole (the fake network has no packets), so its
 	// packets' slots are processed together: the result goes out when
 	// they are all complete, as one message like the request.
+	whole := pkts
+	if s.lossIn != nil {
+		if k := s.lossIn(q.rank, q.qpIx, pkts); k >= 0 && k < pkts {
+			// Packets 0..k-1 are aggregated; their partial result
+			// would not complete any UC receive, so none is sent.
+			pkts = k
+		}
+	}
 	bit := uint64(1) << q.rank
 	imm := wire.Imm(m.Imm)
 	retx, completed := true, false
@@ -160,8 +176,11 @@ func (s *toySwitch) handle(m *verbstest.Message) {
 			completed = true
 		}
 	}
-	if retx {
+	if retx && pkts > 0 {
 		s.retransmissions++
+	}
+	if pkts < whole {
+		return
 	}
 	for _, sl := range slots {
 		if !sl.complete {
@@ -186,6 +205,9 @@ func (s *toySwitch) handle(m *verbstest.Message) {
 }
 
 func (s *toySwitch) send(job *wire.Job, rank, qpIx int, req *verbstest.Message, sum []byte, imm wire.Imm) {
+	if s.lossOut != nil && s.lossOut(rank, qpIx, wire.PoolIndex(req.RKey), len(sum)/job.PacketSize) {
+		return
+	}
 	w := job.Workers[rank]
 	s.net.Send(verbstest.Message{
 		Src: s.addr, SrcQPN: w.SwitchQPNs[qpIx],
