@@ -61,7 +61,29 @@ type qpState struct {
 type rackState struct {
 	xmit   time.Time
 	rtt    time.Duration
-	minRTT time.Duration // smallest time to result seen (reordering window)
+	minRTT time.Duration // smallest time to result: this call's and the last's
+	// curMin and prevMin are the smallest times to result of this call
+	// and of the one before: minRTT follows the host's load within a call
+	// or two instead of keeping an idle moment's minimum forever.
+	curMin, prevMin time.Duration
+}
+
+// sampleMin folds a time to result into the windowed minimum.
+func (r *rackState) sampleMin(d time.Duration) {
+	if r.curMin == 0 || d < r.curMin {
+		r.curMin = d
+	}
+	r.minRTT = r.curMin
+	if r.prevMin > 0 && r.prevMin < r.minRTT {
+		r.minRTT = r.prevMin
+	}
+}
+
+// newCall starts the next window of the minimum.
+func (r *rackState) newCall() {
+	if r.curMin > 0 {
+		r.prevMin, r.curMin = r.curMin, 0
+	}
 }
 
 // reoWnd is how much later than its successor a result may come before
@@ -203,6 +225,7 @@ func (s *Session) run(ctx context.Context, f []float32, iv []int32) error {
 func (s *Session) drive(ctx context.Context, c *call) error {
 	now := time.Now()
 	s.callStart, s.lastPass = now, now
+	s.rack.newCall()
 	active := 0
 	for _, st := range s.qps {
 		st.next, st.busy, st.cur, st.joining = st.index, false, -1, true
@@ -406,6 +429,7 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 	// Any answer, even a duplicate, shows the switch is there.
 	s.lastResult = now
 	maxE := imm.E0()
+	wholeResult := true
 	if !st.busy || !wc.HasImm {
 		s.stats.stale.Add(1)
 		return false, nil
@@ -431,6 +455,7 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 			return false, nil
 		}
 		maxE = st.resE0
+		wholeResult = false
 	} else if id != st.msgID {
 		// A duplicate: the switch answered a retransmission of a message
 		// whose result this worker already used.
@@ -440,17 +465,21 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 	s.stats.results.Add(1)
 	s.stats.bytesReceived.Add(uint64(s.msgBytes))
 	s.lastResult = now
-	if st.resends == 0 {
-		// Karn's rule: only messages sent once give an unambiguous time.
+	if st.resends == 0 || (wholeResult && s.pktBits > 0) {
+		// Karn's rule: only a result that surely answers the first
+		// transmission gives an unambiguous time: the message was sent
+		// once, or (per-packet recovery) it was resent packet by packet,
+		// whose answers carry packet ids, and this whole-message result
+		// answers the first transmission. Without the second case, the
+		// late results that fired a timer would never be sampled, and
+		// the estimate would keep too short a timeout on a loaded host.
 		r := now.Sub(st.sent)
 		if st.joining {
 			s.joinRTT.sample(r)
 		} else {
 			s.rtt.sample(r)
 		}
-		if s.rack.minRTT == 0 || r < s.rack.minRTT {
-			s.rack.minRTT = r
-		}
+		s.rack.sampleMin(r)
 		if st.xmit.After(s.rack.xmit) {
 			s.rack.xmit, s.rack.rtt = st.xmit, r
 		}
