@@ -22,23 +22,32 @@
  * sets no maximum for ingress). Every path, checked by
  * aggregation/control/p4rt TestParserDepth against these declarations:
  *
- *   parser          path (states after start)                            bytes
- *   IngressParser   parse_ethernet                                          30
- *   IngressParser   parse_ethernet parse_arp                                58
- *   IngressParser   parse_ethernet parse_ipv4                               50
- *   IngressParser   parse_ethernet parse_ipv4 parse_icmp                    54
- *   IngressParser   parse_ethernet parse_ipv4 parse_udp                     58
- *   IngressParser   parse_ethernet parse_ipv4 parse_udp parse_bth           70
- *   IngressParser   parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth parse_payload   342
- *   IngressParser   parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth_imm parse_payload   346
- *   IngressParser   parse_ethernet parse_ipv4 parse_udp parse_bth parse_imm parse_payload   330
- *   IngressParser   parse_ethernet parse_ipv4 parse_udp parse_bth parse_payload   326
- *   IngressParser   parse_bridged + each path above                 + 14 (max 360)
- *   EgressParser    (start only: not a result)                              55
- *   EgressParser    parse_result                                            95
- *   EgressParser    parse_result parse_result_reth                         111
- *   EgressParser    parse_result parse_result_reth_imm                     115
- *   EgressParser    parse_result parse_result_imm                           99
+ *   parser          path (states after start)                                                         B
+ *   IngressParser   parse_ethernet                                                                   30
+ *   IngressParser   parse_ethernet parse_arp                                                         58
+ *   IngressParser   parse_ethernet parse_ipv4                                                        50
+ *   IngressParser   parse_ethernet parse_ipv4 parse_icmp                                             54
+ *   IngressParser   parse_ethernet parse_ipv4 parse_udp                                              58
+ *   IngressParser   parse_ethernet parse_ipv4 parse_udp parse_bth                                    70
+ *   IngressParser   parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth parse_payload          342
+ *   IngressParser   parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth_imm parse_payload      346
+ *   IngressParser   parse_ethernet parse_ipv4 parse_udp parse_bth parse_imm parse_payload           330
+ *   IngressParser   parse_ethernet parse_ipv4 parse_udp parse_bth parse_payload                     326
+ *   IngressParser   parse_bridged parse_ethernet                                                     44
+ *   IngressParser   parse_bridged parse_ethernet parse_arp                                           72
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4                                          64
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_icmp                               68
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp                                72
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth                      84
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth parse_payload  356
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth_imm parse_payload  360
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth parse_imm parse_payload  344
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth parse_payload       340
+ *   EgressParser    (start only: not a result)                                                       55
+ *   EgressParser    parse_result                                                                     95
+ *   EgressParser    parse_result parse_result_reth                                                  111
+ *   EgressParser    parse_result parse_result_reth_imm                                              115
+ *   EgressParser    parse_result parse_result_imm                                                    99
  * (ingress_intrinsic_metadata_t 8 B + port metadata 8 B; egress_intrinsic_
  * metadata_t 27 B; bridged_md_h 14 B; Ethernet 14, ARP 28, IPv4 20, ICMP 4,
  * UDP 8, BTH 12, RETH 16, ImmDt 4, payload 256.)
@@ -221,7 +230,9 @@ parser EgressParser(
             UC_RDMA_WRITE_ONLY                : parse_result_reth;
             UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE : parse_result_reth_imm;
             UC_RDMA_WRITE_LAST_WITH_IMMEDIATE : parse_result_imm;
-            default                           : accept; // MIDDLE, LAST
+            UC_RDMA_WRITE_MIDDLE              : accept;
+            UC_RDMA_WRITE_LAST                : accept;
+            default                           : accept;
         }
     }
     state parse_result_reth {
