@@ -38,7 +38,7 @@ const (
 	TableWorkerQP     = "Egress.rdma_sender.worker_qp"
 	ActionSetWorkerQP = "Egress.rdma_sender.set_qp"
 	RegisterPSN       = "Egress.rdma_sender.psn"
-	RegisterTxPos     = "Egress.rdma_sender.tx_pos" // switchmodel.txPos
+	RegisterTxPos     = "Egress.rdma_sender.tx_pos"  // switchmodel.txPos
 	CounterResults    = "Egress.rdma_sender.results" // [0] sent, [1] skipped out of order
 	FieldMGID         = "hdr.bridged.mgid"
 	FieldDestRank     = "eg_md.dest_rank"

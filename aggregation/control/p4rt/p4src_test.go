@@ -17,9 +17,9 @@ import (
 // style the program keeps), not a P4 front end; anything it cannot size or
 // resolve fails the test rather than being skipped.
 type p4Source struct {
-	consts  map[string]int64  // const NAME = value (#define NAME number too)
-	widths  map[string]int    // type name → bits (typedefs, headers)
-	headers map[string]int    // header type → bits
+	consts  map[string]int64             // const NAME = value (#define NAME number too)
+	widths  map[string]int               // type name → bits (typedefs, headers)
+	headers map[string]int               // header type → bits
 	structs map[string]map[string]string // struct type → member → type
 	parsers map[string]*p4Parser
 	text    map[string]string // file → source, comments stripped
