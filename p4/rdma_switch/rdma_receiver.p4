@@ -30,6 +30,7 @@
  *                                   + 2 leaves the job's range)
  *   MIDDLE/LAST, ok               → next_psn = PSN+1, room − 1, pool index
  *                                   + 2 (rx_pool_index)
+ * The pool index is wire.PoolIndex: slot = pool index >> 1 (r_key[31:1]).
  * Nothing outside the range ever touches a slot.
  */
 #ifndef _RDMA_RECEIVER_P4_
@@ -45,7 +46,8 @@ control RDMAReceiver(
     Register<rx_state_t, qp_state_index_t>(MAX_RX_QPS_I) rx_qp_state;
     Register<bit<32>, qp_state_index_t>(MAX_RX_QPS_I) rx_pool_index;
 
-    bit<32> first_room; // FIRST/ONLY: packets after this one still in range
+    bit<32> first_room;  // FIRST/ONLY: packets after this one still in range
+    bit<32> slot_offset; // FIRST/ONLY: rkey's slot − pool_base
 
     RegisterAction<rx_state_t, qp_state_index_t, salu_predicate_t>(rx_qp_state) start_message = {
         void apply(inout rx_state_t s) {
@@ -90,10 +92,13 @@ control RDMAReceiver(
         }
     };
 
+    // pool_last_slot = pool_base + pool_slots − 1 (the controller's): with
+    // it the FIRST/ONLY range figures are one subtraction each, in this
+    // action (docs/p4.md "Stages").
     action set_qp(worker_id_t worker_id, worker_bitmap_t worker_bit,
                   num_workers_t num_workers, bit<16> num_qps,
                   qp_state_index_t qp_base, slot_t pool_base,
-                  slot_t pool_slots, mgid_t mgid) {
+                  slot_t pool_slots, slot_t pool_last_slot, mgid_t mgid) {
         ig_md.switchml_md.worker_id = worker_id;
         ig_md.switchml_md.worker_bit = worker_bit;
         ig_md.switchml_md.num_workers = num_workers;
@@ -103,6 +108,11 @@ control RDMAReceiver(
         ig_md.switchml_md.pool_base = pool_base;
         ig_md.switchml_md.pool_slots = pool_slots;
         ig_md.switchml_md.mgid = mgid;
+        // FIRST/ONLY: the RETH pool index's slot relative to the job's
+        // range (wraps below pool_base, so one compare covers both ends),
+        // and how many more packets stay inside it.
+        slot_offset = (bit<32>) hdr.ib_reth.r_key[31:1] - (bit<32>) pool_base;
+        first_room = (bit<32>) pool_last_slot - (bit<32>) hdr.ib_reth.r_key[31:1];
     }
 
     action unknown_qp() {
@@ -146,7 +156,6 @@ control RDMAReceiver(
         }
     }
 
-    bit<32> slot_offset;
     bit<16> expected_len;
     bool length_ok;
     salu_predicate_t verdict;
@@ -155,6 +164,8 @@ control RDMAReceiver(
         ig_md.switchml_md.psn = (bit<32>) hdr.ib_bth.psn;
         ig_md.switchml_md.psn_next = (bit<32>) (hdr.ib_bth.psn + 1); // wraps at 2^24
         ig_md.switchml_md.pool_index = 0;
+        slot_offset = 0;
+        first_room = 0;
         opcode_position.apply();
         if (ig_md.switchml_md.drop_reason == DROP_NONE) {
             receive_qp.apply();
@@ -169,12 +180,18 @@ control RDMAReceiver(
         if (hdr.ib_reth.isValid()) { expected_len = expected_len + 16; }
         if (hdr.ib_immediate.isValid()) { expected_len = expected_len + 4; }
         length_ok = hdr.payload.isValid() && hdr.ipv4.total_len == expected_len;
-        // FIRST/ONLY: the RETH pool index's slot, relative to the job's
-        // range (wraps below pool_base, so one compare covers both ends).
-        slot_offset = (hdr.ib_reth.r_key >> 1) - (bit<32>) ig_md.switchml_md.pool_base;
-        first_room = (bit<32>) ig_md.switchml_md.pool_slots - 1 - slot_offset;
 
         if (ig_md.switchml_md.drop_reason == DROP_NONE) {
+            // rx_pool_index runs beside rx_qp_state (same stage), not after
+            // it: it moves on every packet of a known QP, and whatever it
+            // holds after a dropped packet is never used, because the drop
+            // invalidated rx_qp_state and only a FIRST/ONLY (which
+            // overwrites it) validates the QP again.
+            if (ig_md.switchml_md.first_packet) {
+                ig_md.switchml_md.pool_index = set_pool_index.execute(ig_md.switchml_md.qp_state_index);
+            } else {
+                ig_md.switchml_md.pool_index = next_pool_index.execute(ig_md.switchml_md.qp_state_index);
+            }
             if (ig_md.switchml_md.first_packet) {
                 if (!length_ok) {
                     invalidate.execute(ig_md.switchml_md.qp_state_index);
@@ -199,13 +216,6 @@ control RDMAReceiver(
                 } else if (verdict != PRED_LO_HI) {
                     ig_md.switchml_md.drop_reason = DROP_PSN;
                 }
-            }
-        }
-        if (ig_md.switchml_md.drop_reason == DROP_NONE) {
-            if (ig_md.switchml_md.first_packet) {
-                ig_md.switchml_md.pool_index = set_pool_index.execute(ig_md.switchml_md.qp_state_index);
-            } else {
-                ig_md.switchml_md.pool_index = next_pool_index.execute(ig_md.switchml_md.qp_state_index);
             }
         }
     }

@@ -225,7 +225,7 @@ func TestProgrammerFourWorkerJob(t *testing.T) {
 		if k := d.keys[FieldDstQP]; k[0] != uint64(0x800000|r<<16) || k[1] != 0xFFFE00 {
 			t.Errorf("receive_qp rank %d: QPN %#x/%#x", r, k[0], k[1])
 		}
-		want := map[string]uint64{"worker_bit": 1 << r, "num_workers": 4, "num_qps": 3, "pool_base": 16, "pool_slots": 6, "mgid": uint64(mgid)}
+		want := map[string]uint64{"worker_bit": 1 << r, "num_workers": 4, "num_qps": 3, "pool_base": 16, "pool_slots": 6, "pool_last_slot": 21, "mgid": uint64(mgid)}
 		for k, v := range want {
 			if d.params[k] != v {
 				t.Errorf("receive_qp rank %d: %s = %d, want %d", r, k, d.params[k], v)
