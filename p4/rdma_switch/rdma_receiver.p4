@@ -46,6 +46,7 @@ control RDMAReceiver(
     Register<rx_state_t, qp_state_index_t>(MAX_RX_QPS_I) rx_qp_state;
     Register<bit<32>, qp_state_index_t>(MAX_RX_QPS_I) rx_pool_index;
 
+    bit<16> expected_len; // opcode_position: the request's IPv4 total length
     bit<32> first_room;  // FIRST/ONLY: packets after this one still in range
     bit<32> slot_offset; // FIRST/ONLY: rkey's slot − pool_base
 
@@ -130,33 +131,38 @@ control RDMAReceiver(
         size = MAX_WORKER_ENTRIES_I;
     }
 
-    action set_position(bool first_packet, bool last_packet, bool has_imm) {
+    action set_position(bool first_packet, bool last_packet, bool has_imm,
+                        bit<16> ipv4_total_len) {
         ig_md.switchml_md.first_packet = first_packet;
         ig_md.switchml_md.last_packet = last_packet;
         ig_md.switchml_md.has_imm = has_imm;
+        expected_len = ipv4_total_len;
     }
 
     action bad_opcode() {
         ig_md.switchml_md.drop_reason = DROP_OPCODE;
     }
 
-    // rdma.Opcode IsFirst / IsLast of the UC RDMA WRITE opcodes.
+    // rdma.Opcode IsFirst / IsLast / HasImm of the UC RDMA WRITE opcodes,
+    // and the IPv4 total length of a request with the job's payload:
+    // IPV4_LEN_NO_EXT [+ RETH 16] [+ ImmDt 4] (the model's length rule:
+    // len(pkt.Payload) == packet size). A constant per opcode, so no
+    // arithmetic stage precedes the check.
     table opcode_position {
         key = { hdr.ib_bth.opcode : exact; }
         actions = { set_position; bad_opcode; }
         const default_action = bad_opcode;
         size = 8;
         const entries = {
-            UC_RDMA_WRITE_FIRST               : set_position(true,  false, false);
-            UC_RDMA_WRITE_MIDDLE              : set_position(false, false, false);
-            UC_RDMA_WRITE_LAST                : set_position(false, true,  false);
-            UC_RDMA_WRITE_LAST_WITH_IMMEDIATE : set_position(false, true,  true);
-            UC_RDMA_WRITE_ONLY                : set_position(true,  true,  false);
-            UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE : set_position(true,  true,  true);
+            UC_RDMA_WRITE_FIRST               : set_position(true,  false, false, IPV4_LEN_NO_EXT + 16);
+            UC_RDMA_WRITE_MIDDLE              : set_position(false, false, false, IPV4_LEN_NO_EXT);
+            UC_RDMA_WRITE_LAST                : set_position(false, true,  false, IPV4_LEN_NO_EXT);
+            UC_RDMA_WRITE_LAST_WITH_IMMEDIATE : set_position(false, true,  true,  IPV4_LEN_NO_EXT + 4);
+            UC_RDMA_WRITE_ONLY                : set_position(true,  true,  false, IPV4_LEN_NO_EXT + 16);
+            UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE : set_position(true,  true,  true,  IPV4_LEN_NO_EXT + 16 + 4);
         }
     }
 
-    bit<16> expected_len;
     bool length_ok;
     salu_predicate_t verdict;
 
@@ -166,6 +172,7 @@ control RDMAReceiver(
         ig_md.switchml_md.pool_index = 0;
         slot_offset = 0;
         first_room = 0;
+        expected_len = 0;
         opcode_position.apply();
         if (ig_md.switchml_md.drop_reason == DROP_NONE) {
             receive_qp.apply();
@@ -174,11 +181,6 @@ control RDMAReceiver(
             (bit<16>) ig_md.switchml_md.qp_index >= ig_md.switchml_md.num_qps) {
             ig_md.switchml_md.drop_reason = DROP_UNKNOWN_QP;
         }
-        // Length: IPv4 20 + UDP 8 + BTH 12 [+ RETH 16] [+ ImmDt 4] + payload
-        // + ICRC 4 (the model: len(pkt.Payload) != job packet size).
-        expected_len = IPV4_LEN_NO_EXT;
-        if (hdr.ib_reth.isValid()) { expected_len = expected_len + 16; }
-        if (hdr.ib_immediate.isValid()) { expected_len = expected_len + 4; }
         length_ok = hdr.payload.isValid() && hdr.ipv4.total_len == expected_len;
 
         if (ig_md.switchml_md.drop_reason == DROP_NONE) {

@@ -3,6 +3,7 @@ package p4rt
 import (
 	"math"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -61,7 +62,7 @@ func checkCodes(t *testing.T, src *p4Source, prefix string, want map[string]int6
 }
 
 // reOpcodeEntry is one const entry of RDMAReceiver.opcode_position.
-var reOpcodeEntry = regexp.MustCompile(`(UC_RDMA_WRITE_\w+)\s*:\s*set_position\(\s*(true|false)\s*,\s*(true|false)\s*,\s*(true|false)\s*\)`)
+var reOpcodeEntry = regexp.MustCompile(`(UC_RDMA_WRITE_\w+)\s*:\s*set_position\(\s*(true|false)\s*,\s*(true|false)\s*,\s*(true|false)\s*,\s*([\w\s+]+?)\s*\)`)
 
 // TestParityOpcodes: the UC RDMA WRITE opcodes of headers.p4 are rdma's,
 // opcode_position's (first, last, has_imm) entries are rdma.Opcode's
@@ -118,6 +119,23 @@ func TestParityOpcodes(t *testing.T) {
 		}
 		if (e[2] == "true") != op.IsFirst() || (e[3] == "true") != op.IsLast() || (e[4] == "true") != op.HasImm() {
 			t.Errorf("opcode_position %s = (first %s, last %s, imm %s), rdma says (%v, %v, %v)", e[1], e[2], e[3], e[4], op.IsFirst(), op.IsLast(), op.HasImm())
+		}
+		// The IPv4 total length of a request with the job's payload:
+		// IPv4 20 + UDP 8 + the opcode's headers + payload + ICRC 4.
+		var n int64
+		for _, term := range strings.Split(e[5], "+") {
+			term = strings.TrimSpace(term)
+			v, ok := src.consts[term]
+			if !ok {
+				var err error
+				if v, err = strconv.ParseInt(term, 0, 64); err != nil {
+					t.Fatalf("opcode_position %s: cannot evaluate %q", e[1], e[5])
+				}
+			}
+			n += v
+		}
+		if want := int64(20+8+rdma.BTHSize+op.HeadersLen()+rdma.ICRCSize) + src.consts["PAYLOAD_BYTES"]; n != want {
+			t.Errorf("opcode_position %s: IPv4 total length %d (%s), want %d", e[1], n, e[5], want)
 		}
 	}
 
