@@ -263,3 +263,129 @@ func TestReceiverRulesMatchModel(t *testing.T) {
 	}
 	t.Logf("verdicts: %v", counts)
 }
+
+// p4Sender is the transcription of rdma_sender.p4's tx_pos and psn
+// registers for one job (index = rank·q + QP, the backend's psn_index).
+type p4Sender struct {
+	txPos []uint32 // tx_pos, TX_CLOSED at install
+	psn   []uint32 // psn, the worker's PSN at install
+}
+
+// send returns in_order and, when in order, the result PSN.
+func (s *p4Sender) send(idx int, first, last bool, poolIndex uint32) (bool, uint32) {
+	txNext := poolIndex + 2
+	if last {
+		txNext = txClosed
+	}
+	if first { // tx_start
+		s.txPos[idx] = txNext
+	} else if s.txPos[idx] == poolIndex { // tx_continue
+		s.txPos[idx] = txNext
+	} else {
+		s.txPos[idx] = txClosed
+		return false, 0 // results[RESULT_SKIPPED], drop
+	}
+	p := s.psn[idx] // next_psn: returns the old value, 32-bit increment
+	s.psn[idx]++
+	return true, p & rdma.PSNMask
+}
+
+// TestSenderRulesMatchModel: random request streams with lost packets and
+// retransmissions make slots of one message complete out of order; for
+// every result packet the model encodes (or skips with ErrOutOfOrder), the
+// transcription of rdma_sender.p4's tx_pos/psn must skip the same packets
+// and give the same PSNs.
+func TestSenderRulesMatchModel(t *testing.T) {
+	const n, q, payload = 3, 2, 256
+	job := &wire.Job{ID: 1, DType: wire.Int32, PacketSize: payload, PoolBase: 0, PoolSlots: 32}
+	for r := 0; r < n; r++ {
+		w := wire.Worker{Rank: r, Addr: netip.AddrFrom4([4]byte{10, 0, 0, byte(r + 2)}), MAC: []byte{2, 0, 0, 0, 0, byte(r + 2)}, RKey: 7}
+		for i := 0; i < q; i++ {
+			sq, _ := wire.P4AppQPN(r, i)
+			w.QPNs = append(w.QPNs, 0x100+uint32(r*q+i))
+			w.PSNs = append(w.PSNs, rdma.PSNMask-uint32(3*(r*q+i))) // wraps soon
+			w.SwitchQPNs = append(w.SwitchQPNs, sq)
+		}
+		job.Workers = append(job.Workers, w)
+	}
+	model, err := switchmodel.New(switchmodel.Config{PoolSize: 64, MaxPayload: 1024, MaxWorkers: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := model.AddJob(job); err != nil {
+		t.Fatal(err)
+	}
+	snd := &p4Sender{txPos: make([]uint32, n*q), psn: make([]uint32, n*q)}
+	for r, w := range job.Workers {
+		for i := range w.PSNs {
+			snd.txPos[r*q+i] = txClosed
+			snd.psn[r*q+i] = w.PSNs[i]
+		}
+	}
+	rng := rand.New(rand.NewSource(15))
+	reqPSN := make([]uint32, n*q)
+	buf := make([]byte, 2048)
+	out := make([]byte, 2048)
+	var sent, skipped int
+	for round := 0; round < 100000; round++ {
+		// A message of ppm packets on QP i, set s: slots 4i+8s … (4 per message).
+		i, set, ppm := rng.Intn(q), rng.Intn(2), 1<<rng.Intn(3)
+		base := uint32(2*(4*i+8*set) + set)
+		rank := rng.Intn(n)
+		qi := rank*q + i
+		qpn, _ := wire.P4AppQPN(rank, i)
+		for k := 0; k < ppm; k++ {
+			psn := reqPSN[qi]
+			reqPSN[qi] = (psn + 1) & rdma.PSNMask
+			if rng.Intn(8) == 0 {
+				continue // lost on the way to the switch: a PSN gap
+			}
+			op := rdma.WriteOpcode(rdma.TransportUC, k == 0, k == ppm-1, k == ppm-1)
+			f := rdma.PacketFields{
+				BTH:  rdma.BTHFields{Opcode: op, PKey: 0xFFFF, DestQP: qpn, PSN: psn},
+				RETH: rdma.RETHFields{RKey: base, DMALen: uint32(ppm * payload)},
+				Imm:  uint32(round),
+			}
+			nb := rdma.PacketLen(op, payload)
+			if _, err := f.Encode(buf[:nb], payload); err != nil {
+				t.Fatal(err)
+			}
+			var pkt rdma.Packet
+			if err := pkt.Parse(buf[:nb]); err != nil {
+				t.Fatal(err)
+			}
+			var md switchmodel.Metadata
+			model.Process(job.Workers[rank].Addr, &pkt, &md)
+			for d := 0; d < md.Dests(); d++ {
+				dest := d
+				if md.Decision == switchmodel.Unicast {
+					dest = md.Rank
+				}
+				nr, _, err := model.EncodeResult(&md, d, out)
+				inOrder, psnP4 := snd.send(dest*q+md.QP, md.First, md.Last, uint32(md.PoolIndex))
+				switch {
+				case err == switchmodel.ErrOutOfOrder:
+					if inOrder {
+						t.Fatalf("round %d: %v result pool %d to rank %d QP %d: model skips it, rdma_sender.p4 rules send it", round, md.Decision, md.PoolIndex, dest, md.QP)
+					}
+					skipped++
+				case err != nil:
+					t.Fatal(err)
+				default:
+					var res rdma.Packet
+					if err := res.Parse(out[:nr]); err != nil {
+						t.Fatal(err)
+					}
+					if !inOrder || res.BTH.PSN() != psnP4 {
+						t.Fatalf("round %d: %v result pool %d to rank %d QP %d: model PSN %#x, rdma_sender.p4 rules in order %v PSN %#x", round, md.Decision, md.PoolIndex, dest, md.QP, res.BTH.PSN(), inOrder, psnP4)
+					}
+					sent++
+				}
+			}
+		}
+	}
+	if sent == 0 || skipped == 0 {
+		t.Errorf("sent %d, skipped %d: the stream does not exercise both", sent, skipped)
+	}
+	t.Logf("result packets: %d sent, %d skipped out of order", sent, skipped)
+}
