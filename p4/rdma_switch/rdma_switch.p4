@@ -91,6 +91,28 @@ control Ingress(
     bool responded;
     pass_t pass;
 
+    // Every packet that reaches egress carries bridged_md_h (EgressParser
+    // extracts it unconditionally); for one that is not a result every
+    // field is set, so nothing uninitialised is emitted.
+    action bridge_not_result() {
+        hdr.bridged.setValid();
+        hdr.bridged.pass = PASS_REQUEST;
+        hdr.bridged.decision = DECISION_DROP;
+        hdr.bridged.first_packet = 0;
+        hdr.bridged.last_packet = 0;
+        hdr.bridged._pad0 = 0;
+        hdr.bridged.worker_id = 0;
+        hdr.bridged._pad1 = 0;
+        hdr.bridged.qp_index = 0;
+        hdr.bridged.mgid = 0;
+        hdr.bridged.pool_index = 0;
+        hdr.bridged.msg_id = 0;
+        hdr.bridged.e0 = 0;
+        hdr.bridged.e1 = 0;
+        hdr.bridged._pad2 = 0;
+        hdr.bridged.ingress_port = ig_intr_md.ingress_port;
+    }
+
     apply {
         if (hdr.bridged.isValid()) {
             // PASS_HARVEST: only the Processors (read first halves) and
@@ -101,14 +123,12 @@ control Ingress(
             pass = PASS_REQUEST;
             arp_icmp_responder.apply(hdr, ig_md, ig_intr_md, ig_tm_md, responded);
             if (responded) {
-                hdr.bridged.setValid();
-                hdr.bridged.decision = DECISION_DROP; // not a result
+                bridge_not_result();
                 return;
             }
             if (!hdr.ipv4.isValid() || hdr.ipv4.dst_addr != ig_md.switch_ip) {
                 forwarder.apply(hdr, ig_dprsr_md, ig_tm_md);
-                hdr.bridged.setValid();
-                hdr.bridged.decision = DECISION_DROP; // not a result
+                bridge_not_result();
                 return;
             }
             if (!hdr.ib_bth.isValid()) {
