@@ -57,23 +57,8 @@ clean: ## Remove build outputs and test caches.
 	rm -rf bin
 	$(GO) clean -testcache
 
-P4_SRC   := p4/rdma_switch/rdma_switch.p4
 P4_BUILD ?= build/p4
-P4FLAGS  ?=
 
 .PHONY: p4
-p4: ## Compile p4/rdma_switch with bf-p4c (Intel P4 Studio) into build/p4, with its P4Info.
-	@BFP4C=$$(command -v bf-p4c || command -v p4c-barefoot || \
-	  { [ -n "$$SDE_INSTALL" ] && [ -x "$$SDE_INSTALL/bin/bf-p4c" ] && echo "$$SDE_INSTALL/bin/bf-p4c"; } || \
-	  { [ -n "$$SDE" ] && [ -x "$$SDE/install/bin/bf-p4c" ] && echo "$$SDE/install/bin/bf-p4c"; }); \
-	if [ -z "$$BFP4C" ]; then \
-	  echo "make p4: no Tofino compiler (bf-p4c / p4c-barefoot) on PATH or under \$$SDE_INSTALL/bin or \$$SDE/install/bin."; \
-	  echo "  Install Intel P4 Studio (Tofino SDE 9.x), then: source \$$SDE/set_sde.bash && make p4"; \
-	  echo "  Nothing was compiled."; \
-	  exit 0; \
-	fi; \
-	mkdir -p $(P4_BUILD) && \
-	"$$BFP4C" --target tofino --arch tna --std p4-16 -o $(P4_BUILD) \
-	  --p4runtime-files $(P4_BUILD)/p4info.txt --p4runtime-force-std-externs \
-	  $(P4FLAGS) $(P4_SRC) && \
-	echo "make p4: compiled into $(P4_BUILD); P4Info: $(P4_BUILD)/p4info.txt"
+p4: ## Compile p4/rdma_switch (default + test profile) with bf-p4c from PATH or P4C= into build/p4, with its P4Info.
+	p4/build.sh $(P4_BUILD)

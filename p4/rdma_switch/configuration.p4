@@ -36,6 +36,11 @@ const bit<32> MAX_WORKER_ENTRIES = 1024;
 // 32 workers: the bitmap is one 32-bit word per set, and the switch QPN
 // encoding (wire.P4AppQPN) has 5 rank bits.
 const bit<32> MAX_WORKERS      = 32;
+// Payload bytes per packet and the IPv4 total length of a request without
+// RETH/ImmDt: IPv4 20 + UDP 8 + BTH 12 + payload + ICRC 4.
+const bit<16> PAYLOAD_BYTES   = 256;
+const bit<16> IPV4_LEN_NO_EXT = 300;
+
 // 64 int32 values per packet, 2 per Processor instance (paired 64-bit
 // register entry), 32 instances.
 const bit<32> VALUES_PER_PACKET = 64;
@@ -52,5 +57,6 @@ const bit<7> RECIRC_PORT_LOW = 68;
 // Counter sizes (indices are the codes in types.p4).
 #define NUM_DECISION_CODES 4
 #define NUM_DROP_CODES 16
+#define NUM_RESULT_CODES 2
 
 #endif /* _CONFIGURATION_P4_ */

@@ -225,6 +225,8 @@ struct egress_metadata_t {
     qp_state_index_t psn_index;      // RDMASender PSN register index
     rkey_t           rkey;           // the destination worker's real rkey
     bool             sim_drop;       // DropSimulator verdict
+    bit<32>          pool_index;     // the result's pool index (bridged)
+    bit<32>          tx_next;        // tx_pos after this packet: pool index + 2, or TX_CLOSED after a LAST/ONLY
 }
 
 #endif /* _HEADERS_P4_ */

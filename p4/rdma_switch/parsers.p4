@@ -6,6 +6,51 @@
  * 256 B payload. Anything else stops early and is forwarded by
  * destination MAC (Forwarder). The ICRC stays in the unparsed tail.
  * Go twin: rdma.Packet.Parse.
+ *
+ * Egress: bridged_md_h, Ethernet, and for a result (Broadcast/Unicast)
+ * IPv4 / UDP / BTH / [RETH] / [ImmDt] — never the payload. The result
+ * values were written into the payload in ingress (Processor, harvest
+ * pass) and RDMASender changes only headers, so the payload rides in the
+ * unparsed tail and the deparser puts it back behind the headers. This is
+ * what keeps the egress parser within Tofino 1's parse-depth window, as
+ * p4app-switchML's egress parser does (it extracts only its bridged
+ * metadata and rebuilds every header in egress).
+ *
+ * Parse depth (bf-p4c: the bytes extracted or skipped along each path from
+ * start to accept, intrinsic metadata included; Tofino 1 limits the EGRESS
+ * parser to 65..160 B — shorter paths are padded by the compiler — and
+ * sets no maximum for ingress). Every path, checked by
+ * aggregation/control/p4rt TestParserDepth against these declarations:
+ *
+ *   parser          path (states after start)                                                         B
+ *   IngressParser   parse_ethernet                                                                   30
+ *   IngressParser   parse_ethernet parse_arp                                                         58
+ *   IngressParser   parse_ethernet parse_ipv4                                                        50
+ *   IngressParser   parse_ethernet parse_ipv4 parse_icmp                                             54
+ *   IngressParser   parse_ethernet parse_ipv4 parse_udp                                              58
+ *   IngressParser   parse_ethernet parse_ipv4 parse_udp parse_bth                                    70
+ *   IngressParser   parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth parse_payload          342
+ *   IngressParser   parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth_imm parse_payload      346
+ *   IngressParser   parse_ethernet parse_ipv4 parse_udp parse_bth parse_imm parse_payload           330
+ *   IngressParser   parse_ethernet parse_ipv4 parse_udp parse_bth parse_payload                     326
+ *   IngressParser   parse_bridged parse_ethernet                                                     44
+ *   IngressParser   parse_bridged parse_ethernet parse_arp                                           72
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4                                          64
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_icmp                               68
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp                                72
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth                      84
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth parse_payload  356
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth_imm parse_payload  360
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth parse_imm parse_payload  344
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth parse_payload       340
+ *   EgressParser    (start only: not a result)                                                       55
+ *   EgressParser    parse_result                                                                     95
+ *   EgressParser    parse_result parse_result_reth                                                  111
+ *   EgressParser    parse_result parse_result_reth_imm                                              115
+ *   EgressParser    parse_result parse_result_imm                                                    99
+ * (ingress_intrinsic_metadata_t 8 B + port metadata 8 B; egress_intrinsic_
+ * metadata_t 27 B; bridged_md_h 14 B; Ethernet 14, ARP 28, IPv4 20, ICMP 4,
+ * UDP 8, BTH 12, RETH 16, ImmDt 4, payload 256.)
  */
 #ifndef _PARSERS_P4_
 #define _PARSERS_P4_
@@ -13,53 +58,45 @@
 #include "types.p4"
 #include "headers.p4"
 
-// The RoCEv2 part, shared by both gresses: opcode picks the extension
-// headers, exactly the UC RDMA WRITE opcodes reach the payload.
-parser RoCEParser(packet_in pkt, inout header_t hdr) {
-    state start {
-        pkt.extract(hdr.ib_bth);
-        transition select(hdr.ib_bth.opcode) {
-            UC_RDMA_WRITE_FIRST               : parse_reth;
-            UC_RDMA_WRITE_ONLY                : parse_reth;
-            UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE : parse_reth_imm;
-            UC_RDMA_WRITE_MIDDLE              : parse_payload;
-            UC_RDMA_WRITE_LAST                : parse_payload;
-            UC_RDMA_WRITE_LAST_WITH_IMMEDIATE : parse_imm;
-            default                           : accept; // RDMAReceiver drops: DROP_OPCODE
-        }
-    }
-    state parse_reth {
-        pkt.extract(hdr.ib_reth);
-        transition parse_payload;
-    }
-    state parse_reth_imm {
-        pkt.extract(hdr.ib_reth);
-        transition parse_imm;
-    }
-    state parse_imm {
-        pkt.extract(hdr.ib_immediate);
-        transition parse_payload;
-    }
-    state parse_payload {
-        pkt.extract(hdr.payload);
-        transition accept;
-    }
-}
-
 parser IngressParser(
     packet_in pkt,
     out header_t hdr,
     out ingress_metadata_t ig_md,
     out ingress_intrinsic_metadata_t ig_intr_md) {
 
-    RoCEParser() roce_parser;
-
     state start {
         pkt.extract(ig_intr_md);
         pkt.advance(PORT_METADATA_SIZE);
-        // TNA zero-initialises metadata; fields are set by the controls.
+        // Every metadata field gets a value here, so no control reads an
+        // uninitialised one (the controls overwrite what they own).
         ig_md.switchml_md.is_switchml = false;
         ig_md.switchml_md.drop_reason = DROP_NONE;
+        ig_md.switchml_md.worker_id = 0;
+        ig_md.switchml_md.worker_bit = 0;
+        ig_md.switchml_md.num_workers = 0;
+        ig_md.switchml_md.qp_index = 0;
+        ig_md.switchml_md.num_qps = 0;
+        ig_md.switchml_md.qp_state_index = 0;
+        ig_md.switchml_md.pool_base = 0;
+        ig_md.switchml_md.pool_slots = 0;
+        ig_md.switchml_md.mgid = 0;
+        ig_md.switchml_md.pool_index = 0;
+        ig_md.switchml_md.first_packet = false;
+        ig_md.switchml_md.last_packet = false;
+        ig_md.switchml_md.bitmap_before = 0;
+        ig_md.switchml_md.retransmission = false;
+        ig_md.switchml_md.first_contribution = false;
+        ig_md.switchml_md.last_contribution = false;
+        ig_md.switchml_md.complete = false;
+        ig_md.switchml_md.missing_before = 0;
+        ig_md.switchml_md.has_imm = false;
+        ig_md.switchml_md.result_msg_id = 0;
+        ig_md.switchml_md.result_e0 = EXPONENT_UNSET;
+        ig_md.switchml_md.result_e1 = EXPONENT_UNSET;
+        ig_md.switchml_md.psn = 0;
+        ig_md.switchml_md.psn_next = 0;
+        ig_md.switch_mac = 0;
+        ig_md.switch_ip = 0;
         ig_md.sim_drop = false;
         transition select(ig_intr_md.ingress_port[6:0]) {
             RECIRC_PORT_LOW : parse_bridged;  // harvest pass
@@ -99,12 +136,39 @@ parser IngressParser(
     state parse_udp {
         pkt.extract(hdr.udp);
         transition select(hdr.udp.dst_port) {
-            ROCE_V2_UDP_PORT : parse_roce;
+            ROCE_V2_UDP_PORT : parse_bth;
             default          : accept;
         }
     }
-    state parse_roce {
-        roce_parser.apply(pkt, hdr);
+    // The opcode picks the extension headers; exactly the UC RDMA WRITE
+    // opcodes reach the payload (rdma.Opcode HasRETH / HasImm).
+    state parse_bth {
+        pkt.extract(hdr.ib_bth);
+        transition select(hdr.ib_bth.opcode) {
+            UC_RDMA_WRITE_FIRST               : parse_reth;
+            UC_RDMA_WRITE_ONLY                : parse_reth;
+            UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE : parse_reth_imm;
+            UC_RDMA_WRITE_MIDDLE              : parse_payload;
+            UC_RDMA_WRITE_LAST                : parse_payload;
+            UC_RDMA_WRITE_LAST_WITH_IMMEDIATE : parse_imm;
+            default                           : accept; // RDMAReceiver drops: DROP_OPCODE
+        }
+    }
+    state parse_reth {
+        pkt.extract(hdr.ib_reth);
+        transition parse_payload;
+    }
+    state parse_reth_imm {
+        pkt.extract(hdr.ib_reth);
+        pkt.extract(hdr.ib_immediate);
+        transition parse_payload;
+    }
+    state parse_imm {
+        pkt.extract(hdr.ib_immediate);
+        transition parse_payload;
+    }
+    state parse_payload {
+        pkt.extract(hdr.payload);
         transition accept;
     }
 }
@@ -137,14 +201,14 @@ parser EgressParser(
     out egress_metadata_t eg_md,
     out egress_intrinsic_metadata_t eg_intr_md) {
 
-    RoCEParser() roce_parser;
-
     state start {
         pkt.extract(eg_intr_md);
         eg_md.dest_rank = 0;
         eg_md.psn_index = 0;
         eg_md.rkey = 0;
         eg_md.sim_drop = false;
+        eg_md.pool_index = 0;
+        eg_md.tx_next = TX_CLOSED;
         // Ingress bridges bridged_md_h on every packet that reaches egress
         // (the usual TNA pattern); only SwitchML results are parsed deeper.
         pkt.extract(hdr.bridged);
@@ -155,10 +219,33 @@ parser EgressParser(
             default            : accept;
         }
     }
+    // A result: the request's headers up to the payload, which stays
+    // unparsed (RDMASender rewrites headers only).
     state parse_result {
         pkt.extract(hdr.ipv4);
         pkt.extract(hdr.udp);
-        roce_parser.apply(pkt, hdr);
+        pkt.extract(hdr.ib_bth);
+        transition select(hdr.ib_bth.opcode) {
+            UC_RDMA_WRITE_FIRST               : parse_result_reth;
+            UC_RDMA_WRITE_ONLY                : parse_result_reth;
+            UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE : parse_result_reth_imm;
+            UC_RDMA_WRITE_LAST_WITH_IMMEDIATE : parse_result_imm;
+            UC_RDMA_WRITE_MIDDLE              : accept;
+            UC_RDMA_WRITE_LAST                : accept;
+            default                           : accept;
+        }
+    }
+    state parse_result_reth {
+        pkt.extract(hdr.ib_reth);
+        transition accept;
+    }
+    state parse_result_reth_imm {
+        pkt.extract(hdr.ib_reth);
+        pkt.extract(hdr.ib_immediate);
+        transition accept;
+    }
+    state parse_result_imm {
+        pkt.extract(hdr.ib_immediate);
         transition accept;
     }
 }

@@ -1,20 +1,37 @@
 /*
  * RDMAReceiver — mirrors switchmodel.RDMAReceiver (aggregation/switchmodel/
- * receiver.go).
+ * receiver.go), rule for rule (docs/p4.md "Rules").
  *
  * Terminates the workers' UC QPs. receive_qp maps (source IP, switch IP,
  * switch QPN) to the worker: one ternary entry per worker matches every
  * QPN of the form wire.P4AppQPN(rank, *) = 0x800000 | rank<<16 | qp, and
  * the QP index is the QPN's low 9 bits (bounded by num_qps). The per-QP
- * register rx_qp_state {next_psn, pool_index} (switchmodel.rxState) is
- * indexed by qp_base + qp_index, a range the controller allocates per job,
- * so jobs that reuse the same QPNs (every job does, with P4App QPNs) never
- * share state.
- *   FIRST/ONLY: pool_index = RETH r_key (wire.PoolIndex), next_psn = PSN+1.
- *   MIDDLE/LAST: PSN must equal next_psn, then pool_index += 2; otherwise
- *   the QP is invalid until the next FIRST/ONLY (DROP_PSN).
- * Then the payload length (256 B) and the job's pool range are checked;
- * nothing outside the range ever touches a slot.
+ * state (switchmodel.rxState) is indexed by qp_base + qp_index, a range the
+ * controller allocates per job, so jobs that reuse the same QPNs (every job
+ * does, with P4App QPNs) never share state. It is split in two registers
+ * (types.p4 rx_state_t): rx_qp_state {next_psn, room} decides, and
+ * rx_pool_index holds the pool index, because a stateful ALU returns one
+ * word per pass and a MIDDLE/LAST needs a verdict (ok / PSN / range) and a
+ * pool index.
+ *
+ * Everything the model checks after its state update (payload length; for
+ * FIRST/ONLY the RETH pool index's range) depends only on the packet, so
+ * it is computed BEFORE the register access and the access itself
+ * invalidates the QP (next_psn = INVALID_PSN) when the packet is dropped:
+ *   FIRST/ONLY, bad length        → invalidate, DROP_LENGTH
+ *   FIRST/ONLY, rkey out of range → invalidate, DROP_POOL_RANGE
+ *   FIRST/ONLY, ok                → next_psn = PSN+1, room = packets left
+ *                                   in the range, pool index = rkey
+ *   MIDDLE/LAST, bad length       → invalidate, DROP_PSN if the PSN was not
+ *                                   the expected one, else DROP_LENGTH
+ *   MIDDLE/LAST, PSN ≠ next_psn   → invalidate, DROP_PSN (also when the QP
+ *                                   is invalid: INVALID_PSN matches nothing)
+ *   MIDDLE/LAST, room = 0         → invalidate, DROP_POOL_RANGE (pool index
+ *                                   + 2 leaves the job's range)
+ *   MIDDLE/LAST, ok               → next_psn = PSN+1, room − 1, pool index
+ *                                   + 2 (rx_pool_index)
+ * The pool index is wire.PoolIndex: slot = pool index >> 1 (r_key[31:1]).
+ * Nothing outside the range ever touches a slot.
  */
 #ifndef _RDMA_RECEIVER_P4_
 #define _RDMA_RECEIVER_P4_
@@ -27,31 +44,62 @@ control RDMAReceiver(
     inout ingress_metadata_t ig_md) {
 
     Register<rx_state_t, qp_state_index_t>(MAX_RX_QPS_I) rx_qp_state;
+    Register<bit<32>, qp_state_index_t>(MAX_RX_QPS_I) rx_pool_index;
 
-    RegisterAction<rx_state_t, qp_state_index_t, bit<32>>(rx_qp_state) start_message = {
-        void apply(inout rx_state_t s, out bit<32> pool_index) {
+    bit<16> expected_len; // opcode_position: the request's IPv4 total length
+    bit<32> first_room;  // FIRST/ONLY: packets after this one still in range
+    bit<32> slot_offset; // FIRST/ONLY: rkey's slot − pool_base
+
+    RegisterAction<rx_state_t, qp_state_index_t, salu_predicate_t>(rx_qp_state) start_message = {
+        void apply(inout rx_state_t s) {
             s.next_psn = ig_md.switchml_md.psn_next;
-            s.pool_index = hdr.ib_reth.r_key;
-            pool_index = s.pool_index;
+            s.room = first_room;
         }
     };
 
-    RegisterAction<rx_state_t, qp_state_index_t, bit<32>>(rx_qp_state) continue_message = {
-        void apply(inout rx_state_t s, out bit<32> pool_index) {
-            if (s.next_psn == ig_md.switchml_md.psn && s.pool_index != INVALID_POOL_INDEX) {
+    // cmplo: the PSN is the expected one (never true on an invalid QP).
+    RegisterAction<rx_state_t, qp_state_index_t, salu_predicate_t>(rx_qp_state) invalidate = {
+        void apply(inout rx_state_t s, out salu_predicate_t verdict) {
+            verdict = this.predicate(s.next_psn == ig_md.switchml_md.psn);
+            s.next_psn = INVALID_PSN;
+        }
+    };
+
+    // cmplo: the PSN is the expected one; cmphi: pool index + 2 stays in
+    // the job's range.
+    RegisterAction<rx_state_t, qp_state_index_t, salu_predicate_t>(rx_qp_state) continue_message = {
+        void apply(inout rx_state_t s, out salu_predicate_t verdict) {
+            verdict = this.predicate(s.next_psn == ig_md.switchml_md.psn, s.room != 0);
+            if (s.next_psn == ig_md.switchml_md.psn && s.room != 0) {
                 s.next_psn = ig_md.switchml_md.psn_next;
-                s.pool_index = s.pool_index + 2;
+                s.room = s.room - 1;
             } else {
-                s.pool_index = INVALID_POOL_INDEX;
+                s.next_psn = INVALID_PSN;
             }
-            pool_index = s.pool_index;
         }
     };
 
+    RegisterAction<bit<32>, qp_state_index_t, bit<32>>(rx_pool_index) set_pool_index = {
+        void apply(inout bit<32> v, out bit<32> pool_index) {
+            v = hdr.ib_reth.r_key;
+            pool_index = v;
+        }
+    };
+
+    RegisterAction<bit<32>, qp_state_index_t, bit<32>>(rx_pool_index) next_pool_index = {
+        void apply(inout bit<32> v, out bit<32> pool_index) {
+            v = v + 2;
+            pool_index = v;
+        }
+    };
+
+    // pool_last_slot = pool_base + pool_slots − 1 (the controller's): with
+    // it the FIRST/ONLY range figures are one subtraction each, in this
+    // action (docs/p4.md "Stages").
     action set_qp(worker_id_t worker_id, worker_bitmap_t worker_bit,
                   num_workers_t num_workers, bit<16> num_qps,
                   qp_state_index_t qp_base, slot_t pool_base,
-                  slot_t pool_slots, mgid_t mgid) {
+                  slot_t pool_slots, slot_t pool_last_slot, mgid_t mgid) {
         ig_md.switchml_md.worker_id = worker_id;
         ig_md.switchml_md.worker_bit = worker_bit;
         ig_md.switchml_md.num_workers = num_workers;
@@ -61,6 +109,11 @@ control RDMAReceiver(
         ig_md.switchml_md.pool_base = pool_base;
         ig_md.switchml_md.pool_slots = pool_slots;
         ig_md.switchml_md.mgid = mgid;
+        // FIRST/ONLY: the RETH pool index's slot relative to the job's
+        // range (wraps below pool_base, so one compare covers both ends),
+        // and how many more packets stay inside it.
+        slot_offset = (bit<32>) hdr.ib_reth.r_key[31:1] - (bit<32>) pool_base;
+        first_room = (bit<32>) pool_last_slot - (bit<32>) hdr.ib_reth.r_key[31:1];
     }
 
     action unknown_qp() {
@@ -78,39 +131,48 @@ control RDMAReceiver(
         size = MAX_WORKER_ENTRIES_I;
     }
 
-    action set_position(bool first_packet, bool last_packet, bool has_imm) {
+    action set_position(bool first_packet, bool last_packet, bool has_imm,
+                        bit<16> ipv4_total_len) {
         ig_md.switchml_md.first_packet = first_packet;
         ig_md.switchml_md.last_packet = last_packet;
         ig_md.switchml_md.has_imm = has_imm;
+        expected_len = ipv4_total_len;
     }
 
     action bad_opcode() {
         ig_md.switchml_md.drop_reason = DROP_OPCODE;
     }
 
-    // rdma.Opcode IsFirst / IsLast of the UC RDMA WRITE opcodes.
+    // rdma.Opcode IsFirst / IsLast / HasImm of the UC RDMA WRITE opcodes,
+    // and the IPv4 total length of a request with the job's payload:
+    // IPV4_LEN_NO_EXT [+ RETH 16] [+ ImmDt 4] (the model's length rule:
+    // len(pkt.Payload) == packet size). A constant per opcode, so no
+    // arithmetic stage precedes the check.
     table opcode_position {
         key = { hdr.ib_bth.opcode : exact; }
         actions = { set_position; bad_opcode; }
         const default_action = bad_opcode;
         size = 8;
         const entries = {
-            UC_RDMA_WRITE_FIRST               : set_position(true,  false, false);
-            UC_RDMA_WRITE_MIDDLE              : set_position(false, false, false);
-            UC_RDMA_WRITE_LAST                : set_position(false, true,  false);
-            UC_RDMA_WRITE_LAST_WITH_IMMEDIATE : set_position(false, true,  true);
-            UC_RDMA_WRITE_ONLY                : set_position(true,  true,  false);
-            UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE : set_position(true,  true,  true);
+            UC_RDMA_WRITE_FIRST               : set_position(true,  false, false, IPV4_LEN_NO_EXT + 16);
+            UC_RDMA_WRITE_MIDDLE              : set_position(false, false, false, IPV4_LEN_NO_EXT);
+            UC_RDMA_WRITE_LAST                : set_position(false, true,  false, IPV4_LEN_NO_EXT);
+            UC_RDMA_WRITE_LAST_WITH_IMMEDIATE : set_position(false, true,  true,  IPV4_LEN_NO_EXT + 4);
+            UC_RDMA_WRITE_ONLY                : set_position(true,  true,  false, IPV4_LEN_NO_EXT + 16);
+            UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE : set_position(true,  true,  true,  IPV4_LEN_NO_EXT + 16 + 4);
         }
     }
 
-    bit<32> pool_index;
-    bit<32> slot_offset;
-    bit<16> expected_len;
+    bool length_ok;
+    salu_predicate_t verdict;
 
     apply {
         ig_md.switchml_md.psn = (bit<32>) hdr.ib_bth.psn;
         ig_md.switchml_md.psn_next = (bit<32>) (hdr.ib_bth.psn + 1); // wraps at 2^24
+        ig_md.switchml_md.pool_index = 0;
+        slot_offset = 0;
+        first_room = 0;
+        expected_len = 0;
         opcode_position.apply();
         if (ig_md.switchml_md.drop_reason == DROP_NONE) {
             receive_qp.apply();
@@ -119,30 +181,45 @@ control RDMAReceiver(
             (bit<16>) ig_md.switchml_md.qp_index >= ig_md.switchml_md.num_qps) {
             ig_md.switchml_md.drop_reason = DROP_UNKNOWN_QP;
         }
+        length_ok = hdr.payload.isValid() && hdr.ipv4.total_len == expected_len;
+
         if (ig_md.switchml_md.drop_reason == DROP_NONE) {
+            // rx_pool_index runs beside rx_qp_state (same stage), not after
+            // it: it moves on every packet of a known QP, and whatever it
+            // holds after a dropped packet is never used, because the drop
+            // invalidated rx_qp_state and only a FIRST/ONLY (which
+            // overwrites it) validates the QP again.
             if (ig_md.switchml_md.first_packet) {
-                pool_index = start_message.execute(ig_md.switchml_md.qp_state_index);
+                ig_md.switchml_md.pool_index = set_pool_index.execute(ig_md.switchml_md.qp_state_index);
             } else {
-                pool_index = continue_message.execute(ig_md.switchml_md.qp_state_index);
+                ig_md.switchml_md.pool_index = next_pool_index.execute(ig_md.switchml_md.qp_state_index);
             }
-            if (pool_index == INVALID_POOL_INDEX) {
-                ig_md.switchml_md.drop_reason = DROP_PSN;
+            if (ig_md.switchml_md.first_packet) {
+                if (!length_ok) {
+                    invalidate.execute(ig_md.switchml_md.qp_state_index);
+                    ig_md.switchml_md.drop_reason = DROP_LENGTH;
+                } else if (slot_offset >= (bit<32>) ig_md.switchml_md.pool_slots) {
+                    invalidate.execute(ig_md.switchml_md.qp_state_index);
+                    ig_md.switchml_md.drop_reason = DROP_POOL_RANGE;
+                } else {
+                    start_message.execute(ig_md.switchml_md.qp_state_index);
+                }
+            } else if (!length_ok) {
+                verdict = invalidate.execute(ig_md.switchml_md.qp_state_index);
+                if (verdict == PRED_LO) {
+                    ig_md.switchml_md.drop_reason = DROP_LENGTH;
+                } else {
+                    ig_md.switchml_md.drop_reason = DROP_PSN;
+                }
+            } else {
+                verdict = continue_message.execute(ig_md.switchml_md.qp_state_index);
+                if (verdict == PRED_LO) {
+                    ig_md.switchml_md.drop_reason = DROP_POOL_RANGE;
+                } else if (verdict != PRED_LO_HI) {
+                    ig_md.switchml_md.drop_reason = DROP_PSN;
+                }
             }
         }
-        // Length: IPv4 20 + UDP 8 + BTH 12 [+ RETH 16] [+ ImmDt 4] + 256 + ICRC 4.
-        expected_len = 300;
-        if (hdr.ib_reth.isValid()) { expected_len = expected_len + 16; }
-        if (hdr.ib_immediate.isValid()) { expected_len = expected_len + 4; }
-        if (ig_md.switchml_md.drop_reason == DROP_NONE &&
-            (!hdr.payload.isValid() || hdr.ipv4.total_len != expected_len)) {
-            ig_md.switchml_md.drop_reason = DROP_LENGTH;
-        }
-        slot_offset = (pool_index >> 1) - (bit<32>) ig_md.switchml_md.pool_base;
-        if (ig_md.switchml_md.drop_reason == DROP_NONE &&
-            slot_offset >= (bit<32>) ig_md.switchml_md.pool_slots) {
-            ig_md.switchml_md.drop_reason = DROP_POOL_RANGE;
-        }
-        ig_md.switchml_md.pool_index = pool_index;
     }
 }
 

@@ -8,6 +8,14 @@
  * (mgid, rank, QP index) gives the worker's QPN for that QP and the index
  * of its PSN counter. psn[] holds, per (worker, QP), the next result PSN;
  * the controller writes the PSN the worker gave when the job starts.
+ * tx_pos[] holds, per (worker, QP), where the result stream stands
+ * (switchmodel.txPos): the pool index the next MIDDLE/LAST must have, or
+ * TX_CLOSED. A MIDDLE/LAST result that does not directly follow the
+ * previous packet of the same message to that worker QP is skipped for
+ * that worker (dropped, no PSN used, counted in results[RESULT_SKIPPED]),
+ * and the QP's stream is closed until the next FIRST/ONLY — the model's
+ * ErrOutOfOrder, which keeps a UC receiver from accepting a message whose
+ * packets were swapped by a unicast replay (docs/protocol.md).
  * Opcode from the request's position: FIRST, MIDDLE, LAST_WITH_IMMEDIATE,
  * ONLY_WITH_IMMEDIATE. RETH va/len are the request's (echoed), r_key the
  * worker's; the immediate is wire.Imm(msg id, max e0, max e1) from
@@ -27,14 +35,39 @@ control RDMASender(
     inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
 
     Register<bit<32>, qp_state_index_t>(MAX_RX_QPS_I) psn;
+    Register<bit<32>, qp_state_index_t>(MAX_RX_QPS_I) tx_pos;
+    // results[RESULT_SENT], results[RESULT_SKIPPED] (switchmodel.Counters
+    // ResultPackets, ResultsSkipped).
+    Counter<bit<64>, bit<8>>(NUM_RESULT_CODES, CounterType_t.PACKETS) results;
 
+    // The low 24 bits are the PSN: a 32-bit increment wraps them at 2^24
+    // exactly as the model's (psn + 1) & PSNMask.
     RegisterAction<bit<32>, qp_state_index_t, bit<32>>(psn) next_psn = {
         void apply(inout bit<32> v, out bit<32> current) {
             current = v;
-            if (v == 0xFFFFFF) {
-                v = 0;
+            v = v + 1;
+        }
+    };
+
+    // FIRST/ONLY: always in order; opens the stream (FIRST) or leaves it
+    // closed (ONLY: tx_next = TX_CLOSED).
+    RegisterAction<bit<32>, qp_state_index_t, bool>(tx_pos) tx_start = {
+        void apply(inout bit<32> v, out bool in_order) {
+            v = eg_md.tx_next;
+            in_order = true;
+        }
+    };
+
+    // MIDDLE/LAST: in order iff it has the expected pool index; then the
+    // stream moves on (MIDDLE) or closes (LAST), else it closes.
+    RegisterAction<bit<32>, qp_state_index_t, bool>(tx_pos) tx_continue = {
+        void apply(inout bit<32> v, out bool in_order) {
+            if (v == eg_md.pool_index) {
+                v = eg_md.tx_next;
+                in_order = true;
             } else {
-                v = v + 1;
+                v = TX_CLOSED;
+                in_order = false;
             }
         }
     };
@@ -75,14 +108,41 @@ control RDMASender(
         size = MAX_RX_QPS_I;
     }
 
+    bool in_order;
+    bool known;
+
     apply {
         if (hdr.bridged.decision == DECISION_BROADCAST) {
             eg_md.dest_rank = (worker_id_t) eg_intr_md.egress_rid;
         } else {
             eg_md.dest_rank = hdr.bridged.worker_id;
         }
-        worker.apply();
-        worker_qp.apply();
+        eg_md.pool_index = (bit<32>) hdr.bridged.pool_index;
+        if (hdr.bridged.last_packet == 1) {
+            eg_md.tx_next = TX_CLOSED;
+        } else {
+            eg_md.tx_next = (bit<32>) hdr.bridged.pool_index + 2;
+        }
+        // A miss (no_worker) must not touch the per-QP registers at an
+        // unset index.
+        known = true;
+        if (!worker.apply().hit) { known = false; }
+        if (!worker_qp.apply().hit) { known = false; }
+        if (!known) {
+            eg_dprsr_md.drop_ctl = 1;
+            return;
+        }
+        if (hdr.bridged.first_packet == 1) {
+            in_order = tx_start.execute(eg_md.psn_index);
+        } else {
+            in_order = tx_continue.execute(eg_md.psn_index);
+        }
+        if (!in_order) {
+            results.count(RESULT_SKIPPED);
+            eg_dprsr_md.drop_ctl = 1;
+            return;
+        }
+        results.count(RESULT_SENT);
         hdr.ib_bth.psn = (psn_t) next_psn.execute(eg_md.psn_index);
 
         if (hdr.bridged.first_packet == 1 && hdr.bridged.last_packet == 1) {

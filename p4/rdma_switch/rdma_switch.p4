@@ -8,15 +8,14 @@
  *   multicast (rid = rank) → RDMASender (egress)
  *
  * 256 B payloads (64 int32 values) only; see docs/p4.md for the 1024 B
- * pass plan and why it is not in this program, the stage layout, the
- * resources and the stale ICRC.
+ * pass plan and why it is not in this program, the rule-by-rule table
+ * against the model, the stage layout, the resources and the stale ICRC.
  *
- * Compile: bf-p4c --target tofino --arch tna -o build \
- *          --p4runtime-files build/p4info.txt rdma_switch.p4
- *          (add -DTEST_PROFILE for the small profile).
- * This file has not been compiled by bf-p4c in this repository's CI (the
- * compiler is part of the Intel P4 Studio SDE); `make p4` compiles it
- * where the SDE is installed.
+ * Compile: `make p4` (p4/build.sh: bf-p4c --target tofino --arch tna,
+ * default and -DTEST_PROFILE, P4Info for the controller). No Tofino
+ * compiler is available where this repository is developed: the parse
+ * depths, codes and names are checked by Go tests
+ * (aggregation/control/p4rt), stage fit and PHV only by a compile.
  */
 #include <core.p4>
 #include <tna.p4>
@@ -92,6 +91,28 @@ control Ingress(
     bool responded;
     pass_t pass;
 
+    // Every packet that reaches egress carries bridged_md_h (EgressParser
+    // extracts it unconditionally); for one that is not a result every
+    // field is set, so nothing uninitialised is emitted.
+    action bridge_not_result() {
+        hdr.bridged.setValid();
+        hdr.bridged.pass = PASS_REQUEST;
+        hdr.bridged.decision = DECISION_DROP;
+        hdr.bridged.first_packet = 0;
+        hdr.bridged.last_packet = 0;
+        hdr.bridged._pad0 = 0;
+        hdr.bridged.worker_id = 0;
+        hdr.bridged._pad1 = 0;
+        hdr.bridged.qp_index = 0;
+        hdr.bridged.mgid = 0;
+        hdr.bridged.pool_index = 0;
+        hdr.bridged.msg_id = 0;
+        hdr.bridged.e0 = 0;
+        hdr.bridged.e1 = 0;
+        hdr.bridged._pad2 = 0;
+        hdr.bridged.ingress_port = ig_intr_md.ingress_port;
+    }
+
     apply {
         if (hdr.bridged.isValid()) {
             // PASS_HARVEST: only the Processors (read first halves) and
@@ -102,14 +123,12 @@ control Ingress(
             pass = PASS_REQUEST;
             arp_icmp_responder.apply(hdr, ig_md, ig_intr_md, ig_tm_md, responded);
             if (responded) {
-                hdr.bridged.setValid();
-                hdr.bridged.decision = DECISION_DROP; // not a result
+                bridge_not_result();
                 return;
             }
             if (!hdr.ipv4.isValid() || hdr.ipv4.dst_addr != ig_md.switch_ip) {
                 forwarder.apply(hdr, ig_dprsr_md, ig_tm_md);
-                hdr.bridged.setValid();
-                hdr.bridged.decision = DECISION_DROP; // not a result
+                bridge_not_result();
                 return;
             }
             if (!hdr.ib_bth.isValid()) {
@@ -182,11 +201,14 @@ control Egress(
     apply {
         if (hdr.bridged.decision == DECISION_BROADCAST ||
             hdr.bridged.decision == DECISION_UNICAST) {
+            // The sender first, as the model (switchmodel.RDMASender.Encode
+            // runs for every destination, also for a result then lost): a
+            // simulated loss uses its PSN and moves tx_pos, like a loss on
+            // the wire.
+            rdma_sender.apply(hdr, eg_md, eg_intr_md, eg_dprsr_md);
             egress_drop_sim.apply(eg_md.sim_drop);
             if (eg_md.sim_drop) {
                 eg_dprsr_md.drop_ctl = 1;
-            } else {
-                rdma_sender.apply(hdr, eg_md, eg_intr_md, eg_dprsr_md);
             }
         }
         hdr.bridged.setInvalid();

@@ -46,15 +46,34 @@ struct value_pair_t {
     value_t second;
 }
 
-// RDMAReceiver per switch-QP state (switchmodel.rxState): the PSN the next
-// MIDDLE/LAST must carry and the pool index the last packet used.
-// pool_index = INVALID_POOL_INDEX marks "not valid" (before the first
-// FIRST/ONLY and for the rest of a message after a PSN gap).
+// RDMAReceiver per switch-QP state (switchmodel.rxState), split over two
+// registers because one Tofino 1 stateful ALU returns one word per pass and
+// a MIDDLE/LAST needs both a verdict and a pool index:
+//   rx_qp_state {next_psn, room}: the PSN the next MIDDLE/LAST must carry,
+//     and how many more packets of the message stay inside the job's pool
+//     range. next_psn = INVALID_PSN (never a 24-bit PSN) is
+//     switchmodel.rxState.valid == false: before the first FIRST/ONLY and
+//     for the rest of a message after any drop (PSN gap, length, range).
+//   rx_pool_index: the pool index the last packet used.
 struct rx_state_t {
     bit<32> next_psn;
-    bit<32> pool_index;
+    bit<32> room;
 }
-const bit<32> INVALID_POOL_INDEX = 0xFFFFFFFF;
+const bit<32> INVALID_PSN = 0xFFFFFFFF;
+
+// The 4-bit predicate a Tofino stateful ALU returns
+// (RegisterAction.predicate(cmplo, cmphi)): one bit for the combination of
+// the two conditions that held, bit (2·cmphi + cmplo).
+typedef bit<4> salu_predicate_t;
+const salu_predicate_t PRED_LO_HI     = 8; // cmplo && cmphi
+const salu_predicate_t PRED_HI        = 4; // !cmplo && cmphi
+const salu_predicate_t PRED_LO        = 2; // cmplo && !cmphi
+const salu_predicate_t PRED_NONE      = 1; // !cmplo && !cmphi
+
+// RDMASender per (worker, QP) transmit position (switchmodel.txPos): the
+// pool index the next MIDDLE/LAST result to that worker QP must have (the
+// previous packet's + 2) while a message is open, TX_CLOSED otherwise.
+const bit<32> TX_CLOSED = 0xFFFFFFFF;
 
 // BitmapChecker per-slot state: one bitmap per set.
 struct bitmap_pair_t {
@@ -90,6 +109,12 @@ const drop_reason_t DROP_MALFORMED          = 7;
 const drop_reason_t DROP_ICRC               = 8; // never: Tofino does not check the ICRC
 const drop_reason_t DROP_INGRESS_LOSS       = 9;
 const drop_reason_t DROP_EGRESS_LOSS        = 10;
+const drop_reason_t DROP_SEND_ERROR         = 11; // never: the software switch's send failure
+
+// RDMASender.results counter indices (switchmodel.Counters ResultPackets,
+// ResultsSkipped).
+const bit<8> RESULT_SENT    = 0;
+const bit<8> RESULT_SKIPPED = 1;
 
 // switchml_md_t is the ingress metadata of a SwitchML packet, the P4 twin
 // of switchmodel.Metadata.

@@ -18,7 +18,8 @@ const (
 	// RDMAReceiver (switchmodel.RDMAReceiver).
 	TableReceiveQP   = "Ingress.rdma_receiver.receive_qp"
 	ActionSetQP      = "Ingress.rdma_receiver.set_qp"
-	RegisterRxQP     = "Ingress.rdma_receiver.rx_qp_state"
+	RegisterRxQP     = "Ingress.rdma_receiver.rx_qp_state"   // {next_psn, room}
+	RegisterRxPool   = "Ingress.rdma_receiver.rx_pool_index" // pool index of the QP's last packet
 	FieldSrcAddr     = "hdr.ipv4.src_addr"
 	FieldDstAddr     = "hdr.ipv4.dst_addr"
 	FieldDstQP       = "hdr.ib_bth.dst_qp"
@@ -37,6 +38,8 @@ const (
 	TableWorkerQP     = "Egress.rdma_sender.worker_qp"
 	ActionSetWorkerQP = "Egress.rdma_sender.set_qp"
 	RegisterPSN       = "Egress.rdma_sender.psn"
+	RegisterTxPos     = "Egress.rdma_sender.tx_pos"  // switchmodel.txPos
+	CounterResults    = "Egress.rdma_sender.results" // [0] sent, [1] skipped out of order
 	FieldMGID         = "hdr.bridged.mgid"
 	FieldDestRank     = "eg_md.dest_rank"
 	FieldQPIndex      = "hdr.bridged.qp_index"
@@ -56,7 +59,7 @@ var ModelControls = []string{"RDMAReceiver", "BitmapChecker", "WorkersCounter", 
 var (
 	paramsSetSwitchAddress = []string{"switch_mac", "switch_ip"}
 	paramsSetDrop          = []string{"drop_threshold"}
-	paramsSetQP            = []string{"worker_id", "worker_bit", "num_workers", "num_qps", "qp_base", "pool_base", "pool_slots", "mgid"}
+	paramsSetQP            = []string{"worker_id", "worker_bit", "num_workers", "num_qps", "qp_base", "pool_base", "pool_slots", "pool_last_slot", "mgid"}
 	paramsSetWorker        = []string{"mac", "ip", "rkey"}
 	paramsSetWorkerQP      = []string{"qpn", "psn_index"}
 )
@@ -81,10 +84,10 @@ func UsedEntities() (tables map[string][]string, actions map[string][]string, re
 		ActionSetWorker:        paramsSetWorker,
 		ActionSetWorkerQP:      paramsSetWorkerQP,
 	}
-	registers = []string{RegisterRxQP, RegisterBitmap, RegisterMissing, RegisterMaxE0, RegisterMaxE1, RegisterMsgID, RegisterPSN}
+	registers = []string{RegisterRxQP, RegisterBitmap, RegisterMissing, RegisterMaxE0, RegisterMaxE1, RegisterMsgID, RegisterPSN, RegisterTxPos}
 	for k := 0; k < NumProcessors; k++ {
 		registers = append(registers, RegisterProcessor(k))
 	}
-	counters = []string{CounterDecisions, CounterDrops, CounterNotSwitch}
+	counters = []string{CounterDecisions, CounterDrops, CounterNotSwitch, CounterResults}
 	return
 }

@@ -407,11 +407,16 @@ func (p *Programmer) jobUpdates(ij *installedJob) ([]update, error) {
 	for r, w := range job.Workers {
 		for i := 0; i < q; i++ {
 			idx := int64(ij.qpBase) + int64(r*q+i)
-			e, err := p.registerEntry(RegisterRxQP, idx, 0, invalidPoolIndex)
+			e, err := p.registerEntry(RegisterRxQP, idx, invalidPSN, 0)
 			if err != nil {
 				return nil, err
 			}
 			regs = append(regs, update{modify(registerEntity(e)), fmt.Sprintf("%s[%d] (worker %d QP %d)", RegisterRxQP, idx, r, i)})
+			e, err = p.registerEntry(RegisterTxPos, idx, txClosed)
+			if err != nil {
+				return nil, err
+			}
+			regs = append(regs, update{modify(registerEntity(e)), fmt.Sprintf("%s[%d] (worker %d QP %d)", RegisterTxPos, idx, r, i)})
 			e, err = p.registerEntry(RegisterPSN, idx, uint64(w.PSNs[i]))
 			if err != nil {
 				return nil, err
@@ -432,7 +437,7 @@ func (p *Programmer) jobUpdates(ij *installedJob) ([]update, error) {
 		sender = append(sender, update{insert(tableEntity(te)), fmt.Sprintf("%s entry (job %d worker %d %v %v)", TableWorker, job.ID, r, w.MAC, w.Addr)})
 		prefix, _ := wire.P4AppQPN(r, 0)
 		te, err = p.tableEntry(TableReceiveQP, []match{{FieldSrcAddr, ipUint(w.Addr), 0}, {FieldDstAddr, ipUint(p.cfg.SwitchIPv4), 0}, {FieldDstQP, uint64(prefix), qpnRankMask}}, 1,
-			ActionSetQP, paramsSetQP, []uint64{uint64(r), 1 << uint(r), uint64(len(job.Workers)), uint64(q), uint64(ij.qpBase) + uint64(r*q), uint64(job.PoolBase), uint64(job.PoolSlots), uint64(ij.mgid)})
+			ActionSetQP, paramsSetQP, []uint64{uint64(r), 1 << uint(r), uint64(len(job.Workers)), uint64(q), uint64(ij.qpBase) + uint64(r*q), uint64(job.PoolBase), uint64(job.PoolSlots), uint64(job.PoolBase) + uint64(job.PoolSlots) - 1, uint64(ij.mgid)})
 		if err != nil {
 			return nil, err
 		}
@@ -446,9 +451,14 @@ func (p *Programmer) jobUpdates(ij *installedJob) ([]update, error) {
 // qpnRankMask selects the wire.P4AppQPN prefix and rank bits.
 const qpnRankMask = 0xFFFE00
 
-// invalidPoolIndex marks a receiver QP with no message in progress
-// (types.p4 INVALID_POOL_INDEX).
-const invalidPoolIndex = 0xFFFFFFFF
+// invalidPSN as a receiver QP's next_psn marks it invalid: no message in
+// progress, every MIDDLE/LAST dropped until a FIRST/ONLY (types.p4
+// INVALID_PSN; no 24-bit PSN equals it).
+const invalidPSN = 0xFFFFFFFF
+
+// txClosed as a sender QP's tx_pos: no result message open to that worker
+// QP, so the next result packet must be a FIRST/ONLY (types.p4 TX_CLOSED).
+const txClosed = 0xFFFFFFFF
 
 // exponentUnset is int8(-128) as the register's 8 bits (EXPONENT_UNSET).
 const exponentUnset = 0x80
@@ -541,7 +551,10 @@ func (p *Programmer) clearUpdates(ij *installedJob) ([]update, error) {
 	nq := len(job.Workers) * len(job.Workers[0].QPNs)
 	for i := 0; i < nq; i++ {
 		idx := int64(ij.qpBase) + int64(i)
-		if err := add(RegisterRxQP, idx, 0, invalidPoolIndex); err != nil {
+		if err := add(RegisterRxQP, idx, invalidPSN, 0); err != nil {
+			return nil, err
+		}
+		if err := add(RegisterTxPos, idx, txClosed); err != nil {
 			return nil, err
 		}
 		if err := add(RegisterPSN, idx, 0); err != nil {
@@ -617,11 +630,12 @@ func isNotFound(err error) bool {
 	return we.Code == code.Code_NOT_FOUND
 }
 
-// Counters reads the NextStep and not-SwitchML counters: name → packet
-// count per index (decision code, or switchmodel.DropReason code).
+// Counters reads the NextStep, not-SwitchML and RDMASender result counters:
+// name → packet count per index (decision code, switchmodel.DropReason
+// code, or 0 = result sent / 1 = skipped out of order).
 func (p *Programmer) Counters(ctx context.Context) (map[string][]uint64, error) {
 	out := map[string][]uint64{}
-	for _, name := range []string{CounterDecisions, CounterDrops, CounterNotSwitch} {
+	for _, name := range []string{CounterDecisions, CounterDrops, CounterNotSwitch, CounterResults} {
 		c, err := p.info.counter(name)
 		if err != nil {
 			return nil, err

@@ -225,7 +225,7 @@ func TestProgrammerFourWorkerJob(t *testing.T) {
 		if k := d.keys[FieldDstQP]; k[0] != uint64(0x800000|r<<16) || k[1] != 0xFFFE00 {
 			t.Errorf("receive_qp rank %d: QPN %#x/%#x", r, k[0], k[1])
 		}
-		want := map[string]uint64{"worker_bit": 1 << r, "num_workers": 4, "num_qps": 3, "pool_base": 16, "pool_slots": 6, "mgid": uint64(mgid)}
+		want := map[string]uint64{"worker_bit": 1 << r, "num_workers": 4, "num_qps": 3, "pool_base": 16, "pool_slots": 6, "pool_last_slot": 21, "mgid": uint64(mgid)}
 		for k, v := range want {
 			if d.params[k] != v {
 				t.Errorf("receive_qp rank %d: %s = %d, want %d", r, k, d.params[k], v)
@@ -262,8 +262,11 @@ func TestProgrammerFourWorkerJob(t *testing.T) {
 		if v := regValues(regs[[2]int64{regID(t, info, RegisterPSN), int64(idx)}]); v[0] != uint64(job.Workers[r].PSNs[i]) {
 			t.Errorf("psn[%d] = %#x, want %#x", idx, v[0], job.Workers[r].PSNs[i])
 		}
-		if v := regValues(regs[[2]int64{regID(t, info, RegisterRxQP), int64(idx)}]); len(v) != 2 || v[1] != invalidPoolIndex {
-			t.Errorf("rx_qp_state[%d] = %v, want {0, invalid}", idx, v)
+		if v := regValues(regs[[2]int64{regID(t, info, RegisterRxQP), int64(idx)}]); len(v) != 2 || v[0] != 0xFFFFFFFF || v[1] != 0 {
+			t.Errorf("rx_qp_state[%d] = %v, want {next_psn 0xFFFFFFFF (INVALID_PSN), room 0}", idx, v)
+		}
+		if v := regValues(regs[[2]int64{regID(t, info, RegisterTxPos), int64(idx)}]); len(v) != 1 || v[0] != 0xFFFFFFFF {
+			t.Errorf("tx_pos[%d] = %v, want 0xFFFFFFFF (TX_CLOSED)", idx, v)
 		}
 	}
 
@@ -272,7 +275,7 @@ func TestProgrammerFourWorkerJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cs[CounterDecisions][2] != 7 || len(cs[CounterDrops]) != 16 {
+	if cs[CounterDecisions][2] != 7 || len(cs[CounterDrops]) != 16 || len(cs[CounterResults]) != 2 {
 		t.Errorf("counters = %v", cs)
 	}
 
@@ -314,6 +317,12 @@ func TestProgrammerFourWorkerJob(t *testing.T) {
 	for i := int64(0); i < 12; i++ {
 		if _, ok := f.registers[[2]int64{regID(t, info, RegisterPSN), int64(qpBase[0]) + i}]; !ok {
 			t.Errorf("psn[%d] not cleared", int64(qpBase[0])+i)
+		}
+		if v, ok := f.registers[[2]int64{regID(t, info, RegisterTxPos), int64(qpBase[0]) + i}]; !ok || regValues(v)[0] != 0xFFFFFFFF {
+			t.Errorf("tx_pos[%d] not closed: %v", int64(qpBase[0])+i, v)
+		}
+		if v, ok := f.registers[[2]int64{regID(t, info, RegisterRxQP), int64(qpBase[0]) + i}]; !ok || regValues(v)[0] != 0xFFFFFFFF {
+			t.Errorf("rx_qp_state[%d] not invalidated: %v", int64(qpBase[0])+i, v)
 		}
 	}
 	if len(p.Jobs()) != 0 {

@@ -1,0 +1,108 @@
+package p4rt
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fakeCompiler is a stand-in for bf-p4c that records its arguments,
+// writes a P4Info and a table summary with the given stage count, and
+// fails when asked to.
+const fakeCompiler = `#!/bin/sh
+out=
+while [ $# -gt 0 ]; do
+	echo "$1" >> "$FAKE_LOG"
+	case "$1" in
+	-o) out=$2 ;;
+	--p4runtime-files) info=$2 ;;
+	esac
+	shift
+done
+echo "--- end" >> "$FAKE_LOG"
+[ -n "$FAKE_FAIL" ] && { echo "rdma_switch.p4(1): error: $FAKE_FAIL"; exit 1; }
+mkdir -p "$out/pipe/logs"
+echo "Number of stages in table allocation: $FAKE_STAGES" > "$out/pipe/logs/table_summary.log"
+echo "pkg_info {}" > "$info"
+`
+
+func runBuild(t *testing.T, env ...string) (string, string, error) {
+	t.Helper()
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("bash not installed")
+	}
+	dir := t.TempDir()
+	cc := filepath.Join(dir, "bf-p4c")
+	if err := os.WriteFile(cc, []byte(fakeCompiler), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(dir, "args.log")
+	out := filepath.Join(dir, "out")
+	cmd := exec.Command("bash", filepath.Join("..", "..", "..", "p4", "build.sh"), out)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "P4C=" + cc, "FAKE_LOG=" + log, "FAKE_STAGES=11"}, env...)
+	b, err := cmd.CombinedOutput()
+	args, _ := os.ReadFile(log)
+	return string(b), string(args) + "\n" + out, err
+}
+
+// TestBuildScriptCompilesBothProfiles: `make p4` runs the compiler twice
+// (default, then -DTEST_PROFILE) for TNA with P4Runtime output and leaves
+// the default profile's P4Info where the controller reads it.
+func TestBuildScriptCompilesBothProfiles(t *testing.T) {
+	out, args, err := runBuild(t)
+	if err != nil {
+		t.Fatalf("build.sh: %v\n%s", err, out)
+	}
+	runs := strings.Split(strings.TrimSpace(args[:strings.LastIndex(args, "\n")]), "--- end")
+	if len(runs) != 3 { // two runs and the empty tail
+		t.Fatalf("compiler ran %d times, want 2:\n%s", len(runs)-1, args)
+	}
+	for i, r := range runs[:2] {
+		for _, want := range []string{"--target\ntofino", "--arch\ntna", "--p4runtime-files", "rdma_switch.p4"} {
+			if !strings.Contains(r, want) {
+				t.Errorf("run %d lacks %q:\n%s", i, want, r)
+			}
+		}
+		if strings.Contains(r, "-DTEST_PROFILE") != (i == 1) {
+			t.Errorf("run %d: -DTEST_PROFILE present = %v, want %v", i, !(i == 1), i == 1)
+		}
+	}
+	dir := args[strings.LastIndex(args, "\n")+1:]
+	if _, err := os.Stat(filepath.Join(dir, "p4info.txt")); err != nil {
+		t.Errorf("no P4Info for the controller: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "11 of 12 MAU stages") {
+		t.Errorf("stage count not reported:\n%s", out)
+	}
+}
+
+func TestBuildScriptFailsOnTooManyStages(t *testing.T) {
+	out, _, err := runBuild(t, "FAKE_STAGES=13")
+	if err == nil || !strings.Contains(out, "uses 13 MAU stages; Tofino 1 has 12") {
+		t.Errorf("13 stages: err %v, output:\n%s", err, out)
+	}
+}
+
+func TestBuildScriptFailsOnCompilerError(t *testing.T) {
+	out, _, err := runBuild(t, "FAKE_FAIL=boom")
+	if err == nil || !strings.Contains(out, "FAILED") {
+		t.Errorf("compiler error: err %v, output:\n%s", err, out)
+	}
+}
+
+func TestBuildScriptWithoutCompilerSaysSo(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("bash not installed")
+	}
+	cmd := exec.Command("bash", filepath.Join("..", "..", "..", "p4", "build.sh"), t.TempDir())
+	cmd.Env = []string{"PATH=" + t.TempDir() + ":/usr/bin:/bin"}
+	if _, err := exec.LookPath("bf-p4c"); err == nil {
+		t.Skip("a bf-p4c is installed")
+	}
+	b, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(b), "no Tofino compiler") || !strings.Contains(string(b), "Nothing was compiled") {
+		t.Errorf("without a compiler: err %v, output:\n%s", err, b)
+	}
+}
