@@ -132,6 +132,7 @@ type Assignment struct {
 	PacketSize        int
 	PacketsPerMessage int
 
+	token  []byte // the job's secret; KeepAlive and EndSession carry it
 	cancel context.CancelFunc
 	done   chan struct{}
 	mu     sync.Mutex
@@ -209,6 +210,7 @@ func (c *Client) RegisterRDMA(ctx context.Context, r Registration) (*Assignment,
 		PoolSlots:         resp.GetPoolSlots(),
 		PacketSize:        int(resp.GetPacketSizeBytes()),
 		PacketsPerMessage: int(resp.GetPacketsPerMessage()),
+		token:             resp.GetJobToken(),
 		done:              make(chan struct{}),
 	}
 	for _, p := range resp.GetQpPoolIndices() {
@@ -254,7 +256,7 @@ func (c *Client) holdLease(ctx context.Context, a *Assignment) error {
 			cancel()
 			close(a.done)
 		}()
-		stream, err := c.jobs.KeepAlive(sctx, &pb.KeepAliveRequest{JobId: a.JobID, Rank: uint32(a.Rank)})
+		stream, err := c.jobs.KeepAlive(sctx, &pb.KeepAliveRequest{JobId: a.JobID, Rank: uint32(a.Rank), JobToken: a.token})
 		if err == nil {
 			_, err = stream.Recv()
 		}
@@ -299,7 +301,7 @@ func (c *Client) Abort(ctx context.Context, a *Assignment, reason string) error 
 }
 
 func (c *Client) end(ctx context.Context, a *Assignment, abort bool, reason string) error {
-	_, err := c.jobs.EndSession(ctx, &pb.EndSessionRequest{JobId: a.JobID, Rank: uint32(a.Rank), Abort: abort, Reason: reason})
+	_, err := c.jobs.EndSession(ctx, &pb.EndSessionRequest{JobId: a.JobID, Rank: uint32(a.Rank), Abort: abort, Reason: reason, JobToken: a.token})
 	if err != nil {
 		return c.wrap(fmt.Sprintf("end job %d", a.JobID), err)
 	}

@@ -31,22 +31,26 @@ const (
 	// open its KeepAlive stream (or end the session) before the job is
 	// aborted.
 	DefaultLivenessTimeout = 30 * time.Second
+	// DefaultMaxPendingSessions bounds the sessions waiting for ranks.
+	DefaultMaxPendingSessions = 256
 )
 
 // QPNScheme says how the controller picks switch QPNs.
 type QPNScheme uint8
 
 const (
-	// QPNOpaque gives each job a contiguous, counter-allocated range of
-	// num_workers × q QPNs from [0x000100, 0x800000): rank r's QP i gets
-	// base + r·q + i. The software switch treats QPNs as opaque table keys,
-	// so this scales past 32 workers and 512 QPs, and the range never
-	// overlaps the Tofino encoding.
+	// QPNOpaque gives each QP of a job a random unused QPN from
+	// [0x000100, 0x800000), so a job's QPNs cannot be guessed from another
+	// job's. The software switch treats QPNs as opaque table keys, so this
+	// scales past 32 workers and 512 QPs, and the range never overlaps the
+	// Tofino encoding.
 	QPNOpaque QPNScheme = iota
 	// QPNP4App uses wire.P4AppQPN(rank, i) (0x800000 | rank<<16 | i), the
 	// encoding the Tofino program parses: at most 32 workers and 512 QPs, and
 	// since every job gets the same QPNs, a worker address can be in one job
-	// at a time (the switch keys QPs by source IP and QPN).
+	// at a time (the switch keys QPs by source IP and QPN). The Tofino
+	// program derives the worker and QP index from these bits, so they
+	// cannot be randomized: only the PSNs are.
 	QPNP4App
 )
 
@@ -100,6 +104,19 @@ type Config struct {
 	// ServerOptions are appended to the gRPC server's options (TLS
 	// credentials, interceptors).
 	ServerOptions []grpc.ServerOption
+	// OperatorToken, when set, is the secret an operator presents as
+	// "authorization: Bearer <token>" metadata (OperatorCredentials) to list
+	// every job and end any job without its job token. Empty: no operator.
+	OperatorToken string
+	// AllowAddressMismatch accepts registrations whose RoCE address is not
+	// the gRPC caller's address (NAT, a RoCE NIC other than the one that
+	// reaches the controller). Off, such a registration is refused with
+	// PERMISSION_DENIED: results would go to another host.
+	AllowAddressMismatch bool
+	// MaxPendingSessions bounds the sessions waiting for their ranks; a
+	// registration that would open one more gets RESOURCE_EXHAUSTED. 0
+	// means DefaultMaxPendingSessions.
+	MaxPendingSessions int
 }
 
 // Controller is the SwitchML control plane: the gRPC services Session, Sync
@@ -124,7 +141,7 @@ type Controller struct {
 	jobBySession map[uint32]*job
 	nextJobID    uint32
 	pool         rangeAlloc
-	qpns         rangeAlloc
+	qpnsInUse    map[uint32]struct{} // QPNOpaque: switch QPNs of running jobs
 	p4appAddrs   map[netip.Addr]uint32 // QPNP4App: worker address → job id
 	barriers     map[uint32]*syncGen   // by session id
 	broadcasts   map[uint32]*syncGen
@@ -176,6 +193,9 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.SessionTimeout <= 0 {
 		cfg.SessionTimeout = DefaultSessionTimeout
 	}
+	if cfg.MaxPendingSessions <= 0 {
+		cfg.MaxPendingSessions = DefaultMaxPendingSessions
+	}
 	if cfg.LivenessTimeout == 0 {
 		cfg.LivenessTimeout = DefaultLivenessTimeout
 	}
@@ -192,7 +212,7 @@ func New(cfg Config) (*Controller, error) {
 		jobBySession: make(map[uint32]*job),
 		nextJobID:    1,
 		pool:         newRangeAlloc(0, cfg.PoolSize),
-		qpns:         newRangeAlloc(opaqueQPNLo, opaqueQPNHi),
+		qpnsInUse:    make(map[uint32]struct{}),
 		p4appAddrs:   make(map[netip.Addr]uint32),
 		barriers:     make(map[uint32]*syncGen),
 		broadcasts:   make(map[uint32]*syncGen),
@@ -330,10 +350,6 @@ func (s jobService) KeepAlive(req *pb.KeepAliveRequest, stream grpc.ServerStream
 	return s.c.keepAlive(req, stream)
 }
 
-func (s jobService) ListJobs(context.Context, *pb.ListJobsRequest) (*pb.ListJobsResponse, error) {
-	resp := &pb.ListJobsResponse{}
-	for _, info := range s.c.Jobs() {
-		resp.Jobs = append(resp.Jobs, info.proto())
-	}
-	return resp, nil
+func (s jobService) ListJobs(ctx context.Context, req *pb.ListJobsRequest) (*pb.ListJobsResponse, error) {
+	return s.c.listJobs(ctx, req), nil
 }

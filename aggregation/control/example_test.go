@@ -58,12 +58,13 @@ func ExampleClient_RegisterRDMA() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Printf("job %d: write to %v, QPNs %#x, pool indices %v\n", a.JobID, a.SwitchAddr, a.SwitchQPNs, a.QPPoolIndices)
+	// Switch QPNs are random per job; QP i writes to a.SwitchQPNs[i].
+	fmt.Printf("job %d: write to %v, %d switch QPNs, pool indices %v\n", a.JobID, a.SwitchAddr, len(a.SwitchQPNs), a.QPPoolIndices)
 	if err := c.EndSession(context.Background(), a); err != nil {
 		panic(err)
 	}
 	// Output:
 	// switch: add job 1, 1 worker(s), slots [0, 8)
-	// job 1: write to 127.0.0.1, QPNs [0x100 0x101], pool indices [0 8]
+	// job 1: write to 127.0.0.1, 2 switch QPNs, pool indices [0 8]
 	// switch: remove job 1
 }

@@ -63,8 +63,8 @@ type job struct {
 	spec       wire.Job
 	sessionID  uint32
 	params     sessionParams
-	pool       span // slots
-	qpnRange   span // QPNOpaque only
+	pool       span   // slots
+	token      []byte // the job's secret (RdmaSessionResponse.job_token)
 	switchPSNs [][]uint32
 	ended      []bool // rank called EndSession
 	attached   []bool // rank opened a KeepAlive stream at some point
@@ -84,6 +84,15 @@ func (c *Controller) rdmaSession(ctx context.Context, req *pb.RdmaSessionRequest
 		return nil, err
 	}
 	sid := req.GetSessionId()
+	if from, ok := c.peerMayRegister(ctx, reg.addr); !ok {
+		caller := "an unknown address"
+		if from.IsValid() {
+			caller = from.String()
+		}
+		return nil, status.Errorf(codes.PermissionDenied,
+			"session %d: rank %d registered RoCE address %v but called from %s; results would go to another host. Register the address this host reaches the controller from, or start the controller with --allow-address-mismatch (NAT, a separate RoCE network)",
+			sid, reg.rank, reg.addr, caller)
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -96,6 +105,12 @@ func (c *Controller) rdmaSession(ctx context.Context, req *pb.RdmaSessionRequest
 			sid, j.id(), j.params.numWorkers)
 	}
 	p := c.pending[sid]
+	if p == nil && len(c.pending) >= c.cfg.MaxPendingSessions {
+		c.mu.Unlock()
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"session %d: %d sessions are already waiting for their workers (the controller's limit); wait for them to start or time out (%v), or raise --max-pending-sessions",
+			sid, len(c.pending), c.cfg.SessionTimeout)
+	}
 	if p == nil {
 		p = &pendingSession{id: sid, params: params, firstRank: reg.rank, regs: make(map[int]*registration), done: make(chan struct{})}
 		p.timer = time.AfterFunc(c.cfg.SessionTimeout, func() { c.expire(p) })
@@ -244,10 +259,15 @@ func (c *Controller) parseRegistration(req *pb.RdmaSessionRequest) (*registratio
 	if c.cfg.QPNScheme == QPNP4App && (n > wire.MaxP4AppWorkers || q > wire.MaxP4AppQPs) {
 		return bad("%d workers × %d QPs: the Tofino QPN encoding holds %d workers and %d QPs per worker; use fewer, or the software switch", n, q, wire.MaxP4AppWorkers, wire.MaxP4AppQPs)
 	}
+	seen := make(map[uint32]int, q)
 	for i, v := range req.GetQpns() {
 		if v > 0xFFFFFF {
 			return bad("rank %d: QPN %#x of QP %d has more than 24 bits", rank, v, i)
 		}
+		if first, dup := seen[v]; dup {
+			return bad("rank %d: QPs %d and %d both have QPN %#x; send each QP's own QPN", rank, first, i, v)
+		}
+		seen[v] = i
 	}
 	for i, v := range req.GetPsns() {
 		if v > 0xFFFFFF {
@@ -401,18 +421,17 @@ func (c *Controller) allocJob(p *pendingSession) (*job, error) {
 		sessionID:  p.id,
 		params:     prm,
 		pool:       pool,
+		token:      newJobToken(),
 		switchPSNs: make([][]uint32, prm.numWorkers),
 		ended:      make([]bool, prm.numWorkers),
 		attached:   make([]bool, prm.numWorkers),
 		streamOpen: make([]bool, prm.numWorkers),
 		done:       make(chan struct{}),
 	}
-	if c.cfg.QPNScheme == QPNOpaque {
-		j.qpnRange, ok = c.qpns.alloc(uint32(prm.numWorkers * prm.qps))
-		if !ok {
-			c.pool.free(pool)
-			return nil, status.Errorf(codes.ResourceExhausted, "session %d: out of switch QPNs for %d workers × %d QPs; end other jobs", p.id, prm.numWorkers, prm.qps)
-		}
+	if c.cfg.QPNScheme == QPNOpaque && uint64(len(c.qpnsInUse))+uint64(prm.numWorkers*prm.qps) > (opaqueQPNHi-opaqueQPNLo)/2 {
+		// Half full at most, so random picks find a free QPN quickly.
+		c.pool.free(pool)
+		return nil, status.Errorf(codes.ResourceExhausted, "session %d: out of switch QPNs for %d workers × %d QPs; end other jobs", p.id, prm.numWorkers, prm.qps)
 	}
 	for c.jobs[c.nextJobID] != nil || c.nextJobID == 0 {
 		c.nextJobID++
@@ -432,7 +451,7 @@ func (c *Controller) allocJob(p *pendingSession) (*job, error) {
 		psns := make([]uint32, prm.qps)
 		for i := range sq {
 			if c.cfg.QPNScheme == QPNOpaque {
-				sq[i] = j.qpnRange.base + uint32(r*prm.qps+i)
+				sq[i] = c.randomQPN()
 			} else {
 				sq[i], _ = wire.P4AppQPN(r, i) // bounds checked in parseRegistration
 			}
@@ -459,13 +478,28 @@ func (c *Controller) allocJob(p *pendingSession) (*job, error) {
 	return j, nil
 }
 
-// freeJob returns a job's pool and QPN ranges. Holds c.mu.
+// randomQPN picks an unused opaque switch QPN and marks it used; the space
+// is at most half full (allocJob), so this takes two tries on average.
+// Holds c.mu.
+func (c *Controller) randomQPN() uint32 {
+	for {
+		q := opaqueQPNLo + rand.Uint32N(opaqueQPNHi-opaqueQPNLo)
+		if _, used := c.qpnsInUse[q]; !used {
+			c.qpnsInUse[q] = struct{}{}
+			return q
+		}
+	}
+}
+
+// freeJob returns a job's pool range and QPNs. Holds c.mu.
 func (c *Controller) freeJob(j *job) {
 	c.pool.free(j.pool)
-	if c.cfg.QPNScheme == QPNOpaque {
-		c.qpns.free(j.qpnRange)
-	}
 	for _, w := range j.spec.Workers {
+		if c.cfg.QPNScheme == QPNOpaque {
+			for _, q := range w.SwitchQPNs {
+				delete(c.qpnsInUse, q)
+			}
+		}
 		if c.p4appAddrs[w.Addr] == j.id() {
 			delete(c.p4appAddrs, w.Addr)
 		}
@@ -492,6 +526,7 @@ func (c *Controller) response(j *job, rank int) *pb.RdmaSessionResponse {
 		QpPoolIndices:     idx,
 		NumWorkers:        uint32(j.params.numWorkers),
 		PacketsPerMessage: uint32(ppm),
+		JobToken:          slices.Clone(j.token),
 	}
 	if c.cfg.SwitchIPv4.IsValid() {
 		resp.Ipv4 = binary.BigEndian.Uint32(c.cfg.SwitchIPv4.AsSlice())
@@ -568,12 +603,23 @@ func (c *Controller) checkLiveness(j *job) {
 		word, formatRanks(missing), j.params.numWorkers, c.cfg.LivenessTimeout), endReasonLiveness)
 }
 
-func (c *Controller) endSession(_ context.Context, req *pb.EndSessionRequest) (*pb.EndSessionResponse, error) {
+// errBadToken is what a call about job id gets without the job's token.
+func errBadToken(id uint32) error {
+	return status.Errorf(codes.PermissionDenied,
+		"job %d: job_token missing or wrong: pass the job_token RdmaSession returned to this job's ranks (control.Client does), or the controller's operator token", id)
+}
+
+func (c *Controller) endSession(ctx context.Context, req *pb.EndSessionRequest) (*pb.EndSessionResponse, error) {
+	operator := c.isOperator(ctx)
 	c.mu.Lock()
 	j := c.jobs[req.GetJobId()]
 	if j == nil {
 		c.mu.Unlock()
 		return nil, status.Errorf(codes.NotFound, "job %d is not running (it ended already, or the id is wrong: see ListJobs)", req.GetJobId())
+	}
+	if !operator && !tokenEqual(req.GetJobToken(), j.token) {
+		c.mu.Unlock()
+		return nil, errBadToken(j.id())
 	}
 	rank := int(req.GetRank())
 	if rank >= j.params.numWorkers {
@@ -614,6 +660,10 @@ func (c *Controller) keepAlive(req *pb.KeepAliveRequest, stream eventSender) err
 		c.mu.Unlock()
 		return status.Errorf(codes.NotFound, "job %d is not running (it ended already, or the id is wrong: see ListJobs)", req.GetJobId())
 	}
+	if !tokenEqual(req.GetJobToken(), j.token) {
+		c.mu.Unlock()
+		return errBadToken(j.id())
+	}
 	rank := int(req.GetRank())
 	switch {
 	case rank >= j.params.numWorkers:
@@ -647,6 +697,30 @@ func (c *Controller) keepAlive(req *pb.KeepAliveRequest, stream eventSender) err
 		c.endJob(j, true, fmt.Sprintf("rank %d's keep-alive stream closed before it ended its session (worker exited or lost the controller)", rank), endReasonKeepAlive)
 	}
 	return err
+}
+
+// listJobs answers ListJobs: every job for an operator, otherwise only the
+// jobs whose token the request carries; the rest are only counted.
+func (c *Controller) listJobs(ctx context.Context, req *pb.ListJobsRequest) *pb.ListJobsResponse {
+	operator := c.isOperator(ctx)
+	c.mu.Lock()
+	infos := make([]JobInfo, 0, len(c.jobs))
+	hidden := 0
+	for _, j := range c.jobs {
+		visible := operator || slices.ContainsFunc(req.GetJobTokens(), func(t []byte) bool { return tokenEqual(t, j.token) })
+		if visible {
+			infos = append(infos, j.info())
+		} else {
+			hidden++
+		}
+	}
+	c.mu.Unlock()
+	sortJobInfos(infos)
+	resp := &pb.ListJobsResponse{HiddenJobs: uint32(hidden)}
+	for _, info := range infos {
+		resp.Jobs = append(resp.Jobs, info.proto())
+	}
+	return resp
 }
 
 func (j *job) info() JobInfo {

@@ -422,8 +422,12 @@ type RdmaSessionResponse struct {
 	QpPoolIndices     []uint32 `protobuf:"varint,105,rep,packed,name=qp_pool_indices,json=qpPoolIndices,proto3" json:"qp_pool_indices,omitempty"`
 	NumWorkers        uint32   `protobuf:"varint,106,opt,name=num_workers,json=numWorkers,proto3" json:"num_workers,omitempty"`
 	PacketsPerMessage uint32   `protobuf:"varint,107,opt,name=packets_per_message,json=packetsPerMessage,proto3" json:"packets_per_message,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// job_token is the job's secret, the same for every rank (128 random
+	// bits): KeepAlive, EndSession and ListJobs of this job must carry it.
+	// p4app workers ignore it (docs/security.md).
+	JobToken      []byte `protobuf:"bytes,108,opt,name=job_token,json=jobToken,proto3" json:"job_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RdmaSessionResponse) Reset() {
@@ -552,6 +556,13 @@ func (x *RdmaSessionResponse) GetPacketsPerMessage() uint32 {
 		return x.PacketsPerMessage
 	}
 	return 0
+}
+
+func (x *RdmaSessionResponse) GetJobToken() []byte {
+	if x != nil {
+		return x.JobToken
+	}
+	return nil
 }
 
 // UdpSession messages: present so the service matches p4app's; unused.
@@ -926,8 +937,11 @@ type EndSessionRequest struct {
 	Rank  uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
 	// abort ends the job now for every rank (their KeepAlive streams get
 	// ENDED with reason).
-	Abort         bool   `protobuf:"varint,3,opt,name=abort,proto3" json:"abort,omitempty"`
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Abort  bool   `protobuf:"varint,3,opt,name=abort,proto3" json:"abort,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// job_token from RdmaSessionResponse; an operator (the controller's
+	// operator token in the "authorization: Bearer" metadata) may omit it.
+	JobToken      []byte `protobuf:"bytes,5,opt,name=job_token,json=jobToken,proto3" json:"job_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -990,6 +1004,13 @@ func (x *EndSessionRequest) GetReason() string {
 	return ""
 }
 
+func (x *EndSessionRequest) GetJobToken() []byte {
+	if x != nil {
+		return x.JobToken
+	}
+	return nil
+}
+
 type EndSessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// ended is true when this call removed the job.
@@ -1045,9 +1066,11 @@ func (x *EndSessionResponse) GetPendingRanks() []uint32 {
 }
 
 type KeepAliveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         uint32                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Rank          uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId uint32                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Rank  uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	// job_token from RdmaSessionResponse.
+	JobToken      []byte `protobuf:"bytes,3,opt,name=job_token,json=jobToken,proto3" json:"job_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1094,6 +1117,13 @@ func (x *KeepAliveRequest) GetRank() uint32 {
 		return x.Rank
 	}
 	return 0
+}
+
+func (x *KeepAliveRequest) GetJobToken() []byte {
+	if x != nil {
+		return x.JobToken
+	}
+	return nil
 }
 
 type JobEvent struct {
@@ -1166,7 +1196,10 @@ func (x *JobEvent) GetReason() string {
 }
 
 type ListJobsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// job_tokens select the jobs the caller may see; an operator sees every
+	// job without them.
+	JobTokens     [][]byte `protobuf:"bytes,1,rep,name=job_tokens,json=jobTokens,proto3" json:"job_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1199,6 +1232,13 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
 	return file_switchml_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListJobsRequest) GetJobTokens() [][]byte {
+	if x != nil {
+		return x.JobTokens
+	}
+	return nil
 }
 
 type JobInfo struct {
@@ -1327,8 +1367,11 @@ func (x *JobInfo) GetEndedRanks() []uint32 {
 }
 
 type ListJobsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Jobs          []*JobInfo             `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Jobs  []*JobInfo             `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// hidden_jobs is the number of running jobs left out because the caller
+	// holds neither their token nor the operator token.
+	HiddenJobs    uint32 `protobuf:"varint,2,opt,name=hidden_jobs,json=hiddenJobs,proto3" json:"hidden_jobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1370,6 +1413,13 @@ func (x *ListJobsResponse) GetJobs() []*JobInfo {
 	return nil
 }
 
+func (x *ListJobsResponse) GetHiddenJobs() uint32 {
+	if x != nil {
+		return x.HiddenJobs
+	}
+	return 0
+}
+
 var File_switchml_proto protoreflect.FileDescriptor
 
 const file_switchml_proto_rawDesc = "" +
@@ -1393,7 +1443,7 @@ const file_switchml_proto_rawDesc = "" +
 	"\x03gid\x18d \x01(\fR\x03gid\x12.\n" +
 	"\x05dtype\x18e \x01(\x0e2\x18.switchml_proto.DataTypeR\x05dtype\x12(\n" +
 	"\x02op\x18f \x01(\x0e2\x18.switchml_proto.ReduceOpR\x02op\x12*\n" +
-	"\x11packet_size_bytes\x18g \x01(\rR\x0fpacketSizeBytes\"\xa0\x03\n" +
+	"\x11packet_size_bytes\x18g \x01(\rR\x0fpacketSizeBytes\"\xbd\x03\n" +
 	"\x13RdmaSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x10\n" +
@@ -1411,7 +1461,8 @@ const file_switchml_proto_rawDesc = "" +
 	"\x0fqp_pool_indices\x18i \x03(\rR\rqpPoolIndices\x12\x1f\n" +
 	"\vnum_workers\x18j \x01(\rR\n" +
 	"numWorkers\x12.\n" +
-	"\x13packets_per_message\x18k \x01(\rR\x11packetsPerMessage\"\xca\x01\n" +
+	"\x13packets_per_message\x18k \x01(\rR\x11packetsPerMessage\x12\x1b\n" +
+	"\tjob_token\x18l \x01(\fR\bjobToken\"\xca\x01\n" +
 	"\x11UdpSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x12\n" +
@@ -1444,18 +1495,20 @@ const file_switchml_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18d \x01(\rR\tsessionId\")\n" +
 	"\x11BroadcastResponse\x12\x14\n" +
-	"\x05value\x18\x01 \x01(\x04R\x05value\"l\n" +
+	"\x05value\x18\x01 \x01(\x04R\x05value\"\x89\x01\n" +
 	"\x11EndSessionRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x14\n" +
 	"\x05abort\x18\x03 \x01(\bR\x05abort\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"O\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1b\n" +
+	"\tjob_token\x18\x05 \x01(\fR\bjobToken\"O\n" +
 	"\x12EndSessionResponse\x12\x14\n" +
 	"\x05ended\x18\x01 \x01(\bR\x05ended\x12#\n" +
-	"\rpending_ranks\x18\x02 \x03(\rR\fpendingRanks\"=\n" +
+	"\rpending_ranks\x18\x02 \x03(\rR\fpendingRanks\"Z\n" +
 	"\x10KeepAliveRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x12\n" +
-	"\x04rank\x18\x02 \x01(\rR\x04rank\"\xa7\x01\n" +
+	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1b\n" +
+	"\tjob_token\x18\x03 \x01(\fR\bjobToken\"\xa7\x01\n" +
 	"\bJobEvent\x121\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1d.switchml_proto.JobEvent.KindR\x04kind\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\rR\x05jobId\x12\x18\n" +
@@ -1463,8 +1516,10 @@ const file_switchml_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x1f\n" +
 	"\x04Kind\x12\f\n" +
 	"\bATTACHED\x10\x00\x12\t\n" +
-	"\x05ENDED\x10\x01\"\x11\n" +
-	"\x0fListJobsRequest\"\xf6\x02\n" +
+	"\x05ENDED\x10\x01\"0\n" +
+	"\x0fListJobsRequest\x12\x1d\n" +
+	"\n" +
+	"job_tokens\x18\x01 \x03(\fR\tjobTokens\"\xf6\x02\n" +
 	"\aJobInfo\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x1d\n" +
 	"\n" +
@@ -1482,9 +1537,11 @@ const file_switchml_proto_rawDesc = "" +
 	"\x05dtype\x18\n" +
 	" \x01(\x0e2\x18.switchml_proto.DataTypeR\x05dtype\x12\x1f\n" +
 	"\vended_ranks\x18\v \x03(\rR\n" +
-	"endedRanks\"?\n" +
+	"endedRanks\"`\n" +
 	"\x10ListJobsResponse\x12+\n" +
-	"\x04jobs\x18\x01 \x03(\v2\x17.switchml_proto.JobInfoR\x04jobs*A\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x17.switchml_proto.JobInfoR\x04jobs\x12\x1f\n" +
+	"\vhidden_jobs\x18\x02 \x01(\rR\n" +
+	"hiddenJobs*A\n" +
 	"\n" +
 	"PacketSize\x12\v\n" +
 	"\aMTU_128\x10\x00\x12\v\n" +

@@ -360,7 +360,8 @@ type JobClient interface {
 	// (reason says why) and the stream closes. A stream that closes before its
 	// rank called EndSession means the worker is gone: the job is aborted.
 	KeepAlive(ctx context.Context, in *KeepAliveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[JobEvent], error)
-	// ListJobs describes the running jobs (operators, tests).
+	// ListJobs describes the running jobs whose token the caller passes, or
+	// every job for an operator.
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
 }
 
@@ -426,7 +427,8 @@ type JobServer interface {
 	// (reason says why) and the stream closes. A stream that closes before its
 	// rank called EndSession means the worker is gone: the job is aborted.
 	KeepAlive(*KeepAliveRequest, grpc.ServerStreamingServer[JobEvent]) error
-	// ListJobs describes the running jobs (operators, tests).
+	// ListJobs describes the running jobs whose token the caller passes, or
+	// every job for an operator.
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
 	mustEmbedUnimplementedJobServer()
 }

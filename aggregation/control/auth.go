@@ -1,0 +1,103 @@
+package control
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"net"
+	"net/netip"
+	"strings"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+)
+
+// jobTokenSize is the length of a job's secret: 128 random bits, as many
+// as a TLS session key, so guessing one is not a practical attack.
+const jobTokenSize = 16
+
+func newJobToken() []byte {
+	t := make([]byte, jobTokenSize)
+	rand.Read(t) // never fails (crypto/rand.Read panics on a broken RNG)
+	return t
+}
+
+// tokenEqual compares secrets in time independent of where they differ.
+func tokenEqual(a, b []byte) bool {
+	return len(a) == len(b) && subtle.ConstantTimeCompare(a, b) == 1
+}
+
+// operatorMetadataKey carries the operator token: "authorization: Bearer
+// <token>", gRPC's usual per-RPC credential.
+const operatorMetadataKey = "authorization"
+
+// isOperator reports whether the call carries the controller's operator
+// token. With no operator token configured nobody is an operator.
+func (c *Controller) isOperator(ctx context.Context) bool {
+	if c.cfg.OperatorToken == "" {
+		return false
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get(operatorMetadataKey) {
+		tok, ok := strings.CutPrefix(v, "Bearer ")
+		if ok && subtle.ConstantTimeCompare([]byte(tok), []byte(c.cfg.OperatorToken)) == 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// OperatorCredentials returns per-RPC credentials that present token as the
+// controller's operator token (pass grpc.WithPerRPCCredentials(…) to Dial).
+// With requireTLS, gRPC refuses to send it over a plaintext connection; pass
+// false only for a controller on loopback.
+func OperatorCredentials(token string, requireTLS bool) credentials.PerRPCCredentials {
+	return operatorCreds{token: token, requireTLS: requireTLS}
+}
+
+type operatorCreds struct {
+	token      string
+	requireTLS bool
+}
+
+func (o operatorCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{operatorMetadataKey: "Bearer " + o.token}, nil
+}
+
+func (o operatorCreds) RequireTransportSecurity() bool { return o.requireTLS }
+
+// peerMayRegister reports whether the gRPC caller may register addr as its
+// RoCE address: addr must be the caller's own address, except that a caller
+// on loopback (or a Unix socket) may register any loopback address, since
+// one host then runs the controller and its workers each on its own
+// 127.0.0.x. Config.AllowAddressMismatch turns the check off (NAT, hosts
+// whose RoCE NIC is not the one that reaches the controller).
+func (c *Controller) peerMayRegister(ctx context.Context, addr netip.Addr) (netip.Addr, bool) {
+	if c.cfg.AllowAddressMismatch {
+		return netip.Addr{}, true
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return netip.Addr{}, false
+	}
+	var from netip.Addr
+	switch a := p.Addr.(type) {
+	case *net.TCPAddr:
+		from, _ = netip.AddrFromSlice(a.IP)
+	case *net.UnixAddr:
+		return netip.Addr{}, addr.IsLoopback()
+	default:
+		if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+			from = ap.Addr()
+		}
+	}
+	from = from.Unmap()
+	if !from.IsValid() {
+		return from, false
+	}
+	if from.IsLoopback() && addr.IsLoopback() {
+		return from, true
+	}
+	return from, from == addr.Unmap()
+}
