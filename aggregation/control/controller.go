@@ -141,7 +141,7 @@ type Controller struct {
 	jobBySession map[uint32]*job
 	nextJobID    uint32
 	pool         rangeAlloc
-	qpnsInUse    map[uint32]struct{} // QPNOpaque: switch QPNs of running jobs
+	qpnsInUse    map[uint32]struct{}   // QPNOpaque: switch QPNs of running jobs
 	p4appAddrs   map[netip.Addr]uint32 // QPNP4App: worker address → job id
 	barriers     map[uint32]*syncGen   // by session id
 	broadcasts   map[uint32]*syncGen

@@ -32,7 +32,7 @@ func controllerCommand() *cli.Command {
 			"over P4Runtime: per job the receive and sender tables, the PSN registers and a multicast group;\n" +
 			"on teardown it deletes them and clears the job's registers. Jobs use Tofino QPNs\n" +
 			"(0x800000 | rank<<16 | qp: ≤ 32 workers, ≤ 512 QPs) and 256 B packets. See docs/p4.md.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "p4runtime", Usage: "the switch's P4Runtime server `ADDR` (host:port, e.g. Stratum's :9559)", Required: true, EnvVars: []string{"SWML_P4RUNTIME"}, Category: "switch"},
 			&cli.StringFlag{Name: "p4info", Usage: "P4Info `FILE` bf-p4c wrote for p4/rdma_switch (text or binary)", Required: true, EnvVars: []string{"SWML_P4INFO"}, Category: "switch"},
 			&cli.Uint64Flag{Name: "device-id", Usage: "P4Runtime device id", EnvVars: []string{"SWML_DEVICE_ID"}, Category: "switch"},
@@ -46,7 +46,7 @@ func controllerCommand() *cli.Command {
 			&cli.Float64Flag{Name: "drop-egress", Usage: "simulated result loss probability (0–1)", EnvVars: []string{"SWML_DROP_EGRESS"}, Category: "testing"},
 			&cli.StringFlag{Name: "listen", Value: control.DefaultAddr, Usage: "gRPC `ADDR` for workers (loopback unless told otherwise)", EnvVars: []string{"SWML_LISTEN"}, Category: "control plane"},
 			&cli.DurationFlag{Name: "session-timeout", Value: control.DefaultSessionTimeout, Usage: "bound on waits for other workers and on switch writes", EnvVars: []string{"SWML_SESSION_TIMEOUT"}, Category: "control plane"},
-		},
+		}, controlSecurityFlags()...),
 		Action: runController,
 	}
 }
@@ -88,6 +88,10 @@ func runController(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
+	security, err := parseControlSecurity(c)
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
 	info, err := p4rt.LoadP4Info(c.String("p4info"))
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
@@ -118,10 +122,12 @@ func runController(c *cli.Context) error {
 	}
 	defer prog.Close()
 
-	ctl, err := control.New(control.Config{
+	ccfg := control.Config{
 		Programmer: prog, SwitchMAC: mac, SwitchIPv4: ip, PoolSize: uint32(c.Uint("pool-size")),
 		QPNScheme: control.QPNP4App, SessionTimeout: c.Duration("session-timeout"), Logger: log,
-	})
+	}
+	security.apply(&ccfg, c.String("listen"), log)
+	ctl, err := control.New(ccfg)
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
@@ -37,7 +39,7 @@ func switchCommand() *cli.Command {
 			"workers' gRPC control plane on --controller-addr (loopback unless told otherwise). Start the\n" +
 			"workers with `swml-rdma worker --controller ADDR`. On SIGINT or SIGTERM it aborts the running jobs,\n" +
 			"closes the switch, flushes --pcap and prints the final counters to stdout. See docs/operations.md.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			offloadFlag("network"),
 			&cli.StringFlag{Name: "addr", Value: "127.0.0.1", Usage: "the switch's RoCE `IP` (UDP 4791): workers write to it", EnvVars: []string{"SWML_SWITCH_ADDR"}, Category: "network"},
 			&cli.StringFlag{Name: "controller-addr", Value: control.DefaultAddr, Usage: "gRPC listen `ADDR` (host:port) of the controller; port 0 picks a free one", EnvVars: []string{"SWML_CONTROLLER_ADDR"}, Category: "network"},
@@ -48,7 +50,7 @@ func switchCommand() *cli.Command {
 			&cli.Float64Flag{Name: "loss", Usage: "drop simulator: ingress and egress loss probability, e.g. 0.01", EnvVars: []string{"SWML_LOSS"}, Category: "testing"},
 			&cli.StringFlag{Name: "pcap", Usage: "record every datagram in and out to `FILE` (pcap, Wireshark decodes RoCEv2)", EnvVars: []string{"SWML_PCAP"}, Category: "output"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error (logs go to stderr)", EnvVars: []string{"SWML_LOG_LEVEL"}, Category: "output"},
-		},
+		}, controlSecurityFlags()...),
 		Action: runSwitch,
 	}
 }
@@ -65,6 +67,7 @@ type switchConfig struct {
 	pcap           string
 	logLevel       slog.Level
 	offload        udp.Offload
+	security       controlSecurity
 }
 
 func switchFlags(c *cli.Context) (switchConfig, error) {
@@ -108,7 +111,76 @@ func switchFlags(c *cli.Context) (switchConfig, error) {
 	if cfg.logLevel, err = parseLogLevel(c.String("log-level")); err != nil {
 		return cfg, err
 	}
+	if cfg.security, err = parseControlSecurity(c); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
+}
+
+// controlSecurityFlags are the control plane's security flags, shared by
+// `switch` and `controller` (docs/security.md).
+func controlSecurityFlags() []cli.Flag {
+	const cat = "control plane security"
+	return []cli.Flag{
+		&cli.StringFlag{Name: "tls-cert", Usage: "serve gRPC over TLS with this certificate `FILE` (PEM; with --tls-key)", EnvVars: []string{"SWML_TLS_CERT"}, Category: cat},
+		&cli.StringFlag{Name: "tls-key", Usage: "private key `FILE` (PEM) of --tls-cert", EnvVars: []string{"SWML_TLS_KEY"}, Category: cat},
+		&cli.StringFlag{Name: "operator-token-file", Usage: "`FILE` holding the operator token (first line): callers presenting it as \"authorization: Bearer TOKEN\" may list and end every job", EnvVars: []string{"SWML_OPERATOR_TOKEN_FILE"}, Category: cat},
+		&cli.BoolFlag{Name: "allow-address-mismatch", Usage: "accept workers whose registered RoCE address is not the address they call the controller from (NAT, a separate RoCE network)", EnvVars: []string{"SWML_ALLOW_ADDRESS_MISMATCH"}, Category: cat},
+		&cli.IntFlag{Name: "max-pending-sessions", Value: control.DefaultMaxPendingSessions, Usage: "sessions that may wait for their workers at once; more get RESOURCE_EXHAUSTED", EnvVars: []string{"SWML_MAX_PENDING_SESSIONS"}, Category: cat},
+	}
+}
+
+// controlSecurity is the parsed controlSecurityFlags.
+type controlSecurity struct {
+	serverOptions        []grpc.ServerOption
+	tls                  bool
+	operatorToken        string
+	allowAddressMismatch bool
+	maxPendingSessions   int
+}
+
+func parseControlSecurity(c *cli.Context) (controlSecurity, error) {
+	s := controlSecurity{allowAddressMismatch: c.Bool("allow-address-mismatch"), maxPendingSessions: c.Int("max-pending-sessions")}
+	cert, key := c.String("tls-cert"), c.String("tls-key")
+	switch {
+	case (cert == "") != (key == ""):
+		return s, errors.New("--tls-cert and --tls-key go together: pass both (PEM certificate and its key) or neither")
+	case cert != "":
+		creds, err := credentials.NewServerTLSFromFile(cert, key)
+		if err != nil {
+			return s, fmt.Errorf("--tls-cert %s / --tls-key %s: %v", cert, key, err)
+		}
+		s.serverOptions = append(s.serverOptions, grpc.Creds(creds))
+		s.tls = true
+	}
+	if f := c.String("operator-token-file"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return s, fmt.Errorf("--operator-token-file: %v", err)
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		s.operatorToken = strings.TrimSpace(line)
+		if len(s.operatorToken) < 16 {
+			return s, fmt.Errorf("--operator-token-file %s: the token is %d characters; use at least 16 random ones (e.g. `openssl rand -hex 32 > %s`)", f, len(s.operatorToken), f)
+		}
+	}
+	if s.maxPendingSessions < 1 {
+		return s, fmt.Errorf("--max-pending-sessions %d: give at least 1 (default %d)", s.maxPendingSessions, control.DefaultMaxPendingSessions)
+	}
+	return s, nil
+}
+
+// apply copies the settings into a controller configuration and warns about
+// a listener that exposes the control plane in plaintext.
+func (s controlSecurity) apply(cfg *control.Config, listen string, log *slog.Logger) {
+	cfg.ServerOptions = append(cfg.ServerOptions, s.serverOptions...)
+	cfg.OperatorToken = s.operatorToken
+	cfg.AllowAddressMismatch = s.allowAddressMismatch
+	cfg.MaxPendingSessions = s.maxPendingSessions
+	host, _, _ := net.SplitHostPort(listen)
+	if a, err := netip.ParseAddr(host); !s.tls && (err != nil || !a.IsLoopback()) {
+		log.Warn("the control plane listens beyond loopback without TLS: job and operator tokens cross the network in the clear; pass --tls-cert/--tls-key (docs/security.md)", "listen", listen)
+	}
 }
 
 // checkHostPort checks that a flag holds host:port.
@@ -212,6 +284,7 @@ func serveSwitch(ctx context.Context, stop func(), cfg switchConfig, log *slog.L
 	}()
 	jobs := &jobCounter{Programmer: sw}
 	ccfg := control.Config{Programmer: jobs, PoolSize: sw.Config().Model.PoolSize, SessionTimeout: cfg.sessionTimeout, Logger: log, Registry: reg}
+	cfg.security.apply(&ccfg, cfg.controllerAddr, log)
 	if cfg.addr.Is4() {
 		ccfg.SwitchIPv4 = cfg.addr
 	} else {
