@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	pb "github.com/swml-rdma/swml-rdma/aggregation/control/switchmlpb"
+)
+
+// writeTestCert writes a self-signed certificate for 127.0.0.1 and its key
+// as PEM files and returns their paths and the certificate's pool.
+func writeTestCert(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "swml-rdma test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(leaf)
+	return certFile, keyFile, pool
+}
+
+func TestSwitchSecurityBadFlags(t *testing.T) {
+	cert, key, _ := writeTestCert(t)
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short.token")
+	if err := os.WriteFile(short, []byte("abc\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"cert without key", []string{"--tls-cert", cert}, "--tls-cert and --tls-key go together"},
+		{"key without cert", []string{"--tls-key", key}, "--tls-cert and --tls-key go together"},
+		{"cert is the key", []string{"--tls-cert", key, "--tls-key", key}, "--tls-cert " + key},
+		{"missing token file", []string{"--operator-token-file", filepath.Join(dir, "none")}, "--operator-token-file"},
+		{"short token", []string{"--operator-token-file", short}, "use at least 16 random ones"},
+		{"pending sessions", []string{"--max-pending-sessions", "0"}, "--max-pending-sessions 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := runSwitchBounded(t, append([]string{"--addr", "127.13.40.9", "--controller-addr", "127.0.0.1:0"}, tt.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want it to mention %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestSwitchTLSOperator runs `switch --tls-cert --tls-key
+// --operator-token-file` and lists jobs over TLS with the operator token.
+// Addresses: 127.13.40.x.
+func TestSwitchTLSOperator(t *testing.T) {
+	cert, key, pool := writeTestCert(t)
+	const token = "0123456789abcdef0123456789abcdef"
+	tokFile := filepath.Join(t.TempDir(), "operator.token")
+	if err := os.WriteFile(tokFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	swCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	_, stderr, done := runInProcess(swCtx, "switch", "--addr", "127.13.40.1", "--controller-addr", "127.0.0.1:0",
+		"--tls-cert", cert, "--tls-key", key, "--operator-token-file", tokFile)
+	exited := make(chan struct{})
+	var runErr error
+	go func() { runErr = <-done; close(exited) }()
+	addr := waitForLine(t, "switch", stderr, readyRE, exited, 30*time.Second)[1]
+
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewClientTLSFromCert(pool, "")),
+		grpc.WithPerRPCCredentials(control.OperatorCredentials(token, true)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
+	defer ccancel()
+	if _, err := pb.NewJobClient(conn).ListJobs(cctx, &pb.ListJobsRequest{}); err != nil {
+		t.Fatalf("ListJobs over TLS with the operator token: %v", err)
+	}
+	stop()
+	<-exited
+	if runErr != nil {
+		t.Fatalf("switch: %v\n%s", runErr, stderr)
+	}
+}
