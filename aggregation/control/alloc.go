@@ -44,6 +44,22 @@ func (a *rangeAlloc) alloc(n uint32) (span, bool) {
 	return span{}, false
 }
 
+// allocAt takes [base, base+n) if it is free.
+func (a *rangeAlloc) allocAt(base, n uint32) (span, bool) {
+	if n == 0 || base < a.lo || base > a.hi || a.hi-base < n {
+		return span{}, false
+	}
+	s := span{base, n}
+	i := sort.Search(len(a.used), func(i int) bool { return a.used[i].base >= base })
+	if i > 0 && a.used[i-1].end() > base || i < len(a.used) && a.used[i].base < s.end() {
+		return span{}, false
+	}
+	a.used = append(a.used, span{})
+	copy(a.used[i+1:], a.used[i:])
+	a.used[i] = s
+	return s, true
+}
+
 // free releases a range alloc returned; freeing an unknown range panics,
 // since that is a controller bug that would corrupt other jobs' ranges.
 func (a *rangeAlloc) free(s span) {

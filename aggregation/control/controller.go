@@ -31,6 +31,9 @@ const (
 	// open its KeepAlive stream (or end the session) before the job is
 	// aborted.
 	DefaultLivenessTimeout = 30 * time.Second
+	// DefaultIdleTimeout ends a job of p4app-switchML workers (which hold
+	// no KeepAlive stream) after this long without a packet.
+	DefaultIdleTimeout = 5 * time.Minute
 	// DefaultMaxPendingSessions bounds the sessions waiting for ranks.
 	DefaultMaxPendingSessions = 256
 )
@@ -94,6 +97,12 @@ type Config struct {
 	// the check, for p4app workers that know nothing of KeepAlive (their
 	// jobs then end only by EndSession or Close).
 	LivenessTimeout time.Duration
+	// IdleTimeout: a job of p4app-style workers (RdmaSession without
+	// packet_size_bytes; they never open KeepAlive and are exempt from the
+	// liveness check) is aborted after this long without a packet reaching
+	// its QPs, when the Programmer is an ActivityReporter (the software
+	// switch). 0 means DefaultIdleTimeout; negative disables.
+	IdleTimeout time.Duration
 	// QPNScheme picks switch QPNs: QPNOpaque (software switch, default) or
 	// QPNP4App (Tofino).
 	QPNScheme QPNScheme
@@ -162,10 +171,11 @@ const (
 	endReasonAbort     = "abort"            // a rank called EndSession with abort
 	endReasonKeepAlive = "keepalive_lost"   // a rank's KeepAlive stream closed
 	endReasonLiveness  = "liveness_timeout" // a rank never opened KeepAlive
+	endReasonIdle      = "idle"             // a p4app job saw no packet for IdleTimeout
 	endReasonShutdown  = "shutdown"         // Close
 )
 
-var endReasons = []string{endReasonEnd, endReasonAbort, endReasonKeepAlive, endReasonLiveness, endReasonShutdown}
+var endReasons = []string{endReasonEnd, endReasonAbort, endReasonKeepAlive, endReasonLiveness, endReasonIdle, endReasonShutdown}
 
 // New checks cfg and builds a Controller; call Serve to accept workers.
 func New(cfg Config) (*Controller, error) {
@@ -198,6 +208,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	if cfg.LivenessTimeout == 0 {
 		cfg.LivenessTimeout = DefaultLivenessTimeout
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
 	}
 	log := cfg.Logger
 	if log == nil {

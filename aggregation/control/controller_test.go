@@ -413,9 +413,13 @@ func TestRegistrationValidation(t *testing.T) {
 		{"unknown op", func(r *pb.RdmaSessionRequest) { r.Op = 3 }, codes.InvalidArgument, "only sums"},
 		{"wide mac", func(r *pb.RdmaSessionRequest) { r.Mac = 1 << 50 }, codes.InvalidArgument, "more than 48 bits"},
 		{"pool exhausted", func(r *pb.RdmaSessionRequest) {
-			r.Qpns, r.Psns, r.MessageSize = []uint32{1, 2, 3, 4}, []uint32{0, 0, 0, 0}, 256*32
+			r.Qpns, r.Psns, r.MessageSize, r.PacketSizeBytes = []uint32{1, 2, 3, 4}, []uint32{0, 0, 0, 0}, 256*32, 256
 		},
 			codes.ResourceExhausted, "needs 128 slots (4 QPs × 32 packets per message) but 64 of 64 slots are free (largest free range 64)"},
+		{"pool exhausted p4app", func(r *pb.RdmaSessionRequest) {
+			r.Qpns, r.Psns, r.MessageSize = []uint32{1, 2, 3, 4}, []uint32{0, 0, 0, 0}, 256*32
+		},
+			codes.ResourceExhausted, "slots [0, 128) are not all free"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,3 +17,13 @@ type Programmer interface {
 	// is not an error.
 	RemoveJob(ctx context.Context, jobID uint32) error
 }
+
+// ActivityReporter is implemented by a Programmer that can count a job's
+// packets (the software switch). The controller uses it to supervise jobs
+// whose workers hold no KeepAlive stream (p4app-switchML workers): such a
+// job ends after Config.IdleTimeout without a packet.
+type ActivityReporter interface {
+	// JobPackets is the number of packets that reached the job's QPs since
+	// AddJob; false if the job is not installed.
+	JobPackets(jobID uint32) (uint64, bool)
+}

@@ -27,6 +27,12 @@ type sessionParams struct {
 	qps         int
 	dtype       wire.DType
 	v6          bool
+	// p4app: the request has no packet_size_bytes, as p4app-switchML's
+	// workers send it. Such a rank is answered at once (p4app's workers
+	// call RdmaSession one after another between barriers, not together),
+	// its job's pool starts at slot 0 (they address pool indices from 0),
+	// and it holds no KeepAlive stream (IdleTimeout supervises the job).
+	p4app bool
 }
 
 func (p sessionParams) ppm() int { return p.messageSize / p.packetSize }
@@ -39,6 +45,10 @@ type registration struct {
 	rkey uint32
 	qpns []uint32
 	psns []uint32
+	// switchQPNs and switchPSNs are drawn at registration for p4app
+	// sessions (the answer cannot wait for the job); nil otherwise.
+	switchQPNs []uint32
+	switchPSNs []uint32
 }
 
 // pendingSession collects registrations until all ranks are in. Guarded by
@@ -49,6 +59,7 @@ type pendingSession struct {
 	params    sessionParams
 	firstRank int // whose parameters the session took, for mismatch errors
 	regs      map[int]*registration
+	reserved  span // p4app: slots [0, need), taken when the session opened
 	starting  bool // all ranks in, or timed out; nobody may leave
 	timer     *time.Timer
 	done      chan struct{}
@@ -65,6 +76,8 @@ type job struct {
 	params     sessionParams
 	pool       span   // slots
 	token      []byte // the job's secret (RdmaSessionResponse.job_token)
+	idle       *time.Timer
+	packets    uint64 // p4app jobs: JobPackets at the last idle check
 	switchPSNs [][]uint32
 	ended      []bool // rank called EndSession
 	attached   []bool // rank opened a KeepAlive stream at some point
@@ -113,6 +126,16 @@ func (c *Controller) rdmaSession(ctx context.Context, req *pb.RdmaSessionRequest
 	}
 	if p == nil {
 		p = &pendingSession{id: sid, params: params, firstRank: reg.rank, regs: make(map[int]*registration), done: make(chan struct{})}
+		if params.p4app {
+			need := uint32(params.qps * params.ppm())
+			var ok bool
+			if p.reserved, ok = c.pool.allocAt(0, need); !ok {
+				c.mu.Unlock()
+				return nil, status.Errorf(codes.ResourceExhausted,
+					"session %d: p4app-style workers (no packet_size_bytes) address pool indices from slot 0, and slots [0, %d) are not all free (%d QPs × %d packets per message); end the jobs using them or send packet_size_bytes (swml-rdma workers do)",
+					sid, need, params.qps, params.ppm())
+			}
+		}
 		p.timer = time.AfterFunc(c.cfg.SessionTimeout, func() { c.expire(p) })
 		c.pending[sid] = p
 	} else if err := p.check(params, reg.rank); err != nil {
@@ -124,6 +147,9 @@ func (c *Controller) rdmaSession(ctx context.Context, req *pb.RdmaSessionRequest
 		return nil, status.Errorf(codes.InvalidArgument,
 			"session %d: rank %d registered twice; every worker needs its own rank in 0..%d", sid, reg.rank, params.numWorkers-1)
 	}
+	if params.p4app {
+		reg.switchQPNs, reg.switchPSNs = c.drawSwitchQPs(reg.rank, params.qps)
+	}
 	p.regs[reg.rank] = reg
 	complete := len(p.regs) == p.params.numWorkers
 	if complete {
@@ -131,12 +157,57 @@ func (c *Controller) rdmaSession(ctx context.Context, req *pb.RdmaSessionRequest
 		p.timer.Stop()
 		c.starting.Add(1)
 	}
+	var early *pb.RdmaSessionResponse
+	if !complete && params.p4app {
+		early = c.buildResponse(sid, params, p.reserved, reg.switchQPNs, reg.switchPSNs)
+	}
 	c.mu.Unlock()
-	c.log.Debug("worker registered", "session", sid, "rank", reg.rank, "workers", params.numWorkers, "addr", reg.addr)
+	c.log.Debug("worker registered", "session", sid, "rank", reg.rank, "workers", params.numWorkers, "addr", reg.addr, "p4app", params.p4app)
+	if early != nil {
+		// p4app's rank 0 calls RdmaSession before the others do (they wait
+		// in a Barrier for it): answer now; the job starts with the last
+		// rank's call, before that call returns.
+		return early, nil
+	}
 	if complete {
 		c.startJob(p)
 	}
 	return c.awaitSession(ctx, p, reg.rank)
+}
+
+// drawSwitchQPs picks rank's switch QPNs and PSNs. Holds c.mu.
+func (c *Controller) drawSwitchQPs(rank, q int) (qpns, psns []uint32) {
+	qpns, psns = make([]uint32, q), make([]uint32, q)
+	for i := range q {
+		if c.cfg.QPNScheme == QPNOpaque {
+			qpns[i] = c.randomQPN()
+		} else {
+			qpns[i], _ = wire.P4AppQPN(rank, i) // bounds checked in parseRegistration
+		}
+		psns[i] = rand.Uint32() & 0xFFFFFF
+	}
+	return qpns, psns
+}
+
+// releasePending frees what a p4app session took before its job existed:
+// the reserved slots and the ranks' switch QPNs. Holds c.mu.
+func (c *Controller) releasePending(p *pendingSession) {
+	if p.reserved.size != 0 {
+		c.pool.free(p.reserved)
+		p.reserved = span{}
+	}
+	for _, reg := range p.regs {
+		c.releaseRegQPNs(reg)
+	}
+}
+
+func (c *Controller) releaseRegQPNs(reg *registration) {
+	if c.cfg.QPNScheme == QPNOpaque {
+		for _, q := range reg.switchQPNs {
+			delete(c.qpnsInUse, q)
+		}
+	}
+	reg.switchQPNs = nil
 }
 
 // awaitSession waits for the session to start or time out; it leaves the
@@ -185,6 +256,7 @@ func (c *Controller) expire(p *pendingSession) {
 		"session %d: %s %s of %d never registered within %v; start the missing workers (same --session, --workers) or raise the controller's session timeout",
 		p.id, word, formatRanks(missing), p.params.numWorkers, c.cfg.SessionTimeout)
 	p.starting = true
+	c.releasePending(p)
 	delete(c.pending, p.id)
 	close(p.done)
 }
@@ -197,9 +269,13 @@ func (c *Controller) leave(p *pendingSession, rank int) bool {
 	if p.starting {
 		return false
 	}
+	if reg := p.regs[rank]; reg != nil {
+		c.releaseRegQPNs(reg)
+	}
 	delete(p.regs, rank)
 	if len(p.regs) == 0 && c.pending[p.id] == p {
 		p.timer.Stop()
+		c.releasePending(p)
 		delete(c.pending, p.id)
 	}
 	return true
@@ -223,6 +299,14 @@ func (p *pendingSession) check(q sessionParams, rank int) error {
 		return mismatch("QP count", q.qps, p.params.qps, "every worker must open the same number of QPs")
 	case q.dtype != p.params.dtype:
 		return mismatch("dtype", q.dtype, p.params.dtype, "every worker must reduce the same element type")
+	case q.p4app != p.params.p4app:
+		style := func(p4 bool) string {
+			if p4 {
+				return "p4app-style (no packet_size_bytes)"
+			}
+			return "swml-rdma-style (packet_size_bytes set)"
+		}
+		return mismatch("request style", style(q.p4app), style(p.params.p4app), "all workers of a job must be p4app-switchML workers or all swml-rdma workers")
 	case q.v6 != p.params.v6:
 		fam := func(v6 bool) string {
 			if v6 {
@@ -351,7 +435,7 @@ func (c *Controller) parseRegistration(req *pb.RdmaSessionRequest) (*registratio
 		qpns: slices.Clone(req.GetQpns()),
 		psns: slices.Clone(req.GetPsns()),
 	}
-	return reg, sessionParams{numWorkers: n, packetSize: size, messageSize: msg, qps: q, dtype: dt, v6: v6}, nil
+	return reg, sessionParams{numWorkers: n, packetSize: size, messageSize: msg, qps: q, dtype: dt, v6: v6, p4app: req.GetPacketSizeBytes() == 0}, nil
 }
 
 // startJob allocates and installs the job of a complete session, then
@@ -382,8 +466,11 @@ func (c *Controller) startJob(p *pendingSession) {
 		c.jobs[j.id()] = j
 		c.jobBySession[p.id] = j
 		c.stats.sessionsTotal++
-		if c.cfg.LivenessTimeout > 0 {
+		if c.cfg.LivenessTimeout > 0 && !p.params.p4app {
 			j.liveness = time.AfterFunc(c.cfg.LivenessTimeout, func() { c.checkLiveness(j) })
+		}
+		if _, ok := c.cfg.Programmer.(ActivityReporter); ok && p.params.p4app && c.cfg.IdleTimeout > 0 {
+			j.idle = time.AfterFunc(c.cfg.IdleTimeout, func() { c.checkIdle(j) })
 		}
 		c.log.Info("job started", "session", p.id, "job", j.id(), "workers", p.params.numWorkers,
 			"qps", p.params.qps, "packet_size", p.params.packetSize, "pool_base", j.pool.base, "pool_slots", j.pool.size)
@@ -399,18 +486,23 @@ func (c *Controller) allocJob(p *pendingSession) (*job, error) {
 	ppm := prm.ppm()
 	need := uint64(prm.qps) * uint64(ppm)
 	if need >= 1<<31 {
+		c.releasePending(p)
 		return nil, status.Errorf(codes.InvalidArgument, "session %d: %d QPs × %d packets per message is too many slots", p.id, prm.qps, ppm)
 	}
 	if c.cfg.QPNScheme == QPNP4App {
 		for r := range prm.numWorkers {
 			if other, busy := c.p4appAddrs[p.regs[r].addr]; busy {
+				c.releasePending(p)
 				return nil, status.Errorf(codes.FailedPrecondition,
 					"session %d: rank %d's address %v is already in job %d; with Tofino QPNs a worker address can be in one job at a time — end job %d or give this worker another address",
 					p.id, r, p.regs[r].addr, other, other)
 			}
 		}
 	}
-	pool, ok := c.pool.alloc(uint32(need))
+	pool, ok := p.reserved, prm.p4app
+	if !ok {
+		pool, ok = c.pool.alloc(uint32(need))
+	}
 	if !ok {
 		free, largest := c.pool.available()
 		return nil, status.Errorf(codes.ResourceExhausted,
@@ -428,7 +520,7 @@ func (c *Controller) allocJob(p *pendingSession) (*job, error) {
 		streamOpen: make([]bool, prm.numWorkers),
 		done:       make(chan struct{}),
 	}
-	if c.cfg.QPNScheme == QPNOpaque && uint64(len(c.qpnsInUse))+uint64(prm.numWorkers*prm.qps) > (opaqueQPNHi-opaqueQPNLo)/2 {
+	if c.cfg.QPNScheme == QPNOpaque && !prm.p4app && uint64(len(c.qpnsInUse))+uint64(prm.numWorkers*prm.qps) > (opaqueQPNHi-opaqueQPNLo)/2 {
 		// Half full at most, so random picks find a free QPN quickly.
 		c.pool.free(pool)
 		return nil, status.Errorf(codes.ResourceExhausted, "session %d: out of switch QPNs for %d workers × %d QPs; end other jobs", p.id, prm.numWorkers, prm.qps)
@@ -447,15 +539,9 @@ func (c *Controller) allocJob(p *pendingSession) (*job, error) {
 	c.nextJobID++
 	for r := range prm.numWorkers {
 		reg := p.regs[r]
-		sq := make([]uint32, prm.qps)
-		psns := make([]uint32, prm.qps)
-		for i := range sq {
-			if c.cfg.QPNScheme == QPNOpaque {
-				sq[i] = c.randomQPN()
-			} else {
-				sq[i], _ = wire.P4AppQPN(r, i) // bounds checked in parseRegistration
-			}
-			psns[i] = rand.Uint32() & 0xFFFFFF
+		sq, psns := reg.switchQPNs, reg.switchPSNs
+		if sq == nil {
+			sq, psns = c.drawSwitchQPs(r, prm.qps)
 		}
 		j.switchPSNs[r] = psns
 		j.spec.Workers[r] = wire.Worker{
@@ -508,30 +594,37 @@ func (c *Controller) freeJob(j *job) {
 
 // response is rank's answer to RdmaSession.
 func (c *Controller) response(j *job, rank int) *pb.RdmaSessionResponse {
-	ppm := j.params.ppm()
-	idx := make([]uint32, j.params.qps)
+	resp := c.buildResponse(j.sessionID, j.params, j.pool, j.spec.Workers[rank].SwitchQPNs, j.switchPSNs[rank])
+	resp.JobId = j.id()
+	resp.JobToken = slices.Clone(j.token)
+	return resp
+}
+
+// buildResponse is an RdmaSession answer without the job's id and token
+// (which an early p4app answer cannot have yet).
+func (c *Controller) buildResponse(sid uint32, prm sessionParams, pool span, qpns, psns []uint32) *pb.RdmaSessionResponse {
+	ppm := prm.ppm()
+	idx := make([]uint32, prm.qps)
 	for i := range idx {
-		idx[i] = uint32(wire.MakePoolIndex(j.pool.base+uint32(i*ppm), 0))
+		idx[i] = uint32(wire.MakePoolIndex(pool.base+uint32(i*ppm), 0))
 	}
 	resp := &pb.RdmaSessionResponse{
-		SessionId:         uint64(j.sessionID),
+		SessionId:         uint64(sid),
 		Mac:               macToUint64(c.cfg.SwitchMAC),
-		Rkey:              uint32(wire.MakePoolIndex(j.pool.base, 0)),
-		Qpns:              slices.Clone(j.spec.Workers[rank].SwitchQPNs),
-		Psns:              slices.Clone(j.switchPSNs[rank]),
-		JobId:             j.id(),
-		PoolBase:          j.pool.base,
-		PoolSlots:         j.pool.size,
-		PacketSizeBytes:   uint32(j.params.packetSize),
+		Rkey:              uint32(wire.MakePoolIndex(pool.base, 0)),
+		Qpns:              slices.Clone(qpns),
+		Psns:              slices.Clone(psns),
+		PoolBase:          pool.base,
+		PoolSlots:         pool.size,
+		PacketSizeBytes:   uint32(prm.packetSize),
 		QpPoolIndices:     idx,
-		NumWorkers:        uint32(j.params.numWorkers),
+		NumWorkers:        uint32(prm.numWorkers),
 		PacketsPerMessage: uint32(ppm),
-		JobToken:          slices.Clone(j.token),
 	}
 	if c.cfg.SwitchIPv4.IsValid() {
 		resp.Ipv4 = binary.BigEndian.Uint32(c.cfg.SwitchIPv4.AsSlice())
 	}
-	if j.params.v6 {
+	if prm.v6 {
 		resp.Gid = c.cfg.SwitchIPv6.AsSlice()
 	}
 	return resp
@@ -555,6 +648,9 @@ func (c *Controller) endJob(j *job, aborted bool, reason, label string) bool {
 	}
 	if j.liveness != nil {
 		j.liveness.Stop()
+	}
+	if j.idle != nil {
+		j.idle.Stop()
 	}
 	c.mu.Unlock()
 
@@ -607,6 +703,25 @@ func (c *Controller) checkLiveness(j *job) {
 func errBadToken(id uint32) error {
 	return status.Errorf(codes.PermissionDenied,
 		"job %d: job_token missing or wrong: pass the job_token RdmaSession returned to this job's ranks (control.Client does), or the controller's operator token", id)
+}
+
+// checkIdle aborts a p4app job (no KeepAlive streams) when no packet
+// reached its QPs since the last check, IdleTimeout ago.
+func (c *Controller) checkIdle(j *job) {
+	n, ok := c.cfg.Programmer.(ActivityReporter).JobPackets(j.id())
+	c.mu.Lock()
+	if j.ending || !ok {
+		c.mu.Unlock()
+		return
+	}
+	if n != j.packets {
+		j.packets = n
+		j.idle.Reset(c.cfg.IdleTimeout)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	c.endJob(j, true, fmt.Sprintf("no packet reached the switch for %v (p4app-switchML workers hold no keep-alive stream: data-plane silence ends their job)", c.cfg.IdleTimeout), endReasonIdle)
 }
 
 func (c *Controller) endSession(ctx context.Context, req *pb.EndSessionRequest) (*pb.EndSessionResponse, error) {

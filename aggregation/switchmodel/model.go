@@ -273,6 +273,16 @@ func (p *Pipeline) SlotsAllocated() uint64 {
 // Jobs is the number of installed jobs.
 func (p *Pipeline) Jobs() int { return len(p.Receiver.jobs) }
 
+// JobPackets is the number of packets that matched job id's QPs since
+// AddJob; false if the job is not installed.
+func (p *Pipeline) JobPackets(id uint32) (uint64, bool) {
+	j, ok := p.Receiver.jobs[id]
+	if !ok {
+		return 0, false
+	}
+	return j.packets, true
+}
+
 // AddJob installs a job from the controller's description (copied): its
 // (worker address, switch QPN) pairs, pool range, worker table and PSNs. The
 // job's slots start empty.

@@ -24,6 +24,10 @@ type jobEntry struct {
 	keys      []qpKey       // the table keys this job installed
 
 	slotsInUse int64
+	// packets counts packets that matched the job's (source, QPN) keys:
+	// the controller's data-plane liveness signal for workers without a
+	// keep-alive stream (p4app-switchML's).
+	packets uint64
 }
 
 type workerEntry struct {
@@ -246,6 +250,7 @@ func (r *RDMAReceiver) Receive(src netip.Addr, pkt *rdma.Packet, md *Metadata) b
 		return false
 	}
 	j := ref.job
+	j.packets++
 	md.job = j
 	md.JobID = j.id
 	md.Rank = int(ref.rank)

@@ -221,6 +221,14 @@ func (s *Switch) RemoveJob(ctx context.Context, jobID uint32) error {
 	return nil
 }
 
+// JobPackets is the number of packets that reached job id's QPs since it
+// was added (control.ActivityReporter); false if no such job is installed.
+func (s *Switch) JobPackets(jobID uint32) (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.eng.pipe.JobPackets(jobID)
+}
+
 // Stats are the switch's counters.
 type Stats struct {
 	PacketsIn, BytesIn   uint64 // datagrams received (before ingress loss)

@@ -229,6 +229,15 @@ func (p *jobCounter) RemoveJob(ctx context.Context, id uint32) error {
 	return err
 }
 
+// JobPackets forwards the switch's per-job packet count, which the
+// controller watches for jobs without keep-alive streams (p4app workers).
+func (p *jobCounter) JobPackets(id uint32) (uint64, bool) {
+	if a, ok := p.Programmer.(control.ActivityReporter); ok {
+		return a.JobPackets(id)
+	}
+	return 0, false
+}
+
 func runSwitch(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("switch takes no arguments (got %q): put flags before nothing, e.g. swml-rdma switch --addr 10.0.0.1", c.Args().Slice()), 2)
