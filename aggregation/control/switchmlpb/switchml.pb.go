@@ -567,13 +567,14 @@ func (x *RdmaSessionResponse) GetJobToken() []byte {
 
 // UdpSession messages: present so the service matches p4app's; unused.
 type UdpSessionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Rank          uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
-	NumWorkers    uint32                 `protobuf:"varint,3,opt,name=num_workers,json=numWorkers,proto3" json:"num_workers,omitempty"`
-	Mac           uint64                 `protobuf:"varint,4,opt,name=mac,proto3" json:"mac,omitempty"`
-	Ipv4          uint32                 `protobuf:"varint,5,opt,name=ipv4,proto3" json:"ipv4,omitempty"`
-	PacketSize    PacketSize             `protobuf:"varint,6,opt,name=packet_size,json=packetSize,proto3,enum=switchml_proto.PacketSize" json:"packet_size,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	SessionId  uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Rank       uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	NumWorkers uint32                 `protobuf:"varint,3,opt,name=num_workers,json=numWorkers,proto3" json:"num_workers,omitempty"`
+	Mac        uint64                 `protobuf:"varint,4,opt,name=mac,proto3" json:"mac,omitempty"`
+	Ipv4       uint32                 `protobuf:"varint,5,opt,name=ipv4,proto3" json:"ipv4,omitempty"`
+	// 7, not 6: p4app's numbering (dev_root/protos/switchml.proto).
+	PacketSize    PacketSize `protobuf:"varint,7,opt,name=packet_size,json=packetSize,proto3,enum=switchml_proto.PacketSize" json:"packet_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1471,7 +1472,7 @@ const file_switchml_proto_rawDesc = "" +
 	"numWorkers\x12\x10\n" +
 	"\x03mac\x18\x04 \x01(\x04R\x03mac\x12\x12\n" +
 	"\x04ipv4\x18\x05 \x01(\rR\x04ipv4\x12;\n" +
-	"\vpacket_size\x18\x06 \x01(\x0e2\x1a.switchml_proto.PacketSizeR\n" +
+	"\vpacket_size\x18\a \x01(\x0e2\x1a.switchml_proto.PacketSizeR\n" +
 	"packetSize\"Y\n" +
 	"\x12UdpSessionResponse\x12\x1d\n" +
 	"\n" +
