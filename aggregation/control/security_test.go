@@ -360,3 +360,62 @@ func (c *Controller) qpnsInUseLen() int {
 	defer c.mu.Unlock()
 	return len(c.qpnsInUse)
 }
+
+// p4appReq is a registration as p4app-switchML's worker sends it: no
+// packet_size_bytes, the packet size in the enum.
+func p4appReq(sid uint32, r, n, q int) *pb.RdmaSessionRequest {
+	req := &pb.RdmaSessionRequest{SessionId: sid, Rank: uint32(r), NumWorkers: uint32(n), Ipv4: 0x7f000002 + uint32(r),
+		Rkey: 0x100 + uint32(r), PacketSize: pb.PacketSize_MTU_256, MessageSize: 1024}
+	for i := range q {
+		req.Qpns = append(req.Qpns, uint32(0x11+i))
+		req.Psns = append(req.Psns, uint32(0x11+i)/2)
+	}
+	return req
+}
+
+// A p4app rank is answered before the other ranks register; a session that
+// never completes gives back its reserved slots [0, …) and QPNs; the two
+// request styles cannot share a session.
+func TestP4AppEarlyAnswer(t *testing.T) {
+	checkGoroutines(t)
+	e := startController(t, func(c *Config) { c.SessionTimeout = 300 * time.Millisecond; c.PoolSize = 8 })
+	sc := pb.NewSessionClient(e.rawConn(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := sc.RdmaSession(ctx, p4appReq(5, 0, 2, 2)) // rank 1 never comes
+	if err != nil {
+		t.Fatalf("p4app rank 0 alone: %v; want an answer at once", err)
+	}
+	if len(resp.GetQpns()) != 2 || resp.GetPoolBase() != 0 || resp.GetJobId() != 0 || len(resp.GetJobToken()) != 0 {
+		t.Errorf("early answer %v: want 2 QPNs, pool from 0, no job id or token yet", resp)
+	}
+	// Slots [0, 8) are reserved: another p4app session cannot start, a
+	// swml-rdma rank cannot join this session.
+	if _, err := sc.RdmaSession(ctx, p4appReq(6, 0, 1, 2)); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "slots [0, 8)") {
+		t.Errorf("second p4app session: %v", err)
+	}
+	ours := p4appReq(5, 1, 2, 2)
+	ours.PacketSizeBytes = 256
+	if _, err := sc.RdmaSession(ctx, ours); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "p4app-style") {
+		t.Errorf("mixed styles: %v", err)
+	}
+	// After the session timeout the reservation is gone: a new p4app job
+	// of one rank starts and gets slot 0.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err = sc.RdmaSession(ctx, p4appReq(7, 0, 1, 2))
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.ResourceExhausted || time.Now().After(deadline) {
+			t.Fatalf("after the timeout: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if resp.GetJobId() == 0 || resp.GetPoolBase() != 0 {
+		t.Errorf("one-rank p4app job: %v", resp)
+	}
+	if n := e.ctl.qpnsInUseLen(); n != 2 {
+		t.Errorf("%d switch QPNs in use, want the running job's 2", n)
+	}
+}
