@@ -76,6 +76,7 @@ func TestSwitchSecurityBadFlags(t *testing.T) {
 		{"missing token file", []string{"--operator-token-file", filepath.Join(dir, "none")}, "--operator-token-file"},
 		{"short token", []string{"--operator-token-file", short}, "use at least 16 random ones"},
 		{"pending sessions", []string{"--max-pending-sessions", "0"}, "--max-pending-sessions 0"},
+		{"idle timeout", []string{"--idle-timeout", "-1s"}, "--idle-timeout -1s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -47,6 +47,7 @@ func switchCommand() *cli.Command {
 			&cli.UintFlag{Name: "pool-size", Value: switchmodel.DefaultPoolSize, Usage: "aggregation slots shared by all jobs", EnvVars: []string{"SWML_POOL_SIZE"}, Category: "switch"},
 			&cli.StringFlag{Name: "icrc", Value: swswitch.ICRCVerify.String(), Usage: "which requests to ICRC-check: verify (all) or verify-ipv6 (for rxe workers over IPv4, whose IPv4 ID a socket cannot see)", EnvVars: []string{"SWML_ICRC"}, Category: "switch"},
 			&cli.DurationFlag{Name: "session-timeout", Value: control.DefaultSessionTimeout, Usage: "how long a job waits for all its workers to register", EnvVars: []string{"SWML_SESSION_TIMEOUT"}, Category: "switch"},
+			&cli.DurationFlag{Name: "idle-timeout", Value: control.DefaultIdleTimeout, Usage: "end a job of p4app-switchML workers (they hold no keep-alive stream) after this long without a packet; 0 never", EnvVars: []string{"SWML_IDLE_TIMEOUT"}, Category: "switch"},
 			&cli.Float64Flag{Name: "loss", Usage: "drop simulator: ingress and egress loss probability, e.g. 0.01", EnvVars: []string{"SWML_LOSS"}, Category: "testing"},
 			&cli.StringFlag{Name: "pcap", Usage: "record every datagram in and out to `FILE` (pcap, Wireshark decodes RoCEv2)", EnvVars: []string{"SWML_PCAP"}, Category: "output"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error (logs go to stderr)", EnvVars: []string{"SWML_LOG_LEVEL"}, Category: "output"},
@@ -68,6 +69,7 @@ type switchConfig struct {
 	logLevel       slog.Level
 	offload        udp.Offload
 	security       controlSecurity
+	idleTimeout    time.Duration
 }
 
 func switchFlags(c *cli.Context) (switchConfig, error) {
@@ -101,6 +103,9 @@ func switchFlags(c *cli.Context) (switchConfig, error) {
 		cfg.icrc = swswitch.ICRCVerifyIPv6
 	default:
 		return cfg, fmt.Errorf("--icrc %q: use verify or verify-ipv6", c.String("icrc"))
+	}
+	if cfg.idleTimeout = c.Duration("idle-timeout"); cfg.idleTimeout < 0 {
+		return cfg, fmt.Errorf("--idle-timeout %v: give a duration ≥ 0 (0: never end p4app jobs for silence)", cfg.idleTimeout)
 	}
 	if cfg.sessionTimeout <= 0 {
 		return cfg, fmt.Errorf("--session-timeout %v: give a positive duration, e.g. 30s", cfg.sessionTimeout)
@@ -294,6 +299,10 @@ func serveSwitch(ctx context.Context, stop func(), cfg switchConfig, log *slog.L
 	jobs := &jobCounter{Programmer: sw}
 	ccfg := control.Config{Programmer: jobs, PoolSize: sw.Config().Model.PoolSize, SessionTimeout: cfg.sessionTimeout, Logger: log, Registry: reg}
 	cfg.security.apply(&ccfg, cfg.controllerAddr, log)
+	ccfg.IdleTimeout = cfg.idleTimeout
+	if ccfg.IdleTimeout == 0 {
+		ccfg.IdleTimeout = -1 // the flag's 0 means never; the Config's 0 means the default
+	}
 	if cfg.addr.Is4() {
 		ccfg.SwitchIPv4 = cfg.addr
 	} else {
