@@ -5,7 +5,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 )
@@ -20,6 +22,11 @@ var commands []*cli.Command
 func newApp() *cli.App {
 	cmds := append([]*cli.Command(nil), commands...)
 	sort.Slice(cmds, func(i, j int) bool { return cmds[i].Name < cmds[j].Name })
+	for _, c := range cmds {
+		if c.OnUsageError == nil {
+			c.OnUsageError = usageError
+		}
+	}
 	return &cli.App{
 		Name:    "swml-rdma",
 		Usage:   "SwitchML-style in-network aggregation over RoCEv2",
@@ -28,6 +35,7 @@ func newApp() *cli.App {
 			"switch that adds them slot by slot and writes the sums back to every worker.\n" +
 			"Everything runs on loopback with the userspace NIC; see README.md.",
 		Commands:             cmds,
+		OnUsageError:         usageError,
 		EnableBashCompletion: true,
 		ExitErrHandler: func(c *cli.Context, err error) {
 			if err == nil {
@@ -52,4 +60,25 @@ func main() {
 		fmt.Fprintln(os.Stderr, "swml-rdma:", err)
 		os.Exit(1)
 	}
+}
+
+// exitUsage is the exit status of every error in the command line (a flag
+// that does not parse, a value out of range), as for most Unix tools.
+const exitUsage = 2
+
+// flagName matches the flag package's spelling of a flag in its errors
+// ("-iters"), which this CLI writes "--iters".
+var flagName = regexp.MustCompile(`(^|[ :])-([a-z][a-z0-9-]*)`)
+
+// usageError turns a flag that does not parse into one line naming the flag,
+// the value and where to look, with exit status 2, instead of the help text
+// and exit status 1.
+func usageError(c *cli.Context, err error, isSubcommand bool) error {
+	msg := flagName.ReplaceAllString(err.Error(), "$1--$2")
+	msg = strings.Replace(msg, "for flag --", "for --", 1)
+	cmd := c.App.Name
+	if c.Command != nil && c.Command.Name != "" && c.Command.Name != cmd {
+		cmd += " " + c.Command.Name
+	}
+	return cli.Exit(fmt.Sprintf("%s; `%s --help` lists the flags", msg, cmd), exitUsage)
 }
