@@ -46,28 +46,12 @@ func runWriteBW(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("write-bw takes no arguments (got %q): put flags before nothing, e.g. swml-rdma write-bw --size 1MiB", c.Args().Slice()), 2)
 	}
-	size, err := parseSize(c.String("size"))
+	cfg, err := writeBWFlags(c)
 	if err != nil {
-		return cli.Exit("--size: "+err.Error(), 2)
-	}
-	mtu := verbs.MTU(c.Int("mtu"))
-	if err := mtu.Check(); err != nil {
-		return cli.Exit("--mtu: "+err.Error(), 2)
-	}
-	if c.Int("iters") < 0 || (c.Int("iters") == 0 && c.Duration("duration") <= 0) {
-		return cli.Exit("--iters must be positive, or 0 with a --duration", 2)
-	}
-	if err := checkWriteBWWindow(size, c.Int("tx-depth")); err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
-	addrs := map[string]netip.Addr{}
-	for _, f := range []string{"client-addr", "server-addr"} {
-		a, err := netip.ParseAddr(c.String(f))
-		if err != nil {
-			return cli.Exit(fmt.Sprintf("--%s %q: not an IP address", f, c.String(f)), 2)
-		}
-		addrs[f] = a
-	}
+	size, mtu := cfg.size, cfg.mtu
+	addrs := map[string]netip.Addr{"client-addr": cfg.client, "server-addr": cfg.server}
 	var capture *udp.Capture
 	if p := c.String("pcap"); p != "" {
 		f, err := os.Create(p)
@@ -148,4 +132,47 @@ func checkWriteBWWindow(size, depth int) error {
 			approxBytes(uint64(size)), depth, approxBytes(uint64(size)*uint64(depth)), approxBytes(buf), buf/size)
 	}
 	return nil
+}
+
+// writeBWConfig is write-bw's validated flags.
+type writeBWConfig struct {
+	size           int
+	mtu            verbs.MTU
+	client, server netip.Addr
+}
+
+// writeBWFlags validates write-bw's flags.
+func writeBWFlags(c *cli.Context) (writeBWConfig, error) {
+	var cfg writeBWConfig
+	var err error
+	if cfg.size, err = parseSize(c.String("size")); err != nil {
+		return cfg, fmt.Errorf("--size: %v", err)
+	}
+	cfg.mtu = verbs.MTU(c.Int("mtu"))
+	if err := cfg.mtu.Check(); err != nil {
+		return cfg, fmt.Errorf("--mtu: %v", err)
+	}
+	if c.Int("iters") < 0 || (c.Int("iters") == 0 && c.Duration("duration") <= 0) {
+		return cfg, fmt.Errorf("--iters %d: give a positive number of messages, or 0 with a --duration", c.Int("iters"))
+	}
+	if d := c.Duration("duration"); d < 0 {
+		return cfg, fmt.Errorf("--duration %v: give a positive duration such as 10s", d)
+	}
+	if err := checkWriteBWWindow(cfg.size, c.Int("tx-depth")); err != nil {
+		return cfg, err
+	}
+	for _, f := range []struct {
+		name string
+		addr *netip.Addr
+	}{{"client-addr", &cfg.client}, {"server-addr", &cfg.server}} {
+		a, err := netip.ParseAddr(c.String(f.name))
+		if err != nil || a.IsUnspecified() || a.IsMulticast() {
+			return cfg, fmt.Errorf("--%s %q: not an IP address of this host; give one such as 127.0.0.2", f.name, c.String(f.name))
+		}
+		*f.addr = a
+	}
+	if cfg.client == cfg.server {
+		return cfg, fmt.Errorf("--client-addr and --server-addr are both %v: each NIC needs its own address", cfg.client)
+	}
+	return cfg, nil
 }
