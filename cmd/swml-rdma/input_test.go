@@ -119,6 +119,16 @@ func TestFlagErrors(t *testing.T) {
 	}
 }
 
+// TestEnvErrors: a SWML_ variable that does not parse is refused like the
+// flag it stands for.
+func TestEnvErrors(t *testing.T) {
+	t.Setenv("SWML_ITERS", "abc")
+	wantUsageError(t, []string{"bench"}, "SWML_ITERS", "for --iters", "swml-rdma bench --help")
+	t.Setenv("SWML_ITERS", "")
+	t.Setenv("SWML_SIZE", "17179869184GiB")
+	wantUsageError(t, []string{"bench"}, "--size", "limit of 1 TiB")
+}
+
 // TestMemoryRefused: a tensor or a switch pool that cannot fit in this
 // machine's available memory is refused before anything is allocated, with
 // how much it needs, how much there is and what to lower. The sizes need

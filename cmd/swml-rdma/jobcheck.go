@@ -52,6 +52,8 @@ func checkBench(cfg benchConfig) error {
 	w, size := uint64(cfg.workers), uint64(cfg.size)
 	need.add(2*w*size, "%d workers × 2 × %s: each worker's input and its all-reduce buffer", w, approxBytes(size))
 	need.add(w*nicBytes, "%d NICs × %s", w, approxBytes(nicBytes))
+	mr := sessionMRBytes(cfg.qps, cfg.msgSize)
+	need.add(w*mr, "%d × %s registered messages", w, approxBytes(mr))
 	if cfg.baseline == "ring" {
 		rb := 2 * uint64(ringWindow(cfg.msgSize)) * uint64(cfg.msgSize)
 		need.add(w*rb, "%d ring ranks × %s", w, approxBytes(rb))
@@ -71,7 +73,8 @@ func checkWorkerJob(cfg *workerConfig) error {
 	w, size := uint64(cfg.workers), uint64(cfg.size)
 	need.add(w*size, "%d × %s: every rank's input, to verify the result", w, approxBytes(size))
 	need.add(size, "%s all-reduce buffer", approxBytes(size))
-	need.add(nicBytes+baseBytes, "%s NIC and process", approxBytes(nicBytes+baseBytes))
+	mr := sessionMRBytes(cfg.qps, cfg.msgSize)
+	need.add(nicBytes+mr+baseBytes, "%s NIC, registered messages and process", approxBytes(nicBytes+mr+baseBytes))
 	return need.check(fmt.Sprintf("--size %s with --workers %d", approxBytes(size), w), "lower --size")
 }
 
@@ -88,3 +91,8 @@ func checkSwitchPool(pool uint32) error {
 // 256 KiB in flight, 4 to 256 messages; each rank's MR holds 2 × window
 // messages.
 func ringWindow(msgSize int) int { return min(max((256<<10)/msgSize, 4), 256) }
+
+// sessionMRBytes is a worker session's memory region (aggregation.Open):
+// per QP, a receive region for each of the two sets and a send staging
+// region, one message each (docs/protocol.md "Buffer layout").
+func sessionMRBytes(qps, msgSize int) uint64 { return 3 * uint64(qps) * uint64(msgSize) }

@@ -70,12 +70,17 @@ const exitUsage = 2
 // ("-iters"), which this CLI writes "--iters".
 var flagName = regexp.MustCompile(`(^|[ :])-([a-z][a-z0-9-]*)`)
 
+// envFlagName matches urfave/cli's spelling of a flag in the error for an
+// environment variable that does not parse ("for flag iters").
+var envFlagName = regexp.MustCompile(`for flag ([a-z][a-z0-9-]*)`)
+
 // usageError turns a flag that does not parse into one line naming the flag,
 // the value and where to look, with exit status 2, instead of the help text
 // and exit status 1.
 func usageError(c *cli.Context, err error, isSubcommand bool) error {
 	msg := flagName.ReplaceAllString(err.Error(), "$1--$2")
 	msg = strings.Replace(msg, "for flag --", "for --", 1)
+	msg = envFlagName.ReplaceAllString(msg, "for --$1")
 	cmd := c.App.Name
 	if c.Command != nil && c.Command.Name != "" && c.Command.Name != cmd {
 		cmd += " " + c.Command.Name
