@@ -129,6 +129,20 @@ var flagCommands = []struct {
 			}
 			return nil
 		}},
+	{"controller", []string{"--p4runtime=127.0.0.1:1", "--p4info=no-such.p4info.txt", "--switch-mac=02:00:00:00:00:01", "--switch-ip=10.0.0.1"},
+		[]string{"pool-size", "drop-ingress", "drop-egress", "session-timeout", "listen", "port", "device-id", "election-id"},
+		func(c *cli.Context) error {
+			if err := checkControllerFlags(c); err != nil {
+				return err
+			}
+			if _, err := parsePorts(c.StringSlice("port")); err != nil {
+				return err
+			}
+			if ps := c.Uint("pool-size"); ps < 1 || ps >= 1<<30 {
+				return fmt.Errorf("INVARIANT: accepted --pool-size %d", ps)
+			}
+			return nil
+		}},
 	{"write-bw", nil, []string{"size", "iters", "duration", "mtu", "tx-depth", "client-addr", "server-addr"},
 		func(c *cli.Context) error {
 			cfg, err := writeBWFlags(c)
@@ -190,6 +204,25 @@ func FuzzFlagValues(f *testing.F) {
 		}
 		if strings.Contains(msg, "\n") || !strings.Contains(msg, "--") {
 			t.Fatalf("%s --%s=%q: want one line naming a flag, got %q", cmd.name, flag, value, msg)
+		}
+	})
+}
+
+// FuzzParsePorts: the controller's --port parser never panics; what it
+// accepts maps IPv4 addresses to 32-bit port ids.
+func FuzzParsePorts(f *testing.F) {
+	for _, s := range []string{"10.0.0.1=128", "10.0.0.1=128,10.0.0.2=136", "::1=1", "10.0.0.1", "10.0.0.1=-1", "10.0.0.1=99999999999", "=", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ports, err := parsePorts([]string{s})
+		if err != nil {
+			return
+		}
+		for a := range ports {
+			if !a.Is4() {
+				t.Fatalf("parsePorts(%q) accepted %v", s, a)
+			}
 		}
 	})
 }

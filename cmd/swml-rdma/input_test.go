@@ -113,10 +113,20 @@ func TestFlagErrors(t *testing.T) {
 		{"switch pool-size not a number", []string{"switch", "--pool-size", "-1"}, []string{"--pool-size", "swml-rdma switch --help"}},
 		{"write-bw flag without value", []string{"write-bw", "--mtu"}, []string{"--mtu", "swml-rdma write-bw --help"}},
 		{"global unknown flag", []string{"--verbose"}, []string{"--verbose", "swml-rdma --help"}},
+		{"controller required flags", []string{"controller", "--p4info", "x.txt"}, []string{"swml-rdma controller needs --p4runtime, --switch-mac, --switch-ip"}},
+		{"controller pool-size past 32 bits", append(ctlOK(), "--pool-size", "4294967296"), []string{"--pool-size 4294967296", "1 to 2^30-1"}},
+		{"controller drop NaN", append(ctlOK(), "--drop-ingress", "NaN"), []string{"--drop-ingress NaN", "probability from 0 to 1"}},
+		{"controller drop above 1", append(ctlOK(), "--drop-egress", "1.5"), []string{"--drop-egress 1.5"}},
+		{"controller port", append(ctlOK(), "--port", "10.0.0.2=99999999999"), []string{"--port", "not a port number"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { wantUsageError(t, tt.args, tt.want...) })
 	}
+}
+
+// ctlOK is a controller command line whose required flags are all set.
+func ctlOK() []string {
+	return []string{"controller", "--p4runtime", "127.0.0.1:1", "--p4info", "no-such.p4info.txt", "--switch-mac", "02:00:00:00:00:01", "--switch-ip", "10.0.0.1"}
 }
 
 // TestEnvErrors: a SWML_ variable that does not parse is refused like the

@@ -26,6 +26,7 @@ func newApp() *cli.App {
 		if c.OnUsageError == nil {
 			c.OnUsageError = usageError
 		}
+		checkRequiredInAction(c)
 	}
 	return &cli.App{
 		Name:    "swml-rdma",
@@ -86,4 +87,52 @@ func usageError(c *cli.Context, err error, isSubcommand bool) error {
 		cmd += " " + c.Command.Name
 	}
 	return cli.Exit(fmt.Sprintf("%s; `%s --help` lists the flags", msg, cmd), exitUsage)
+}
+
+// checkRequiredInAction moves the check of cmd's required flags into its
+// action: urfave/cli's own check prints the whole help text and exits 1; this
+// one prints one line naming the missing flags, with exit status 2.
+func checkRequiredInAction(cmd *cli.Command) {
+	var required []string
+	for _, f := range cmd.Flags {
+		var req *bool
+		switch f := f.(type) {
+		case *cli.StringFlag:
+			req = &f.Required
+		case *cli.StringSliceFlag:
+			req = &f.Required
+		case *cli.IntFlag:
+			req = &f.Required
+		case *cli.UintFlag:
+			req = &f.Required
+		case *cli.Uint64Flag:
+			req = &f.Required
+		case *cli.Float64Flag:
+			req = &f.Required
+		case *cli.DurationFlag:
+			req = &f.Required
+		case *cli.BoolFlag:
+			req = &f.Required
+		}
+		if req != nil && *req {
+			*req = false
+			required = append(required, f.Names()[0])
+		}
+	}
+	if len(required) == 0 || cmd.Action == nil {
+		return
+	}
+	action := cmd.Action
+	cmd.Action = func(c *cli.Context) error {
+		var missing []string
+		for _, name := range required {
+			if !c.IsSet(name) {
+				missing = append(missing, "--"+name)
+			}
+		}
+		if len(missing) > 0 {
+			return cli.Exit(fmt.Sprintf("%s %s needs %s; `%s %s --help` says what each is", c.App.Name, cmd.Name, strings.Join(missing, ", "), c.App.Name, cmd.Name), exitUsage)
+		}
+		return action(c)
+	}
 }
