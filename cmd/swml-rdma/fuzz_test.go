@@ -163,7 +163,7 @@ var flagCommands = []struct {
 func FuzzFlagValues(f *testing.F) {
 	for i, c := range flagCommands {
 		for j := range c.flags {
-			for _, v := range []string{"0", "-1", "1", "64KiB", "17179869184GiB", "NaN", "1e9", "auto", "127.0.0.1:1", ""} {
+			for _, v := range []string{"0", "-1", "1", "64KiB", "17179869184GiB", "NaN", "1e9", "auto", "127.0.0.1:1", "", "a\nb.txt"} {
 				f.Add(uint8(i), uint8(j), v)
 			}
 		}
