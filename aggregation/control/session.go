@@ -253,7 +253,7 @@ func (c *Controller) expire(p *pendingSession) {
 	}
 	c.log.Warn("registration timed out", "session", p.id, "missing", missing)
 	p.err = status.Errorf(codes.DeadlineExceeded,
-		"session %d: %s %s of %d never registered within %v; start the missing workers (same --session, --workers) or raise the controller's session timeout",
+		"session %d: %s %s of %d never registered within %v; start the missing workers (same --session-id and --workers) or raise the switch's --session-timeout",
 		p.id, word, formatRanks(missing), p.params.numWorkers, c.cfg.SessionTimeout)
 	p.starting = true
 	c.releasePending(p)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -317,7 +316,7 @@ func benchFlags(c *cli.Context) (benchConfig, error) {
 	if cfg.msgSize%cfg.packetSize != 0 || ppm&(ppm-1) != 0 {
 		return cfg, fmt.Errorf("--msg-size %d: must be the packet size (%d) times a power of two", cfg.msgSize, cfg.packetSize)
 	}
-	return cfg, nil
+	return cfg, checkBench(cfg)
 }
 
 // parseWorkers accepts a worker count or a comma list of them.
@@ -418,7 +417,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (ben
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(openErr...); err != nil {
+	if err := joinDistinct(openErr); err != nil {
 		return benchRun{}, err
 	}
 
@@ -540,7 +539,7 @@ func timeAllReduces(ctx context.Context, cfg benchConfig, prog *progress, label 
 		}
 		wg.Wait()
 		elapsed := time.Since(start)
-		if err := errors.Join(errs...); err != nil {
+		if err := joinDistinct(errs); err != nil {
 			return nil, fmt.Errorf("all-reduce %d: %w", it, err)
 		}
 		if err := check(); err != nil {

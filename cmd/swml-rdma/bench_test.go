@@ -133,17 +133,17 @@ func TestBenchBaselineNone(t *testing.T) {
 func TestBenchSweepPlot(t *testing.T) {
 	dir := t.TempDir()
 	svgPath, pngPath := filepath.Join(dir, "sweep.svg"), filepath.Join(dir, "sweep.png")
-	out, _, err := run(t, "bench", "--workers", "1,2,3", "--size", "20000", "--iters", "2", "--warmup", "1", "--packet-size", "256", "--msg-size", "1KiB",
+	out, _, err := run(t, "bench", "--workers", "2,3,4", "--size", "20000", "--iters", "2", "--warmup", "1", "--packet-size", "256", "--msg-size", "1KiB",
 		"--switch-addr", "127.13.34.1", "--plot", svgPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"1,2,3 workers"} {
+	for _, want := range []string{"2,3,4 workers"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("output lacks %q:\n%s", want, out)
 		}
 	}
-	for _, w := range []string{"1", "2", "3"} {
+	for _, w := range []string{"2", "3", "4"} {
 		for _, alg := range []string{"switchml", "ring"} {
 			found := false
 			for _, line := range strings.Split(out, "\n") {

@@ -75,6 +75,9 @@ func parsePorts(specs []string) (map[netip.Addr]uint32, error) {
 }
 
 func runController(c *cli.Context) error {
+	if err := checkControllerFlags(c); err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
 	log := slog.New(slog.NewTextHandler(c.App.ErrWriter, nil))
 	mac, err := net.ParseMAC(c.String("switch-mac"))
 	if err != nil || len(mac) != 6 {

@@ -5,7 +5,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 )
@@ -20,6 +22,12 @@ var commands []*cli.Command
 func newApp() *cli.App {
 	cmds := append([]*cli.Command(nil), commands...)
 	sort.Slice(cmds, func(i, j int) bool { return cmds[i].Name < cmds[j].Name })
+	for _, c := range cmds {
+		if c.OnUsageError == nil {
+			c.OnUsageError = usageError
+		}
+		checkRequiredInAction(c)
+	}
 	return &cli.App{
 		Name:    "swml-rdma",
 		Usage:   "SwitchML-style in-network aggregation over RoCEv2",
@@ -28,6 +36,7 @@ func newApp() *cli.App {
 			"switch that adds them slot by slot and writes the sums back to every worker.\n" +
 			"Everything runs on loopback with the userspace NIC; see README.md.",
 		Commands:             cmds,
+		OnUsageError:         usageError,
 		EnableBashCompletion: true,
 		ExitErrHandler: func(c *cli.Context, err error) {
 			if err == nil {
@@ -51,5 +60,79 @@ func main() {
 		}
 		fmt.Fprintln(os.Stderr, "swml-rdma:", err)
 		os.Exit(1)
+	}
+}
+
+// exitUsage is the exit status of every error in the command line (a flag
+// that does not parse, a value out of range), as for most Unix tools.
+const exitUsage = 2
+
+// flagName matches the flag package's spelling of a flag in its errors
+// ("-iters"), which this CLI writes "--iters".
+var flagName = regexp.MustCompile(`(^|[ :])-([a-z][a-z0-9-]*)`)
+
+// envFlagName matches urfave/cli's spelling of a flag in the error for an
+// environment variable that does not parse ("for flag iters").
+var envFlagName = regexp.MustCompile(`for flag ([a-z][a-z0-9-]*)`)
+
+// usageError turns a flag that does not parse into one line naming the flag,
+// the value and where to look, with exit status 2, instead of the help text
+// and exit status 1.
+func usageError(c *cli.Context, err error, isSubcommand bool) error {
+	msg := flagName.ReplaceAllString(err.Error(), "$1--$2")
+	msg = strings.Replace(msg, "for flag --", "for --", 1)
+	msg = envFlagName.ReplaceAllString(msg, "for --$1")
+	cmd := c.App.Name
+	if c.Command != nil && c.Command.Name != "" && c.Command.Name != cmd {
+		cmd += " " + c.Command.Name
+	}
+	return cli.Exit(fmt.Sprintf("%s; `%s --help` lists the flags", msg, cmd), exitUsage)
+}
+
+// checkRequiredInAction moves the check of cmd's required flags into its
+// action: urfave/cli's own check prints the whole help text and exits 1; this
+// one prints one line naming the missing flags, with exit status 2.
+func checkRequiredInAction(cmd *cli.Command) {
+	var required []string
+	for _, f := range cmd.Flags {
+		var req *bool
+		switch f := f.(type) {
+		case *cli.StringFlag:
+			req = &f.Required
+		case *cli.StringSliceFlag:
+			req = &f.Required
+		case *cli.IntFlag:
+			req = &f.Required
+		case *cli.UintFlag:
+			req = &f.Required
+		case *cli.Uint64Flag:
+			req = &f.Required
+		case *cli.Float64Flag:
+			req = &f.Required
+		case *cli.DurationFlag:
+			req = &f.Required
+		case *cli.BoolFlag:
+			req = &f.Required
+		}
+		if req != nil && *req {
+			*req = false
+			required = append(required, f.Names()[0])
+		}
+	}
+	if len(required) == 0 || cmd.Action == nil {
+		return
+	}
+	action := cmd.Action
+	cmd.Action = func(c *cli.Context) error {
+		var missing []string
+		for _, name := range required {
+			if !c.IsSet(name) {
+				missing = append(missing, "--"+name)
+			}
+		}
+		if len(missing) > 0 {
+			return cli.Exit(fmt.Sprintf("%s %s needs %s; `%s %s --help` says what each is", c.App.Name, cmd.Name, strings.Join(missing, ", "), c.App.Name, cmd.Name), exitUsage)
+		}
+		return action(c)
 	}
 }

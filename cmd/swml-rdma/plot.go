@@ -31,7 +31,7 @@ func checkPlotPath(path string) error {
 	case ".svg", ".png":
 		return nil
 	}
-	return fmt.Errorf("--plot %s: give a file name ending in .svg or .png", path)
+	return fmt.Errorf("--plot %q: give a file name ending in .svg or .png", path)
 }
 
 type plotSeries struct {

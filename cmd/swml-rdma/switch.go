@@ -96,6 +96,9 @@ func switchFlags(c *cli.Context) (switchConfig, error) {
 		return cfg, fmt.Errorf("--pool-size %d: give 1 to 2^30-1 slots (default %d)", ps, switchmodel.DefaultPoolSize)
 	}
 	cfg.poolSize = uint32(ps)
+	if err := checkSwitchPool(cfg.poolSize); err != nil {
+		return cfg, err
+	}
 	switch c.String("icrc") {
 	case swswitch.ICRCVerify.String():
 		cfg.icrc = swswitch.ICRCVerify

@@ -275,7 +275,7 @@ func jobFlags(c *cli.Context, cfg *workerConfig) error {
 	if cfg.msgSize%cfg.packetSize != 0 || ppm&(ppm-1) != 0 {
 		return fmt.Errorf("--msg-size %d: must be the packet size (%d) times a power of two, e.g. %d", cfg.msgSize, cfg.packetSize, 16*cfg.packetSize)
 	}
-	return nil
+	return checkWorkerJob(cfg)
 }
 
 // nicFlags validates --nic, --device, --addr and --gid-index.

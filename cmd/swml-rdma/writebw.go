@@ -32,7 +32,7 @@ func writeBWCommand() *cli.Command {
 			&cli.IntFlag{Name: "iters", Value: 5000, Usage: "messages to send (0: run for --duration)", EnvVars: []string{"SWML_ITERS"}, Category: "traffic"},
 			&cli.DurationFlag{Name: "duration", Usage: "stop after this long (with --iters 0, or as a limit)", EnvVars: []string{"SWML_DURATION"}, Category: "traffic"},
 			&cli.IntFlag{Name: "mtu", Value: 1024, Usage: "path MTU: 256, 512, 1024, 2048 or 4096", EnvVars: []string{"SWML_MTU"}, Category: "traffic"},
-			&cli.IntFlag{Name: "tx-depth", Value: 32, Usage: "messages in flight", EnvVars: []string{"SWML_TX_DEPTH"}, Category: "traffic"},
+			&cli.IntFlag{Name: "tx-depth", Value: 32, Usage: "messages in flight (--size × --tx-depth at most the receiver's 4 MiB socket buffer)", EnvVars: []string{"SWML_TX_DEPTH"}, Category: "traffic"},
 			&cli.StringFlag{Name: "client-addr", Value: "127.0.0.2", Usage: "sender NIC address", EnvVars: []string{"SWML_CLIENT_ADDR"}, Category: "network"},
 			&cli.StringFlag{Name: "server-addr", Value: "127.0.0.3", Usage: "receiver NIC address", EnvVars: []string{"SWML_SERVER_ADDR"}, Category: "network"},
 			&cli.StringFlag{Name: "pcap", Usage: "write every packet the sender sends to this pcap file", EnvVars: []string{"SWML_PCAP"}, Category: "output"},
@@ -46,25 +46,12 @@ func runWriteBW(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("write-bw takes no arguments (got %q): put flags before nothing, e.g. swml-rdma write-bw --size 1MiB", c.Args().Slice()), 2)
 	}
-	size, err := parseSize(c.String("size"))
+	cfg, err := writeBWFlags(c)
 	if err != nil {
-		return cli.Exit("--size: "+err.Error(), 2)
+		return cli.Exit(err.Error(), 2)
 	}
-	mtu := verbs.MTU(c.Int("mtu"))
-	if err := mtu.Check(); err != nil {
-		return cli.Exit("--mtu: "+err.Error(), 2)
-	}
-	if c.Int("iters") < 0 || (c.Int("iters") == 0 && c.Duration("duration") <= 0) {
-		return cli.Exit("--iters must be positive, or 0 with a --duration", 2)
-	}
-	addrs := map[string]netip.Addr{}
-	for _, f := range []string{"client-addr", "server-addr"} {
-		a, err := netip.ParseAddr(c.String(f))
-		if err != nil {
-			return cli.Exit(fmt.Sprintf("--%s %q: not an IP address", f, c.String(f)), 2)
-		}
-		addrs[f] = a
-	}
+	size, mtu := cfg.size, cfg.mtu
+	addrs := map[string]netip.Addr{"client-addr": cfg.client, "server-addr": cfg.server}
 	var capture *udp.Capture
 	if p := c.String("pcap"); p != "" {
 		f, err := os.Create(p)
@@ -101,6 +88,11 @@ func runWriteBW(c *cli.Context) error {
 	if err != nil && ctx.Err() == nil {
 		return cli.Exit(err.Error(), 1)
 	}
+	if res.Messages == 0 && res.Posted > 0 {
+		// Whatever the window check allowed, a run that delivered nothing
+		// measured nothing: say so instead of printing 0 Gbit/s.
+		return cli.Exit(fmt.Sprintf("write-bw: all %d messages were lost (UC has no retransmission): lower --size or --tx-depth", res.Posted), 1)
+	}
 	out := c.App.Writer
 	if c.Bool("json") {
 		enc := json.NewEncoder(out)
@@ -116,4 +108,71 @@ func runWriteBW(c *cli.Context) error {
 	fmt.Fprintln(w, "#bytes\t#iterations\tlost\tBW [Gbit/s]\tpackets/s\tMsgRate [Mpps]\t")
 	fmt.Fprintf(w, "%d\t%d\t%d\t%.3f\t%.0f\t%.6f\t\n", size, res.Messages, res.Lost, res.Gbps, res.PacketRate, res.MsgRate/1e6)
 	return w.Flush()
+}
+
+// maxWriteBWTxDepth bounds --tx-depth (the CQs hold 2 × depth entries).
+const maxWriteBWTxDepth = 4096
+
+// checkWriteBWWindow checks --tx-depth and that the bytes in flight fit the
+// receiving NIC's socket buffer: UC has no retransmission, so a window
+// larger than what the receiver can queue loses whole messages (a 16 MiB
+// message was lost every time), and the bandwidth printed would be a
+// measure of the drops.
+func checkWriteBWWindow(size, depth int) error {
+	if depth < 1 || depth > maxWriteBWTxDepth {
+		return fmt.Errorf("--tx-depth %d: give 1 to %d messages in flight", depth, maxWriteBWTxDepth)
+	}
+	const buf = udp.DefaultSocketBuffer
+	if size > buf {
+		return fmt.Errorf("--size %s: a message larger than the receiver's %s socket buffer is lost (UC has no retransmission); give --size %s or less",
+			approxBytes(uint64(size)), approxBytes(buf), approxBytes(buf))
+	}
+	if uint64(size)*uint64(depth) > buf {
+		return fmt.Errorf("--size %s × --tx-depth %d = %s in flight, more than the receiver's %s socket buffer: messages would be lost (UC has no retransmission); give --tx-depth %d or less, or a smaller --size",
+			approxBytes(uint64(size)), depth, approxBytes(uint64(size)*uint64(depth)), approxBytes(buf), buf/size)
+	}
+	return nil
+}
+
+// writeBWConfig is write-bw's validated flags.
+type writeBWConfig struct {
+	size           int
+	mtu            verbs.MTU
+	client, server netip.Addr
+}
+
+// writeBWFlags validates write-bw's flags.
+func writeBWFlags(c *cli.Context) (writeBWConfig, error) {
+	var cfg writeBWConfig
+	var err error
+	if cfg.size, err = parseSize(c.String("size")); err != nil {
+		return cfg, fmt.Errorf("--size: %v", err)
+	}
+	cfg.mtu = verbs.MTU(c.Int("mtu"))
+	if err := cfg.mtu.Check(); err != nil {
+		return cfg, fmt.Errorf("--mtu: %v", err)
+	}
+	if c.Int("iters") < 0 || (c.Int("iters") == 0 && c.Duration("duration") <= 0) {
+		return cfg, fmt.Errorf("--iters %d: give a positive number of messages, or 0 with a --duration", c.Int("iters"))
+	}
+	if d := c.Duration("duration"); d < 0 {
+		return cfg, fmt.Errorf("--duration %v: give a positive duration such as 10s", d)
+	}
+	if err := checkWriteBWWindow(cfg.size, c.Int("tx-depth")); err != nil {
+		return cfg, err
+	}
+	for _, f := range []struct {
+		name string
+		addr *netip.Addr
+	}{{"client-addr", &cfg.client}, {"server-addr", &cfg.server}} {
+		a, err := netip.ParseAddr(c.String(f.name))
+		if err != nil || a.IsUnspecified() || a.IsMulticast() {
+			return cfg, fmt.Errorf("--%s %q: not an IP address of this host; give one such as 127.0.0.2", f.name, c.String(f.name))
+		}
+		*f.addr = a
+	}
+	if cfg.client == cfg.server {
+		return cfg, fmt.Errorf("--client-addr and --server-addr are both %v: each NIC needs its own address", cfg.client)
+	}
+	return cfg, nil
 }

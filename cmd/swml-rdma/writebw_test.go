@@ -71,11 +71,3 @@ func TestWriteBWBadFlags(t *testing.T) {
 		})
 	}
 }
-
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int{"4096": 4096, "64KiB": 65536, "64K": 65536, "1MiB": 1 << 20, "2MB": 2000000, "256 MiB": 256 << 20} {
-		if got, err := parseSize(in); err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-}

@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -53,7 +54,18 @@ type Config struct {
 	// kernel has it, GSO over IPv6 or loopback; see udp.Offload for why
 	// not over IPv4 on a real link). The packets are the same either way.
 	Offload udp.Offload
+	// GROBuffers is the number of 64 KiB GRO receive buffers (default
+	// DefaultGROBuffers; udp.Config.GROBuffers).
+	GROBuffers int
 }
+
+// DefaultGROBuffers is a NIC's GRO receive buffers: 4 × 64 KiB. A NIC's
+// traffic comes from few flows (the switch's results, a ring neighbour),
+// which GRO coalesces into datagrams of up to 64 packets, so 4 hold several
+// receive batches; the software switch, which hears every worker, keeps the
+// socket layer's 16. This is most of a NIC's memory (docs/operations.md,
+// "Memory"): 256 KiB instead of 1 MiB per worker.
+const DefaultGROBuffers = 4
 
 // Stats are the NIC's counters.
 type Stats struct {
@@ -115,6 +127,7 @@ func Open(cfg Config) (*Device, error) {
 	conn, err := udp.Listen(udp.Config{
 		Addr: cfg.Addr, Port: cfg.Port, BatchSize: cfg.BatchSize, SocketBuffer: cfg.SocketBuffer,
 		Capture: cfg.Capture, RecvLoss: cfg.RecvLoss, SendLoss: cfg.SendLoss, Seed: cfg.Seed, Offload: cfg.Offload,
+		GROBuffers: cmp.Or(cfg.GROBuffers, DefaultGROBuffers),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("soft: open NIC: %w", err)

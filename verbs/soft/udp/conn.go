@@ -42,6 +42,12 @@ type Config struct {
 	Seed               uint64
 	// Offload selects UDP GSO and GRO (default OffloadAuto).
 	Offload Offload
+	// GROBuffers is the number of 64 KiB receive buffers of a GRO endpoint:
+	// the most datagrams one recvmmsg returns, each up to 64 segments
+	// (default 16, at most BatchSize). They are most of an endpoint's
+	// memory: a NIC with few peers (the switch, a ring neighbour), whose
+	// datagrams arrive coalesced, needs fewer than a switch.
+	GROBuffers int
 }
 
 // Msg is one datagram of a batch: its bytes are Buf[Off:Off+N]. For
@@ -248,7 +254,7 @@ func Listen(cfg Config) (*Conn, error) {
 		c.shdr[i].hdr.Name = &c.sname[i][0]
 	}
 	if gro {
-		n := groDatagrams(batch)
+		n := groDatagrams(batch, cfg.GROBuffers)
 		c.rbig = make([][]byte, n)
 		slab := make([]byte, n*groBufLen)
 		c.rctl = make([][groCtlWord]uint64, n)

@@ -410,3 +410,46 @@ func TestOffloadAuto(t *testing.T) {
 		t.Fatal("unknown Offload accepted")
 	}
 }
+
+// TestGROBuffers: an endpoint with fewer GRO buffers (a NIC's 4, here the
+// fewest, 1) owns only those and still receives every packet, whole and in
+// order, of coalesced runs and of single datagrams from a sender without
+// GSO.
+func TestGROBuffers(t *testing.T) {
+	a := listenOffload(t, "127.10.0.2", Config{})
+	plain := listen(t, "127.10.0.4", Config{Offload: OffloadOff})
+	for _, tc := range []struct{ want, got int }{{0, groMaxDatagrams}, {4, 4}, {1, 1}, {1000, DefaultBatchSize}} {
+		c := listenOffload(t, "127.10.0.5", Config{GROBuffers: tc.want})
+		if len(c.rbig) != tc.got {
+			t.Fatalf("GROBuffers %d: %d buffers, want %d", tc.want, len(c.rbig), tc.got)
+		}
+		c.Close()
+	}
+	b := listenOffload(t, "127.10.0.3", Config{GROBuffers: 1})
+	var sizes []int
+	for range 4 {
+		sizes = append(sizes, roceSizes()...)
+	}
+	var fromA, fromPlain []Msg
+	for i, n := range sizes {
+		fromA = append(fromA, Msg{Buf: packet(i, n), N: n, Addr: b.LocalAddr()})
+		fromPlain = append(fromPlain, Msg{Buf: packet(1000+i, n), N: n, Addr: b.LocalAddr()})
+	}
+	for _, s := range []struct {
+		c    *Conn
+		msgs []Msg
+	}{{a, fromA}, {plain, fromPlain}} {
+		if sent, err := s.c.WriteBatch(s.msgs); err != nil || sent != len(s.msgs) {
+			t.Fatalf("WriteBatch = %d, %v", sent, err)
+		}
+		got := readAll(t, b, len(s.msgs), 2048)
+		for i, m := range got {
+			if !bytes.Equal(m.Buf, s.msgs[i].Buf) || m.Addr != s.c.LocalAddr() {
+				t.Fatalf("packet %d from %v: %d bytes from %v, want %d bytes", i, s.c.LocalAddr(), m.N, m.Addr, s.msgs[i].N)
+			}
+		}
+	}
+	if st := b.Stats(); st.RxPackets != uint64(2*len(sizes)) || st.RxGRODatagrams == 0 {
+		t.Fatalf("rx stats %+v: want %d packets, some coalesced", st, 2*len(sizes))
+	}
+}

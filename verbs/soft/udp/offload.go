@@ -65,7 +65,8 @@ const (
 	gsoMaxBytes = 65000
 	// groBufLen holds the largest datagram GRO can build (64 KiB).
 	groBufLen = 1 << 16
-	// groMaxDatagrams bounds the 64 KiB receive buffers of a GRO endpoint.
+	// groMaxDatagrams is the default number of 64 KiB receive buffers of
+	// a GRO endpoint (Config.GROBuffers).
 	groMaxDatagrams = 16
 )
 
@@ -80,7 +81,14 @@ const (
 	groCtlWord = (groCtlLen + 7) / 8
 )
 
-func groDatagrams(batch int) int { return max(1, min(batch, groMaxDatagrams)) }
+// groDatagrams is the number of GRO receive buffers: want (Config.GROBuffers,
+// default groMaxDatagrams), at most batch.
+func groDatagrams(batch, want int) int {
+	if want <= 0 {
+		want = groMaxDatagrams
+	}
+	return max(1, min(batch, want))
+}
 
 var probe struct {
 	once     sync.Once

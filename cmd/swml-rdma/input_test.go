@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
+)
+
+// exitCode is the status main would exit with for err.
+func exitCode(err error) int {
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+// wantUsageError checks that a command line is refused the way every bad
+// input must be: one line naming the flag (and no library Config field),
+// exit status 2, nothing on stdout (no help dump).
+func wantUsageError(t *testing.T, args []string, want ...string) {
+	t.Helper()
+	out, _, err := run(t, args...)
+	if err == nil {
+		t.Fatalf("%v: accepted, want an error mentioning %q", args, want)
+	}
+	msg := err.Error()
+	for _, w := range want {
+		if !strings.Contains(msg, w) {
+			t.Errorf("%v: error %q, want it to mention %q", args, msg, w)
+		}
+	}
+	if code := exitCode(err); code != exitUsage {
+		t.Errorf("%v: exit status %d, want %d (error %q)", args, code, exitUsage, msg)
+	}
+	if strings.Contains(msg, "\n") {
+		t.Errorf("%v: error spans lines, want one:\n%s", args, msg)
+	}
+	if strings.Contains(msg, "Config.") {
+		t.Errorf("%v: error names a library field instead of the flag: %q", args, msg)
+	}
+	if out != "" {
+		t.Errorf("%v: printed to stdout (help dump?):\n%s", args, out)
+	}
+}
+
+// TestSizeOverflow: sizes whose byte count overflows int64 (or exceeds the
+// limit) are refused naming --size, in every command that takes one; they
+// used to panic, run a 1 GiB tensor or become 0 (issue 12).
+func TestSizeOverflow(t *testing.T) {
+	clearLaunchEnv(t)
+	for _, size := range []string{"8589934592GiB", "17179869185G", "17179869184GiB", "9223372036854775807", "99999999999999999999", "1025GiB", "2TiB"} {
+		for _, cmd := range [][]string{{"bench"}, {"worker", "--rank", "0", "--workers", "2"}, {"write-bw"}} {
+			t.Run(cmd[0]+"/"+size, func(t *testing.T) {
+				wantUsageError(t, append(cmd, "--size", size), "--size", strconv.Quote(size), "limit of 1 TiB")
+			})
+		}
+	}
+}
+
+// TestParseSize: accepted spellings give the exact byte count; the largest
+// accepted size is 1 TiB, one byte more is refused.
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int{"4096": 4096, "64KiB": 65536, "64K": 65536, "1MiB": 1 << 20, "2MB": 2000000, "256 MiB": 256 << 20,
+		"1gib": 1 << 30, "1TiB": 1 << 40, "1099511627776": 1 << 40, "1024GiB": 1 << 40, " 8B ": 8, "1000GB": 1000000000000} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0", "-1", "-8GiB", "+5", "1.5GiB", "0x10", "GiB", "lots", "1099511627777", "1025GiB", "1100GB", "17179869184GiB", "1 2"} {
+		if got, err := parseSize(in); err == nil {
+			t.Errorf("parseSize(%q) = %d, want an error", in, got)
+		}
+	}
+}
+
+// TestFlagErrors: one case per bad input of issue 12 (and its neighbours);
+// each is refused before anything is opened, in one line that names the
+// flag and the fix, with exit status 2.
+func TestFlagErrors(t *testing.T) {
+	clearLaunchEnv(t)
+	w := []string{"worker", "--rank", "0", "--workers", "2"}
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"bench msg-size past the packet limit", []string{"bench", "--msg-size", "1GiB"}, []string{"--msg-size 1 GiB", "at most 16384 packets", "give --msg-size 16 MiB or less"}},
+		{"bench msg-size small packets", []string{"bench", "--packet-size", "256", "--msg-size", "256MiB"}, []string{"--msg-size", "--packet-size 256", "4 MiB or less"}},
+		{"worker msg-size past the packet limit", append(w, "--msg-size", "1GiB"), []string{"--msg-size 1 GiB", "at most 16384 packets"}},
+		{"bench qps too many", []string{"bench", "--qps", "5000"}, []string{"--qps 5000", "1 to 4096"}},
+		{"worker qps too many", append(w, "--qps", "5000"), []string{"--qps 5000", "1 to 4096"}},
+		{"bench job larger than the switch pool", []string{"bench", "--qps", "64", "--msg-size", "1MiB"}, []string{"--qps 64", "65536 switch slots", "lower --qps or --msg-size"}},
+		{"bench one worker with the ring", []string{"bench", "--workers", "1"}, []string{"--workers 1 with --baseline ring", "--baseline none"}},
+		{"bench one worker in a sweep with the ring", []string{"bench", "--workers", "1,2"}, []string{"--workers 1 with --baseline ring"}},
+		{"write-bw message past the socket buffer", []string{"write-bw", "--size", "16MiB"}, []string{"--size 16 MiB", "4 MiB socket buffer", "give --size 4 MiB or less"}},
+		{"write-bw window past the socket buffer", []string{"write-bw", "--size", "1MiB"}, []string{"--size 1 MiB × --tx-depth 32", "give --tx-depth 4 or less"}},
+		{"write-bw tx-depth zero", []string{"write-bw", "--tx-depth", "0"}, []string{"--tx-depth 0", "give 1 to 4096"}},
+		{"write-bw tx-depth negative", []string{"write-bw", "--tx-depth", "-3"}, []string{"--tx-depth -3"}},
+		{"bench iters not a number", []string{"bench", "--iters", "abc"}, []string{"--iters", `"abc"`, "swml-rdma bench --help"}},
+		{"bench unknown flag", []string{"bench", "--iterations", "3"}, []string{"--iterations", "swml-rdma bench --help"}},
+		{"worker rank not a number", []string{"worker", "--rank", "first"}, []string{"--rank", "swml-rdma worker --help"}},
+		{"switch pool-size not a number", []string{"switch", "--pool-size", "-1"}, []string{"--pool-size", "swml-rdma switch --help"}},
+		{"write-bw flag without value", []string{"write-bw", "--mtu"}, []string{"--mtu", "swml-rdma write-bw --help"}},
+		{"global unknown flag", []string{"--verbose"}, []string{"--verbose", "swml-rdma --help"}},
+		{"controller required flags", []string{"controller", "--p4info", "x.txt"}, []string{"swml-rdma controller needs --p4runtime, --switch-mac, --switch-ip"}},
+		{"controller pool-size past 32 bits", append(ctlOK(), "--pool-size", "4294967296"), []string{"--pool-size 4294967296", "1 to 2^30-1"}},
+		{"controller drop NaN", append(ctlOK(), "--drop-ingress", "NaN"), []string{"--drop-ingress NaN", "probability from 0 to 1"}},
+		{"controller drop above 1", append(ctlOK(), "--drop-egress", "1.5"), []string{"--drop-egress 1.5"}},
+		{"controller port", append(ctlOK(), "--port", "10.0.0.2=99999999999"), []string{"--port", "not a port number"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { wantUsageError(t, tt.args, tt.want...) })
+	}
+}
+
+// ctlOK is a controller command line whose required flags are all set.
+func ctlOK() []string {
+	return []string{"controller", "--p4runtime", "127.0.0.1:1", "--p4info", "no-such.p4info.txt", "--switch-mac", "02:00:00:00:00:01", "--switch-ip", "10.0.0.1"}
+}
+
+// TestEnvErrors: a SWML_ variable that does not parse is refused like the
+// flag it stands for.
+func TestEnvErrors(t *testing.T) {
+	t.Setenv("SWML_ITERS", "abc")
+	wantUsageError(t, []string{"bench"}, "SWML_ITERS", "for --iters", "swml-rdma bench --help")
+	t.Setenv("SWML_ITERS", "")
+	t.Setenv("SWML_SIZE", "17179869184GiB")
+	wantUsageError(t, []string{"bench"}, "--size", "limit of 1 TiB")
+}
+
+// TestMemoryRefused: a tensor or a switch pool that cannot fit in this
+// machine's available memory is refused before anything is allocated, with
+// how much it needs, how much there is and what to lower. The sizes need
+// terabytes, more than any machine that runs these tests has.
+func TestMemoryRefused(t *testing.T) {
+	clearLaunchEnv(t)
+	if _, ok := availableMemory(); !ok {
+		t.Skip("available memory unknown here (no /proc/meminfo): nothing is refused")
+	}
+	wantUsageError(t, []string{"bench", "--size", "1TiB", "--workers", "16", "--baseline", "none"},
+		"--size 1 TiB with --workers 16 needs about 32.0 TiB of memory", "is available", "lower --size or --workers")
+	wantUsageError(t, []string{"worker", "--rank", "0", "--workers", "64", "--size", "1TiB"},
+		"--size 1 TiB with --workers 64 needs about 65.0 TiB", "every rank's input", "lower --size")
+	_, err := runSwitchBounded(t, "--pool-size", strconv.Itoa(1<<30-1), "--addr", "127.13.40.1", "--controller-addr", "127.0.0.1:0")
+	if err == nil || !strings.Contains(err.Error(), "--pool-size 1073741823 needs about 8.1 TiB") || exitCode(err) != exitUsage {
+		t.Fatalf("switch --pool-size 2^30-1: %v (exit %d), want the memory it needs and exit status %d", err, exitCode(err), exitUsage)
+	}
+}
+
+// TestMemoryModel: with the available memory pinned, the issue's cases
+// (bench --size 64GiB, switch --pool-size 100000000) are refused naming
+// what they need, and a run that fits is let through.
+func TestMemoryModel(t *testing.T) {
+	saved := availableMemory
+	t.Cleanup(func() { availableMemory = saved })
+	availableMemory = func() (uint64, bool) { return 16 << 30, true }
+
+	cfg := benchConfig{workers: 4, sweep: []int{4}, size: 64 << 30, packetSize: 1024, msgSize: 16 << 10, qps: 8, baseline: "ring"}
+	err := checkBench(cfg)
+	if err == nil || !strings.Contains(err.Error(), "512.1 GiB of memory") || !strings.Contains(err.Error(), "but 16 GiB is available") {
+		t.Fatalf("bench 64 GiB × 4 workers with 16 GiB: %v", err)
+	}
+	cfg.size = 1 << 30 // 4 × 2 × 1 GiB + overhead fits 16 GiB
+	if err := checkBench(cfg); err != nil {
+		t.Fatalf("bench 1 GiB × 4 workers with 16 GiB: %v", err)
+	}
+	if err := checkSwitchPool(100000000); err == nil || !strings.Contains(err.Error(), "--pool-size 100000000 needs about 771.9 GiB") {
+		t.Fatalf("pool of 10^8 slots with 16 GiB: %v", err)
+	}
+	if err := checkSwitchPool(switchmodel.DefaultPoolSize); err != nil {
+		t.Fatalf("default pool: %v", err)
+	}
+	availableMemory = func() (uint64, bool) { return 0, false }
+	cfg.size = 64 << 30
+	if err := checkBench(cfg); err != nil {
+		t.Fatalf("unknown available memory must refuse nothing: %v", err)
+	}
+}
+
+// TestBenchOneWorkerNoBaseline: one worker without the ring runs and
+// prints no ratio. Addresses: 127.13.41.x.
+func TestBenchOneWorkerNoBaseline(t *testing.T) {
+	out, _, err := run(t, "bench", "--workers", "1", "--baseline", "none", "--size", "16KiB", "--iters", "1", "--warmup", "0", "--switch-addr", "127.13.41.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "switchml") || strings.Contains(out, "ring") || strings.Contains(out, "0.00×") {
+		t.Fatalf("output:\n%s", out)
+	}
+}
+
+// TestJoinDistinct: the same error from every worker is printed once.
+func TestJoinDistinct(t *testing.T) {
+	cfgErr := errors.New("aggregation: invalid configuration: bad")
+	if err := joinDistinct([]error{nil, nil}); err != nil {
+		t.Fatalf("no errors: %v", err)
+	}
+	err := joinDistinct([]error{cfgErr, errors.New(cfgErr.Error()), cfgErr, cfgErr})
+	if got := err.Error(); got != "every worker: "+cfgErr.Error() || !errors.Is(err, cfgErr) {
+		t.Fatalf("same error from 4 workers: %q", got)
+	}
+	if got := joinDistinct([]error{nil, cfgErr, nil, cfgErr}).Error(); got != "workers 1, 3: "+cfgErr.Error() {
+		t.Fatalf("same error from 2 of 4 workers: %q", got)
+	}
+	if got := joinDistinct([]error{nil, nil, cfgErr}).Error(); got != "worker 2: "+cfgErr.Error() {
+		t.Fatalf("one worker: %q", got)
+	}
+	other := errors.New("peer timeout")
+	got := joinDistinct([]error{cfgErr, other}).Error()
+	if got != "worker 0: "+cfgErr.Error()+"\nworker 1: peer timeout" {
+		t.Fatalf("different errors: %q", got)
+	}
+}
+
+// TestSessionTimeoutNamesFlags: a worker whose peers never register gets
+// the controller's error naming the flags to fix (--session-id,
+// --workers, the switch's --session-timeout). Addresses: 127.13.42.x.
+func TestSessionTimeoutNamesFlags(t *testing.T) {
+	clearLaunchEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	swCtx, stopSwitch := context.WithCancel(ctx)
+	defer stopSwitch()
+	_, stderr, done := runInProcess(swCtx, "switch", "--addr", "127.13.42.1", "--controller-addr", "127.0.0.1:0", "--session-timeout", "300ms")
+	exited := make(chan struct{})
+	go func() { <-done; close(exited) }()
+	ctl := waitForLine(t, "switch", stderr, readyRE, exited, 30*time.Second)[1]
+	_, _, err := run(t, "worker", "--rank", "0", "--workers", "2", "--controller", ctl, "--addr", "127.13.42.2", "--size", "16KiB", "--iters", "1", "--warmup", "0")
+	if err == nil {
+		t.Fatal("a worker of a 2-worker job ran alone")
+	}
+	for _, want := range []string{"rank 1 of 2 never registered", "--session-id and --workers", "--session-timeout"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q, want it to mention %q", err, want)
+		}
+	}
+	stopSwitch()
+	<-exited
+}
