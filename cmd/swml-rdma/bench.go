@@ -299,8 +299,8 @@ func benchFlags(c *cli.Context) (benchConfig, error) {
 		if err := checkPlotPath(cfg.plot); err != nil {
 			return cfg, err
 		}
-		if len(cfg.losses) > 1 {
-			return cfg, fmt.Errorf("--plot draws a --workers sweep at one loss rate; with a --loss list, drop --plot (the table and --json give each loss rate's inflation)")
+		if len(cfg.losses) > 1 && len(cfg.sweep) > 1 {
+			return cfg, fmt.Errorf("--plot draws a --workers sweep at one loss rate or a --loss sweep at one worker count, not both: drop --plot or one of the lists")
 		}
 	}
 	if cfg.switchAddr, err = netip.ParseAddr(c.String("switch-addr")); err != nil || !cfg.switchAddr.Is4() {

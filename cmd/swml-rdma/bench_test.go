@@ -375,3 +375,29 @@ func FuzzParseLosses(f *testing.F) {
 		}
 	})
 }
+
+// TestBenchLossSweepPlot: a --loss sweep at one worker count is drawn
+// against the loss rate, with the inflation panel.
+func TestBenchLossSweepPlot(t *testing.T) {
+	svgPath := filepath.Join(t.TempDir(), "loss.svg")
+	_, _, err := run(t, "bench", "--workers", "2", "--size", "16KiB", "--iters", "1", "--warmup", "0", "--loss", "0,0.01",
+		"--msg-size", "4KiB", "--switch-addr", "127.13.36.1", "--plot", svgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg, err := os.ReadFile(svgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := xml.Unmarshal(svg, new(struct{})); err != nil {
+		t.Fatalf("not XML: %v", err)
+	}
+	for _, want := range []string{"loss probability", "loss-free time", ">0.01<", "SwitchML", "ring"} {
+		if !strings.Contains(string(svg), want) {
+			t.Errorf("plot lacks %q", want)
+		}
+	}
+	if _, _, err := run(t, "bench", "--workers", "2,3", "--loss", "0,0.01", "--plot", svgPath); err == nil || !strings.Contains(err.Error(), "not both") {
+		t.Errorf("both sweeps with --plot: %v, want a refusal", err)
+	}
+}

@@ -16,7 +16,9 @@ import (
 )
 
 // The bench plot: two panels, time per all-reduce (median, min–max bar) and
-// ATE/s, against the worker count (log₂ axis), one series per algorithm.
+// ATE/s, against the worker count (log₂ axis), one series per algorithm;
+// for a --loss sweep, time and the inflation over the loss-free time
+// against the loss rate (one tick per rate).
 // Both formats are drawn from one display list: SVG as text, PNG rasterised
 // here with a 3×5 bitmap font (standard library only).
 
@@ -41,9 +43,9 @@ type plotSeries struct {
 }
 
 type plotPoint struct {
-	workers        int
+	x              float64 // worker count, or loss rate
 	ms, msLo, msHi float64
-	ate            float64
+	ate            float64 // ATE/s, or × loss-free for a loss sweep
 }
 
 var (
@@ -55,14 +57,27 @@ var (
 )
 
 // plotData turns bench runs into series.
-func plotData(runs []benchRun) []plotSeries {
+func plotData(runs []benchRun, byLoss bool) []plotSeries {
 	sw := plotSeries{name: "SwitchML", color: colorSwitchML}
 	ring := plotSeries{color: colorRing}
+	inflation := func(x *float64) float64 {
+		if x == nil {
+			return 0
+		}
+		return *x
+	}
 	for _, r := range runs {
-		sw.pts = append(sw.pts, plotPoint{workers: r.Workers, ms: ms(r.MedianNs), msLo: ms(r.MinNs), msHi: ms(r.MaxNs), ate: r.ATEPerSec})
+		x, ate := float64(r.Workers), r.ATEPerSec
+		if byLoss {
+			x, ate = r.Loss, inflation(r.LossInflation)
+		}
+		sw.pts = append(sw.pts, plotPoint{x: x, ms: ms(r.MedianNs), msLo: ms(r.MinNs), msHi: ms(r.MaxNs), ate: ate})
 		if b := r.Baseline; b != nil {
 			ring.name = b.Name
-			ring.pts = append(ring.pts, plotPoint{workers: r.Workers, ms: ms(b.MedianNs), msLo: ms(b.MinNs), msHi: ms(b.MaxNs), ate: b.ATEPerSec})
+			if ate = b.ATEPerSec; byLoss {
+				ate = inflation(b.LossInflation)
+			}
+			ring.pts = append(ring.pts, plotPoint{x: x, ms: ms(b.MedianNs), msLo: ms(b.MinNs), msHi: ms(b.MaxNs), ate: ate})
 		}
 	}
 	out := []plotSeries{sw}
@@ -70,7 +85,15 @@ func plotData(runs []benchRun) []plotSeries {
 		out = append(out, ring)
 	}
 	for i := range out {
-		slices.SortFunc(out[i].pts, func(a, b plotPoint) int { return a.workers - b.workers })
+		slices.SortFunc(out[i].pts, func(a, b plotPoint) int {
+			switch {
+			case a.x < b.x:
+				return -1
+			case a.x > b.x:
+				return 1
+			}
+			return 0
+		})
 	}
 	return out
 }
@@ -85,9 +108,20 @@ func writePlot(path string, runs []benchRun) error {
 	if len(runs) == 0 {
 		return fmt.Errorf("plot %s: no results to draw", path)
 	}
+	byLoss := false
+	for _, r := range runs[1:] {
+		byLoss = byLoss || r.Loss != runs[0].Loss
+	}
 	title := fmt.Sprintf("swml-rdma bench: %s tensor of %s, packet %d B, message %d B, loopback",
 		runs[0].DType, humanBytes(runs[0].TensorBytes), runs[0].PacketSize, runs[0].MessageSize)
-	d := layoutPlot(title, plotData(runs))
+	ax := plotAxes{x: "workers", logX: true, right: "ATE/s (tensor elements reduced per second)", rightFormat: formatSI}
+	if byLoss {
+		title = fmt.Sprintf("swml-rdma bench: %d workers, %s tensor of %s, loss at switch ingress and egress (ring: at the NICs)",
+			runs[0].Workers, runs[0].DType, humanBytes(runs[0].TensorBytes))
+		ax = plotAxes{x: "loss probability", right: "time / loss-free time (x)",
+			rightFormat: func(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }}
+	}
+	d := layoutPlot(title, ax, plotData(runs, byLoss))
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("plot: %w", err)
@@ -153,7 +187,16 @@ func (d *drawing) text(x, y float64, s, anchor string, size int) {
 }
 
 // layoutPlot places the two panels, their axes and the series.
-func layoutPlot(title string, series []plotSeries) *drawing {
+// plotAxes names the x axis (log₂-spaced, or one evenly spaced tick per
+// value) and the right panel.
+type plotAxes struct {
+	x           string
+	logX        bool
+	right       string
+	rightFormat func(float64) string
+}
+
+func layoutPlot(title string, ax plotAxes, series []plotSeries) *drawing {
 	d := &drawing{w: plotWidth, h: plotHeight}
 	d.rect(0, 0, plotWidth, plotHeight, color.RGBA{0xff, 0xff, 0xff, 0xff})
 	d.text(plotWidth/2, 24, title, "middle", 15)
@@ -165,14 +208,14 @@ func layoutPlot(title string, series []plotSeries) *drawing {
 		d.text(lx+30, 50, s.name, "start", 13)
 		lx += 140
 	}
-	var workers []int
+	var xs []float64
 	for _, s := range series {
 		for _, p := range s.pts {
-			workers = append(workers, p.workers)
+			xs = append(xs, p.x)
 		}
 	}
-	slices.Sort(workers)
-	workers = slices.Compact(workers)
+	slices.Sort(xs)
+	xs = slices.Compact(xs)
 	panel := func(x0 float64, name string, val func(plotPoint) (v, lo, hi float64), format func(float64) string) {
 		const top, bottom, width = 90.0, 380.0, 370.0
 		left := x0 + 70
@@ -191,38 +234,42 @@ func layoutPlot(title string, series []plotSeries) *drawing {
 			d.line(left, y(v), right, y(v), 1, colorGrid, "")
 			d.text(left-6, y(v)+4, format(v), "end", 11)
 		}
-		lo2, hi2 := math.Log2(float64(workers[0])), math.Log2(float64(workers[len(workers)-1]))
-		x := func(w int) float64 {
-			if hi2 == lo2 {
-				return (left + right) / 2
+		pos := func(v float64) float64 { // 0..1 along the axis
+			if len(xs) == 1 {
+				return 0.5
 			}
-			return left + 20 + (width-40)*(math.Log2(float64(w))-lo2)/(hi2-lo2)
+			if ax.logX {
+				lo2, hi2 := math.Log2(xs[0]), math.Log2(xs[len(xs)-1])
+				return (math.Log2(v) - lo2) / (hi2 - lo2)
+			}
+			return float64(slices.Index(xs, v)) / float64(len(xs)-1)
 		}
-		for _, w := range workers {
-			d.line(x(w), bottom, x(w), bottom+5, 1, colorAxis, "")
-			d.text(x(w), bottom+18, strconv.Itoa(w), "middle", 11)
+		x := func(v float64) float64 { return left + 20 + (width-40)*pos(v) }
+		for _, v := range xs {
+			d.line(x(v), bottom, x(v), bottom+5, 1, colorAxis, "")
+			d.text(x(v), bottom+18, strconv.FormatFloat(v, 'g', -1, 64), "middle", 11)
 		}
 		d.line(left, top, left, bottom, 1.5, colorAxis, "")
 		d.line(left, bottom, right, bottom, 1.5, colorAxis, "")
-		d.text((left+right)/2, bottom+40, "workers", "middle", 12)
+		d.text((left+right)/2, bottom+40, ax.x, "middle", 12)
 		for _, s := range series {
 			for i, p := range s.pts {
 				v, lo, hi := val(p)
 				if i > 0 {
 					pv, _, _ := val(s.pts[i-1])
-					d.line(x(s.pts[i-1].workers), y(pv), x(p.workers), y(v), 2.5, s.color, s.name)
+					d.line(x(s.pts[i-1].x), y(pv), x(p.x), y(v), 2.5, s.color, s.name)
 				}
 				if hi > lo {
-					d.line(x(p.workers), y(lo), x(p.workers), y(hi), 1, s.color, s.name)
+					d.line(x(p.x), y(lo), x(p.x), y(hi), 1, s.color, s.name)
 				}
-				d.dot(x(p.workers), y(v), 3.5, s.color, s.name)
+				d.dot(x(p.x), y(v), 3.5, s.color, s.name)
 			}
 		}
 	}
 	panel(0, "time per all-reduce [ms] (median, min-max)", func(p plotPoint) (float64, float64, float64) { return p.ms, p.msLo, p.msHi },
 		func(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) })
-	panel(plotWidth/2, "ATE/s (tensor elements reduced per second)", func(p plotPoint) (float64, float64, float64) { return p.ate, p.ate, p.ate },
-		formatSI)
+	panel(plotWidth/2, ax.right, func(p plotPoint) (float64, float64, float64) { return p.ate, p.ate, p.ate },
+		ax.rightFormat)
 	return d
 }
 
