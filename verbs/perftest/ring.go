@@ -224,6 +224,7 @@ type ringFlight struct {
 	seq      uint64    // transmission sequence number of the last transmission
 	later    int       // items transmitted after it and acknowledged since
 	resent   bool      // retransmitted at least once (no RTT sample: Karn)
+	restarts int       // expired timer restarts behind an older item (timers)
 	deadline time.Time
 }
 
@@ -690,11 +691,18 @@ func (rr *RingRank) stalled(now time.Time) error {
 		rr.rank, ErrRingPeerTimeout, now.Sub(e.lastProgress).Round(time.Millisecond), what, e.recvCount, e.k, e.sendBase, e.k)
 }
 
-// timers handles the retransmission timer: when the oldest unacknowledged
-// item's timer expires it alone is resent (the rest of the window most
-// likely just waits behind it; a real loss among them is repaired by the
-// fast retransmit as acknowledgements arrive), the timeout doubles until
-// the next clean round-trip sample, and the other items' timers restart.
+// timers handles the retransmission timers: the oldest unacknowledged item
+// whose timer expired is resent and the timeout doubles until the next
+// clean round-trip sample; the other unacknowledged items' timers restart
+// (they most likely just wait behind it; a real loss among them is
+// repaired by the fast retransmit as acknowledgements arrive), except that
+// an item whose own timer has expired rtoRestarts times is resent too.
+//
+// Why the exception (issue 10, found with `bench --loss 0.05`): when the
+// window has stalled, no new item is sent, so no clean sample comes and the
+// timeout stays at its maximum; resending one item per expiry then needed
+// a second per lost item and a rank went its whole PeerTimeout without
+// progress while its neighbour waited for several lost messages.
 func (rr *RingRank) timers(now time.Time) error {
 	e := &rr.e
 	e.nextTimer = now.Add(time.Hour)
@@ -704,11 +712,18 @@ func (rr *RingRank) timers(now time.Time) error {
 			continue
 		}
 		f := &e.flight[k%rr.window]
-		if !expired && !now.Before(f.deadline) {
+		due := !now.Before(f.deadline)
+		switch {
+		case due && !expired:
 			expired = true
 			e.rto = min(2*e.rto, rr.cfg.MaxRetransmitTimeout)
 			rr.retransmit(k, now)
-		} else if expired {
+		case due && f.restarts >= rtoRestarts:
+			rr.retransmit(k, now)
+		case expired:
+			if due {
+				f.restarts++
+			}
 			f.deadline = maxTime(f.deadline, now.Add(e.rto))
 		}
 		e.nextTimer = minTime(e.nextTimer, f.deadline)
@@ -716,12 +731,16 @@ func (rr *RingRank) timers(now time.Time) error {
 	return rr.postData()
 }
 
+// rtoRestarts is how many times an item's expired timer may be restarted
+// behind an older item's before it is resent as well.
+const rtoRestarts = 1
+
 // retransmit queues item k again (rr.postData sends it).
 func (rr *RingRank) retransmit(k int, now time.Time) {
 	e := &rr.e
 	f := &e.flight[k%rr.window]
 	e.txSeq++
-	f.sent, f.seq, f.later, f.resent, f.deadline = now, e.txSeq, 0, true, now.Add(e.rto)
+	f.sent, f.seq, f.later, f.resent, f.deadline, f.restarts = now, e.txSeq, 0, true, now.Add(e.rto), 0
 	e.nextTimer = minTime(e.nextTimer, f.deadline)
 	e.sendWRs = append(e.sendWRs, rr.dataWR(k, f.length))
 	rr.cnt.retransmissions.Add(1)
