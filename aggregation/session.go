@@ -91,6 +91,8 @@ type Session struct {
 	doorbell stagedSender
 
 	stats counters
+
+	async asyncQueue // AllReduceAsync's queue and runner (async.go)
 }
 
 // Open registers this worker with the controller, waits for every worker of
