@@ -62,3 +62,21 @@ P4_BUILD ?= build/p4
 .PHONY: p4
 p4: ## Compile p4/rdma_switch (default + test profile) with bf-p4c from PATH or P4C= into build/p4, with its P4Info.
 	p4/build.sh $(P4_BUILD)
+
+LIBSWML ?= bin/libswml.so
+
+.PHONY: libswml
+libswml: ## Build the C ABI (cgo, c-shared) into bin/libswml.so + bin/libswml.h (python/swml loads it).
+	$(GO) build -buildmode=c-shared -o $(LIBSWML) ./cmd/libswml
+
+.PHONY: libswml-ibverbs
+libswml-ibverbs: ## libswml with the libibverbs NIC as well (needs libibverbs-dev).
+	$(GO) build -tags ibverbs -buildmode=c-shared -o $(LIBSWML) ./cmd/libswml
+
+.PHONY: pytorch-test
+pytorch-test: ## PyTorch tests: train through the switch with 2 and 4 ranks vs Gloo (needs python3-torch).
+	python/tests/run.sh
+
+.PHONY: pytorch-bench
+pytorch-bench: ## swml backend vs Gloo all-reduce at 4 ranks, 4/16/64 MiB (docs/pytorch.md).
+	python/tests/run.sh bench

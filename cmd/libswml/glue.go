@@ -1,0 +1,438 @@
+package main
+
+// The Go side of the C ABI: joining a job (the environment, the NIC, the
+// sessions) and the handle tables. No cgo here, so it is tested with plain
+// Go tests.
+//
+// Joining a job repeats, in small, what cmd/swml-rdma/worker.go does (rank
+// and size from the environment, the soft or ibverbs NIC, waiting for the
+// controller): the two should share a library package.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/swml-rdma/swml-rdma/aggregation"
+	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/quant"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/verbs"
+	"github.com/swml-rdma/swml-rdma/verbs/ibverbs"
+	"github.com/swml-rdma/swml-rdma/verbs/soft"
+)
+
+// Codes of the C ABI (main.go's SWML_E… macros).
+const (
+	codeOK       = 0
+	codePending  = 1
+	codeInval    = -1
+	codeClosed   = -2
+	codePeer     = -3
+	codeTimeout  = -4
+	codeInternal = -5
+	codeBroken   = -6
+	codeHandle   = -7
+	codeFork     = -8
+	codeFail     = -9
+
+	dtypeFloat32 = 0
+	dtypeInt32   = 1
+
+	// int32Session is or-ed into the session id of the int32 half of a
+	// job: a job is two switch sessions, one per element type.
+	int32Session = 1 << 31
+)
+
+// abiError is an error with its code.
+type abiError struct {
+	code int
+	msg  string
+}
+
+func (e *abiError) Error() string { return e.msg }
+
+func code(err error) int {
+	var ae *abiError
+	switch {
+	case errors.As(err, &ae):
+		return ae.code
+	case errors.Is(err, aggregation.ErrClosed):
+		return codeClosed
+	case errors.Is(err, aggregation.ErrBroken):
+		return codeBroken
+	case errors.Is(err, aggregation.ErrPeerTimeout), errors.Is(err, aggregation.ErrSwitchGone),
+		errors.Is(err, control.ErrJobEnded), errors.Is(err, control.ErrControllerLost):
+		return codePeer
+	case errors.Is(err, context.DeadlineExceeded):
+		return codeTimeout
+	}
+	return codeFail
+}
+
+func inval(format string, args ...any) error {
+	return &abiError{codeInval, fmt.Sprintf(format, args...)}
+}
+
+// openArgs are swml_open's arguments; zero values come from the environment.
+type openArgs struct {
+	controller     string
+	sessionID      int64 // < 0: $SWML_SESSION_ID, else 1
+	rank, workers  int   // < 0: the environment
+	nic, addr      string
+	device         string
+	dtypes         int // bit 0: float32, bit 1: int32; 0: both
+	timeout        time.Duration
+	peerTimeout    time.Duration // 0: $SWML_PEER_TIMEOUT, else the default
+	qps, packet    int           // 0: $SWML_QPS / $SWML_PACKET_SIZE, else the defaults
+	msgSize        int           // 0: $SWML_MSG_SIZE, else 16 packets
+	controllerWait time.Duration // how long to wait for the controller's port
+}
+
+// session is one swml_open: the NIC and one aggregation session per dtype.
+type session struct {
+	rank, workers int
+	dev           verbs.Device
+	f32, i32      *aggregation.Session
+	closed        atomic.Bool
+}
+
+var (
+	tabMu    sync.Mutex
+	nextID   int64 = 1
+	sessions       = map[int64]*session{}
+	handles        = map[int64]*aggregation.Handle{}
+)
+
+func envInt(name string, fallbacks ...string) (int, string, error) {
+	for _, e := range append([]string{name}, fallbacks...) {
+		v := os.Getenv(e)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, e, inval("swml: %s=%q in the environment is not a number", e, v)
+		}
+		return n, e, nil
+	}
+	return 0, "", nil
+}
+
+func envDuration(name string) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, inval("swml: %s=%q in the environment: give a duration such as 10s", name, v)
+	}
+	return d, nil
+}
+
+// resolve fills the zero fields of o from the environment and checks them.
+func (o *openArgs) resolve() error {
+	if o.controller == "" {
+		o.controller = os.Getenv("SWML_CONTROLLER")
+	}
+	if o.controller == "" {
+		o.controller = control.DefaultAddr
+	}
+	if _, _, err := net.SplitHostPort(o.controller); err != nil {
+		return inval("swml: controller %q: give the controller's host:port, as passed to `swml-rdma switch --controller-addr`", o.controller)
+	}
+	if o.sessionID < 0 {
+		n, from, err := envInt("SWML_SESSION_ID")
+		if err != nil {
+			return err
+		}
+		o.sessionID = 1
+		if from != "" {
+			o.sessionID = int64(n)
+		}
+	}
+	if o.sessionID < 0 || o.sessionID >= int32Session {
+		return inval("swml: session id %d: give 0 … %d (the int32 half of a job uses id | 1<<31)", o.sessionID, int32Session-1)
+	}
+	if o.rank < 0 {
+		n, from, err := envInt("SWML_RANK", "RANK", "OMPI_COMM_WORLD_RANK")
+		if err != nil {
+			return err
+		}
+		if from == "" {
+			return inval("swml: no rank: pass one, or set RANK (torchrun sets it) or SWML_RANK")
+		}
+		o.rank = n
+	}
+	if o.workers < 0 {
+		n, from, err := envInt("SWML_WORKERS", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE")
+		if err != nil {
+			return err
+		}
+		if from == "" {
+			return inval("swml: no world size: pass one, or set WORLD_SIZE (torchrun sets it) or SWML_WORKERS")
+		}
+		o.workers = n
+	}
+	if o.workers < 1 || o.workers > quant.MaxWorkers {
+		return inval("swml: world size %d: a job has 1 to %d workers", o.workers, quant.MaxWorkers)
+	}
+	if o.rank < 0 || o.rank >= o.workers {
+		return inval("swml: rank %d of a %d-worker job: ranks are 0 … %d", o.rank, o.workers, o.workers-1)
+	}
+	if o.nic == "" {
+		o.nic = os.Getenv("SWML_NIC")
+	}
+	if o.nic == "" {
+		o.nic = "soft"
+	}
+	if o.addr == "" {
+		o.addr = os.Getenv("SWML_ADDR")
+	}
+	if o.device == "" {
+		o.device = os.Getenv("SWML_DEVICE")
+	}
+	switch o.nic {
+	case "soft":
+		if o.addr == "" {
+			if o.rank > 252 {
+				return inval("swml: rank %d: no default address past 127.0.0.254; set SWML_ADDR", o.rank)
+			}
+			o.addr = fmt.Sprintf("127.0.0.%d", 2+o.rank)
+		}
+	case "ibverbs":
+		if o.addr == "" {
+			return inval("swml: nic ibverbs needs an address (SWML_ADDR): the local IP whose RoCE v2 GID to use")
+		}
+	default:
+		return inval("swml: nic %q: use soft (userspace NIC) or ibverbs", o.nic)
+	}
+	if ip, err := netip.ParseAddr(o.addr); err != nil || ip.IsUnspecified() {
+		return inval("swml: address %q: give this worker's own IP, e.g. 127.0.0.2 on one host", o.addr)
+	}
+	if o.dtypes == 0 {
+		o.dtypes = 3
+	}
+	if o.dtypes&^3 != 0 {
+		return inval("swml: dtypes %#x: bit 0 float32, bit 1 int32", o.dtypes)
+	}
+	if o.timeout <= 0 {
+		o.timeout = 60 * time.Second
+	}
+	var err error
+	if o.peerTimeout == 0 {
+		if o.peerTimeout, err = envDuration("SWML_PEER_TIMEOUT"); err != nil {
+			return err
+		}
+	}
+	for _, v := range []struct {
+		dst  *int
+		name string
+	}{{&o.qps, "SWML_QPS"}, {&o.packet, "SWML_PACKET_SIZE"}, {&o.msgSize, "SWML_MSG_SIZE"}} {
+		if *v.dst == 0 {
+			n, _, err := envInt(v.name)
+			if err != nil {
+				return err
+			}
+			*v.dst = n
+		}
+	}
+	if o.packet == 0 {
+		o.packet = aggregation.DefaultPacketSize
+	}
+	if err := wire.CheckPacketSize(o.packet); err != nil {
+		return inval("swml: packet size: %v", err)
+	}
+	if o.msgSize == 0 {
+		o.msgSize = o.packet * aggregation.DefaultPacketsPerMessage
+	}
+	if ppm := o.msgSize / o.packet; o.msgSize%o.packet != 0 || ppm&(ppm-1) != 0 {
+		return inval("swml: message size %d: must be the packet size (%d) times a power of two", o.msgSize, o.packet)
+	}
+	return nil
+}
+
+// open joins the job; it returns the session's id.
+func open(o openArgs) (int64, error) {
+	if err := o.resolve(); err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	ip := netip.MustParseAddr(o.addr).Unmap()
+	var dev verbs.Device
+	var err error
+	if o.nic == "ibverbs" {
+		dev, err = ibverbs.Open(o.device, ip)
+		if errors.Is(err, verbs.ErrNotSupported) {
+			err = fmt.Errorf("%w (this libswml was built without -tags ibverbs: rebuild it with `make libswml-ibverbs`, or use nic soft)", err)
+		}
+	} else {
+		dev, err = soft.Open(soft.Config{Addr: ip})
+	}
+	if err != nil {
+		return 0, fmt.Errorf("swml: open the %s NIC at %v: %w", o.nic, ip, err)
+	}
+	s := &session{rank: o.rank, workers: o.workers, dev: dev}
+	if err := waitForController(ctx, o.controller); err != nil {
+		dev.Close()
+		return 0, err
+	}
+	cfg := aggregation.Config{Device: dev, ControllerAddr: o.controller, Rank: o.rank, Workers: o.workers,
+		QPs: o.qps, PacketSize: o.packet, PacketsPerMessage: o.msgSize / o.packet, PeerTimeout: o.peerTimeout}
+	// Every rank opens the float32 session, then the int32 one: each Open
+	// waits for every rank of its session.
+	if o.dtypes&1 != 0 {
+		c := cfg
+		c.SessionID, c.DType = uint32(o.sessionID), wire.Float32
+		if s.f32, err = aggregation.Open(ctx, c); err != nil {
+			dev.Close()
+			return 0, fmt.Errorf("swml: join the float32 session %d at %s as rank %d of %d: %w", c.SessionID, o.controller, o.rank, o.workers, err)
+		}
+	}
+	if o.dtypes&2 != 0 {
+		c := cfg
+		c.SessionID, c.DType = uint32(o.sessionID)|int32Session, wire.Int32
+		if s.i32, err = aggregation.Open(ctx, c); err != nil {
+			if s.f32 != nil {
+				s.f32.Abort(err.Error())
+			}
+			dev.Close()
+			return 0, fmt.Errorf("swml: join the int32 session %#x at %s as rank %d of %d: %w", c.SessionID, o.controller, o.rank, o.workers, err)
+		}
+	}
+	tabMu.Lock()
+	id := nextID
+	nextID++
+	sessions[id] = s
+	tabMu.Unlock()
+	return id, nil
+}
+
+// waitForController polls the controller's port: workers may start before
+// the switch daemon.
+func waitForController(ctx context.Context, addr string) error {
+	var d net.Dialer
+	for {
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		conn, err := d.DialContext(dctx, "tcp", addr)
+		cancel()
+		if err == nil {
+			conn.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return &abiError{codeTimeout, fmt.Sprintf("swml: controller %s unreachable (%v): start `swml-rdma switch --controller-addr %s` first, or set SWML_CONTROLLER", addr, err, addr)}
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func lookup(id int64) (*session, error) {
+	tabMu.Lock()
+	s := sessions[id]
+	tabMu.Unlock()
+	if s == nil {
+		return nil, &abiError{codeHandle, fmt.Sprintf("swml: no open session %d (closed, or never opened)", id)}
+	}
+	return s, nil
+}
+
+// allReduceAsync queues an all-reduce of count elements at ptr. ptr is
+// memory the caller owns (not Go's); see main.go "Buffer ownership".
+func allReduceAsync(sid int64, ptr unsafe.Pointer, count int64, dtype int) (int64, error) {
+	s, err := lookup(sid)
+	if err != nil {
+		return 0, err
+	}
+	if ptr == nil || count <= 0 {
+		return 0, inval("swml: all-reduce of %d elements at %p: pass a buffer of at least one element", count, ptr)
+	}
+	if count > 1<<40 {
+		return 0, inval("swml: all-reduce of %d elements: too large", count)
+	}
+	var h *aggregation.Handle
+	switch dtype {
+	case dtypeFloat32:
+		if s.f32 == nil {
+			return 0, inval("swml: float32 all-reduce on a session opened without float32 (dtypes bit 0)")
+		}
+		h = s.f32.AllReduceAsync(context.Background(), unsafe.Slice((*float32)(ptr), count))
+	case dtypeInt32:
+		if s.i32 == nil {
+			return 0, inval("swml: int32 all-reduce on a session opened without int32 (dtypes bit 1)")
+		}
+		h = s.i32.AllReduceInt32Async(context.Background(), unsafe.Slice((*int32)(ptr), count))
+	default:
+		return 0, inval("swml: dtype %d: use SWML_FLOAT32 (0) or SWML_INT32 (1)", dtype)
+	}
+	tabMu.Lock()
+	id := nextID
+	nextID++
+	handles[id] = h
+	tabMu.Unlock()
+	return id, nil
+}
+
+// wait waits up to timeout seconds (< 0: forever, 0: test) for handle id.
+// A done handle is released: waiting on it again is codeHandle.
+func wait(id int64, timeout float64) (done bool, err error) {
+	tabMu.Lock()
+	h := handles[id]
+	tabMu.Unlock()
+	if h == nil {
+		return false, &abiError{codeHandle, fmt.Sprintf("swml: no pending all-reduce %d (already waited for, or never started)", id)}
+	}
+	switch {
+	case timeout < 0:
+		<-h.Done()
+	case timeout > 0:
+		t := time.NewTimer(time.Duration(timeout * float64(time.Second)))
+		select {
+		case <-h.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	done, err = h.Test()
+	if done {
+		tabMu.Lock()
+		delete(handles, id)
+		tabMu.Unlock()
+	}
+	return done, err
+}
+
+// closeSession closes (reason "") or aborts session id and releases it.
+func closeSession(id int64, reason string) error {
+	s, err := lookup(id)
+	if err != nil {
+		return err
+	}
+	tabMu.Lock()
+	delete(sessions, id)
+	tabMu.Unlock()
+	var errs []error
+	for _, a := range []*aggregation.Session{s.f32, s.i32} {
+		if a == nil {
+			continue
+		}
+		if reason != "" {
+			errs = append(errs, a.Abort(reason))
+		} else {
+			errs = append(errs, a.Close())
+		}
+	}
+	errs = append(errs, s.dev.Close())
+	return errors.Join(errs...)
+}

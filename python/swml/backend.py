@@ -1,0 +1,218 @@
+"""The "swml" torch.distributed backend and the DDP communication hook."""
+
+import collections
+import os
+import random
+import threading
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+
+from . import _lib
+
+_DTYPES = {torch.float32: _lib.FLOAT32, torch.int32: _lib.INT32}
+
+
+class _Completer:
+    """Waits for a session's all-reduces in submission order on one thread and
+    completes their torch Futures. It also keeps every pending tensor (the
+    buffer libswml owns) and Work referenced until the all-reduce is done."""
+
+    def __init__(self, session):
+        self.session = session
+        self.cv = threading.Condition()
+        self.queue = collections.deque()
+        self.failed = None
+        self.thread = threading.Thread(target=self._run, name="swml-completer", daemon=True)
+        self.thread.start()
+
+    def submit(self, tensors):
+        """Start an all-reduce of every tensor (contiguous, CPU, float32 or
+        int32), in order; returns a Future completed with tensors."""
+        fut = torch.futures.Future()
+        handles = []
+        try:
+            if self.failed is not None:
+                raise self.failed
+            for t in tensors:
+                handles.append(self.session.allreduce_async(t.data_ptr(), t.numel(), _DTYPES[t.dtype]))
+        except Exception as e:  # noqa: BLE001 - handed to the future
+            # Handles already started still own their buffers: the completer
+            # waits for them before failing the future.
+            with self.cv:
+                self.queue.append((handles, tensors, fut, e))
+                self.cv.notify()
+            return fut
+        with self.cv:
+            self.queue.append((handles, tensors, fut, None))
+            self.cv.notify()
+        return fut
+
+    def _run(self):
+        while True:
+            with self.cv:
+                while not self.queue:
+                    self.cv.wait()
+                handles, tensors, fut, err = self.queue.popleft()
+            if handles is None:
+                return
+            for h in handles:
+                try:
+                    self.session.wait(h)
+                except Exception as e:  # noqa: BLE001 - handed to the future
+                    err = err or e
+            if err is not None:
+                self.failed = self.failed or err
+                fut.set_exception(err)
+            else:
+                fut.set_result(tensors)
+
+    def stop(self):
+        with self.cv:
+            self.queue.append((None, None, None, None))
+            self.cv.notify()
+        self.thread.join(timeout=30)
+
+
+def _swml_ok(tensor, op):
+    return (op == dist.ReduceOp.SUM and tensor.device.type == "cpu" and tensor.dtype in _DTYPES
+            and tensor.is_contiguous() and tensor.numel() > 0)
+
+
+class ProcessGroupSwml(dist.ProcessGroup):
+    """all_reduce SUM of contiguous CPU float32/int32 tensors goes through
+    the switch; everything else (other ops and dtypes, broadcast, allgather,
+    barrier, …) goes to an inner Gloo group on the same store."""
+
+    def __init__(self, store, rank, size, timeout, session=None):
+        super().__init__(rank, size)
+        self.gloo = dist.ProcessGroupGloo(dist.PrefixStore("swml-gloo", store), rank, size, timeout)
+        if session is None:
+            sid = os.environ.get("SWML_SESSION_ID")
+            if sid is None:
+                # Every rank agrees on a fresh id through the store, so two
+                # jobs on one switch do not collide.
+                if rank == 0:
+                    store.set("swml-session-id", str(random.randrange(1, 1 << 31)))
+                sid = int(store.get("swml-session-id").decode())
+            session = _lib.Session(session_id=int(sid), rank=rank, world_size=size,
+                                   timeout=max(timeout.total_seconds(), 1.0))
+        self.session = session
+        self.completer = _Completer(session)
+        self._pending = set()  # Works kept alive until complete (the torch 1.13 trap)
+
+    def getBackendName(self):
+        return "swml"
+
+    def _work(self, fut):
+        work = _create_work_from_future(fut)
+        self._pending.add(work)
+        fut.add_done_callback(lambda _f, w=work: self._pending.discard(w))
+        return work
+
+    def allreduce(self, tensors, opts=None):
+        if opts is None:
+            opts = dist.AllreduceOptions()
+        if not all(_swml_ok(t, opts.reduceOp) for t in tensors):
+            return self.gloo.allreduce(tensors, opts)
+        return self._work(self.completer.submit(tensors))
+
+    # Everything else: Gloo.
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self.gloo.allreduce_coalesced(tensors, opts or dist.AllreduceCoalescedOptions())
+
+    def broadcast(self, tensors, opts=None):
+        return self.gloo.broadcast(tensors, opts or dist.BroadcastOptions())
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        return self.gloo.allgather(output_tensors, input_tensors, opts or dist.AllgatherOptions())
+
+    def _allgather_base(self, output, input, opts=None):
+        return self.gloo._allgather_base(output, input, opts or dist.AllgatherOptions())
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        return self.gloo.allgather_coalesced(output_lists, input_list, opts or dist.AllgatherOptions())
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        return self.gloo.gather(output_tensors, input_tensors, opts or dist.GatherOptions())
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        return self.gloo.scatter(output_tensors, input_tensors, opts or dist.ScatterOptions())
+
+    def reduce(self, tensors, opts=None):
+        return self.gloo.reduce(tensors, opts or dist.ReduceOptions())
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        return self.gloo.reduce_scatter(output_tensors, input_tensors, opts or dist.ReduceScatterOptions())
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        return self.gloo.alltoall_base(output, input, output_split_sizes, input_split_sizes,
+                                       opts or dist.AllToAllOptions())
+
+    def send(self, tensors, dst, tag=0):
+        return self.gloo.send(tensors, dst, tag)
+
+    def recv(self, tensors, src, tag=0):
+        return self.gloo.recv(tensors, src, tag)
+
+    def recv_anysource(self, tensors, tag=0):
+        return self.gloo.recv_anysource(tensors, tag)
+
+    def barrier(self, opts=None):
+        return self.gloo.barrier(opts or dist.BarrierOptions())
+
+    def shutdown(self, abort_reason=None):
+        """Close (or abort, with a reason) the switch session."""
+        self.completer.stop()
+        if abort_reason:
+            self.session.abort(abort_reason)
+        else:
+            self.session.close()
+
+
+_created = []
+
+
+def _create(store, rank, size, timeout):
+    if _created:
+        raise NotImplementedError(
+            "swml: one swml process group per process (the default group); create sub-groups with backend='gloo'")
+    pg = ProcessGroupSwml(store, rank, size, timeout)
+    _created.append(pg)
+    return pg
+
+
+def register():
+    """Register the "swml" backend with torch.distributed (idempotent)."""
+    if not hasattr(dist.Backend, "SWML"):
+        dist.Backend.register_backend("swml", _create)
+
+
+def process_group():
+    """The swml ProcessGroup of this process (after init_process_group)."""
+    if not _created:
+        raise RuntimeError("swml: no swml process group: call torch.distributed.init_process_group('swml') first")
+    return _created[0]
+
+
+# The DDP communication hook.
+
+class HookState:
+    """State of allreduce_hook: a Session (swml.init()) and the world size
+    to average by."""
+
+    def __init__(self, session):
+        self.session = session
+        self.completer = _Completer(session)
+
+
+def allreduce_hook(state, bucket):
+    """DDP communication hook: averages the gradient bucket through the
+    switch. model.register_comm_hook(swml.HookState(swml.init()),
+    swml.allreduce_hook) on a DDP model of any backend (gloo, for the rest)."""
+    t = bucket.buffer()
+    t.div_(state.session.world_size)
+    if not _swml_ok(t, dist.ReduceOp.SUM):
+        raise _lib.SwmlError(_lib.EINVAL, f"allreduce_hook: bucket of {t.dtype} on {t.device}: the switch sums contiguous CPU float32 or int32")
+    return state.completer.submit([t]).then(lambda f: f.value()[0])
