@@ -82,4 +82,9 @@ if [ -z "${SKIP_QEMU:-}" ] && [ -x testbed/soft-roce/qemu/harness.sh ]; then
 	testbed/soft-roce/qemu/harness.sh all
 fi
 
+# --- PyTorch (python/swml): train through the switch, 2 and 4 ranks ---------
+# Installs Debian's python3-torch when root; under CI a missing torch fails.
+step "PyTorch: swml backend vs gloo, 2 and 4 ranks, a killed rank, fork (python/tests/run.sh)"
+python/tests/run.sh
+
 step "all checks passed"

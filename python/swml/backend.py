@@ -1,17 +1,48 @@
 """The "swml" torch.distributed backend and the DDP communication hook."""
 
+import _thread
 import collections
 import os
 import random
+import signal
 import threading
 
 import torch
 import torch.distributed as dist
+import torch._C._distributed_c10d as _c10d
 from torch._C._distributed_c10d import _create_work_from_future
 
 from . import _lib
 
 _DTYPES = {torch.float32: _lib.FLOAT32, torch.int32: _lib.INT32}
+
+
+# torch 1.13 crashes (SIGSEGV in the reducer) when the Future of a Work
+# that DDP waits for holds an exception. So a failed all-reduce completes its
+# Future with the tensors as they are (not reduced) and the error is raised
+# in the main thread as soon as it runs Python again (right after
+# loss.backward() or work.wait() returns), through a SIGUSR1 handler that
+# this module installs when SIGUSR1 has none. Every later all-reduce raises
+# the same error at once.
+_failure = None
+
+
+def _raise_failure(signum, frame):
+    if _failure is not None:
+        raise _failure
+
+
+def _install_handler():
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGUSR1, _raise_failure)
+
+
+def _fail(err):
+    global _failure
+    if _failure is None:
+        _failure = err
+        if signal.getsignal(signal.SIGUSR1) is _raise_failure:
+            _thread.interrupt_main(signal.SIGUSR1)
 
 
 class _Completer:
@@ -23,18 +54,18 @@ class _Completer:
         self.session = session
         self.cv = threading.Condition()
         self.queue = collections.deque()
-        self.failed = None
+        _install_handler()
         self.thread = threading.Thread(target=self._run, name="swml-completer", daemon=True)
         self.thread.start()
 
     def submit(self, tensors):
         """Start an all-reduce of every tensor (contiguous, CPU, float32 or
         int32), in order; returns a Future completed with tensors."""
+        if _failure is not None:
+            raise _failure
         fut = torch.futures.Future()
         handles = []
         try:
-            if self.failed is not None:
-                raise self.failed
             for t in tensors:
                 handles.append(self.session.allreduce_async(t.data_ptr(), t.numel(), _DTYPES[t.dtype]))
         except Exception as e:  # noqa: BLE001 - handed to the future
@@ -63,10 +94,8 @@ class _Completer:
                 except Exception as e:  # noqa: BLE001 - handed to the future
                     err = err or e
             if err is not None:
-                self.failed = self.failed or err
-                fut.set_exception(err)
-            else:
-                fut.set_result(tensors)
+                _fail(err)
+            fut.set_result(tensors)  # never an exception: see _failure
 
     def stop(self):
         with self.cv:
@@ -113,42 +142,42 @@ class ProcessGroupSwml(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         if opts is None:
-            opts = dist.AllreduceOptions()
+            opts = _c10d.AllreduceOptions()
         if not all(_swml_ok(t, opts.reduceOp) for t in tensors):
             return self.gloo.allreduce(tensors, opts)
         return self._work(self.completer.submit(tensors))
 
     # Everything else: Gloo.
     def allreduce_coalesced(self, tensors, opts=None):
-        return self.gloo.allreduce_coalesced(tensors, opts or dist.AllreduceCoalescedOptions())
+        return self.gloo.allreduce_coalesced(tensors, opts or _c10d.AllreduceCoalescedOptions())
 
     def broadcast(self, tensors, opts=None):
-        return self.gloo.broadcast(tensors, opts or dist.BroadcastOptions())
+        return self.gloo.broadcast(tensors, opts or _c10d.BroadcastOptions())
 
     def allgather(self, output_tensors, input_tensors, opts=None):
-        return self.gloo.allgather(output_tensors, input_tensors, opts or dist.AllgatherOptions())
+        return self.gloo.allgather(output_tensors, input_tensors, opts or _c10d.AllgatherOptions())
 
     def _allgather_base(self, output, input, opts=None):
-        return self.gloo._allgather_base(output, input, opts or dist.AllgatherOptions())
+        return self.gloo._allgather_base(output, input, opts or _c10d.AllgatherOptions())
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        return self.gloo.allgather_coalesced(output_lists, input_list, opts or dist.AllgatherOptions())
+        return self.gloo.allgather_coalesced(output_lists, input_list, opts or _c10d.AllgatherOptions())
 
     def gather(self, output_tensors, input_tensors, opts=None):
-        return self.gloo.gather(output_tensors, input_tensors, opts or dist.GatherOptions())
+        return self.gloo.gather(output_tensors, input_tensors, opts or _c10d.GatherOptions())
 
     def scatter(self, output_tensors, input_tensors, opts=None):
-        return self.gloo.scatter(output_tensors, input_tensors, opts or dist.ScatterOptions())
+        return self.gloo.scatter(output_tensors, input_tensors, opts or _c10d.ScatterOptions())
 
     def reduce(self, tensors, opts=None):
-        return self.gloo.reduce(tensors, opts or dist.ReduceOptions())
+        return self.gloo.reduce(tensors, opts or _c10d.ReduceOptions())
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
-        return self.gloo.reduce_scatter(output_tensors, input_tensors, opts or dist.ReduceScatterOptions())
+        return self.gloo.reduce_scatter(output_tensors, input_tensors, opts or _c10d.ReduceScatterOptions())
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         return self.gloo.alltoall_base(output, input, output_split_sizes, input_split_sizes,
-                                       opts or dist.AllToAllOptions())
+                                       opts or _c10d.AllToAllOptions())
 
     def send(self, tensors, dst, tag=0):
         return self.gloo.send(tensors, dst, tag)
@@ -160,7 +189,7 @@ class ProcessGroupSwml(dist.ProcessGroup):
         return self.gloo.recv_anysource(tensors, tag)
 
     def barrier(self, opts=None):
-        return self.gloo.barrier(opts or dist.BarrierOptions())
+        return self.gloo.barrier(opts or _c10d.BarrierOptions())
 
     def shutdown(self, abort_reason=None):
         """Close (or abort, with a reason) the switch session."""
