@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/swml-rdma/swml-rdma/aggregation"
+	"github.com/swml-rdma/swml-rdma/aggregation/control"
+)
+
+func TestResolve(t *testing.T) {
+	for _, e := range []string{"SWML_CONTROLLER", "SWML_SESSION_ID", "SWML_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SWML_WORKERS", "WORLD_SIZE",
+		"OMPI_COMM_WORLD_SIZE", "SWML_NIC", "SWML_ADDR", "SWML_DEVICE", "SWML_PEER_TIMEOUT", "SWML_QPS", "SWML_PACKET_SIZE", "SWML_MSG_SIZE"} {
+		t.Setenv(e, "")
+	}
+	// torchrun's environment fills rank and size; the address follows the rank.
+	t.Setenv("RANK", "2")
+	t.Setenv("WORLD_SIZE", "4")
+	o := openArgs{sessionID: -1, rank: -1, workers: -1}
+	if err := o.resolve(); err != nil {
+		t.Fatal(err)
+	}
+	if o.rank != 2 || o.workers != 4 || o.addr != "127.0.0.4" || o.nic != "soft" || o.controller != control.DefaultAddr || o.sessionID != 1 || o.dtypes != 3 {
+		t.Errorf("resolved %+v", o)
+	}
+	bad := []struct {
+		env  [2]string
+		o    openArgs
+		want string
+	}{
+		{[2]string{"RANK", "x"}, openArgs{sessionID: 1, rank: -1, workers: 2}, `RANK="x"`},
+		{[2]string{}, openArgs{sessionID: 1, rank: 4, workers: 4}, "rank 4 of a 4-worker job"},
+		{[2]string{}, openArgs{sessionID: 1, rank: 0, workers: 0}, "world size 0"},
+		{[2]string{}, openArgs{sessionID: 1 << 31, rank: 0, workers: 1}, "session id"},
+		{[2]string{}, openArgs{sessionID: 1, rank: 0, workers: 1, nic: "tcp"}, `nic "tcp"`},
+		{[2]string{}, openArgs{sessionID: 1, rank: 0, workers: 1, nic: "ibverbs"}, "needs an address"},
+		{[2]string{}, openArgs{sessionID: 1, rank: 0, workers: 1, addr: "0.0.0.0"}, "own IP"},
+		{[2]string{}, openArgs{sessionID: 1, rank: 0, workers: 1, controller: "nohost"}, "host:port"},
+		{[2]string{"SWML_PACKET_SIZE", "1000"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "packet size"},
+		{[2]string{"SWML_PEER_TIMEOUT", "soon"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "SWML_PEER_TIMEOUT"},
+	}
+	for _, b := range bad {
+		t.Run(b.want, func(t *testing.T) {
+			if b.env[0] != "" {
+				t.Setenv(b.env[0], b.env[1])
+			}
+			err := b.o.resolve()
+			if err == nil || !strings.Contains(err.Error(), b.want) || code(err) != codeInval {
+				t.Errorf("resolve(%+v) = %v (code %d), want an EINVAL naming %q", b.o, err, code(err), b.want)
+			}
+		})
+	}
+}
+
+func TestCodes(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{fmt.Errorf("x: %w", aggregation.ErrClosed), codeClosed},
+		{fmt.Errorf("x: %w: %w", aggregation.ErrBroken, aggregation.ErrPeerTimeout), codeBroken},
+		{fmt.Errorf("x: %w", control.ErrJobEnded), codePeer},
+		{fmt.Errorf("x: %w", aggregation.ErrSwitchGone), codePeer},
+		{context.DeadlineExceeded, codeTimeout},
+		{fmt.Errorf("other"), codeFail},
+	} {
+		if got := code(c.err); got != c.want {
+			t.Errorf("code(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}
+
+func TestHandlesAndSessions(t *testing.T) {
+	if _, err := allReduceAsync(12345, nil, 1, dtypeFloat32); code(err) != codeHandle {
+		t.Errorf("all-reduce on an unknown session: %v", err)
+	}
+	if _, err := wait(12345, 0); code(err) != codeHandle {
+		t.Errorf("wait on an unknown handle: %v", err)
+	}
+	if err := closeSession(12345, ""); code(err) != codeHandle {
+		t.Errorf("close of an unknown session: %v", err)
+	}
+}
