@@ -112,9 +112,14 @@ var (
 	handles        = map[int64]*aggregation.Handle{}
 )
 
+// getenv reads the environment. main.go points it at C's getenv: Go's
+// os.Getenv sees only the environment as it was when the process started,
+// not what the host program (Python's os.environ, setenv) set since.
+var getenv = os.Getenv
+
 func envInt(name string, fallbacks ...string) (int, string, error) {
 	for _, e := range append([]string{name}, fallbacks...) {
-		v := os.Getenv(e)
+		v := getenv(e)
 		if v == "" {
 			continue
 		}
@@ -128,7 +133,7 @@ func envInt(name string, fallbacks ...string) (int, string, error) {
 }
 
 func envDuration(name string) (time.Duration, error) {
-	v := os.Getenv(name)
+	v := getenv(name)
 	if v == "" {
 		return 0, nil
 	}
@@ -142,7 +147,7 @@ func envDuration(name string) (time.Duration, error) {
 // resolve fills the zero fields of o from the environment and checks them.
 func (o *openArgs) resolve() error {
 	if o.controller == "" {
-		o.controller = os.Getenv("SWML_CONTROLLER")
+		o.controller = getenv("SWML_CONTROLLER")
 	}
 	if o.controller == "" {
 		o.controller = control.DefaultAddr
@@ -190,16 +195,16 @@ func (o *openArgs) resolve() error {
 		return inval("swml: rank %d of a %d-worker job: ranks are 0 … %d", o.rank, o.workers, o.workers-1)
 	}
 	if o.nic == "" {
-		o.nic = os.Getenv("SWML_NIC")
+		o.nic = getenv("SWML_NIC")
 	}
 	if o.nic == "" {
 		o.nic = "soft"
 	}
 	if o.addr == "" {
-		o.addr = os.Getenv("SWML_ADDR")
+		o.addr = getenv("SWML_ADDR")
 	}
 	if o.device == "" {
-		o.device = os.Getenv("SWML_DEVICE")
+		o.device = getenv("SWML_DEVICE")
 	}
 	switch o.nic {
 	case "soft":

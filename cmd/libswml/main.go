@@ -26,6 +26,7 @@ package main
 /*
 #include <stdint.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 // Status codes.
 #define SWML_OK         0
@@ -57,6 +58,19 @@ import (
 )
 
 func main() {}
+
+func init() { getenv = cGetenv }
+
+// cGetenv reads the C library's current environment (see glue.go getenv).
+func cGetenv(name string) string {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	v := C.getenv(cs)
+	if v == nil {
+		return ""
+	}
+	return C.GoString(v)
+}
 
 // lastErr is each OS thread's last error message: a C caller's call runs on
 // its own thread, so the thread id names the caller.

@@ -11,6 +11,7 @@ import math
 import multiprocessing
 import os
 import queue
+import random
 import signal
 import sys
 import tempfile
@@ -61,7 +62,7 @@ def worker(rank, world, backend, port, out, kill_at):
     try:
         import swml
         swml.register()
-        dist.init_process_group(backend)
+        dist.init_process_group("gloo" if backend == "hook" else backend)
         res = {"rank": rank, "losses": [], "events": []}
 
         # 1. One all-reduce of random floats against the quantization bound
@@ -84,6 +85,9 @@ def worker(rank, world, backend, port, out, kill_at):
 
         # 3. Train: DDP, SGD, fixed seeds, rank-local data.
         model = torch.nn.parallel.DistributedDataParallel(make_model(torch), bucket_cap_mb=0.01)
+        if backend == "hook":  # Gloo for everything, the switch for DDP's buckets
+            state = swml.HookState(swml.init())
+            model.register_comm_hook(state, swml.allreduce_hook)
         opt = torch.optim.SGD(model.parameters(), lr=LR)
         x, y = make_data(torch, rank)
         identical = True
@@ -116,6 +120,9 @@ def worker(rank, world, backend, port, out, kill_at):
         res["final"] = torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
         if backend == "swml":
             swml.process_group().shutdown()
+        if backend == "hook":
+            state.completer.stop()
+            state.session.close()
         dist.destroy_process_group()
         out.put(res)
     except Exception:  # noqa: BLE001
@@ -124,6 +131,7 @@ def worker(rank, world, backend, port, out, kill_at):
 
 
 def launch(world, backend, kill_at=-1):
+    os.environ["SWML_SESSION_ID"] = str(random.randrange(1, 1 << 31))  # the hook's session
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     port = common.free_port()
@@ -173,6 +181,13 @@ def train(world):
     check(lg[-1] < 0.8 * lg[0], f"{world} ranks: the model trains (gloo loss {lg[0]:.4f} -> {lg[-1]:.4f})")
     pdev = max(abs(a - b) for a, b in zip(sw[0]["final"], gl[0]["final"]))
     check(pdev < 1e-3, f"{world} ranks: final parameters swml vs gloo within 1e-3 (max difference {pdev:.3g})")
+    if world == 2:
+        hk = launch(world, "hook")
+        for r in hk:
+            check(r["params_identical_every_step"], f"{world} ranks: rank {r['rank']} parameters identical after every step (gloo + swml.allreduce_hook)")
+        lh = hk[0]["losses"]
+        dev = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(lh, lg))
+        check(len(lh) == STEPS and dev < 1e-3, f"{world} ranks: DDP hook and gloo loss curves agree (max relative deviation {dev:.3g})")
 
 
 def kill(world):
