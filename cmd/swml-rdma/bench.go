@@ -23,6 +23,7 @@ import (
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/join"
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
@@ -373,8 +374,8 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (ben
 	go ctl.Serve(lis)
 
 	n := cfg.size / 4
-	inputs, inputsI := makeInputs(cfg.dtype, cfg.workers, n)
-	check, err := newChecker(cfg.dtype, inputs, inputsI)
+	inputs, inputsI := join.MakeInputs(cfg.dtype, cfg.workers, n)
+	check, err := join.NewChecker(cfg.dtype, inputs, inputsI)
 	if err != nil {
 		return benchRun{}, err
 	}
@@ -446,7 +447,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (ben
 			return sessions[r].AllReduceInt32(ctx, bufsI[r])
 		}
 		return sessions[r].AllReduce(ctx, bufs[r])
-	}, func() error { return check.switchML(bufs, bufsI) })
+	}, func() error { return check.SwitchML(bufs, bufsI) })
 	if err != nil {
 		return benchRun{}, err
 	}
@@ -507,7 +508,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (ben
 			return ring.Rank(r).AllReduceInt32(ctx, bufsI[r])
 		}
 		return ring.Rank(r).AllReduce(ctx, bufs[r])
-	}, func() error { return check.ring(bufs, bufsI) })
+	}, func() error { return check.Ring(bufs, bufsI) })
 	if err != nil {
 		return benchRun{}, fmt.Errorf("ring baseline: %w", err)
 	}

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +26,7 @@ import (
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/join"
 	"github.com/swml-rdma/swml-rdma/aggregation/quant"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs"
@@ -118,6 +122,10 @@ type workerResult struct {
 	SessionID  uint32 `json:"session_id"`
 	Device     string `json:"device"`
 	Controller string `json:"controller"`
+	// ResultSHA256 is the SHA-256 of the last all-reduce's result (its
+	// elements little-endian): every rank of a job has the same, and a run
+	// under loss must have the loss-free run's (testbed/soft-roce).
+	ResultSHA256 string `json:"result_sha256"`
 }
 
 func runWorker(c *cli.Context) error {
@@ -438,8 +446,8 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 	}
 
 	n := cfg.size / 4
-	inputs, inputsI := makeInputs(cfg.dtype, cfg.workers, n)
-	check, err := newChecker(cfg.dtype, inputs, inputsI)
+	inputs, inputsI := join.MakeInputs(cfg.dtype, cfg.workers, n)
+	check, err := join.NewChecker(cfg.dtype, inputs, inputsI)
 	if err != nil {
 		return workerResult{}, err
 	}
@@ -478,7 +486,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 		} else {
 			out = [][]float32{buf}
 		}
-		if err := check.switchML(out, outI); err != nil {
+		if err := check.SwitchML(out, outI); err != nil {
 			log.Error("RESULT MISMATCH", "iteration", it+1, "err", err)
 			return workerResult{}, fmt.Errorf("all-reduce %d of %d (job %d): RESULT MISMATCH: %w", it+1, total, sess.JobID(), err)
 		}
@@ -488,6 +496,12 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 	}
 	st := sess.Stats()
 	jobID := sess.JobID()
+	h := sha256.New()
+	if cfg.dtype == wire.Int32 {
+		_ = binary.Write(h, binary.LittleEndian, bufI)
+	} else {
+		_ = binary.Write(h, binary.LittleEndian, buf)
+	}
 	closed = true
 	if err := sess.Close(); err != nil {
 		// Every result was verified; the lease just did not end cleanly.
@@ -498,6 +512,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 			PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Verified: true,
 			Packets: st.Packets, Retransmissions: st.Retransmissions},
 		Rank: cfg.rank, JobID: jobID, SessionID: cfg.sessionID, Device: dev.Name(), Controller: cfg.controller,
+		ResultSHA256: hex.EncodeToString(h.Sum(nil)),
 	}
 	slices.Sort(times)
 	res.MinNs, res.MaxNs, res.MedianNs = int64(times[0]), int64(times[len(times)-1]), int64(times[len(times)/2])

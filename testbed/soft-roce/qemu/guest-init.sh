@@ -129,6 +129,7 @@ run_one() { # scenario
 		bash /bin/lab.sh down && bash /bin/lab.sh down && bash /bin/lab.sh up && bash /bin/lab.sh up >/dev/null &&
 			timeout "$timeout_s" /bin/interop -scenario ibv-loopback
 		;;
+	allreduce-* | worker-killed) timeout "$timeout_s" bash /bin/allreduce.sh "$1" ;;
 	*) timeout "$timeout_s" /bin/interop -scenario "$1" ;;
 	esac
 }
@@ -138,10 +139,10 @@ for s in $(echo "$scenarios" | tr , ' '); do
 	run_one "$s"
 	rc=$?
 	case $rc in
-	0) echo "SWML-RESULT $s PASS" ;;
-	77) echo "SWML-RESULT $s SKIP (scenario reported it cannot run)" ;;
-	143 | 124) echo "SWML-RESULT $s FAIL (timed out after ${timeout_s}s)" ;;
-	*) echo "SWML-RESULT $s FAIL (exit $rc)" ;;
+	0) echo "SWML-RESULT $s PASS t=$(cut -d" " -f1 /proc/uptime)" ;;
+	77) echo "SWML-RESULT $s SKIP (scenario reported it cannot run) t=$(cut -d" " -f1 /proc/uptime)" ;;
+	143 | 124) echo "SWML-RESULT $s FAIL (timed out after ${timeout_s}s) t=$(cut -d" " -f1 /proc/uptime)" ;;
+	*) echo "SWML-RESULT $s FAIL (exit $rc) t=$(cut -d" " -f1 /proc/uptime)" ;;
 	esac
 done
 halt

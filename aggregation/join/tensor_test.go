@@ -1,4 +1,4 @@
-package main
+package join
 
 import (
 	"math"
@@ -13,13 +13,13 @@ import (
 // broken in each way it must catch.
 func TestChecker(t *testing.T) {
 	const workers, n = 3, 1000
-	in, _ := makeInputs(wire.Float32, workers, n)
-	_, inI := makeInputs(wire.Int32, workers, n)
-	c, err := newChecker(wire.Float32, in, nil)
+	in, _ := MakeInputs(wire.Float32, workers, n)
+	_, inI := MakeInputs(wire.Int32, workers, n)
+	c, err := NewChecker(wire.Float32, in, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cI, err := newChecker(wire.Int32, nil, inI)
+	cI, err := NewChecker(wire.Int32, nil, inI)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,13 +39,13 @@ func TestChecker(t *testing.T) {
 		return out, outI
 	}
 	out, outI := sums()
-	if err := c.switchML(out, nil); err != nil {
+	if err := c.SwitchML(out, nil); err != nil {
 		t.Fatalf("exact float32 sums rejected: %v", err)
 	}
-	if err := c.ring(out, nil); err != nil {
+	if err := c.Ring(out, nil); err != nil {
 		t.Fatalf("exact float32 sums rejected by the ring check: %v", err)
 	}
-	if err := cI.switchML(nil, outI); err != nil {
+	if err := cI.SwitchML(nil, outI); err != nil {
 		t.Fatalf("exact int32 sums rejected: %v", err)
 	}
 
@@ -73,9 +73,9 @@ func TestChecker(t *testing.T) {
 			tt.corrupt(out, outI)
 			var err error
 			if tt.int32 {
-				err = cI.switchML(nil, outI)
+				err = cI.SwitchML(nil, outI)
 			} else {
-				err = c.switchML(out, nil)
+				err = c.SwitchML(out, nil)
 			}
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error %v, want one naming %q", err, tt.want)

@@ -1,4 +1,4 @@
-package main
+package join
 
 import (
 	"fmt"
@@ -9,27 +9,27 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
 
-// makeInputs returns every rank's deterministic input tensor of n elements:
+// MakeInputs returns every rank's deterministic input tensor of n elements:
 // rank r's comes from a generator seeded with r, so any process of a job
 // (embedded or one worker of many) can rebuild all of them and check a
 // result. Exactly one of the two slices is non-nil, by dtype.
-func makeInputs(dtype wire.DType, workers, n int) ([][]float32, [][]int32) {
+func MakeInputs(dtype wire.DType, workers, n int) ([][]float32, [][]int32) {
 	if dtype == wire.Int32 {
 		in := make([][]int32, workers)
 		for r := range in {
-			in[r] = makeInputInt32(r, n)
+			in[r] = InputInt32(r, n)
 		}
 		return nil, in
 	}
 	in := make([][]float32, workers)
 	for r := range in {
-		in[r] = makeInputFloat32(r, n)
+		in[r] = InputFloat32(r, n)
 	}
 	return in, nil
 }
 
-// makeInputFloat32 is rank r's float32 input: standard normal values.
-func makeInputFloat32(r, n int) []float32 {
+// InputFloat32 is rank r's float32 input: standard normal values.
+func InputFloat32(r, n int) []float32 {
 	rng := rand.New(rand.NewPCG(uint64(r)+1, 7))
 	x := make([]float32, n)
 	for i := range x {
@@ -38,9 +38,9 @@ func makeInputFloat32(r, n int) []float32 {
 	return x
 }
 
-// makeInputInt32 is rank r's int32 input: uniform in [-2^19, 2^19), so the
+// InputInt32 is rank r's int32 input: uniform in [-2^19, 2^19), so the
 // sum of up to 2^11 workers fits an int32.
-func makeInputInt32(r, n int) []int32 {
+func InputInt32(r, n int) []int32 {
 	rng := rand.New(rand.NewPCG(uint64(r)+1, 7))
 	x := make([]int32, n)
 	for i := range x {
@@ -49,7 +49,7 @@ func makeInputInt32(r, n int) []int32 {
 	return x
 }
 
-// checker checks all-reduce results against every worker's input: in (or
+// Checker checks all-reduce results against every worker's input: in (or
 // inI) holds all the job's inputs; a check gets the results at hand — every
 // worker's in the embedded bench, one in a worker process — and requires
 // them bit-identical. int32 must equal the int64 sum exactly (which must
@@ -57,15 +57,15 @@ func makeInputInt32(r, n int) []int32 {
 // of the float64 sum (docs/quantization.md); from the ring, within float32
 // rounding of it (N·2⁻²⁴·Σ|x|). Build it once: the bound's scale depends only
 // on the inputs.
-type checker struct {
+type Checker struct {
 	dtype wire.DType
 	in    [][]float32
 	inI   [][]int32
 	scale quant.Scale // float32: for a tensor-wide block exponent
 }
 
-func newChecker(dtype wire.DType, in [][]float32, inI [][]int32) (*checker, error) {
-	c := &checker{dtype: dtype, in: in, inI: inI}
+func NewChecker(dtype wire.DType, in [][]float32, inI [][]int32) (*Checker, error) {
+	c := &Checker{dtype: dtype, in: in, inI: inI}
 	if dtype == wire.Int32 {
 		return c, nil
 	}
@@ -92,18 +92,18 @@ func newChecker(dtype wire.DType, in [][]float32, inI [][]int32) (*checker, erro
 	return c, nil
 }
 
-// switchML checks results of SwitchML (block floating point).
-func (c *checker) switchML(out [][]float32, outI [][]int32) error {
+// SwitchML checks results of SwitchML (block floating point).
+func (c *Checker) SwitchML(out [][]float32, outI [][]int32) error {
 	return c.check(out, outI, c.scale.ErrorBound, "quantization error bound")
 }
 
-// ring checks results of the float32 ring, which adds in float32.
-func (c *checker) ring(out [][]float32, outI [][]int32) error {
+// Ring checks results of the float32 ring, which adds in float32.
+func (c *Checker) Ring(out [][]float32, outI [][]int32) error {
 	w := float64(len(c.in))
 	return c.check(out, outI, func(sumAbs float64) float64 { return w * 0x1p-24 * sumAbs }, "float32 rounding bound")
 }
 
-func (c *checker) check(out [][]float32, outI [][]int32, bound func(sumAbs float64) float64, boundName string) error {
+func (c *Checker) check(out [][]float32, outI [][]int32, bound func(sumAbs float64) float64, boundName string) error {
 	if c.dtype == wire.Int32 {
 		for i := range outI[0] {
 			var sum int64

@@ -1,0 +1,245 @@
+#!/bin/bash
+# allreduce.sh — the all-reduce scenarios of the Soft-RoCE guest (see
+# harness.sh and guest-init.sh, which runs "bash /bin/allreduce.sh NAME").
+#
+# Lab (built by guest-init.sh): rxe0 on veth0 in the init netns (10.0.0.1,
+# fd00::1); netns "peer" on veth1 (10.0.0.2, fd00::2). Here:
+#   - `swml-rdma switch` (software switch + controller) runs in netns peer,
+#     at 10.0.0.2 or fd00::2: it is a different host as far as rxe knows;
+#   - `swml-rdma worker --nic ibverbs` processes run in the init netns and
+#     share rxe0 (one GID, distinct QPs), --addr choosing the GID;
+#   - userspace-NIC workers (--nic soft) run in netns peer at 10.0.0.3+.
+# Every worker checks every result (int32 exact, float32 against the
+# float64 reference and bit-identical across ranks) and exits 1 on a
+# mismatch; a scenario passes only if every process did what it must.
+# Every step is bounded by a timeout; nothing asserts speed.
+#
+# Exit status: 0 pass, 1 fail. Lines "SWML-COUNTERS name rcvd sent" give
+# the scenario's rxe0 hw_counters deltas for the harness's summary.
+set -u
+SW=/bin/swml-rdma
+IP=/usr/sbin/ip
+CNT=/sys/class/infiniband/rxe0/ports/1/hw_counters
+T=${SWML_STEP_TIMEOUT:-90} # seconds per job
+LOG=/tmp/allreduce
+mkdir -p $LOG
+# Small jobs: TCG runs rxe's kernel code at a few MB/s. 64 KiB is 4
+# messages per QP at the defaults below, enough to wrap a QP's slots.
+JOB=(--size 64KiB --iters 3 --warmup 1 --packet-size 1024 --msg-size 4KiB --qps 2 --connect-timeout 30s --json)
+
+say() { echo "allreduce: $*"; }
+fail() {
+	say "FAIL: $*"
+	# What the switch saw and what rxe counted, for the console log.
+	say "switch log (tail):"
+	tail -20 $LOG/switch.log 2>/dev/null
+	say "switch metrics:"
+	switch_metric_dump | grep -E '^swml_(switch|controller)_' | grep -v ' 0$' | head -40
+	say "rxe0 hw_counters (non-zero):"
+	for f in $CNT/*; do v=$(cat "$f" 2>/dev/null); [ "$v" != 0 ] && echo "  ${f##*/} $v"; done
+	exit 1
+}
+
+counter() { cat $CNT/"$1" 2>/dev/null || echo 0; }
+c_rcvd0=$(counter rcvd_pkts)
+c_sent0=$(counter sent_pkts)
+report_counters() {
+	echo "SWML-COUNTERS $1 $(($(counter rcvd_pkts) - c_rcvd0)) $(($(counter sent_pkts) - c_sent0))"
+}
+
+swpid=
+start_switch() { # family extra-switch-flags...
+	local fam=$1
+	shift
+	stop_switch
+	if [ "$fam" = 6 ]; then
+		SWADDR=fd00::2 CTRL="[fd00::2]:50051" WADDR=fd00::1
+	else
+		SWADDR=10.0.0.2 CTRL=10.0.0.2:50051 WADDR=10.0.0.1
+	fi
+	# rxe computes the ICRC of IPv4 packets over the IPv4 ID it chose, which
+	# a UDP socket does not see: verify-ipv6 checks IPv6 requests only.
+	$IP netns exec peer $SW switch --addr $SWADDR --controller-addr $CTRL --metrics-addr 127.0.0.1:9400 \
+		--icrc verify-ipv6 --session-timeout 60s --log-level ${SWML_SWITCH_LOG:-info} "$@" >$LOG/switch.log 2>&1 &
+	swpid=$!
+	sleep 0.5
+	kill -0 $swpid 2>/dev/null || {
+		cat $LOG/switch.log
+		fail "switch did not start"
+	}
+}
+stop_switch() {
+	[ -n "$swpid" ] || return 0
+	kill -TERM $swpid 2>/dev/null
+	wait $swpid 2>/dev/null
+	swpid=
+}
+trap stop_switch EXIT
+
+switch_metric_dump() { $IP netns exec peer wget -q -O - http://127.0.0.1:9400/metrics 2>/dev/null; }
+switch_metric() { # name: its value from the switch's /metrics
+	switch_metric_dump | awk -v n="$1" '$1==n{print $2; exit}'
+}
+
+# run_job tag session workers dtype nics...: runs one worker per nic
+# (ibverbs or soft), waits for all (bounded), fails unless all passed.
+# Leaves each rank's JSON in $LOG/tag.RANK.json.
+run_job() {
+	local tag=$1 sid=$2 n=$3 dtype=$4
+	shift 4
+	local pids=() r=0 nic
+	for nic in "$@"; do
+		if [ "$nic" = ibverbs ]; then
+			timeout $T $SW worker --nic ibverbs --addr $WADDR --controller $CTRL --session-id $sid \
+				--rank $r --workers $n --dtype $dtype "${JOB[@]}" >$LOG/$tag.$r.json 2>$LOG/$tag.$r.log &
+		else
+			local a=10.0.0.$((3 + r))
+			[ "$WADDR" = fd00::1 ] && a=fd00::$((3 + r))
+			timeout $T $IP netns exec peer $SW worker --nic soft --addr $a --controller $CTRL --session-id $sid \
+				--rank $r --workers $n --dtype $dtype "${JOB[@]}" >$LOG/$tag.$r.json 2>$LOG/$tag.$r.log &
+		fi
+		pids+=($!)
+		r=$((r + 1))
+	done
+	local bad=0
+	for r in "${!pids[@]}"; do
+		if ! wait "${pids[$r]}"; then
+			bad=1
+			say "$tag rank $r ($(sed -n $((r + 1))p <<<"$(printf '%s\n' "$@")")) failed:"
+			tail -5 $LOG/$tag.$r.log
+		elif ! grep -q '"verified": true' $LOG/$tag.$r.json; then
+			bad=1
+			say "$tag rank $r printed no verified result"
+		fi
+	done
+	[ $bad = 0 ] || fail "job $tag"
+	say "job $tag: $n workers ($*), $dtype: every result verified"
+}
+
+digest() { # tag rank: the rank's result digest
+	sed -n 's/.*"result_sha256": "\([0-9a-f]*\)".*/\1/p' $LOG/$1.$2.json
+}
+
+# Soft workers live in netns peer next to the switch.
+add_soft_addrs() {
+	local i
+	for i in 3 4 5 6; do
+		$IP -n peer addr add 10.0.0.$i/24 dev veth1 2>/dev/null
+		$IP -n peer -6 addr add fd00::$i/64 dev veth1 nodad 2>/dev/null
+	done
+}
+
+sid=100
+case ${1:-} in
+allreduce-ibverbs)
+	for fam in 4 6; do
+		start_switch $fam
+		for n in 2 4; do
+			for dt in float32 int32; do
+				sid=$((sid + 1))
+				nics=()
+				for _ in $(seq $n); do nics+=(ibverbs); done
+				run_job ib$fam-$n-$dt $sid $n $dt "${nics[@]}"
+				# Every rank ends with the same bytes.
+				d0=$(digest ib$fam-$n-$dt 0)
+				[ -n "$d0" ] || fail "no result digest from rank 0"
+				for r in $(seq 1 $((n - 1))); do
+					[ "$(digest ib$fam-$n-$dt $r)" = "$d0" ] || fail "ib$fam-$n-$dt: rank $r's result differs from rank 0's"
+				done
+			done
+		done
+		stop_switch
+	done
+	report_counters "$1"
+	;;
+allreduce-mixed)
+	add_soft_addrs
+	for fam in 4 6; do
+		start_switch $fam
+		for dt in float32 int32; do
+			sid=$((sid + 1))
+			run_job mixed$fam-$dt $sid 4 $dt ibverbs soft ibverbs soft
+			d0=$(digest mixed$fam-$dt 0)
+			for r in 1 2 3; do
+				[ "$(digest mixed$fam-$dt $r)" = "$d0" ] || fail "mixed$fam-$dt: rank $r's result differs from rank 0's"
+			done
+		done
+		stop_switch
+	done
+	report_counters "$1"
+	;;
+allreduce-ibverbs-loss)
+	# The same job with and without 1% loss at the switch (ingress and
+	# egress): the results must be the same bytes.
+	for dt in float32 int32; do
+		start_switch 4
+		sid=$((sid + 1))
+		run_job clean-$dt $sid 4 $dt ibverbs ibverbs ibverbs ibverbs
+		start_switch 4 --loss 0.01
+		sid=$((sid + 1))
+		run_job lossy-$dt $sid 4 $dt ibverbs ibverbs ibverbs ibverbs
+		for r in 0 1 2 3; do
+			a=$(digest clean-$dt $r) b=$(digest lossy-$dt $r)
+			[ -n "$a" ] && [ "$a" = "$b" ] || fail "$dt rank $r: result with 1% loss ($b) differs from the loss-free one ($a)"
+		done
+		say "$dt: results with 1% loss are bit-identical to the loss-free run"
+		grep -h '"retransmissions"' $LOG/lossy-$dt.*.json | tr -d ' ,' | sed 's/^/allreduce: lossy /'
+	done
+	stop_switch
+	report_counters "$1"
+	;;
+worker-killed)
+	# A pool of exactly one job's slots (2 QPs × 4 packets per message): the
+	# second job registers only if the first one's slots were freed.
+	start_switch 4 --pool-size 8
+	sid=$((sid + 1))
+	pids=()
+	for r in 0 1 2; do
+		timeout $T $SW worker --nic ibverbs --addr $WADDR --controller $CTRL --session-id $sid \
+			--rank $r --workers 3 --dtype float32 "${JOB[@]}" --iters 100000 >$LOG/kill.$r.json 2>$LOG/kill.$r.log &
+		pids+=($!)
+	done
+	# Wait until every worker has joined and all-reduces are running.
+	i=0
+	until [ "$(grep -l 'joined job' $LOG/kill.*.log 2>/dev/null | wc -l)" = 3 ]; do
+		i=$((i + 1))
+		[ $i -gt 600 ] && fail "the 3 workers never joined (see $LOG)"
+		sleep 0.1
+	done
+	sleep 2
+	for p in "${pids[@]}"; do kill -0 $p 2>/dev/null || fail "a worker ended before the kill"; done
+	# timeout(1) is the parent: kill its child, the worker itself.
+	victim=$(pgrep -P "${pids[1]}")
+	[ -n "$victim" ] || fail "no worker process under pid ${pids[1]}"
+	t0=$(cut -d' ' -f1 /proc/uptime)
+	kill -KILL "$victim"
+	for r in 0 2; do
+		wait "${pids[$r]}"
+		rc=$?
+		t1=$(cut -d' ' -f1 /proc/uptime)
+		el=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')
+		msg=$(grep -v '^\s*$' $LOG/kill.$r.log | tail -1)
+		say "rank $r: exit $rc ${el}s after the kill: $msg"
+		[ "$rc" = 1 ] || fail "rank $r exited $rc after rank 1 was killed (want 1: a failed job)"
+		awk -v e="$el" 'BEGIN{exit !(e < 2)}' || fail "rank $r took ${el}s (> 2 s) to fail after rank 1 was killed"
+		grep -qi 'rank 1\|peer\|gone\|abort\|keep-alive' <<<"$msg" || fail "rank $r's error does not say what happened: $msg"
+	done
+	wait "${pids[1]}" 2>/dev/null
+	# The switch frees the dead job's slots and serves a new job.
+	i=0
+	until [ "$(switch_metric swml_controller_pool_slots_used)" = 0 ]; do
+		i=$((i + 1))
+		[ $i -gt 100 ] && fail "the switch still holds the dead job's slots after 10 s ($(switch_metric swml_controller_pool_slots_used) used)"
+		sleep 0.1
+	done
+	say "switch freed the killed job's slots"
+	sid=$((sid + 1))
+	run_job after-kill $sid 2 int32 ibverbs ibverbs
+	stop_switch
+	report_counters "$1"
+	;;
+*)
+	fail "unknown scenario '${1:-}'"
+	;;
+esac
+exit 0
