@@ -2,15 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -27,11 +23,8 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/join"
-	"github.com/swml-rdma/swml-rdma/aggregation/quant"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs"
-	"github.com/swml-rdma/swml-rdma/verbs/ibverbs"
-	"github.com/swml-rdma/swml-rdma/verbs/soft"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
@@ -199,58 +192,32 @@ func workerFlags(c *cli.Context) (workerConfig, error) {
 }
 
 // rankAndSize resolves rank and worker count: flags (or SWML_RANK,
-// SWML_WORKERS) win, then Open MPI's variables, then torchrun's.
+// SWML_WORKERS) win, then Open MPI's variables, then torchrun's
+// (join.Member).
 func rankAndSize(c *cli.Context) (rank, workers int, err error) {
-	rank, rankFrom, err := intFromFlagOrEnv(c, "rank", "OMPI_COMM_WORLD_RANK", "RANK")
-	if err != nil {
-		return 0, 0, err
+	var rp, wp *int
+	if c.IsSet("rank") {
+		r := c.Int("rank")
+		rp = &r
 	}
-	if rankFrom == "" {
-		return 0, 0, errors.New("no rank: pass --rank N (or SWML_RANK), or launch with mpirun (OMPI_COMM_WORLD_RANK) or torchrun (RANK)")
-	}
-	workers, sizeFrom, err := intFromFlagOrEnv(c, "workers", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE")
-	if err != nil {
-		return 0, 0, err
-	}
-	if sizeFrom == "" {
-		return 0, 0, errors.New("no worker count: pass --workers N (or SWML_WORKERS), or launch with mpirun (OMPI_COMM_WORLD_SIZE) or torchrun (WORLD_SIZE)")
-	}
-	if workers < 1 || workers > quant.MaxWorkers {
-		return 0, 0, fmt.Errorf("%s %d: a job has 1 to %d workers", sizeFrom, workers, quant.MaxWorkers)
-	}
-	if rank < 0 || rank >= workers {
-		return 0, 0, fmt.Errorf("%s %d with %s %d: ranks of a %d-worker job are 0 … %d", rankFrom, rank, sizeFrom, workers, workers, workers-1)
-	}
-	return rank, workers, nil
-}
-
-// intFromFlagOrEnv reads flag if set, else the first non-empty variable of
-// envs; from names the source ("--rank", "RANK=…"), "" when none was set.
-func intFromFlagOrEnv(c *cli.Context, flag string, envs ...string) (v int, from string, err error) {
-	if c.IsSet(flag) {
-		switch v := c.Value(flag).(type) {
+	if c.IsSet("workers") {
+		switch v := c.Value("workers").(type) {
 		case int:
-			return v, "--" + flag, nil
+			wp = &v
 		case string: // bench's --workers, which also takes a sweep list
 			n, err := strconv.Atoi(strings.TrimSpace(v))
 			if err != nil {
-				return 0, "", fmt.Errorf("--%s %q: give one number (a job has one size; sweeps need the embedded bench, without --controller)", flag, v)
+				return 0, 0, fmt.Errorf("--workers %q: give one number (a job has one size; sweeps need the embedded bench, without --controller)", v)
 			}
-			return n, "--" + flag, nil
+			wp = &n
 		}
 	}
-	for _, e := range envs {
-		s := os.Getenv(e)
-		if s == "" {
-			continue
-		}
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			return 0, "", fmt.Errorf("%s=%q in the environment is not a number; unset it or pass --%s", e, s, flag)
-		}
-		return n, "$" + e, nil
+	m, err := join.Member(join.Explicit{Rank: rp, Workers: wp,
+		RankName: "--rank", WorkersName: "--workers"})
+	if err != nil {
+		return 0, 0, err
 	}
-	return 0, "", nil
+	return m.Rank, m.Workers, nil
 }
 
 // jobFlags validates the tensor and protocol flags (as bench does).
@@ -325,66 +292,14 @@ func nicFlags(c *cli.Context, cfg *workerConfig) error {
 	return nil
 }
 
-// openWorkerDevice opens the worker's NIC; closeDev releases it.
+// openWorkerDevice opens the worker's NIC (join.OpenNIC); closeDev
+// releases it.
 func openWorkerDevice(cfg workerConfig) (dev verbs.Device, closeDev func(), err error) {
-	switch cfg.nic {
-	case "ibverbs":
-		d, err := ibverbs.Open(cfg.device, cfg.addr)
-		if errors.Is(err, verbs.ErrNotSupported) || errors.Is(err, verbs.ErrNoDevice) {
-			return nil, nil, fmt.Errorf("--nic ibverbs (device %q, --addr %v): %w\n"+
-				"  fixes: run with --nic soft (the userspace NIC needs no RDMA hardware); use a binary built with -tags ibverbs\n"+
-				"  (cgo, libibverbs-dev) if this one is not; or add a Soft-RoCE device: modprobe rdma_rxe &&\n"+
-				"  rdma link add rxe0 type rxe netdev <dev> (docs/testbed.md); `swml-rdma devices` lists what there is", cfg.device, cfg.addr, err)
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("--nic ibverbs (device %q, --addr %v): %w", cfg.device, cfg.addr, err)
-		}
-		return d, func() { d.Close() }, nil
-	default:
-		d, err := soft.Open(soft.Config{Addr: cfg.addr, Offload: cfg.offload})
-		if err != nil {
-			return nil, nil, fmt.Errorf("--addr %v: %w", cfg.addr, err)
-		}
-		if cfg.registry != nil {
-			if err := cfg.registry.Register(soft.NewCollector(d)); err != nil {
-				d.Close()
-				return nil, nil, fmt.Errorf("register NIC metrics: %w", err)
-			}
-		}
-		return d, func() { d.Close() }, nil
+	d, err := join.OpenNIC(join.NICConfig{Kind: cfg.nic, Addr: cfg.addr, Device: cfg.device, Offload: cfg.offload, Registry: cfg.registry})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--nic %s, --addr %v: %w", cfg.nic, cfg.addr, err)
 	}
-}
-
-// waitForController polls the controller's TCP port until it accepts, ctx
-// ends or timeout passes: workers may start before the switch daemon.
-func waitForController(ctx context.Context, addr string, timeout time.Duration, log *slog.Logger) error {
-	deadline := time.Now().Add(timeout)
-	var d net.Dialer
-	for attempt := 0; ; attempt++ {
-		dctx, cancel := context.WithTimeout(ctx, max(min(time.Until(deadline), 2*time.Second), 100*time.Millisecond))
-		conn, err := d.DialContext(dctx, "tcp", addr)
-		cancel()
-		if err == nil {
-			conn.Close()
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("waiting for the controller %s: %w", addr, ctx.Err())
-		}
-		if !time.Now().Before(deadline) {
-			return fmt.Errorf("controller %s unreachable after %v (%v): start `swml-rdma switch --controller-addr %s` first, check --controller, or raise --connect-timeout",
-				addr, timeout, err, addr)
-		}
-		if attempt == 0 {
-			log.Info("waiting for the controller", "controller", addr, "timeout", timeout)
-		}
-		t := time.NewTimer(min(250*time.Millisecond, time.Until(deadline)))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-	}
+	return d, func() { d.Close() }, nil
 }
 
 // runWorkerBench runs one worker of a job: it opens the NIC, joins the
@@ -399,7 +314,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 		return workerResult{}, err
 	}
 	defer closeDev()
-	if err := waitForController(ctx, cfg.controller, cfg.connectTimeout, log); err != nil {
+	if err := join.WaitForController(ctx, cfg.controller, cfg.connectTimeout, log); err != nil {
 		return workerResult{}, err
 	}
 	log.Info("joining", "controller", cfg.controller, "session", cfg.sessionID, "workers", cfg.workers, "device", dev.Name())
@@ -446,62 +361,20 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 	}
 
 	n := cfg.size / 4
-	inputs, inputsI := join.MakeInputs(cfg.dtype, cfg.workers, n)
-	check, err := join.NewChecker(cfg.dtype, inputs, inputsI)
+	rcfg := join.RunConfig{Rank: cfg.rank, Workers: cfg.workers, Elements: n, DType: cfg.dtype, Warmup: cfg.warmup, Iters: cfg.iters}
+	if hist != nil {
+		rcfg.Observe = func(d time.Duration) { hist.Observe(d.Seconds()) }
+	}
+	run, err := join.Run(ctx, sess, rcfg)
 	if err != nil {
+		if strings.Contains(err.Error(), "RESULT MISMATCH") {
+			log.Error("RESULT MISMATCH", "err", err)
+		}
 		return workerResult{}, err
 	}
-	var buf []float32
-	var bufI []int32
-	if cfg.dtype == wire.Int32 {
-		bufI = make([]int32, n)
-	} else {
-		buf = make([]float32, n)
-	}
-	times := make([]time.Duration, 0, cfg.iters)
-	total := cfg.warmup + cfg.iters
-	for it := range total {
-		if cfg.dtype == wire.Int32 {
-			copy(bufI, inputsI[cfg.rank])
-		} else {
-			copy(buf, inputs[cfg.rank])
-		}
-		start := time.Now()
-		if cfg.dtype == wire.Int32 {
-			err = sess.AllReduceInt32(ctx, bufI)
-		} else {
-			err = sess.AllReduce(ctx, buf)
-		}
-		elapsed := time.Since(start)
-		if err != nil {
-			return workerResult{}, fmt.Errorf("all-reduce %d of %d (job %d): %w", it+1, total, sess.JobID(), err)
-		}
-		if hist != nil {
-			hist.Observe(elapsed.Seconds())
-		}
-		var out [][]float32
-		var outI [][]int32
-		if cfg.dtype == wire.Int32 {
-			outI = [][]int32{bufI}
-		} else {
-			out = [][]float32{buf}
-		}
-		if err := check.SwitchML(out, outI); err != nil {
-			log.Error("RESULT MISMATCH", "iteration", it+1, "err", err)
-			return workerResult{}, fmt.Errorf("all-reduce %d of %d (job %d): RESULT MISMATCH: %w", it+1, total, sess.JobID(), err)
-		}
-		if it >= cfg.warmup {
-			times = append(times, elapsed)
-		}
-	}
+	times := run.Times
 	st := sess.Stats()
 	jobID := sess.JobID()
-	h := sha256.New()
-	if cfg.dtype == wire.Int32 {
-		_ = binary.Write(h, binary.LittleEndian, bufI)
-	} else {
-		_ = binary.Write(h, binary.LittleEndian, buf)
-	}
 	closed = true
 	if err := sess.Close(); err != nil {
 		// Every result was verified; the lease just did not end cleanly.
@@ -512,7 +385,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 			PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Verified: true,
 			Packets: st.Packets, Retransmissions: st.Retransmissions},
 		Rank: cfg.rank, JobID: jobID, SessionID: cfg.sessionID, Device: dev.Name(), Controller: cfg.controller,
-		ResultSHA256: hex.EncodeToString(h.Sum(nil)),
+		ResultSHA256: run.ResultSHA256,
 	}
 	slices.Sort(times)
 	res.MinNs, res.MaxNs, res.MedianNs = int64(times[0]), int64(times[len(times)-1]), int64(times[len(times)/2])

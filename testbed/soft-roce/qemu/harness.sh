@@ -20,8 +20,8 @@
 # Usage: harness.sh [-k] [scenario|all|list ...]
 #   -k            keep the work directory (console log, initramfs) and print it
 # Environment:
-#   SWML_QEMU_TIMEOUT   seconds for the whole guest run (default 600)
-#   SWML_SCENARIO_TIMEOUT seconds per scenario inside the guest (default 120)
+#   SWML_QEMU_TIMEOUT   seconds for the whole guest run (default 1200)
+#   SWML_SCENARIO_TIMEOUT seconds per scenario inside the guest (default 300)
 #   SWML_ARTIFACTS      directory where blobs printed by the guest
 #                       (e.g. the captured sysfs tree) are written
 #   XDG_CACHE_HOME      cache root (downloads, kernel, base initramfs)
@@ -30,8 +30,8 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../../.." && pwd)
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/swml-rdma
-QEMU_TIMEOUT=${SWML_QEMU_TIMEOUT:-600}
-SCENARIO_TIMEOUT=${SWML_SCENARIO_TIMEOUT:-120}
+QEMU_TIMEOUT=${SWML_QEMU_TIMEOUT:-1200}
+SCENARIO_TIMEOUT=${SWML_SCENARIO_TIMEOUT:-300}
 
 # Scenario names, in the order "all" runs them. Keep in sync with
 # internal/interop (the guest runs /bin/interop <name>) and guest-init.sh.
