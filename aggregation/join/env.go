@@ -31,9 +31,12 @@ type Membership struct {
 // config); they win over the environment.
 type Explicit struct {
 	Rank, Workers *int // nil: not given
-	// RankName and WorkersName are how messages name the explicit values
-	// and how to give them, e.g. "--rank"; default "rank", "workers".
+	// RankName and WorkersName are how messages name the explicit values,
+	// e.g. "--rank"; default "rank", "workers".
 	RankName, WorkersName string
+	// RankHint and WorkersHint say how to give them when missing, e.g.
+	// "--rank N"; default the names.
+	RankHint, WorkersHint string
 }
 
 // Member resolves rank and job size: the explicit values when given, else
@@ -48,18 +51,24 @@ func Member(e Explicit) (Membership, error) {
 	if e.WorkersName == "" {
 		e.WorkersName = "workers"
 	}
+	if e.RankHint == "" {
+		e.RankHint = e.RankName
+	}
+	if e.WorkersHint == "" {
+		e.WorkersHint = e.WorkersName
+	}
 	var err error
 	if m.Rank, m.RankFrom, err = fromEnv(e.Rank, e.RankName, RankEnv); err != nil {
 		return m, err
 	}
 	if m.RankFrom == "" {
-		return m, fmt.Errorf("no rank: give %s, or launch with mpirun (OMPI_COMM_WORLD_RANK) or torchrun (RANK)", e.RankName)
+		return m, fmt.Errorf("no rank: pass %s, or launch with mpirun (OMPI_COMM_WORLD_RANK) or torchrun (RANK)", e.RankHint)
 	}
 	if m.Workers, m.WorkersFrom, err = fromEnv(e.Workers, e.WorkersName, WorldSizeEnv); err != nil {
 		return m, err
 	}
 	if m.WorkersFrom == "" {
-		return m, fmt.Errorf("no worker count: give %s, or launch with mpirun (OMPI_COMM_WORLD_SIZE) or torchrun (WORLD_SIZE)", e.WorkersName)
+		return m, fmt.Errorf("no worker count: pass %s, or launch with mpirun (OMPI_COMM_WORLD_SIZE) or torchrun (WORLD_SIZE)", e.WorkersHint)
 	}
 	if m.Workers < 1 || m.Workers > quant.MaxWorkers {
 		return m, fmt.Errorf("%s %d: a job has 1 to %d workers", m.WorkersFrom, m.Workers, quant.MaxWorkers)

@@ -213,7 +213,7 @@ func rankAndSize(c *cli.Context) (rank, workers int, err error) {
 		}
 	}
 	m, err := join.Member(join.Explicit{Rank: rp, Workers: wp,
-		RankName: "--rank", WorkersName: "--workers"})
+		RankName: "--rank", WorkersName: "--workers", RankHint: "--rank N (or SWML_RANK)", WorkersHint: "--workers N (or SWML_WORKERS)"})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -315,7 +315,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 	}
 	defer closeDev()
 	if err := join.WaitForController(ctx, cfg.controller, cfg.connectTimeout, log); err != nil {
-		return workerResult{}, err
+		return workerResult{}, fmt.Errorf("%w (flags: --controller, --connect-timeout)", err)
 	}
 	log.Info("joining", "controller", cfg.controller, "session", cfg.sessionID, "workers", cfg.workers, "device", dev.Name())
 	sess, err := aggregation.Open(ctx, aggregation.Config{

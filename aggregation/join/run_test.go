@@ -1,0 +1,99 @@
+package join
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation"
+	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+)
+
+// TestJoinAndRun is what an integrator does: Member from torchrun's
+// variables, OpenNIC (soft), WaitForController, aggregation.Open, Run — two
+// workers against the software switch and its controller on loopback. Both
+// verify every result and end with the same result digest; int32 and
+// float32. Addresses: 127.14.1.x.
+func TestJoinAndRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	swAddr := netip.MustParseAddr("127.14.1.1")
+	sw, err := swswitch.New(swswitch.Config{Addr: swAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sw.Close()
+	ctl, err := control.New(control.Config{Programmer: sw, PoolSize: sw.Config().Model.PoolSize, SwitchIPv4: swAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ctl.Serve(lis)
+	ctlAddr := lis.Addr().String()
+
+	for i, dt := range []wire.DType{wire.Float32, wire.Int32} {
+		const workers = 2
+		digests := make([]string, workers)
+		errs := make([]error, workers)
+		var wg sync.WaitGroup
+		for r := range workers {
+			rank := r
+			m, err := Member(Explicit{Rank: &rank, Workers: new(int)})
+			if err == nil {
+				t.Fatalf("a 0-worker job was accepted: %+v", m)
+			}
+			n := workers
+			m, err = Member(Explicit{Rank: &rank, Workers: &n})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[m.Rank] = func() error {
+					dev, err := OpenNIC(NICConfig{Kind: NICSoft, Addr: netip.AddrFrom4([4]byte{127, 14, 1, byte(2 + m.Rank)})})
+					if err != nil {
+						return err
+					}
+					defer dev.Close()
+					if err := WaitForController(ctx, ctlAddr, 10*time.Second, nil); err != nil {
+						return err
+					}
+					sess, err := aggregation.Open(ctx, aggregation.Config{Device: dev, ControllerAddr: ctlAddr, SessionID: uint32(10 + i),
+						Rank: m.Rank, Workers: m.Workers, QPs: 2, PacketSize: 256, PacketsPerMessage: 4, DType: dt})
+					if err != nil {
+						return err
+					}
+					res, err := Run(ctx, sess, RunConfig{Rank: m.Rank, Workers: m.Workers, Elements: 3000, DType: dt, Warmup: 1, Iters: 2})
+					if err != nil {
+						sess.Abort(err.Error())
+						return err
+					}
+					if len(res.Times) != 2 {
+						t.Errorf("rank %d: %d times, want 2", m.Rank, len(res.Times))
+					}
+					digests[m.Rank] = res.ResultSHA256
+					return sess.Close()
+				}()
+			}()
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("%v rank %d: %v", dt, r, err)
+			}
+		}
+		if len(digests[0]) != 64 || digests[0] != digests[1] {
+			t.Fatalf("%v: result digests %q", dt, digests)
+		}
+	}
+}
