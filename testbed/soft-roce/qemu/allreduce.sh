@@ -77,7 +77,7 @@ stop_switch() {
 	wait $swpid 2>/dev/null
 	swpid=
 }
-trap stop_switch EXIT
+trap 'stop_switch; [ -n "${victim:-}" ] && kill -KILL $victim 2>/dev/null' EXIT
 
 switch_metric_dump() { $IP netns exec peer wget -q -O - http://127.0.0.1:9400/metrics 2>/dev/null; }
 switch_metric() { # name: its value from the switch's /metrics
@@ -199,7 +199,11 @@ worker-killed)
 	sid=$((sid + 1))
 	pids=()
 	for r in 0 1 2; do
-		timeout $T $SW worker --nic ibverbs --addr $WADDR --controller $CTRL --session-id $sid \
+		# Rank 1, the victim, runs without timeout(1) so that $! is the
+		# worker itself; it is killed below, or by the EXIT trap.
+		t=(timeout $T)
+		[ $r = 1 ] && t=()
+		"${t[@]}" $SW worker --nic ibverbs --addr $WADDR --controller $CTRL --session-id $sid \
 			--rank $r --workers 3 --dtype float32 "${JOB[@]}" --iters 100000 >$LOG/kill.$r.json 2>$LOG/kill.$r.log &
 		pids+=($!)
 	done
@@ -212,9 +216,7 @@ worker-killed)
 	done
 	sleep 2
 	for p in "${pids[@]}"; do kill -0 $p 2>/dev/null || fail "a worker ended before the kill"; done
-	# timeout(1) is the parent: kill its child, the worker itself.
-	victim=$(pgrep -P "${pids[1]}")
-	[ -n "$victim" ] || fail "no worker process under pid ${pids[1]}"
+	victim=${pids[1]}
 	t0=$(cut -d' ' -f1 /proc/uptime)
 	kill -KILL "$victim"
 	for r in 0 2; do
