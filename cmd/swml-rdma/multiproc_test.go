@@ -193,6 +193,7 @@ func TestMultiProcess(t *testing.T) {
 		}
 		workers[r] = startProc(t, fmt.Sprintf("%s %d", args[0], r), args...)
 	}
+	var digest0 string
 	for r, w := range workers {
 		if code := w.wait(t, 120*time.Second); code != 0 {
 			t.Fatalf("worker %d exited %d:\n%s", r, code, w.stderr)
@@ -204,6 +205,13 @@ func TestMultiProcess(t *testing.T) {
 		if !res.Verified || res.Rank != r || res.Workers != n || res.Iters != 3 || res.Elements != 16384 || res.Packets == 0 ||
 			res.JobID == 0 || res.MedianNs < res.MinNs || res.MaxNs < res.MedianNs {
 			t.Fatalf("worker %d result %+v", r, res)
+		}
+		// Every rank ends with the same bytes (bench --controller too).
+		if len(res.ResultSHA256) != 64 || res.ResultSHA256 != digest0 && r > 0 {
+			t.Fatalf("worker %d result digest %q, rank 0's %q", r, res.ResultSHA256, digest0)
+		}
+		if r == 0 {
+			digest0 = res.ResultSHA256
 		}
 	}
 	after := scrape(t, metricsURL)

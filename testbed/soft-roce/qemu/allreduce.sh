@@ -14,8 +14,8 @@
 # mismatch; a scenario passes only if every process did what it must.
 # Every step is bounded by a timeout; nothing asserts speed.
 #
-# Exit status: 0 pass, 1 fail. Lines "SWML-COUNTERS name rcvd sent" give
-# the scenario's rxe0 hw_counters deltas for the harness's summary.
+# Exit status: 0 pass, 1 fail. guest-init.sh reports the scenario's rxe0
+# hw_counters deltas for the harness's summary.
 set -u
 SW=/bin/swml-rdma
 IP=/usr/sbin/ip
@@ -44,11 +44,6 @@ fail() {
 }
 
 counter() { cat $CNT/"$1" 2>/dev/null || echo 0; }
-c_rcvd0=$(counter rcvd_pkts)
-c_sent0=$(counter sent_pkts)
-report_counters() {
-	echo "SWML-COUNTERS $1 $(($(counter rcvd_pkts) - c_rcvd0)) $(($(counter sent_pkts) - c_sent0))"
-}
 
 swpid=
 start_switch() { # family extra-switch-flags...
@@ -154,7 +149,6 @@ allreduce-ibverbs)
 		done
 		stop_switch
 	done
-	report_counters "$1"
 	;;
 allreduce-mixed)
 	add_soft_addrs
@@ -170,7 +164,6 @@ allreduce-mixed)
 		done
 		stop_switch
 	done
-	report_counters "$1"
 	;;
 allreduce-ibverbs-loss)
 	# The same job with and without 1% loss at the switch (ingress and
@@ -190,7 +183,6 @@ allreduce-ibverbs-loss)
 		grep -h '"retransmissions"' $LOG/lossy-$dt.*.json | tr -d ' ,' | sed 's/^/allreduce: lossy /'
 	done
 	stop_switch
-	report_counters "$1"
 	;;
 worker-killed)
 	# A pool of exactly one job's slots (2 QPs × 1 packet per message): the
@@ -242,7 +234,6 @@ worker-killed)
 	sid=$((sid + 1))
 	run_job after-kill $sid 2 int32 ibverbs ibverbs
 	stop_switch
-	report_counters "$1"
 	;;
 *)
 	fail "unknown scenario '${1:-}'"

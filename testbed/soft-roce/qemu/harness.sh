@@ -279,15 +279,15 @@ fi
 grep -v '^SWML-BLOB\|^[A-Za-z0-9+/=]\{76\}$' "$work/console.txt" | sed 's/^/guest| /' >&2 || true
 fail=0
 # Summary: scenario, result, guest seconds, rxe0 packets received/sent
-# (hw_counters deltas the scenario printed; "-" where it printed none).
+# (hw_counters deltas guest-init.sh printed; "-" if none).
 summary=$(printf '%-24s %-6s %9s %10s %10s\n' scenario result seconds rxe-rcvd rxe-sent)
 for s in "${scenarios[@]}"; do
 	line=$(grep -a "^SWML-RESULT $s " "$work/console.txt" | tail -1 || true)
-	t0=$(grep -a "^guest: === scenario $s " "$work/console.txt" | tail -1 | sed 's/.*t=\([0-9.]*\) s.*/\1/')
-	t1=$(grep -a "^SWML-RESULT $s " "$work/console.txt" | tail -1 | sed -n 's/.* t=\([0-9.]*\)$/\1/p')
+	t0=$({ grep -a "^guest: === scenario $s " "$work/console.txt" || true; } | tail -1 | sed 's/.*t=\([0-9.]*\) s.*/\1/')
+	t1=$(printf '%s\n' "$line" | sed -n 's/.* t=\([0-9.]*\)$/\1/p')
 	dur=-
 	[ -n "$t0" ] && [ -n "$t1" ] && dur=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
-	cnt=$(grep -a "^SWML-COUNTERS $s " "$work/console.txt" | tail -1 | cut -d' ' -f3,4)
+	cnt=$({ grep -a "^SWML-COUNTERS $s " "$work/console.txt" || true; } | tail -1 | cut -d' ' -f3,4)
 	rcvd=${cnt% *} sent=${cnt#* }
 	[ -n "$cnt" ] || rcvd=- sent=-
 	case $line in
