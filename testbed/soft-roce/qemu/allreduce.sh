@@ -28,7 +28,7 @@ mkdir -p $LOG
 # at a time, and the switch's results of several multi-packet messages of
 # one QP can interleave when workers resend (docs/testbed.md, "Known
 # limits"). 64 KiB is 32 messages per QP, enough to wrap its slots.
-JOB=(--size 64KiB --iters 3 --warmup 1 --packet-size 1024 --msg-size 1KiB --qps 2 --connect-timeout 30s --json)
+JOB=(--size 64KiB --iters 3 --warmup 1 --packet-size 1024 --msg-size ${SWML_TEST_MSG_SIZE:-1KiB} --qps 2 --connect-timeout 30s --json)
 
 say() { echo "allreduce: $*"; }
 fail() {

@@ -26,6 +26,7 @@ for kv in $(cat /proc/cmdline); do
 	case $kv in
 	swml.scenarios=*) scenarios=${kv#swml.scenarios=} ;;
 	swml.timeout=*) timeout_s=${kv#swml.timeout=} ;;
+	swml.msgsize=*) export SWML_TEST_MSG_SIZE=${kv#swml.msgsize=} ;;
 	esac
 done
 mount -t tmpfs tmpfs /run

@@ -22,6 +22,8 @@
 # Environment:
 #   SWML_QEMU_TIMEOUT   seconds for the whole guest run (default 1200)
 #   SWML_SCENARIO_TIMEOUT seconds per scenario inside the guest (default 300)
+#   SWML_TEST_MSG_SIZE  --msg-size of the all-reduce scenarios (default 1KiB:
+#                       one-packet messages; e.g. 16KiB for 16-packet ones)
 #   SWML_ARTIFACTS      directory where blobs printed by the guest
 #                       (e.g. the captured sysfs tree) are written
 #   XDG_CACHE_HOME      cache root (downloads, kernel, base initramfs)
@@ -257,7 +259,7 @@ timeout --foreground -k 10 "$QEMU_TIMEOUT" qemu-system-x86_64 \
 	-accel tcg,thread=multi -cpu max -smp 2 -m 1024 \
 	-nographic -no-reboot -nic none \
 	-kernel "$kdir/vmlinux" -initrd "$work/initramfs.cpio" \
-	-append "console=ttyS0 panic=-1 quiet swml.scenarios=$list swml.timeout=$SCENARIO_TIMEOUT" \
+	-append "console=ttyS0 panic=-1 quiet swml.scenarios=$list swml.timeout=$SCENARIO_TIMEOUT swml.msgsize=${SWML_TEST_MSG_SIZE:-1KiB}" \
 	</dev/null >"$work/console.log" 2>&1
 qrc=$?
 set -e
