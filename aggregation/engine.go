@@ -39,6 +39,9 @@ type qpState struct {
 	timeouts int // timer expiries of the message in flight
 	resends  int // transmissions after the first (timer or RACK)
 	silent   int // consecutive timeouts with no result on any QP
+	// queued counts signaled send WRs posted on the QP whose completion
+	// has not come back: transmissions the NIC has not sent yet.
+	queued int
 	// Per-packet recovery (Session.pktBits > 0): e0 is the look-ahead
 	// exponent the message in flight carries; got marks its result packets
 	// that came back one by one, ngot counts them; resE0 is the result
@@ -419,7 +422,11 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 		return false, fmt.Errorf("aggregation: %v: QP %d: %w", s, qi, wc.Err())
 	}
 	if wc.Opcode != verbs.WCRecvRDMAWithImm {
-		return false, nil // a send completed; the result is what counts
+		// A send completed: the NIC has put it on the wire.
+		if st.queued > 0 {
+			st.queued--
+		}
+		return false, nil
 	}
 	if err := s.postRecv(st); err != nil {
 		return false, err
@@ -639,6 +646,7 @@ func (s *Session) transmit(st *qpState, wrs []verbs.SendWR, packets int) error {
 	if err != nil {
 		return fmt.Errorf("aggregation: %v: send on QP %d: %w", s, st.index, err)
 	}
+	st.queued += len(wrs)
 	s.stats.packets.Add(uint64(packets))
 	s.stats.bytesSent.Add(uint64(packets * s.cfg.PacketSize))
 	return nil
@@ -648,6 +656,14 @@ func (s *Session) transmit(st *qpState, wrs []verbs.SendWR, packets int) error {
 // bitmaps make that idempotent: a contribution already counted is not
 // added again, and a resend into a completed slot gets the result back.
 func (s *Session) retransmit(st *qpState, now time.Time) error {
+	if st.queued > 0 {
+		// The NIC has not yet sent what was posted before: another copy
+		// would only queue behind it (a slow NIC, rxe under emulation,
+		// then sends stale resends long after the worker moved on, and
+		// the resends of the message that matters wait behind them).
+		st.deadline = now.Add(st.rto)
+		return nil
+	}
 	st.timeouts++
 	s.stats.timeouts.Add(1)
 	if s.lastResult.After(st.xmit) {
@@ -667,6 +683,9 @@ func (s *Session) retransmit(st *qpState, now time.Time) error {
 // fastRetransmit resends st's message because RACK found it lost (a
 // result of a message sent after it is back); the timer restarts.
 func (s *Session) fastRetransmit(st *qpState, now time.Time) error {
+	if st.queued > 0 {
+		return nil // as retransmit; its send completion wakes the engine
+	}
 	s.stats.fastRetransmissions.Add(1)
 	return s.resend(st, now)
 }
