@@ -378,7 +378,9 @@ func p4appReq(sid uint32, r, n, q int) *pb.RdmaSessionRequest {
 // request styles cannot share a session.
 func TestP4AppEarlyAnswer(t *testing.T) {
 	checkGoroutines(t)
-	e := startController(t, func(c *Config) { c.SessionTimeout = 300 * time.Millisecond; c.PoolSize = 8 })
+	// The session timeout must outlast the checks before it on a loaded
+	// machine; the loop below waits for it.
+	e := startController(t, func(c *Config) { c.SessionTimeout = 2 * time.Second; c.PoolSize = 8 })
 	sc := pb.NewSessionClient(e.rawConn(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
