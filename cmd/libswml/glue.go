@@ -23,11 +23,10 @@ import (
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/join"
 	"github.com/swml-rdma/swml-rdma/aggregation/quant"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs"
-	"github.com/swml-rdma/swml-rdma/verbs/ibverbs"
-	"github.com/swml-rdma/swml-rdma/verbs/soft"
 )
 
 // Codes of the C ABI (main.go's SWML_E… macros).
@@ -84,17 +83,16 @@ func inval(format string, args ...any) error {
 
 // openArgs are swml_open's arguments; zero values come from the environment.
 type openArgs struct {
-	controller     string
-	sessionID      int64 // < 0: $SWML_SESSION_ID, else 1
-	rank, workers  int   // < 0: the environment
-	nic, addr      string
-	device         string
-	dtypes         int // bit 0: float32, bit 1: int32; 0: both
-	timeout        time.Duration
-	peerTimeout    time.Duration // 0: $SWML_PEER_TIMEOUT, else the default
-	qps, packet    int           // 0: $SWML_QPS / $SWML_PACKET_SIZE, else the defaults
-	msgSize        int           // 0: $SWML_MSG_SIZE, else 16 packets
-	controllerWait time.Duration // how long to wait for the controller's port
+	controller    string
+	sessionID     int64 // < 0: $SWML_SESSION_ID, else 1
+	rank, workers int   // < 0: the environment
+	nic, addr     string
+	device        string
+	dtypes        int // bit 0: float32, bit 1: int32; 0: both
+	timeout       time.Duration
+	peerTimeout   time.Duration // 0: $SWML_PEER_TIMEOUT, else the default
+	qps, packet   int           // 0: $SWML_QPS / $SWML_PACKET_SIZE, else the defaults
+	msgSize       int           // 0: $SWML_MSG_SIZE, else 16 packets
 }
 
 // session is one swml_open: the NIC and one aggregation session per dtype.
@@ -274,23 +272,17 @@ func open(o openArgs) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
 	ip := netip.MustParseAddr(o.addr).Unmap()
-	var dev verbs.Device
-	var err error
-	if o.nic == "ibverbs" {
-		dev, err = ibverbs.Open(o.device, ip)
-		if errors.Is(err, verbs.ErrNotSupported) {
-			err = fmt.Errorf("%w (this libswml was built without -tags ibverbs: rebuild it with `make libswml-ibverbs`, or use nic soft)", err)
-		}
-	} else {
-		dev, err = soft.Open(soft.Config{Addr: ip})
+	dev, err := join.OpenNIC(join.NICConfig{Kind: o.nic, Addr: ip, Device: o.device})
+	if errors.Is(err, verbs.ErrNotSupported) {
+		err = fmt.Errorf("%w (for libswml: `make libswml-ibverbs` builds it with the ibverbs backend)", err)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("swml: open the %s NIC at %v: %w", o.nic, ip, err)
+		return 0, fmt.Errorf("swml: %w", err)
 	}
 	s := &session{rank: o.rank, workers: o.workers, dev: dev}
-	if err := waitForController(ctx, o.controller); err != nil {
+	if err := join.WaitForController(ctx, o.controller, o.timeout, nil); err != nil {
 		dev.Close()
-		return 0, err
+		return 0, &abiError{codeTimeout, fmt.Sprintf("swml: %v; or set SWML_CONTROLLER", err)}
 	}
 	cfg := aggregation.Config{Device: dev, ControllerAddr: o.controller, Rank: o.rank, Workers: o.workers,
 		QPs: o.qps, PacketSize: o.packet, PacketsPerMessage: o.msgSize / o.packet, PeerTimeout: o.peerTimeout}
@@ -321,26 +313,6 @@ func open(o openArgs) (int64, error) {
 	sessions[id] = s
 	tabMu.Unlock()
 	return id, nil
-}
-
-// waitForController polls the controller's port: workers may start before
-// the switch daemon.
-func waitForController(ctx context.Context, addr string) error {
-	var d net.Dialer
-	for {
-		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		conn, err := d.DialContext(dctx, "tcp", addr)
-		cancel()
-		if err == nil {
-			conn.Close()
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return &abiError{codeTimeout, fmt.Sprintf("swml: controller %s unreachable (%v): start `swml-rdma switch --controller-addr %s` first, or set SWML_CONTROLLER", addr, err, addr)}
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 func lookup(id int64) (*session, error) {
