@@ -62,9 +62,8 @@ type qpState struct {
 // evidence, the way a later acknowledgement is for TCP. Loss is then
 // repaired in about one round trip instead of a retransmission timeout.
 type rackState struct {
-	xmit   time.Time
-	rtt    time.Duration
-	minRTT time.Duration // smallest time to result: this call's and the last's
+	xmit time.Time
+	rtt  time.Duration
 	// curMin and prevMin are the smallest times to result of this call
 	// and of the one before: minRTT follows the host's load within a call
 	// or two instead of keeping an idle moment's minimum forever.
@@ -76,10 +75,15 @@ func (r *rackState) sampleMin(d time.Duration) {
 	if r.curMin == 0 || d < r.curMin {
 		r.curMin = d
 	}
-	r.minRTT = r.curMin
-	if r.prevMin > 0 && r.prevMin < r.minRTT {
-		r.minRTT = r.prevMin
+}
+
+// minRTT is the smallest time to result of this call and the last; 0
+// before any.
+func (r *rackState) minRTT() time.Duration {
+	if r.prevMin > 0 && (r.curMin == 0 || r.prevMin < r.curMin) {
+		return r.prevMin
 	}
+	return r.curMin
 }
 
 // newCall starts the next window of the minimum.
@@ -93,7 +97,7 @@ func (r *rackState) newCall() {
 // the message is taken for lost (RFC 8985: min_RTT / 4). Results of
 // different QPs are reordered when workers send them in different
 // orders; a spurious resend costs one message of bandwidth.
-func (r *rackState) reoWnd() time.Duration { return r.minRTT / 4 }
+func (r *rackState) reoWnd() time.Duration { return r.minRTT() / 4 }
 
 // rttEstimator is RFC 6298's smoothed round-trip time and variation, fed
 // with the times to result of messages sent once (Karn's rule).
@@ -490,7 +494,7 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 		if st.xmit.After(s.rack.xmit) {
 			s.rack.xmit, s.rack.rtt = st.xmit, r
 		}
-	} else if r := now.Sub(st.xmit); r >= s.rack.minRTT && st.xmit.After(s.rack.xmit) {
+	} else if r := now.Sub(st.xmit); r >= s.rack.minRTT() && st.xmit.After(s.rack.xmit) {
 		// A resent message: the result can be taken for the answer to its
 		// latest transmission only if it took at least the smallest time
 		// to result since (RFC 8985, section 6.2).
@@ -610,7 +614,7 @@ func (s *Session) rto(st *qpState) time.Duration {
 	if st.joining {
 		return s.joinRTT.rto(floor, ceil)
 	}
-	if m := s.rack.minRTT; m > 0 {
+	if m := s.rack.minRTT(); m > 0 {
 		// Under loss, a message sent once can still wait for another
 		// worker's resend before its slot completes, and that wait feeds
 		// the RTT estimate, which lengthens every timer, which lengthens
