@@ -116,6 +116,9 @@ func (s *Session) open(ctx context.Context) error {
 	cfg := &s.cfg
 	dev := cfg.Device
 	q := cfg.QPs
+	if err := checkUCTruncation(dev, cfg.PacketsPerMessage, cfg.PacketSize); err != nil {
+		return err
+	}
 	var err error
 	if s.pd, err = dev.AllocPD(); err != nil {
 		return fmt.Errorf("aggregation: open on %s: %w", dev.Name(), err)
@@ -375,4 +378,20 @@ func (s *Session) String() string {
 		id = s.assign.JobID
 	}
 	return fmt.Sprintf("job %d rank %d/%d (%s, %d QPs × %d × %d B)", id, s.cfg.Rank, s.cfg.Workers, s.cfg.DType, s.cfg.QPs, s.cfg.PacketsPerMessage, s.cfg.PacketSize)
+}
+
+// checkUCTruncation refuses multi-packet messages on a NIC whose UC responder
+// wedges when a multi-packet WRITE loses a packet (Linux rxe, see
+// verbs.UCTruncation): the switch's results are multi-packet WRITEs, one loss
+// or one interleaved resend answer would stop every later result on that QP,
+// and the job would end in a timeout far from its cause.
+func checkUCTruncation(dev verbs.Device, ppm, packetSize int) error {
+	w, ok := dev.(verbs.UCTruncation)
+	if !ok || ppm <= 1 || !w.UCTruncatedWriteWedges() {
+		return nil
+	}
+	return configError("%s is Soft-RoCE (rdma_rxe), whose UC QPs stop accepting messages after a multi-packet RDMA WRITE loses a packet "+
+		"(Linux rxe_resp.c, class D1 errors; docs/testbed.md \"Known limits\"), and this job sends results as %d-packet messages: "+
+		"use one packet per message on rxe (--msg-size %d, equal to --packet-size; Config.PacketsPerMessage 1) for every worker of the job",
+		dev.Name(), ppm, packetSize)
 }

@@ -97,6 +97,22 @@ type Device interface {
 	Close() error
 }
 
+// UCTruncation is implemented by devices whose UC responder cannot recover
+// from a multi-packet RDMA WRITE that lost its tail. The IBA (class D1 error)
+// has the responder abandon the partial message and accept the next FIRST or
+// ONLY packet; Linux rxe instead drops that packet and stays "in message"
+// until a MIDDLE or LAST with the expected PSN arrives, which for a lost LAST
+// never happens: the QP then drops every later message until it is reset
+// (rxe_resp.c: check_op_seq returns RESPST_ERR_MISSING_OPCODE_LAST_D1E, and
+// do_class_d1e_error resets qp->resp.opcode only while a receive WQE is held,
+// which WRITE FIRST/MIDDLE packets never hold). Users of multi-packet UC
+// messages (SwitchML results) must send one-packet messages to such a device.
+type UCTruncation interface {
+	// UCTruncatedWriteWedges reports whether a UC QP of this device stops
+	// accepting messages after a multi-packet WRITE loses a packet.
+	UCTruncatedWriteWedges() bool
+}
+
 // PD is a protection domain. Safe for concurrent use.
 type PD interface {
 	// AllocMR allocates length bytes of memory outside the Go heap and

@@ -38,6 +38,11 @@ type cmd struct {
 	Imm    uint32 `json:"imm,omitempty"`
 	// raw: flip a bit of the ICRC.
 	Corrupt bool `json:"corrupt,omitempty"`
+	// raw: the packet's place in its message: "" or "only" (WRITE ONLY
+	// WITH IMMEDIATE), "first" (RETH with DMALen, VA 0), "middle", "last"
+	// (WRITE LAST WITH IMMEDIATE).
+	Part   string `json:"part,omitempty"`
+	DMALen uint32 `json:"dmalen,omitempty"`
 }
 
 type reply struct {
@@ -333,14 +338,28 @@ func newRawSender(local netip.Addr) (*rawSender, error) {
 
 func (r *rawSender) close() { unix.Close(r.fd) }
 
-// send builds one UC RDMA WRITE ONLY WITH IMMEDIATE of c.Sizes[0] bytes
-// (pattern c.Seed) to QP c.QPN at PSN c.PSN, va 7, rkey c.RKey.
+// send builds one UC RDMA WRITE packet of c.Sizes[0] bytes (pattern c.Seed)
+// to QP c.QPN at PSN c.PSN: by default a WRITE ONLY WITH IMMEDIATE to va 7,
+// rkey c.RKey; c.Part picks a FIRST (va 0, DMA length c.DMALen), MIDDLE or
+// LAST WITH IMMEDIATE packet instead.
 func (r *rawSender) send(remote netip.Addr, c *cmd) error {
 	n := c.Sizes[0]
-	op := rdma.WriteOpcode(rdma.TransportUC, true, true, true)
+	first, last, va, dmaLen := true, true, uint64(7), uint32(n)
+	switch c.Part {
+	case "", "only":
+	case "first":
+		last, va, dmaLen = false, 0, c.DMALen
+	case "middle":
+		first, last = false, false
+	case "last":
+		first = false
+	default:
+		return fmt.Errorf("raw: unknown packet part %q (only, first, middle, last)", c.Part)
+	}
+	op := rdma.WriteOpcode(rdma.TransportUC, first, last, true)
 	f := rdma.PacketFields{
 		BTH:  rdma.BTHFields{Opcode: op, PKey: 0xFFFF, DestQP: c.QPN, PSN: c.PSN},
-		RETH: rdma.RETHFields{VA: 7, RKey: c.RKey, DMALen: uint32(n)},
+		RETH: rdma.RETHFields{VA: va, RKey: c.RKey, DMALen: dmaLen},
 		Imm:  c.Imm,
 	}
 	b := make([]byte, rdma.PacketLen(op, n))

@@ -46,6 +46,16 @@ static int swml_query_port(struct ibv_context *ctx, int port, int *state, int *a
 	return rc;
 }
 
+// swml_vendor returns the device's vendor id (0xFFFFFF for Linux rxe).
+static int swml_vendor(struct ibv_context *ctx, uint32_t *vendor, uint32_t *part) {
+	struct ibv_device_attr a;
+	memset(&a, 0, sizeof a);
+	int rc = ibv_query_device(ctx, &a);
+	*vendor = a.vendor_id;
+	*part = a.vendor_part_id;
+	return rc;
+}
+
 static int swml_query_gid(struct ibv_context *ctx, int port, int index, uint8_t *out) {
 	union ibv_gid g;
 	int rc = ibv_query_gid(ctx, (uint8_t)port, index, &g);
@@ -204,9 +214,17 @@ type Device struct {
 	port     int
 	gidIndex int
 	mtu      verbs.MTU
+	vendor   uint32 // ibv_device_attr.vendor_id
 }
 
-var _ verbs.Device = (*Device)(nil)
+var (
+	_ verbs.Device       = (*Device)(nil)
+	_ verbs.UCTruncation = (*Device)(nil)
+)
+
+// RxeVendorID is the vendor id Linux Soft-RoCE (rdma_rxe) reports
+// (RXE_VENDOR_ID in rxe_param.h).
+const RxeVendorID = 0xFFFFFF
 
 // deviceNames lists the libibverbs devices, mapping ENOSYS (no RDMA in the
 // kernel) to verbs.ErrNotSupported.
@@ -301,6 +319,12 @@ func Open(name string, addr netip.Addr) (*Device, error) {
 		return nil, fmt.Errorf("verbs/ibverbs: %s port %d is %s, not ACTIVE (is %s up?)", d.name, d.port, port.State, port.Netdev)
 	}
 	d.mtu = verbs.MTU(128 << int(amtu))
+	var vendor, part C.uint32_t
+	if rc := C.swml_vendor(ctx, &vendor, &part); rc != 0 {
+		C.ibv_close_device(ctx)
+		return nil, fmt.Errorf("verbs/ibverbs: query device %s: %w", d.name, syscall.Errno(rc))
+	}
+	d.vendor = uint32(vendor)
 	// Cross-check sysfs against the verbs GID table: they must agree.
 	var raw [16]byte
 	if rc := C.swml_query_gid(ctx, C.int(d.port), C.int(d.gidIndex), (*C.uint8_t)(unsafe.Pointer(&raw[0]))); rc != 0 || rdma.GID(raw) != gid.GID {
@@ -320,6 +344,15 @@ func errnoOr(err error, def syscall.Errno) error {
 
 // Name is the libibverbs device name.
 func (d *Device) Name() string { return d.name }
+
+// VendorID is the device's vendor id (RxeVendorID for Soft-RoCE).
+func (d *Device) VendorID() uint32 { return d.vendor }
+
+// UCTruncatedWriteWedges reports whether this is Linux rxe, whose UC
+// responder stops accepting messages after a multi-packet RDMA WRITE loses a
+// packet (see verbs.UCTruncation; the rxe-uc-truncated interop scenario
+// shows it on the kernel the tests boot).
+func (d *Device) UCTruncatedWriteWedges() bool { return d.vendor == RxeVendorID }
 
 // Addr is the IP address of the GID this device sends from.
 func (d *Device) Addr() netip.Addr { return d.addr }

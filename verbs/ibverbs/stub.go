@@ -29,6 +29,11 @@ func (d *Device) ActiveMTU() verbs.MTU           { return 0 }
 func (d *Device) AllocPD() (verbs.PD, error)     { return nil, errNotBuilt }
 func (d *Device) CreateCQ(int) (verbs.CQ, error) { return nil, errNotBuilt }
 func (d *Device) Close() error                   { return nil }
+func (d *Device) VendorID() uint32               { return 0 }
+func (d *Device) UCTruncatedWriteWedges() bool   { return false }
+
+// RxeVendorID is the vendor id Linux Soft-RoCE (rdma_rxe) reports.
+const RxeVendorID = 0xFFFFFF
 
 var _ verbs.Device = (*Device)(nil)
 

@@ -113,7 +113,9 @@ func (d *Device) handle(h *rxICRC, p *rdma.Packet, m *udp.Msg) {
 	q.receiveWrite(p, op)
 }
 
-// receiveWrite applies the UC responder rules (as Linux rxe) to one RDMA
+// receiveWrite applies the UC responder rules of the IBA (which Linux rxe
+// follows except for one: rxe drops a FIRST/ONLY that arrives while a WRITE
+// is partial, see verbs.UCTruncation) to one RDMA
 // WRITE packet of q. The caller holds d.mu (read), so MRs cannot go away.
 func (q *QP) receiveWrite(p *rdma.Packet, op rdma.Opcode) {
 	d := q.dev

@@ -41,7 +41,7 @@ ALL_SCENARIOS=(
 	ibv-loopback
 	rxe-to-soft-ipv4 rxe-to-soft-ipv6
 	soft-to-rxe-ipv4 soft-to-rxe-ipv6
-	bad-icrc
+	bad-icrc rxe-uc-truncated
 	allreduce-ibverbs allreduce-ibverbs-loss worker-killed
 )
 # allreduce-mixed (2 ibverbs + 2 userspace-NIC workers in one job) stalled
