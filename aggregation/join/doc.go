@@ -7,12 +7,11 @@
 //   - OpenNIC opens the worker's NIC: the userspace RoCEv2 NIC (soft) or an
 //     RDMA device through libibverbs, the device and GID chosen by the
 //     worker's IP address (never a GID table index);
-//   - WaitForController waits for the controller to accept connections;
-//   - MakeInputs, Checker and Run are the verified benchmark loop that
-//     `swml-rdma worker` and `swml-rdma bench --controller` run: every rank's
-//     deterministic input, every result checked against the float64 (int32:
-//     exact) reference.
+//   - WaitForController waits for the controller to accept connections.
 //
-// The package imports aggregation and the verbs implementations; nothing in
-// aggregation imports it.
+// The verified benchmark loop that `swml-rdma worker` runs on top of these
+// is aggregation/benchmark.
+//
+// The package imports the verbs implementations; nothing in aggregation
+// imports it.
 package join

@@ -1,44 +1,32 @@
-package join
+package benchmark
 
 import (
 	"context"
-	"net"
 	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
-	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/join"
+	"github.com/swml-rdma/swml-rdma/aggregation/local"
 	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
 
-// TestJoinAndRun is what an integrator does: Member from torchrun's
-// variables, OpenNIC (soft), WaitForController, aggregation.Open, Run — two
-// workers against the software switch and its controller on loopback. Both
+// TestJoinAndRun is what an integrator does: join.Member, join.OpenNIC
+// (soft), join.WaitForController, aggregation.Open, Run — two workers against the software switch and its controller on loopback. Both
 // verify every result and end with the same result digest; int32 and
 // float32. Addresses: 127.14.1.x.
 func TestJoinAndRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	swAddr := netip.MustParseAddr("127.14.1.1")
-	sw, err := swswitch.New(swswitch.Config{Addr: swAddr})
+	cl, err := local.Start(ctx, local.Config{Switch: swswitch.Config{Addr: netip.MustParseAddr("127.14.1.1")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sw.Close()
-	ctl, err := control.New(control.Config{Programmer: sw, PoolSize: sw.Config().Model.PoolSize, SwitchIPv4: swAddr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctl.Close()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ctl.Serve(lis)
-	ctlAddr := lis.Addr().String()
+	defer cl.Close()
+	ctlAddr := cl.ControllerAddr
 
 	for i, dt := range []wire.DType{wire.Float32, wire.Int32} {
 		const workers = 2
@@ -47,12 +35,12 @@ func TestJoinAndRun(t *testing.T) {
 		var wg sync.WaitGroup
 		for r := range workers {
 			rank := r
-			m, err := Member(Explicit{Rank: &rank, Workers: new(int)})
+			m, err := join.Member(join.Explicit{Rank: &rank, Workers: new(int)})
 			if err == nil {
 				t.Fatalf("a 0-worker job was accepted: %+v", m)
 			}
 			n := workers
-			m, err = Member(Explicit{Rank: &rank, Workers: &n})
+			m, err = join.Member(join.Explicit{Rank: &rank, Workers: &n})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,12 +48,12 @@ func TestJoinAndRun(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				errs[m.Rank] = func() error {
-					dev, err := OpenNIC(NICConfig{Kind: NICSoft, Addr: netip.AddrFrom4([4]byte{127, 14, 1, byte(2 + m.Rank)})})
+					dev, err := join.OpenNIC(join.NICConfig{Kind: join.NICSoft, Addr: netip.AddrFrom4([4]byte{127, 14, 1, byte(2 + m.Rank)})})
 					if err != nil {
 						return err
 					}
 					defer dev.Close()
-					if err := WaitForController(ctx, ctlAddr, 10*time.Second, nil); err != nil {
+					if err := join.WaitForController(ctx, ctlAddr, 10*time.Second, nil); err != nil {
 						return err
 					}
 					sess, err := aggregation.Open(ctx, aggregation.Config{Device: dev, ControllerAddr: ctlAddr, SessionID: uint32(10 + i),
@@ -73,7 +61,7 @@ func TestJoinAndRun(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					res, err := Run(ctx, sess, RunConfig{Rank: m.Rank, Workers: m.Workers, Elements: 3000, DType: dt, Warmup: 1, Iters: 2})
+					res, err := Run(ctx, []AllReducer{sess}, Config{Ranks: []int{m.Rank}, Workers: m.Workers, Elements: 3000, DType: dt, Warmup: 1, Iters: 2})
 					if err != nil {
 						sess.Abort(err.Error())
 						return err
@@ -94,6 +82,21 @@ func TestJoinAndRun(t *testing.T) {
 		}
 		if len(digests[0]) != 64 || digests[0] != digests[1] {
 			t.Fatalf("%v: result digests %q", dt, digests)
+		}
+	}
+}
+
+// TestRunArgs: Run refuses nonsense before calling anything.
+func TestRunArgs(t *testing.T) {
+	var s *aggregation.Session
+	for _, c := range []Config{
+		{Workers: 1, Elements: 1, DType: wire.Float32, Iters: 0},
+		{Workers: 1, Elements: 1, Iters: 1, Ranks: []int{1}},
+		{Workers: 0, Elements: 1, Iters: 1},
+		{Workers: 2, Elements: 1, Iters: 1, Ranks: []int{0, 1}},
+	} {
+		if _, err := Run(t.Context(), []AllReducer{s}, c); err == nil {
+			t.Fatalf("%+v: no error", c)
 		}
 	}
 }

@@ -1,0 +1,197 @@
+package benchmark
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"github.com/swml-rdma/swml-rdma/aggregation"
+	"github.com/swml-rdma/swml-rdma/aggregation/local"
+	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
+	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
+	"github.com/swml-rdma/swml-rdma/verbs"
+	"github.com/swml-rdma/swml-rdma/verbs/perftest"
+	"github.com/swml-rdma/swml-rdma/verbs/soft"
+	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
+)
+
+// EmbeddedConfig is a job run entirely in this process (Embedded).
+type EmbeddedConfig struct {
+	// Workers is the number of workers (at least 2 with Ring).
+	Workers int
+	// SwitchAddr is the switch's IPv4 address; the workers take the next
+	// ones (local.Cluster.WorkerAddrs). Zero: local.DefaultSwitchAddr.
+	SwitchAddr netip.Addr
+	// Loss drops that fraction of packets at the switch's ingress and at
+	// its egress; the ring's packets cross a sending and a receiving NIC
+	// that each drop the same fraction, so both algorithms see the same
+	// loss per hop.
+	Loss float64
+	// Offload is the UDP GSO/GRO setting of the switch and the NICs.
+	Offload udp.Offload
+	// Session is every worker's session: QPs, PacketSize,
+	// PacketsPerMessage, DType and the rest of aggregation.Config (Device,
+	// ControllerAddr, Rank and Workers are set per worker; SessionID
+	// defaults to 1).
+	Session aggregation.Config
+	// Elements is the tensor's length (4-byte elements).
+	Elements int
+	// Warmup unmeasured and Iters measured all-reduces, per algorithm.
+	Warmup, Iters int
+	// Ring also runs the ring all-reduce among the same workers over the
+	// same NICs (perftest.Ring, message size that of the sessions).
+	Ring bool
+	// Step, if set, is called after every verified all-reduce, with the
+	// algorithm and worker count ("SwitchML, 4 workers", "ring, 4
+	// workers"): progress.
+	Step func(label string)
+}
+
+// EmbeddedResult is what Embedded measured; every result was verified.
+type EmbeddedResult struct {
+	SwitchML Summary
+	// Packets, Retransmissions and Messages sum the workers' session
+	// counters (aggregation.Stats).
+	Packets, Retransmissions, Messages uint64
+	// SwitchDrops are the switch's drops by reason
+	// (switchmodel.DropReason's names).
+	SwitchDrops map[string]uint64
+	// Ring is the ring's run; nil without EmbeddedConfig.Ring.
+	Ring *RingResult
+}
+
+// RingResult is the ring all-reduce's run. Packets counts everything its
+// ranks sent (data, retransmissions and acknowledgements);
+// Retransmissions counts data messages resent.
+type RingResult struct {
+	Summary
+	Packets, Retransmissions uint64
+	// WindowMessages is the ring's window (perftest.RingConfig.Window).
+	WindowMessages int
+}
+
+// Embedded runs a whole job in this process on a local cluster: a
+// software switch, its controller and cfg.Workers workers, each with its
+// own userspace NIC; all-reduces every worker's deterministic input
+// cfg.Warmup + cfg.Iters times through the switch, then (cfg.Ring) with
+// the ring all-reduce among the same workers, checking every result.
+// Everything it opened is closed when it returns, also on an error or when
+// ctx ends.
+func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
+	if cfg.Session.SessionID == 0 {
+		cfg.Session.SessionID = 1
+	}
+	ppm := cfg.Session.PacketsPerMessage
+	if ppm == 0 {
+		ppm = aggregation.DefaultPacketsPerMessage
+	}
+	packetSize := cfg.Session.PacketSize
+	if packetSize == 0 {
+		packetSize = aggregation.DefaultPacketSize
+	}
+	if cfg.Ring && cfg.Workers < 2 {
+		return EmbeddedResult{}, fmt.Errorf("benchmark: a ring of %d worker sends nothing: give 2 workers or more, or no ring", cfg.Workers)
+	}
+	in, err := NewInputs(cfg.Session.DType, cfg.Workers, cfg.Elements)
+	if err != nil {
+		return EmbeddedResult{}, err
+	}
+	cl, err := local.Start(ctx, local.Config{
+		Switch:  swswitch.Config{Addr: cfg.SwitchAddr, IngressLoss: cfg.Loss, EgressLoss: cfg.Loss, Seed: 1, Offload: cfg.Offload},
+		Workers: cfg.Workers,
+		NIC:     soft.Config{Offload: cfg.Offload},
+	})
+	if err != nil {
+		return EmbeddedResult{}, err
+	}
+	defer cl.Close()
+
+	sessions := make([]*aggregation.Session, cfg.Workers)
+	closeSessions := func() {
+		for i, s := range sessions {
+			if s != nil {
+				s.Close()
+				sessions[i] = nil
+			}
+		}
+	}
+	defer closeSessions()
+	err = local.Parallel(cfg.Workers, func(r int) error {
+		sc := cfg.Session
+		sc.Device, sc.ControllerAddr, sc.Rank, sc.Workers = cl.NICs[r], cl.ControllerAddr, r, cfg.Workers
+		var err error
+		sessions[r], err = aggregation.Open(ctx, sc)
+		return err
+	})
+	if err != nil {
+		return EmbeddedResult{}, err
+	}
+	reducers := make([]AllReducer, cfg.Workers)
+	for r, s := range sessions {
+		reducers[r] = s
+	}
+	step := func(label string) func() {
+		if cfg.Step == nil {
+			return nil
+		}
+		return func() { cfg.Step(label) }
+	}
+	run, err := Run(ctx, reducers, Config{Inputs: in, Warmup: cfg.Warmup, Iters: cfg.Iters, Bound: QuantizationBound,
+		Step: step(fmt.Sprintf("SwitchML, %d workers", cfg.Workers))})
+	if err != nil {
+		return EmbeddedResult{}, err
+	}
+	res := EmbeddedResult{SwitchML: Summarize(run.Times, cfg.Elements), SwitchDrops: make(map[string]uint64)}
+	for _, s := range sessions {
+		st := s.Stats()
+		res.Packets += st.Packets
+		res.Retransmissions += st.Retransmissions
+		res.Messages += st.Messages
+	}
+	sws := cl.Switch.Stats()
+	for r := switchmodel.DropReason(1); r < switchmodel.NumDropReasons; r++ {
+		res.SwitchDrops[r.String()] = sws.Drops(r)
+	}
+	closeSessions()
+	if !cfg.Ring {
+		return res, nil
+	}
+
+	devs := cl.NICs
+	if cfg.Loss > 0 {
+		// The ring gets the same loss model: NICs at the same addresses
+		// that drop cfg.Loss of what they send and of what they receive.
+		for _, d := range cl.NICs {
+			d.Close()
+		}
+		if devs, err = cl.OpenNICs(cl.WorkerAddrs(cfg.Workers), soft.Config{Offload: cfg.Offload, RecvLoss: cfg.Loss, SendLoss: cfg.Loss, Seed: 1}); err != nil {
+			return EmbeddedResult{}, fmt.Errorf("ring baseline: %w", err)
+		}
+		defer func() {
+			for _, d := range devs {
+				d.Close()
+			}
+		}()
+	}
+	vdevs := make([]verbs.Device, len(devs))
+	for i, d := range devs {
+		vdevs[i] = d
+	}
+	ring, err := perftest.NewRing(vdevs, perftest.RingConfig{MessageSize: packetSize * ppm, MTU: verbs.MTU(packetSize)})
+	if err != nil {
+		return EmbeddedResult{}, fmt.Errorf("ring baseline: %w", err)
+	}
+	defer ring.Close()
+	for r := range reducers {
+		reducers[r] = ring.Rank(r)
+	}
+	run, err = Run(ctx, reducers, Config{Inputs: in, Warmup: cfg.Warmup, Iters: cfg.Iters, Bound: Float32Bound,
+		Step: step(fmt.Sprintf("ring, %d workers", cfg.Workers))})
+	if err != nil {
+		return EmbeddedResult{}, fmt.Errorf("ring baseline: %w", err)
+	}
+	rs := ring.Stats()
+	res.Ring = &RingResult{Summary: Summarize(run.Times, cfg.Elements), Packets: rs.Packets, Retransmissions: rs.Retransmissions,
+		WindowMessages: ring.Config().Window}
+	return res, nil
+}

@@ -1,0 +1,238 @@
+package benchmark
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/local"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+)
+
+// AllReducer is one rank's all-reduce: an *aggregation.Session, or a rank
+// of the ring all-reduce (perftest.RingRank). Each call replaces x by the
+// element-wise sum over every rank's x.
+type AllReducer interface {
+	AllReduce(ctx context.Context, x []float32) error
+	AllReduceInt32(ctx context.Context, x []int32) error
+}
+
+// Bound is how close a float32 result must be to the float64 sum of the
+// inputs (int32 results must be exact either way).
+type Bound int
+
+const (
+	// QuantizationBound: SwitchML's block floating point, within the
+	// quantization error bound (docs/quantization.md).
+	QuantizationBound Bound = iota
+	// Float32Bound: an all-reduce that adds in float32 (the ring), within
+	// float32 rounding of the sum.
+	Float32Bound
+)
+
+// Inputs are every rank's deterministic input of a job and the check of a
+// result against them. Build them once to share them between runs (the
+// reference bound depends only on the inputs); Run builds its own if
+// Config.Inputs is nil. Safe for concurrent use: nothing changes them.
+type Inputs struct {
+	dtype   wire.DType
+	workers int
+	in      [][]float32
+	inI     [][]int32
+	check   *Checker
+}
+
+// NewInputs makes the inputs of a job of workers ranks (MakeInputs) and
+// their Checker.
+func NewInputs(dtype wire.DType, workers, elements int) (*Inputs, error) {
+	if workers < 1 || elements < 1 {
+		return nil, fmt.Errorf("benchmark: inputs of %d workers × %d elements: give at least 1 of each", workers, elements)
+	}
+	in := &Inputs{dtype: dtype, workers: workers}
+	in.in, in.inI = MakeInputs(dtype, workers, elements)
+	var err error
+	if in.check, err = NewChecker(dtype, in.in, in.inI); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// Elements is the length of each rank's input.
+func (in *Inputs) Elements() int {
+	if in.dtype == wire.Int32 {
+		return len(in.inI[0])
+	}
+	return len(in.in[0])
+}
+
+// Config is one run of the verified benchmark loop.
+type Config struct {
+	// Workers is the job's size, Elements its tensor's length (4-byte
+	// elements), DType its element type. Unused when Inputs is set.
+	Workers, Elements int
+	DType             wire.DType
+	// Inputs, if set, are the job's inputs and reference (NewInputs).
+	Inputs *Inputs
+	// Ranks are the ranks of Run's reducers, reducers[i] being rank
+	// Ranks[i]; nil means reducers[i] is rank i.
+	Ranks []int
+	// Warmup unmeasured, then Iters (≥ 1) measured all-reduces.
+	Warmup, Iters int
+	// Bound is the check of float32 results.
+	Bound Bound
+	// Label, if set, names the run in errors: "all-reduce 3 of 12 (Label)".
+	Label string
+	// Observe, if set, gets the time of every all-reduce (warm-up
+	// included): from the start of the calls to the return of the last.
+	Observe func(time.Duration)
+	// Step, if set, is called after every verified all-reduce (progress).
+	Step func()
+}
+
+// Result is what Run measured and checked.
+type Result struct {
+	// Times are the measured all-reduces' durations, in call order.
+	Times []time.Duration
+	// ResultSHA256 is the SHA-256 of the last result's elements
+	// (little-endian): every rank of a job has the same, and a run under
+	// loss has the loss-free run's.
+	ResultSHA256 string
+}
+
+// Run all-reduces the inputs of its reducers' ranks cfg.Warmup + cfg.Iters
+// times, all reducers of one all-reduce at once, and checks every result
+// against the reference built from every rank's input. A mismatch is an
+// error that says RESULT MISMATCH. Run neither closes nor aborts what it
+// calls: after an error the caller ends its sessions (Abort, so the other
+// workers of a job learn at once).
+func Run(ctx context.Context, reducers []AllReducer, cfg Config) (Result, error) {
+	if cfg.Iters < 1 || cfg.Warmup < 0 {
+		return Result{}, fmt.Errorf("benchmark: %d warm-up and %d measured all-reduces: give iterations ≥ 1, warm-up ≥ 0", cfg.Warmup, cfg.Iters)
+	}
+	in := cfg.Inputs
+	if in == nil {
+		var err error
+		if in, err = NewInputs(cfg.DType, cfg.Workers, cfg.Elements); err != nil {
+			return Result{}, err
+		}
+	}
+	ranks := cfg.Ranks
+	if ranks == nil {
+		for r := range reducers {
+			ranks = append(ranks, r)
+		}
+	}
+	if len(ranks) != len(reducers) || len(reducers) == 0 {
+		return Result{}, fmt.Errorf("benchmark: %d reducers for ranks %v: give one reducer per rank, at least one", len(reducers), ranks)
+	}
+	for _, r := range ranks {
+		if r < 0 || r >= in.workers {
+			return Result{}, fmt.Errorf("benchmark: rank %d of %d workers", r, in.workers)
+		}
+	}
+	n := in.Elements()
+	// One buffer per reducer, refilled from its rank's input before each
+	// call.
+	bufs := make([][]float32, len(reducers))
+	bufsI := make([][]int32, len(reducers))
+	for i := range reducers {
+		if in.dtype == wire.Int32 {
+			bufsI[i] = make([]int32, n)
+		} else {
+			bufs[i] = make([]float32, n)
+		}
+	}
+	call := func(i int) error {
+		if in.dtype == wire.Int32 {
+			return reducers[i].AllReduceInt32(ctx, bufsI[i])
+		}
+		return reducers[i].AllReduce(ctx, bufs[i])
+	}
+	errs := make([]error, in.workers) // by rank, for local.JoinErrors
+	res := Result{Times: make([]time.Duration, 0, cfg.Iters)}
+	total := cfg.Warmup + cfg.Iters
+	name := func(it int) string {
+		if cfg.Label != "" {
+			return fmt.Sprintf("all-reduce %d of %d (%s)", it+1, total, cfg.Label)
+		}
+		return fmt.Sprintf("all-reduce %d of %d", it+1, total)
+	}
+	for it := range total {
+		for i, r := range ranks {
+			if in.dtype == wire.Int32 {
+				copy(bufsI[i], in.inI[r])
+			} else {
+				copy(bufs[i], in.in[r])
+			}
+		}
+		var err error
+		start := time.Now()
+		if len(reducers) == 1 {
+			err = call(0) // a worker process: its own error, no rank to name
+		} else {
+			clear(errs)
+			err = local.Parallel(len(reducers), func(i int) error {
+				errs[ranks[i]] = call(i)
+				return nil
+			})
+			if err == nil {
+				err = local.JoinErrors(errs)
+			}
+		}
+		elapsed := time.Since(start)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", name(it), err)
+		}
+		if cfg.Observe != nil {
+			cfg.Observe(elapsed)
+		}
+		check := in.check.SwitchML
+		if cfg.Bound == Float32Bound {
+			check = in.check.Ring
+		}
+		if err := check(bufs, bufsI); err != nil {
+			return res, fmt.Errorf("%s: RESULT MISMATCH: %w", name(it), err)
+		}
+		if it >= cfg.Warmup {
+			res.Times = append(res.Times, elapsed)
+		}
+		if cfg.Step != nil {
+			cfg.Step()
+		}
+	}
+	h := sha256.New()
+	if in.dtype == wire.Int32 {
+		_ = binary.Write(h, binary.LittleEndian, bufsI[0])
+	} else {
+		_ = binary.Write(h, binary.LittleEndian, bufs[0])
+	}
+	res.ResultSHA256 = hex.EncodeToString(h.Sum(nil))
+	return res, nil
+}
+
+// Summary is what a benchmark reports of a run's times.
+type Summary struct {
+	Median, Min, Max time.Duration
+	// ATEPerSec is all-reduced tensor elements per second at the median
+	// time, Gbps the tensor's bits per second (4-byte elements).
+	ATEPerSec, Gbps float64
+}
+
+// Summarize summarizes the times of all-reduces of a tensor of elements
+// 4-byte elements; times is not changed. The median of an even count is
+// the upper middle one. The zero Summary if times is empty.
+func Summarize(times []time.Duration, elements int) Summary {
+	if len(times) == 0 {
+		return Summary{}
+	}
+	t := slices.Sorted(slices.Values(times))
+	s := Summary{Min: t[0], Max: t[len(t)-1], Median: t[len(t)/2]}
+	med := s.Median.Seconds()
+	s.ATEPerSec = float64(elements) / med
+	s.Gbps = float64(elements) * 4 * 8 / med / 1e9
+	return s
+}
