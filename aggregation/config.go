@@ -41,6 +41,15 @@ const (
 	DefaultPeerTimeout = 10 * time.Second
 )
 
+// Limits of Config.
+const (
+	// MaxQPs is the most queue pairs per worker (Config.QPs).
+	MaxQPs = 1 << 12
+	// MaxPacketsPerMessage is the most packets per message
+	// (Config.PacketsPerMessage).
+	MaxPacketsPerMessage = 1 << 14
+)
+
 // Config describes one worker of a job. Every worker of a job passes the same
 // SessionID, Workers, QPs, PacketSize, PacketsPerMessage and DType (the
 // controller refuses a mismatch and names it).
@@ -114,11 +123,32 @@ func configError(format string, args ...any) error {
 	return fmt.Errorf("aggregation: %w: "+format, append([]any{ErrConfig}, args...)...)
 }
 
-// withDefaults fills the zero fields and validates the rest.
+// Validate checks c as Open does, but for the Device, which may be nil:
+// a job's parameters can be checked before a NIC is opened (every worker of
+// a job, or a launcher, checking its flags). Zero fields stand for their
+// defaults. Errors wrap ErrConfig and name the Config field.
+func (c Config) Validate() error {
+	_, err := c.defaults()
+	return err
+}
+
+// withDefaults fills the zero fields and validates the whole Config.
 func (c Config) withDefaults() (Config, error) {
 	if c.Device == nil {
 		return c, configError("Config.Device is nil: open an RDMA device (soft.Open for the userspace NIC, ibverbs.Open for a real one) and pass it")
 	}
+	c, err := c.defaults()
+	if err != nil {
+		return c, err
+	}
+	if !c.Device.Addr().IsValid() {
+		return c, configError("device %s has no address: bring its network interface up with an IP", c.Device.Name())
+	}
+	return c, nil
+}
+
+// defaults fills the zero fields and validates all but the Device.
+func (c Config) defaults() (Config, error) {
 	if c.Workers < 1 {
 		return c, configError("Config.Workers is %d: pass the number of workers of the job (at least 1)", c.Workers)
 	}
@@ -131,8 +161,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.QPs == 0 {
 		c.QPs = DefaultQPs
 	}
-	if c.QPs < 0 || c.QPs > 1<<12 {
-		return c, configError("Config.QPs is %d: use 1 to 4096 queue pairs (0 for the default %d)", c.QPs, DefaultQPs)
+	if c.QPs < 0 || c.QPs > MaxQPs {
+		return c, configError("Config.QPs is %d: use 1 to %d queue pairs (0 for the default %d)", c.QPs, MaxQPs, DefaultQPs)
 	}
 	if c.PacketSize == 0 {
 		c.PacketSize = DefaultPacketSize
@@ -143,8 +173,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PacketsPerMessage == 0 {
 		c.PacketsPerMessage = DefaultPacketsPerMessage
 	}
-	if c.PacketsPerMessage < 0 || bits.OnesCount(uint(c.PacketsPerMessage)) != 1 || c.PacketsPerMessage > 1<<14 {
-		return c, configError("Config.PacketsPerMessage is %d: use a power of two from 1 to 16384 (0 for the default %d)", c.PacketsPerMessage, DefaultPacketsPerMessage)
+	if c.PacketsPerMessage < 0 || bits.OnesCount(uint(c.PacketsPerMessage)) != 1 || c.PacketsPerMessage > MaxPacketsPerMessage {
+		return c, configError("Config.PacketsPerMessage is %d: use a power of two from 1 to %d (0 for the default %d)", c.PacketsPerMessage, MaxPacketsPerMessage, DefaultPacketsPerMessage)
 	}
 	if c.DType != wire.Float32 && c.DType != wire.Int32 {
 		return c, configError("Config.DType is %v: use wire.Float32 or wire.Int32", c.DType)
@@ -170,9 +200,6 @@ func (c Config) withDefaults() (Config, error) {
 		return c, configError("Config.BackoffAfter is %d: pass a positive count (0 for %d)", c.BackoffAfter, DefaultBackoffAfter)
 	case c.PeerTimeout < c.RetransmitTimeout:
 		return c, configError("Config.PeerTimeout %v is below RetransmitTimeout %v: a peer would be declared dead before the first retransmission", c.PeerTimeout, c.RetransmitTimeout)
-	}
-	if !c.Device.Addr().IsValid() {
-		return c, configError("device %s has no address: bring its network interface up with an IP", c.Device.Name())
 	}
 	return c, nil
 }

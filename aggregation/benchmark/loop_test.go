@@ -121,7 +121,7 @@ func TestRunInProcess(t *testing.T) {
 			}
 		}
 		_, err := Run(t.Context(), g.reducers(), Config{Workers: 2, Elements: 100, DType: wire.Int32, Warmup: 1, Iters: 2})
-		if err == nil || !strings.Contains(err.Error(), "all-reduce 2 of 3: RESULT MISMATCH: result 1 element 7") {
+		if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "all-reduce 2 of 3: RESULT MISMATCH: result 1 element 7") {
 			t.Fatalf("error %v, want a RESULT MISMATCH in all-reduce 2 naming result 1 element 7", err)
 		}
 	})

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -20,6 +21,9 @@ type AllReducer interface {
 	AllReduce(ctx context.Context, x []float32) error
 	AllReduceInt32(ctx context.Context, x []int32) error
 }
+
+// ErrMismatch is wrapped by Run's error when a result is wrong.
+var ErrMismatch = errors.New("RESULT MISMATCH")
 
 // Bound is how close a float32 result must be to the float64 sum of the
 // inputs (int32 results must be exact either way).
@@ -105,8 +109,8 @@ type Result struct {
 
 // Run all-reduces the inputs of its reducers' ranks cfg.Warmup + cfg.Iters
 // times, all reducers of one all-reduce at once, and checks every result
-// against the reference built from every rank's input. A mismatch is an
-// error that says RESULT MISMATCH. Run neither closes nor aborts what it
+// against the reference built from every rank's input. A wrong result is an
+// error wrapping ErrMismatch ("RESULT MISMATCH"). Run neither closes nor aborts what it
 // calls: after an error the caller ends its sessions (Abort, so the other
 // workers of a job learn at once).
 func Run(ctx context.Context, reducers []AllReducer, cfg Config) (Result, error) {
@@ -195,7 +199,7 @@ func Run(ctx context.Context, reducers []AllReducer, cfg Config) (Result, error)
 			check = in.check.Ring
 		}
 		if err := check(bufs, bufsI); err != nil {
-			return res, fmt.Errorf("%s: RESULT MISMATCH: %w", name(it), err)
+			return res, fmt.Errorf("%s: %w: %w", name(it), ErrMismatch, err)
 		}
 		if it >= cfg.Warmup {
 			res.Times = append(res.Times, elapsed)

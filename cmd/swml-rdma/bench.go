@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -22,14 +21,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
-	"github.com/swml-rdma/swml-rdma/aggregation/control"
-	"github.com/swml-rdma/swml-rdma/aggregation/join"
-	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
-	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
-	"github.com/swml-rdma/swml-rdma/aggregation/wire"
-	"github.com/swml-rdma/swml-rdma/verbs"
-	"github.com/swml-rdma/swml-rdma/verbs/perftest"
-	"github.com/swml-rdma/swml-rdma/verbs/soft"
+	"github.com/swml-rdma/swml-rdma/aggregation/benchmark"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
@@ -144,15 +136,15 @@ type baselineResult struct {
 }
 
 type benchConfig struct {
-	workers, size, iters, warmup, packetSize, qps, msgSize int
-	sweep                                                  []int     // worker counts; workers is the one running
-	losses                                                 []float64 // loss sweep; loss is the one running
-	dtype                                                  wire.DType
-	loss                                                   float64
-	switchAddr                                             netip.Addr
-	baseline                                               string // "ring" or "none"
-	plot                                                   string
-	offload                                                udp.Offload
+	jobSpec
+	workers    int
+	sweep      []int     // worker counts; workers is the one running
+	losses     []float64 // loss sweep; loss is the one running
+	loss       float64
+	switchAddr netip.Addr
+	baseline   string // "ring" or "none"
+	plot       string
+	offload    udp.Offload
 }
 
 // distributedCategory holds the flags of `bench --controller`.
@@ -259,9 +251,7 @@ func benchSteps(cfg benchConfig) int {
 }
 
 func benchFlags(c *cli.Context) (benchConfig, error) {
-	cfg := benchConfig{iters: c.Int("iters"), warmup: c.Int("warmup"),
-		packetSize: c.Int("packet-size"), qps: c.Int("qps"),
-		baseline: c.String("baseline"), plot: c.String("plot")}
+	cfg := benchConfig{baseline: c.String("baseline"), plot: c.String("plot")}
 	var err error
 	if cfg.offload, err = parseOffload(c); err != nil {
 		return cfg, err
@@ -274,26 +264,10 @@ func benchFlags(c *cli.Context) (benchConfig, error) {
 		return cfg, err
 	}
 	cfg.loss = cfg.losses[0]
-	if cfg.size, err = parseSize(c.String("size")); err != nil {
-		return cfg, fmt.Errorf("--size: %v", err)
+	if cfg.jobSpec, err = parseJobFlags(c, cfg.workers); err != nil {
+		return cfg, err
 	}
-	if cfg.size%4 != 0 {
-		return cfg, fmt.Errorf("--size %d: a tensor of 4-byte elements needs a multiple of 4 bytes", cfg.size)
-	}
-	if cfg.msgSize, err = parseSize(c.String("msg-size")); err != nil {
-		return cfg, fmt.Errorf("--msg-size: %v", err)
-	}
-	if cfg.dtype, err = wire.ParseDType(c.String("dtype")); err != nil {
-		return cfg, fmt.Errorf("--dtype: %v", err)
-	}
-	switch {
-	case cfg.iters < 1:
-		return cfg, fmt.Errorf("--iters %d: give at least 1", cfg.iters)
-	case cfg.warmup < 0:
-		return cfg, fmt.Errorf("--warmup %d: must not be negative", cfg.warmup)
-	case cfg.qps < 1:
-		return cfg, fmt.Errorf("--qps %d: give at least 1 queue pair", cfg.qps)
-	case cfg.baseline != "ring" && cfg.baseline != "none":
+	if cfg.baseline != "ring" && cfg.baseline != "none" {
 		return cfg, fmt.Errorf("--baseline %q: use ring (a ring all-reduce among the same workers) or none", cfg.baseline)
 	}
 	if cfg.plot != "" {
@@ -309,13 +283,6 @@ func benchFlags(c *cli.Context) (benchConfig, error) {
 	}
 	if last := cfg.switchAddr.As4()[3]; int(last)+cfg.workers > 254 {
 		return cfg, fmt.Errorf("--switch-addr %v with %d workers: the workers' addresses would run past .254; pick a lower last byte", cfg.switchAddr, cfg.workers)
-	}
-	if err := wire.CheckPacketSize(cfg.packetSize); err != nil {
-		return cfg, fmt.Errorf("--packet-size: %v", err)
-	}
-	ppm := cfg.msgSize / cfg.packetSize
-	if cfg.msgSize%cfg.packetSize != 0 || ppm&(ppm-1) != 0 {
-		return cfg, fmt.Errorf("--msg-size %d: must be the packet size (%d) times a power of two", cfg.msgSize, cfg.packetSize)
 	}
 	return cfg, checkBench(cfg)
 }
@@ -353,219 +320,41 @@ func parseLosses(s string) ([]float64, error) {
 }
 
 // runEmbeddedBench runs the whole system in this process for cfg.workers
-// workers: SwitchML, then (unless --baseline none) the ring among the same
-// workers over the same NICs.
+// workers (benchmark.Embedded): SwitchML, then (unless --baseline none) the
+// ring among the same workers over the same NICs.
 func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (benchRun, error) {
-	swAddr := cfg.switchAddr
-	sw, err := swswitch.New(swswitch.Config{Addr: swAddr, IngressLoss: cfg.loss, EgressLoss: cfg.loss, Seed: 1, Offload: cfg.offload})
-	if err != nil {
-		return benchRun{}, fmt.Errorf("embedded switch (--switch-addr %v; pick another with --switch-addr if a switch daemon holds it): %w", swAddr, err)
+	res, err := benchmark.Embedded(ctx, benchmark.EmbeddedConfig{
+		Workers: cfg.workers, SwitchAddr: cfg.switchAddr, Loss: cfg.loss, Offload: cfg.offload,
+		Session: cfg.session(), Elements: cfg.elements(), Warmup: cfg.warmup, Iters: cfg.iters,
+		Ring: cfg.baseline == "ring", Step: prog.step,
+	})
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return benchRun{}, fmt.Errorf("%w (the switch is at --switch-addr %v, the workers at the next addresses: pick another --switch-addr if something holds them)", err, cfg.switchAddr)
 	}
-	defer sw.Close()
-	ctl, err := control.New(control.Config{Programmer: sw, SwitchIPv4: swAddr, PoolSize: sw.Config().Model.PoolSize})
-	if err != nil {
-		return benchRun{}, err
-	}
-	defer ctl.Close()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return benchRun{}, err
 	}
-	go ctl.Serve(lis)
-
-	n := cfg.size / 4
-	inputs, inputsI := join.MakeInputs(cfg.dtype, cfg.workers, n)
-	check, err := join.NewChecker(cfg.dtype, inputs, inputsI)
-	if err != nil {
-		return benchRun{}, err
+	run := benchRun{Warmup: cfg.warmup, benchResult: benchResult{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(), Iters: cfg.iters,
+		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Loss: cfg.loss, Verified: true,
+		Packets: res.Packets, Retransmissions: res.Retransmissions},
+		SwitchDrops: res.SwitchDrops}
+	run.setTimes(res.SwitchML)
+	if res.Messages > 0 {
+		run.RetransmissionsPerMessage = float64(res.Retransmissions) / float64(res.Messages)
 	}
-
-	sessions := make([]*aggregation.Session, cfg.workers)
-	var devs []*soft.Device
-	closeSessions := func() {
-		for i, s := range sessions {
-			if s != nil {
-				s.Close()
-				sessions[i] = nil
-			}
-		}
+	if r := res.Ring; r != nil {
+		run.Baseline = &baselineResult{Name: "ring", MedianNs: int64(r.Median), MinNs: int64(r.Min), MaxNs: int64(r.Max), ATEPerSec: r.ATEPerSec, Gbps: r.Gbps,
+			Packets: r.Packets, Retransmissions: r.Retransmissions, Verified: true, WindowMessages: r.WindowMessages}
+		ratio := run.ATEPerSec / run.Baseline.ATEPerSec
+		run.ATERatio = &ratio
 	}
-	defer func() {
-		closeSessions()
-		for _, d := range devs {
-			d.Close()
-		}
-	}()
-	for r := range cfg.workers {
-		a := swAddr.As4()
-		a[3] += byte(1 + r)
-		d, err := soft.Open(soft.Config{Addr: netip.AddrFrom4(a), Offload: cfg.offload})
-		if err != nil {
-			return benchRun{}, fmt.Errorf("worker %d (--switch-addr %v + %d; pick another --switch-addr if something holds it): %w", r, swAddr, 1+r, err)
-		}
-		devs = append(devs, d)
-	}
-	openErr := make([]error, cfg.workers)
-	var wg sync.WaitGroup
-	for r := range cfg.workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sessions[r], openErr[r] = aggregation.Open(ctx, aggregation.Config{
-				Device: devs[r], ControllerAddr: lis.Addr().String(), SessionID: 1, Rank: r, Workers: cfg.workers,
-				QPs: cfg.qps, PacketSize: cfg.packetSize, PacketsPerMessage: cfg.msgSize / cfg.packetSize, DType: cfg.dtype,
-			})
-		}()
-	}
-	wg.Wait()
-	if err := joinDistinct(openErr); err != nil {
-		return benchRun{}, err
-	}
-
-	// One buffer per worker, refilled from its input before each call.
-	bufs := make([][]float32, cfg.workers)
-	bufsI := make([][]int32, cfg.workers)
-	for r := range cfg.workers {
-		if cfg.dtype == wire.Int32 {
-			bufsI[r] = make([]int32, n)
-		} else {
-			bufs[r] = make([]float32, n)
-		}
-	}
-	refill := func() {
-		for r := range cfg.workers {
-			if cfg.dtype == wire.Int32 {
-				copy(bufsI[r], inputsI[r])
-			} else {
-				copy(bufs[r], inputs[r])
-			}
-		}
-	}
-	label := fmt.Sprintf("SwitchML, %d workers", cfg.workers)
-	times, err := timeAllReduces(ctx, cfg, prog, label, refill, func(r int) error {
-		if cfg.dtype == wire.Int32 {
-			return sessions[r].AllReduceInt32(ctx, bufsI[r])
-		}
-		return sessions[r].AllReduce(ctx, bufs[r])
-	}, func() error { return check.SwitchML(bufs, bufsI) })
-	if err != nil {
-		return benchRun{}, err
-	}
-	run := benchRun{Warmup: cfg.warmup, benchResult: benchResult{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: n, Iters: cfg.iters,
-		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Loss: cfg.loss, Verified: true}}
-	st := summarize(times, n, cfg.size)
-	run.MinNs, run.MaxNs, run.MedianNs, run.ATEPerSec, run.Gbps = st.min, st.max, st.median, st.ate, st.gbps
-	var messages uint64
-	for _, s := range sessions {
-		st := s.Stats()
-		run.Packets += st.Packets
-		run.Retransmissions += st.Retransmissions
-		messages += st.Messages
-	}
-	if messages > 0 {
-		run.RetransmissionsPerMessage = float64(run.Retransmissions) / float64(messages)
-	}
-	sws := sw.Stats()
-	run.SwitchDrops = make(map[string]uint64)
-	for r := switchmodel.DropReason(1); r < switchmodel.NumDropReasons; r++ {
-		run.SwitchDrops[r.String()] = sws.Drops(r)
-	}
-	closeSessions()
-	if cfg.baseline == "none" {
-		return run, nil
-	}
-	if cfg.loss > 0 {
-		// The ring gets the same loss model: each of its packets crosses
-		// a sending and a receiving NIC, each dropping cfg.loss, as
-		// SwitchML's cross the switch's ingress and egress.
-		for _, d := range devs {
-			d.Close()
-		}
-		devs = devs[:0]
-		for r := range cfg.workers {
-			a := swAddr.As4()
-			a[3] += byte(1 + r)
-			d, err := soft.Open(soft.Config{Addr: netip.AddrFrom4(a), Offload: cfg.offload, RecvLoss: cfg.loss, SendLoss: cfg.loss, Seed: uint64(1 + r)})
-			if err != nil {
-				return benchRun{}, fmt.Errorf("ring baseline, worker %d: %w", r, err)
-			}
-			devs = append(devs, d)
-		}
-	}
-
-	vdevs := make([]verbs.Device, len(devs))
-	for i, d := range devs {
-		vdevs[i] = d
-	}
-	ring, err := perftest.NewRing(vdevs, perftest.RingConfig{MessageSize: cfg.msgSize, MTU: verbs.MTU(cfg.packetSize)})
-	if err != nil {
-		return benchRun{}, fmt.Errorf("ring baseline: %w", err)
-	}
-	defer ring.Close()
-	label = fmt.Sprintf("ring, %d workers", cfg.workers)
-	times, err = timeAllReduces(ctx, cfg, prog, label, refill, func(r int) error {
-		if cfg.dtype == wire.Int32 {
-			return ring.Rank(r).AllReduceInt32(ctx, bufsI[r])
-		}
-		return ring.Rank(r).AllReduce(ctx, bufs[r])
-	}, func() error { return check.Ring(bufs, bufsI) })
-	if err != nil {
-		return benchRun{}, fmt.Errorf("ring baseline: %w", err)
-	}
-	st = summarize(times, n, cfg.size)
-	rs := ring.Stats()
-	run.Baseline = &baselineResult{Name: "ring", MedianNs: st.median, MinNs: st.min, MaxNs: st.max, ATEPerSec: st.ate, Gbps: st.gbps,
-		Packets: rs.Packets, Retransmissions: rs.Retransmissions, Verified: true, WindowMessages: ring.Config().Window}
-	ratio := run.ATEPerSec / run.Baseline.ATEPerSec
-	run.ATERatio = &ratio
 	return run, nil
 }
 
-// timeAllReduces runs warmup+iters all-reduces, each on every worker at once
-// (call(r) on worker r), refilling the buffers before and verifying after
-// each; it returns the measured durations.
-func timeAllReduces(ctx context.Context, cfg benchConfig, prog *progress, label string, refill func(), call func(r int) error, check func() error) ([]time.Duration, error) {
-	times := make([]time.Duration, 0, cfg.iters)
-	errs := make([]error, cfg.workers)
-	var wg sync.WaitGroup
-	for it := 0; it < cfg.warmup+cfg.iters; it++ {
-		refill()
-		start := time.Now()
-		for r := range cfg.workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[r] = call(r)
-			}()
-		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		if err := joinDistinct(errs); err != nil {
-			return nil, fmt.Errorf("all-reduce %d: %w", it, err)
-		}
-		if err := check(); err != nil {
-			return nil, fmt.Errorf("all-reduce %d: RESULT MISMATCH: %w", it, err)
-		}
-		if it >= cfg.warmup {
-			times = append(times, elapsed)
-		}
-		prog.step(label)
-	}
-	return times, nil
-}
-
-type timing struct {
-	median, min, max int64
-	ate, gbps        float64
-}
-
-func summarize(times []time.Duration, elements, bytes int) timing {
-	slices.Sort(times)
-	t := timing{min: int64(times[0]), max: int64(times[len(times)-1]), median: int64(times[len(times)/2])}
-	med := time.Duration(t.median).Seconds()
-	t.ate = float64(elements) / med
-	t.gbps = float64(bytes) * 8 / med / 1e9
-	return t
+// setTimes fills the timing columns from a summary of the run's times.
+func (r *benchResult) setTimes(s benchmark.Summary) {
+	r.MedianNs, r.MinNs, r.MaxNs = int64(s.Median), int64(s.Min), int64(s.Max)
+	r.ATEPerSec, r.Gbps = s.ATEPerSec, s.Gbps
 }
 
 func printBench(out io.Writer, rep benchReport, asJSON bool) error {

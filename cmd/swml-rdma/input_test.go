@@ -166,7 +166,7 @@ func TestMemoryModel(t *testing.T) {
 	t.Cleanup(func() { availableMemory = saved })
 	availableMemory = func() (uint64, bool) { return 16 << 30, true }
 
-	cfg := benchConfig{workers: 4, sweep: []int{4}, size: 64 << 30, packetSize: 1024, msgSize: 16 << 10, qps: 8, baseline: "ring"}
+	cfg := benchConfig{workers: 4, sweep: []int{4}, jobSpec: jobSpec{size: 64 << 30, packetSize: 1024, msgSize: 16 << 10, qps: 8}, baseline: "ring"}
 	err := checkBench(cfg)
 	if err == nil || !strings.Contains(err.Error(), "512.1 GiB of memory") || !strings.Contains(err.Error(), "but 16 GiB is available") {
 		t.Fatalf("bench 64 GiB × 4 workers with 16 GiB: %v", err)
@@ -197,29 +197,6 @@ func TestBenchOneWorkerNoBaseline(t *testing.T) {
 	}
 	if !strings.Contains(out, "switchml") || strings.Contains(out, "ring") || strings.Contains(out, "0.00×") {
 		t.Fatalf("output:\n%s", out)
-	}
-}
-
-// TestJoinDistinct: the same error from every worker is printed once.
-func TestJoinDistinct(t *testing.T) {
-	cfgErr := errors.New("aggregation: invalid configuration: bad")
-	if err := joinDistinct([]error{nil, nil}); err != nil {
-		t.Fatalf("no errors: %v", err)
-	}
-	err := joinDistinct([]error{cfgErr, errors.New(cfgErr.Error()), cfgErr, cfgErr})
-	if got := err.Error(); got != "every worker: "+cfgErr.Error() || !errors.Is(err, cfgErr) {
-		t.Fatalf("same error from 4 workers: %q", got)
-	}
-	if got := joinDistinct([]error{nil, cfgErr, nil, cfgErr}).Error(); got != "workers 1, 3: "+cfgErr.Error() {
-		t.Fatalf("same error from 2 of 4 workers: %q", got)
-	}
-	if got := joinDistinct([]error{nil, nil, cfgErr}).Error(); got != "worker 2: "+cfgErr.Error() {
-		t.Fatalf("one worker: %q", got)
-	}
-	other := errors.New("peer timeout")
-	got := joinDistinct([]error{cfgErr, other}).Error()
-	if got != "worker 0: "+cfgErr.Error()+"\nworker 1: peer timeout" {
-		t.Fatalf("different errors: %q", got)
 	}
 }
 

@@ -3,39 +3,88 @@ package main
 import (
 	"fmt"
 
+	"github.com/urfave/cli/v2"
+
+	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
 
-// Limits of the all-reduce job flags that the library also enforces
-// (aggregation.Config), checked here first so that the error names the flag
-// instead of a Config field, once instead of once per worker.
+// Limits of the all-reduce job flags: the library's (aggregation.Config),
+// checked here first so that the error names the flag instead of a Config
+// field, once instead of once per worker.
 const (
-	maxQPs               = 1 << 12
-	maxPacketsPerMessage = 1 << 14
+	maxQPs               = aggregation.MaxQPs
+	maxPacketsPerMessage = aggregation.MaxPacketsPerMessage
 )
 
-// checkJobLimits checks what bench and worker share beyond each flag's own
-// syntax: the message size against the library's packets-per-message limit
-// and --qps against its QP limit.
-func checkJobLimits(qps, packetSize, msgSize int) error {
-	if qps < 1 || qps > maxQPs {
-		return fmt.Errorf("--qps %d: give 1 to %d queue pairs", qps, maxQPs)
+// jobSpec is an all-reduce job's tensor and protocol (allReduceFlags): the
+// same for the embedded bench and for every worker of a job.
+type jobSpec struct {
+	size, iters, warmup      int // tensor bytes; all-reduces
+	packetSize, qps, msgSize int
+	dtype                    wire.DType
+}
+
+// elements is the tensor's length (4-byte elements).
+func (j jobSpec) elements() int { return j.size / 4 }
+
+// session is the part of a worker's aggregation.Config the job flags set.
+func (j jobSpec) session() aggregation.Config {
+	return aggregation.Config{QPs: j.qps, PacketSize: j.packetSize, PacketsPerMessage: j.msgSize / j.packetSize, DType: j.dtype}
+}
+
+// parseJobFlags validates the job flags (allReduceFlags) of a job of
+// workers workers, for bench and worker alike: each flag, then the job as
+// the library will (aggregation.Config.Validate), so that what the flags
+// accept is what Open accepts.
+func parseJobFlags(c *cli.Context, workers int) (jobSpec, error) {
+	j := jobSpec{iters: c.Int("iters"), warmup: c.Int("warmup"), packetSize: c.Int("packet-size"), qps: c.Int("qps")}
+	var err error
+	if j.size, err = parseSize(c.String("size")); err != nil {
+		return j, fmt.Errorf("--size: %v", err)
 	}
-	if ppm := msgSize / packetSize; ppm > maxPacketsPerMessage {
-		return fmt.Errorf("--msg-size %s is %d packets of --packet-size %d; a message has at most %d packets: give --msg-size %s or less",
-			approxBytes(uint64(msgSize)), ppm, packetSize, maxPacketsPerMessage, approxBytes(uint64(maxPacketsPerMessage*packetSize)))
+	if j.size%4 != 0 {
+		return j, fmt.Errorf("--size %d: a tensor of 4-byte elements needs a multiple of 4 bytes", j.size)
 	}
-	return nil
+	if j.msgSize, err = parseSize(c.String("msg-size")); err != nil {
+		return j, fmt.Errorf("--msg-size: %v", err)
+	}
+	if j.dtype, err = wire.ParseDType(c.String("dtype")); err != nil {
+		return j, fmt.Errorf("--dtype: %v", err)
+	}
+	switch {
+	case j.iters < 1:
+		return j, fmt.Errorf("--iters %d: give at least 1", j.iters)
+	case j.warmup < 0:
+		return j, fmt.Errorf("--warmup %d: must not be negative", j.warmup)
+	case j.qps < 1 || j.qps > maxQPs:
+		return j, fmt.Errorf("--qps %d: give 1 to %d queue pairs", j.qps, maxQPs)
+	}
+	if err := wire.CheckPacketSize(j.packetSize); err != nil {
+		return j, fmt.Errorf("--packet-size: %v", err)
+	}
+	ppm := j.msgSize / j.packetSize
+	if j.msgSize%j.packetSize != 0 || ppm&(ppm-1) != 0 {
+		return j, fmt.Errorf("--msg-size %d: must be the packet size (%d) times a power of two, e.g. %d", j.msgSize, j.packetSize, 16*j.packetSize)
+	}
+	if ppm > maxPacketsPerMessage {
+		return j, fmt.Errorf("--msg-size %s is %d packets of --packet-size %d; a message has at most %d packets: give --msg-size %s or less",
+			approxBytes(uint64(j.msgSize)), ppm, j.packetSize, maxPacketsPerMessage, approxBytes(uint64(maxPacketsPerMessage*j.packetSize)))
+	}
+	cfg := j.session()
+	cfg.Workers = workers
+	if err := cfg.Validate(); err != nil {
+		return j, fmt.Errorf("--qps, --packet-size, --msg-size, --dtype with %d workers: %v", workers, err)
+	}
+	return j, nil
 }
 
 // checkBench checks the embedded bench's configuration as a whole, after
-// benchFlags checked each flag: the job fits the embedded switch's pool,
+// benchFlags checked each flag (parseJobFlags): the job fits the embedded switch's pool,
 // a ring of one worker is refused (it moves nothing, so it has no time to
 // compare), and the largest run fits in memory.
 func checkBench(cfg benchConfig) error {
-	if err := checkJobLimits(cfg.qps, cfg.packetSize, cfg.msgSize); err != nil {
-		return err
-	}
 	ppm := cfg.msgSize / cfg.packetSize
 	if slots := cfg.qps * ppm; slots > switchmodel.DefaultPoolSize {
 		return fmt.Errorf("--qps %d × %d packets per message (--msg-size %s / --packet-size %d) = %d switch slots, more than the embedded switch's %d: lower --qps or --msg-size",
@@ -63,12 +112,9 @@ func checkBench(cfg benchConfig) error {
 	return need.check(fmt.Sprintf("--size %s with --workers %d", approxBytes(size), w), "lower --size or --workers")
 }
 
-// checkWorkerJob checks one worker's job flags as a whole: library limits,
-// and memory (a worker keeps every rank's input to verify its result).
+// checkWorkerJob checks one worker's job as a whole: memory (a worker
+// keeps every rank's input to verify its result).
 func checkWorkerJob(cfg *workerConfig) error {
-	if err := checkJobLimits(cfg.qps, cfg.packetSize, cfg.msgSize); err != nil {
-		return err
-	}
 	var need memoryNeed
 	w, size := uint64(cfg.workers), uint64(cfg.size)
 	need.add(w*size, "%d × %s: every rank's input, to verify the result", w, approxBytes(size))

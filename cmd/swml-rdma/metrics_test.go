@@ -126,8 +126,8 @@ func TestMetricsEndToEnd(t *testing.T) {
 
 	reg := newMetricsRegistry()
 	cfg := workerConfig{controller: ctl, connectTimeout: 30 * time.Second, sessionID: 7, rank: 0, workers: 1,
-		nic: "soft", addr: mustAddr(t, "127.13.21.2"), size: 32 << 10, iters: 3, warmup: 1,
-		packetSize: 1024, qps: 2, msgSize: 4096, dtype: wire.Float32, registry: reg}
+		nic: "soft", addr: mustAddr(t, "127.13.21.2"), registry: reg,
+		jobSpec: jobSpec{size: 32 << 10, iters: 3, warmup: 1, packetSize: 1024, qps: 2, msgSize: 4096, dtype: wire.Float32}}
 	res, err := runWorkerBench(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

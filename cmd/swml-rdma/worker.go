@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,9 +20,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
+	"github.com/swml-rdma/swml-rdma/aggregation/benchmark"
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/join"
-	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
@@ -96,9 +95,7 @@ type workerConfig struct {
 	addr    netip.Addr  // soft: bound; ibverbs: whose GID to use
 	offload udp.Offload // soft: UDP GSO/GRO
 
-	size, iters, warmup      int // tensor bytes; all-reduces
-	packetSize, qps, msgSize int
-	dtype                    wire.DType
+	jobSpec // tensor and protocol
 
 	// Optional.
 	peerTimeout       time.Duration         // 0: aggregation.DefaultPeerTimeout
@@ -162,8 +159,7 @@ func runWorker(c *cli.Context) error {
 // workerFlags validates the worker's flags and environment.
 func workerFlags(c *cli.Context) (workerConfig, error) {
 	cfg := workerConfig{controller: c.String("controller"), connectTimeout: c.Duration("connect-timeout"),
-		nic: c.String("nic"), device: c.String("device"),
-		iters: c.Int("iters"), warmup: c.Int("warmup"), packetSize: c.Int("packet-size"), qps: c.Int("qps")}
+		nic: c.String("nic"), device: c.String("device")}
 	var err error
 	if cfg.rank, cfg.workers, err = rankAndSize(c); err != nil {
 		return cfg, err
@@ -179,7 +175,10 @@ func workerFlags(c *cli.Context) (workerConfig, error) {
 		return cfg, fmt.Errorf("--session-id %d: give a 32-bit number", sid)
 	}
 	cfg.sessionID = uint32(sid)
-	if err := jobFlags(c, &cfg); err != nil {
+	if cfg.jobSpec, err = parseJobFlags(c, cfg.workers); err != nil {
+		return cfg, err
+	}
+	if err := checkWorkerJob(&cfg); err != nil {
 		return cfg, err
 	}
 	if err := nicFlags(c, &cfg); err != nil {
@@ -218,39 +217,6 @@ func rankAndSize(c *cli.Context) (rank, workers int, err error) {
 		return 0, 0, err
 	}
 	return m.Rank, m.Workers, nil
-}
-
-// jobFlags validates the tensor and protocol flags (as bench does).
-func jobFlags(c *cli.Context, cfg *workerConfig) error {
-	var err error
-	if cfg.size, err = parseSize(c.String("size")); err != nil {
-		return fmt.Errorf("--size: %v", err)
-	}
-	if cfg.size%4 != 0 {
-		return fmt.Errorf("--size %d: a tensor of 4-byte elements needs a multiple of 4 bytes", cfg.size)
-	}
-	if cfg.msgSize, err = parseSize(c.String("msg-size")); err != nil {
-		return fmt.Errorf("--msg-size: %v", err)
-	}
-	if cfg.dtype, err = wire.ParseDType(c.String("dtype")); err != nil {
-		return fmt.Errorf("--dtype: %v", err)
-	}
-	switch {
-	case cfg.iters < 1:
-		return fmt.Errorf("--iters %d: give at least 1", cfg.iters)
-	case cfg.warmup < 0:
-		return fmt.Errorf("--warmup %d: must not be negative", cfg.warmup)
-	case cfg.qps < 1 || cfg.qps > 4096:
-		return fmt.Errorf("--qps %d: give 1 to 4096 queue pairs", cfg.qps)
-	}
-	if err := wire.CheckPacketSize(cfg.packetSize); err != nil {
-		return fmt.Errorf("--packet-size: %v", err)
-	}
-	ppm := cfg.msgSize / cfg.packetSize
-	if cfg.msgSize%cfg.packetSize != 0 || ppm&(ppm-1) != 0 {
-		return fmt.Errorf("--msg-size %d: must be the packet size (%d) times a power of two, e.g. %d", cfg.msgSize, cfg.packetSize, 16*cfg.packetSize)
-	}
-	return checkWorkerJob(cfg)
 }
 
 // nicFlags validates --nic, --device, --addr and --gid-index.
@@ -318,11 +284,10 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 		return workerResult{}, fmt.Errorf("%w (flags: --controller, --connect-timeout)", err)
 	}
 	log.Info("joining", "controller", cfg.controller, "session", cfg.sessionID, "workers", cfg.workers, "device", dev.Name())
-	sess, err := aggregation.Open(ctx, aggregation.Config{
-		Device: dev, ControllerAddr: cfg.controller, SessionID: cfg.sessionID, Rank: cfg.rank, Workers: cfg.workers,
-		QPs: cfg.qps, PacketSize: cfg.packetSize, PacketsPerMessage: cfg.msgSize / cfg.packetSize, DType: cfg.dtype,
-		PeerTimeout: cfg.peerTimeout, RetransmitTimeout: cfg.retransmitTimeout,
-	})
+	scfg := cfg.session()
+	scfg.Device, scfg.ControllerAddr, scfg.SessionID, scfg.Rank, scfg.Workers = dev, cfg.controller, cfg.sessionID, cfg.rank, cfg.workers
+	scfg.PeerTimeout, scfg.RetransmitTimeout = cfg.peerTimeout, cfg.retransmitTimeout
+	sess, err := aggregation.Open(ctx, scfg)
 	if err != nil {
 		return workerResult{}, err
 	}
@@ -360,19 +325,19 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 		}
 	}
 
-	n := cfg.size / 4
-	rcfg := join.RunConfig{Rank: cfg.rank, Workers: cfg.workers, Elements: n, DType: cfg.dtype, Warmup: cfg.warmup, Iters: cfg.iters}
+	n := cfg.elements()
+	rcfg := benchmark.Config{Workers: cfg.workers, Ranks: []int{cfg.rank}, Elements: n, DType: cfg.dtype, Warmup: cfg.warmup, Iters: cfg.iters,
+		Bound: benchmark.QuantizationBound, Label: fmt.Sprintf("job %d", sess.JobID())}
 	if hist != nil {
 		rcfg.Observe = func(d time.Duration) { hist.Observe(d.Seconds()) }
 	}
-	run, err := join.Run(ctx, sess, rcfg)
+	run, err := benchmark.Run(ctx, []benchmark.AllReducer{sess}, rcfg)
 	if err != nil {
-		if strings.Contains(err.Error(), "RESULT MISMATCH") {
+		if errors.Is(err, benchmark.ErrMismatch) {
 			log.Error("RESULT MISMATCH", "err", err)
 		}
 		return workerResult{}, err
 	}
-	times := run.Times
 	st := sess.Stats()
 	jobID := sess.JobID()
 	closed = true
@@ -387,11 +352,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 		Rank: cfg.rank, JobID: jobID, SessionID: cfg.sessionID, Device: dev.Name(), Controller: cfg.controller,
 		ResultSHA256: run.ResultSHA256,
 	}
-	slices.Sort(times)
-	res.MinNs, res.MaxNs, res.MedianNs = int64(times[0]), int64(times[len(times)-1]), int64(times[len(times)/2])
-	med := time.Duration(res.MedianNs).Seconds()
-	res.ATEPerSec = float64(n) / med
-	res.Gbps = float64(cfg.size) * 8 / med / 1e9
+	res.setTimes(benchmark.Summarize(run.Times, n))
 	log.Info("done", "job", jobID, "iters", cfg.iters, "median", time.Duration(res.MedianNs), "verified", true)
 	return res, nil
 }
