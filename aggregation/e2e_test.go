@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/local"
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
@@ -19,9 +20,9 @@ import (
 	"github.com/swml-rdma/swml-rdma/verbs/soft"
 )
 
-// The end-to-end tests run everything in process over loopback: the real
-// software switch, the real controller (gRPC on a loopback port) and one
-// userspace RoCEv2 NIC per worker. Each test owns 127.88.<net>.0/24 (switch
+// The end-to-end tests run everything in process over loopback
+// (aggregation/local): the real software switch, the real controller (gRPC
+// on a loopback port) and one userspace RoCEv2 NIC per worker. Each test owns 127.88.<net>.0/24 (switch
 // .1, workers .2 and up) so that tests of other packages, which bind UDP
 // 4791 on other loopback addresses, never collide with these.
 
@@ -31,17 +32,20 @@ type softCluster struct {
 	ctlAddr string
 }
 
+// newSoftCluster starts the switch (127.88.<net>.1, dropping the given
+// fractions of requests and results) and its controller: a local.Cluster
+// whose workers the test opens itself (openJob, device).
 func newSoftCluster(t testing.TB, net byte, ingressLoss, egressLoss float64) *softCluster {
 	t.Helper()
-	swAddr := addr4(127, 88, net, 1)
-	sw, err := swswitch.New(swswitch.Config{Addr: swAddr, IngressLoss: ingressLoss, EgressLoss: egressLoss, Seed: uint64(net)})
+	cl, err := local.Start(context.Background(), local.Config{
+		Switch:     swswitch.Config{Addr: addr4(127, 88, net, 1), IngressLoss: ingressLoss, EgressLoss: egressLoss, Seed: uint64(net)},
+		Controller: control.Config{SessionTimeout: 20 * time.Second, AllowAddressMismatch: true},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { sw.Close() })
-	c := &softCluster{net: net, sw: sw}
-	c.ctlAddr = startControllerPool(t, sw, swAddr, sw.Config().Model.PoolSize, 0)
-	return c
+	t.Cleanup(func() { cl.Close() })
+	return &softCluster{net: net, sw: cl.Switch, ctlAddr: cl.ControllerAddr}
 }
 
 // device gives rank r of a job the NIC at 127.88.<net>.<first+r>.

@@ -2,14 +2,13 @@ package aggregation_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
-	"net"
 	"net/netip"
-	"sync"
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
-	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/local"
 	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs/soft"
@@ -47,56 +46,54 @@ func ExampleOpen() {
 	fmt.Println(grads) // the element-wise sum over the 4 workers
 }
 
-// The whole system in one process, over loopback: a software switch, its
-// controller, and two workers, each with its own userspace RoCEv2 NIC.
+// The whole system in one process, over loopback (aggregation/local): a
+// software switch, its controller, and two workers, each with its own
+// userspace RoCEv2 NIC, joining the job as they would on a network.
 func Example_inProcess() {
-	swAddr := netip.MustParseAddr("127.88.200.1")
-	sw, err := swswitch.New(swswitch.Config{Addr: swAddr})
+	ctx := context.Background()
+	cl, err := local.Start(ctx, local.Config{
+		Switch:  swswitch.Config{Addr: netip.MustParseAddr("127.88.200.1")},
+		Workers: 2, // NICs at 127.88.200.2 and .3
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer sw.Close()
-	ctl, err := control.New(control.Config{Programmer: sw, SwitchIPv4: swAddr, PoolSize: sw.Config().Model.PoolSize})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer ctl.Close()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	go ctl.Serve(lis)
+	defer cl.Close()
 
-	const workers = 2
-	results := make([][]int32, workers)
-	var wg sync.WaitGroup
-	for rank := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			dev, err := soft.Open(soft.Config{Addr: netip.AddrFrom4([4]byte{127, 88, 200, byte(2 + rank)})})
-			if err != nil {
-				log.Fatal(err)
-			}
-			defer dev.Close()
-			ctx := context.Background()
-			sess, err := aggregation.Open(ctx, aggregation.Config{
-				Device: dev, ControllerAddr: lis.Addr().String(),
-				SessionID: 1, Rank: rank, Workers: workers,
-				DType: wire.Int32, PacketSize: 256, PacketsPerMessage: 2, QPs: 2,
-			})
-			if err != nil {
-				log.Fatal(err)
-			}
-			defer sess.Close()
-			x := []int32{1, 2, 3, int32(10 * (rank + 1))}
-			if err := sess.AllReduceInt32(ctx, x); err != nil {
-				log.Fatal(err)
-			}
-			results[rank] = x
-		}()
+	results := make([][]int32, len(cl.NICs))
+	err = local.Parallel(len(cl.NICs), func(rank int) error {
+		sess, err := aggregation.Open(ctx, aggregation.Config{
+			Device: cl.NICs[rank], ControllerAddr: cl.ControllerAddr,
+			SessionID: 1, Rank: rank, Workers: len(cl.NICs),
+			DType: wire.Int32, PacketSize: 256, PacketsPerMessage: 2, QPs: 2,
+		})
+		if err != nil {
+			return err
+		}
+		defer sess.Close()
+		x := []int32{1, 2, 3, int32(10 * (rank + 1))}
+		if err := sess.AllReduceInt32(ctx, x); err != nil {
+			return err
+		}
+		results[rank] = x
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
 	}
-	wg.Wait()
 	fmt.Println(results[0], results[1])
 	// Output: [2 4 6 30] [2 4 6 30]
+}
+
+// Validate checks a job's parameters before any NIC is opened: a launcher
+// can refuse a bad job once instead of once per worker.
+func ExampleConfig_Validate() {
+	err := aggregation.Config{Workers: 4, Rank: 0, PacketSize: 1000}.Validate()
+	fmt.Println(errors.Is(err, aggregation.ErrConfig))
+	fmt.Println(err)
+	fmt.Println(aggregation.Config{Workers: 4, Rank: 3}.Validate())
+	// Output:
+	// true
+	// aggregation: invalid configuration: Config.PacketSize: packet size 1000: supported payload sizes are 256, 512, 1024, 2048 and 4096 bytes
+	// <nil>
 }
