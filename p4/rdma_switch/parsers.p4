@@ -48,6 +48,37 @@
  *   EgressParser    parse_result parse_result_reth                                                  111
  *   EgressParser    parse_result parse_result_reth_imm                                              115
  *   EgressParser    parse_result parse_result_imm                                                    99
+ * PAYLOAD_1024 profile (same egress parser; the ingress parser takes a
+ * bridged pass from pipe 0's recirculation port and every port of pipes
+ * 1–3, parses the request's headers again and then the next 256 B chunk
+ * window, or inserts an empty one for PASS_HARVEST_INSERT; the payload is
+ * never more than one 256 B window). Same check:
+ *
+ *   prof parser         path (states after start)                                                   B
+ *   1024 IngressParser  parse_ethernet                                                               30
+ *   1024 IngressParser  parse_ethernet parse_arp                                                     58
+ *   1024 IngressParser  parse_ethernet parse_ipv4                                                    50
+ *   1024 IngressParser  parse_ethernet parse_ipv4 parse_icmp                                         54
+ *   1024 IngressParser  parse_ethernet parse_ipv4 parse_udp                                          58
+ *   1024 IngressParser  parse_ethernet parse_ipv4 parse_udp parse_bth                                70
+ *   1024 IngressParser  parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth parse_payload      342
+ *   1024 IngressParser  parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth_imm parse_payload  346
+ *   1024 IngressParser  parse_ethernet parse_ipv4 parse_udp parse_bth parse_imm parse_payload       330
+ *   1024 IngressParser  parse_ethernet parse_ipv4 parse_udp parse_bth parse_payload                 326
+ *   1024 IngressParser  parse_bridged                                                                84
+ *   1024 IngressParser  parse_bridged parse_bridged_reth parse_chunk parse_payload                  356
+ *   1024 IngressParser  parse_bridged parse_bridged_reth parse_chunk insert_chunk                   100
+ *   1024 IngressParser  parse_bridged parse_bridged_reth_imm parse_chunk parse_payload              360
+ *   1024 IngressParser  parse_bridged parse_bridged_reth_imm parse_chunk insert_chunk               104
+ *   1024 IngressParser  parse_bridged parse_bridged_imm parse_chunk parse_payload                   344
+ *   1024 IngressParser  parse_bridged parse_bridged_imm parse_chunk insert_chunk                     88
+ *   1024 IngressParser  parse_bridged parse_chunk parse_payload                                     340
+ *   1024 IngressParser  parse_bridged parse_chunk insert_chunk                                       84
+ *   1024 EgressParser   (start only: not a result)                                                   55
+ *   1024 EgressParser   parse_result                                                                 95
+ *   1024 EgressParser   parse_result parse_result_reth                                              111
+ *   1024 EgressParser   parse_result parse_result_reth_imm                                          115
+ *   1024 EgressParser   parse_result parse_result_imm                                                99
  * (ingress_intrinsic_metadata_t 8 B + port metadata 8 B; egress_intrinsic_
  * metadata_t 27 B; bridged_md_h 14 B; Ethernet 14, ARP 28, IPv4 20, ICMP 4,
  * UDP 8, BTH 12, RETH 16, ImmDt 4, payload 256.)

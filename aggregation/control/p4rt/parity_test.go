@@ -42,6 +42,13 @@ var (
 // parseP4 reads every .p4 file of the program and splits it into controls.
 func parseP4(t *testing.T) map[string]*p4Control {
 	t.Helper()
+	return parseP4Profile(t, nil)
+}
+
+// parseP4Profile is parseP4 for the program as the preprocessor gives it
+// with the given macros defined (a p4Profiles value).
+func parseP4Profile(t *testing.T, defines []string) map[string]*p4Control {
+	t.Helper()
 	files, err := filepath.Glob(filepath.Join(p4Dir, "*.p4"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no .p4 files in %s: %v", p4Dir, err)
@@ -61,6 +68,9 @@ func parseP4(t *testing.T) map[string]*p4Control {
 		comment := ""
 		if m := reComment.FindStringSubmatch(src); m != nil {
 			comment = m[1]
+		}
+		if src, err = preprocessP4(src, defines); err != nil {
+			t.Fatalf("%s: %v", base, err)
 		}
 		locs := reControl.FindAllStringSubmatchIndex(src, -1)
 		for i, l := range locs {
