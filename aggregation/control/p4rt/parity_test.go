@@ -198,8 +198,13 @@ func TestParityBackendNamesInP4(t *testing.T) {
 // tables, actions, registers and counters, with the same keys and
 // parameters (so the backend tests run against what bf-p4c would emit).
 func TestParityP4InfoFixture(t *testing.T) {
-	n := expand(parseP4(t))
-	info := loadFixture(t)
+	compareP4InfoFixture(t, expand(parseP4(t)), loadFixture(t))
+}
+
+// compareP4InfoFixture fails when a P4Info fixture's entities, keys or
+// parameters differ from the .p4's (one profile's).
+func compareP4InfoFixture(t *testing.T, n p4Names, info *P4Info) {
+	t.Helper()
 	ft, fa, fr, fc := info.Names()
 	eq := func(kind string, p4 []string, fix []string) {
 		sort.Strings(p4)
