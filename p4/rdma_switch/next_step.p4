@@ -111,11 +111,13 @@ control NextStep(
         ig_tm_md.bypass_egress = 1;
     }
 
-    // Pipe k → pipe k+1 through the same port number (loopback).
+    // Pipe k → pipe k+1 through the same port number (loopback). The port
+    // is computed before chunk is written, so sequential P4 and Tofino's
+    // parallel action semantics agree (no read after write in an action).
     action consume_in_next_pipe() {
         hdr.payload.setInvalid();
-        hdr.bridged.chunk = hdr.bridged.chunk + 1;
         ig_tm_md.ucast_egress_port = (hdr.bridged.chunk + 1) ++ ig_intr_md.ingress_port[6:0];
+        hdr.bridged.chunk = hdr.bridged.chunk + 1;
         ig_tm_md.bypass_egress = 1;
     }
 
@@ -137,8 +139,8 @@ control NextStep(
     // Chunk k rebuilt: the chunk before it, in the pipe before.
     action harvest_previous_chunk() {
         hdr.bridged.pass = PASS_HARVEST_INSERT;
-        hdr.bridged.chunk = hdr.bridged.chunk - 1;
         ig_tm_md.ucast_egress_port = (hdr.bridged.chunk - 1) ++ RECIRC_PORT_LOW;
+        hdr.bridged.chunk = hdr.bridged.chunk - 1;
         ig_tm_md.bypass_egress = 1;
     }
 
