@@ -10,7 +10,10 @@
 #
 # Profiles:  default → OUT_DIR/p4info.txt (what `swml-rdma controller
 #            --p4info` reads) and OUT_DIR/default/;
-#            test    → -DTEST_PROFILE, OUT_DIR/test/ (64 slots).
+#            test    → -DTEST_PROFILE, OUT_DIR/test/ (64 slots);
+#            payload1024 → -DPAYLOAD_1024, OUT_DIR/payload1024/ (1024 B
+#            payloads over the four pipes, docs/p4.md "1024 B payloads";
+#            its P4Info must hold Ingress.next_step.loopback_port).
 # Fails (exit 1) on any compiler error, and when a compiled pipe uses more
 # than the 12 MAU stages of Tofino 1 (read from the compiler's table
 # summary). Without a compiler it says so and exits 0.
@@ -80,6 +83,10 @@ compile() { # profile dir [defines...]
 		echo "make p4: $profile profile: no P4Info written ($dir/p4info.txt)" >&2
 		return 1
 	fi
+	if [ "$profile" = payload1024 ] && ! grep -q 'next_step.loopback_port' "$dir/p4info.txt"; then
+		echo "make p4: $profile profile: the P4Info has no Ingress.next_step.loopback_port: -DPAYLOAD_1024 did not take effect" >&2
+		return 1
+	fi
 	local n
 	n=$(stages_used "$dir")
 	if [ -z "$n" ]; then
@@ -95,8 +102,9 @@ compile() { # profile dir [defines...]
 status=0
 compile default "$out/default" || status=1
 compile test "$out/test" -DTEST_PROFILE || status=1
+compile payload1024 "$out/payload1024" -DPAYLOAD_1024 || status=1
 if [ $status -ne 0 ]; then
 	exit 1
 fi
 cp "$out/default/p4info.txt" "$out/p4info.txt"
-echo "make p4: P4Info for the controller: $out/p4info.txt (test profile: $out/test/p4info.txt, --pool-size 64)"
+echo "make p4: P4Info for the controller: $out/p4info.txt (test profile: $out/test/p4info.txt, --pool-size 64; 1024 B profile: $out/payload1024/p4info.txt)"

@@ -11,6 +11,13 @@
  * --pool-size, control.Config.PoolSize; the Go model's switchmodel.Config
  * PoolSize) — the P4Runtime backend checks it against the register sizes
  * in the P4Info.
+ *
+ * -DPAYLOAD_1024 selects the 1024 B profile (docs/p4.md "1024 B
+ * payloads"): the same sizes, four 256 B chunks per packet, chunk k
+ * aggregated in pipe k of a 4-pipe Tofino 1 (every port of pipes 1–3 in
+ * loopback). It combines with -DTEST_PROFILE. The P4Runtime backend reads
+ * the profile from the P4Info (p4rt.P4Info.PacketSize) and needs the loop-
+ * back ports of pipe 1 (p4rt.Config.LoopbackPorts).
  */
 #ifndef _CONFIGURATION_P4_
 #define _CONFIGURATION_P4_
@@ -38,8 +45,13 @@ const bit<32> MAX_WORKER_ENTRIES = 1024;
 const bit<32> MAX_WORKERS      = 32;
 // Payload bytes per packet and the IPv4 total length of a request without
 // RETH/ImmDt: IPv4 20 + UDP 8 + BTH 12 + payload + ICRC 4.
+#ifdef PAYLOAD_1024
+const bit<16> PAYLOAD_BYTES   = 1024;
+const bit<16> IPV4_LEN_NO_EXT = 1068;
+#else
 const bit<16> PAYLOAD_BYTES   = 256;
 const bit<16> IPV4_LEN_NO_EXT = 300;
+#endif
 
 // 64 int32 values per packet, 2 per Processor instance (paired 64-bit
 // register entry), 32 instances.
@@ -53,6 +65,30 @@ const bit<16> ROCE_V2_UDP_PORT = 4791;
 // The harvest pass (docs/p4.md "Passes") recirculates through the pipe the
 // packet arrived on: pipe bits ++ 7w68.
 const bit<7> RECIRC_PORT_LOW = 68;
+
+#ifdef PAYLOAD_1024
+// 1024 B profile. A pass through one pipe's ingress aggregates one 256 B
+// chunk (64 values: the 32 Processors, as in the 256 B profile); chunk k
+// lives in pipe k's copy of the Processor registers (p4app-switchML's
+// plan). CHUNK_BYTES is the payload_h window every pass parses or inserts.
+const bit<16> CHUNK_BYTES     = 256;
+const bit<32> NUM_CHUNKS      = 4;
+const bit<2>  LAST_CHUNK      = 3;
+// Consume pass 1 leaves pipe 0 through a loopback port of pipe 1, picked
+// by NextStep.loopback_port from the pool index: key = pool index bits
+// [LOOPBACK_KEY_HI:LOOPBACK_KEY_LO] (blocks of 16 slots × 2 sets), one
+// entry per key value (the controller writes all of them; Go:
+// p4rt.LoopbackKeyEntries, LoopbackKeyShift). Every contribution to one
+// (slot, set) takes the same ports through pipes 1–3, so they reach each
+// pipe in the order pipe 0 saw them (the first one writes, the last one
+// completes the chunk: the order is what makes the sums right). Passes 2
+// and 3 use the same port number in the next pipe; the harvest passes
+// use each pipe's recirculation port (pipe bits ++ RECIRC_PORT_LOW).
+const PortId_t RECIRC_PORT_PIPE0 = 68;
+#define LOOPBACK_KEY_ENTRIES 16
+#define LOOPBACK_KEY_LO 5
+#define LOOPBACK_KEY_HI 8
+#endif
 
 // Counter sizes (indices are the codes in types.p4).
 #define NUM_DECISION_CODES 4

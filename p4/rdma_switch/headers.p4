@@ -116,7 +116,8 @@ header ib_immediate_h {
     exponent_t e1;
 }
 
-// 256 B payload: 64 big-endian int32 lanes. Processor instance k owns lanes
+// 256 B payload: 64 big-endian int32 lanes (in the 1024 B profile, the
+// window of one 256 B chunk: lane i is value 64·chunk + i). Processor instance k owns lanes
 // 2k (first) and 2k+1 (second) — the pair switchmodel.Processor keeps in
 // one 64-bit word.
 header payload_h {
@@ -194,7 +195,14 @@ header bridged_md_h {
     decision_t    decision;          // switchmodel.Decision
     bit<1>        first_packet;      // result opcode: FIRST/ONLY have a RETH
     bit<1>        last_packet;       // LAST/ONLY carry an immediate
+#ifdef PAYLOAD_1024
+    chunk_t       chunk;             // the chunk (= pipe) of this pass
+    bit<1>        first_contribution;// pass 0's BitmapChecker: write, not add
+    bit<1>        retransmission;    // pass 0's BitmapChecker: read only
+    bit<1>        _pad0;
+#else
     bit<5>        _pad0;
+#endif
     worker_id_t   worker_id;         // the sender's rank (Unicast destination)
     bit<7>        _pad1;
     qp_index_t    qp_index;          // results go to the same QP index

@@ -12,6 +12,9 @@
  * worker, rid = rank) or back out of the sender's port.
  * decisions[] is indexed by switchml_md decision code, drops[] by
  * switchmodel.DropReason code.
+ * 1024 B profile (-DPAYLOAD_1024): the same decision on pass 0, then the
+ * consume and harvest passes across the pipes (docs/p4.md "1024 B
+ * payloads"); the pass table is in the apply block below.
  */
 #ifndef _NEXT_STEP_P4_
 #define _NEXT_STEP_P4_
@@ -52,6 +55,150 @@ control NextStep(
         ig_tm_md.bypass_egress = 1;
     }
 
+#ifdef PAYLOAD_1024
+    // 1024 B profile (docs/p4.md "1024 B payloads"). Pass 0 (pipe 0)
+    // decides as above, then every accepted request makes the consume
+    // passes through pipes 1–3 (a retransmission too, reading: it keeps
+    // its place behind the contributions before it). After chunk 3 a
+    // Consume ends; a Broadcast / Unicast is harvested back to front:
+    // chunk 3's first halves (pipe 3), then for chunks 2, 1, 0 an inserted
+    // window with the second halves and a pass for the first halves; the
+    // last pass (pipe 0, chunk 0) multicasts or unicasts as in 256 B.
+
+    action set_loopback_port(PortId_t port) {
+        ig_tm_md.ucast_egress_port = port;
+    }
+
+    action no_loopback_port() {
+        ig_dprsr_md.drop_ctl = 1;
+    }
+
+    // Pool-index block → loopback port of pipe 1 (configuration.p4
+    // LOOPBACK_KEY_*); the controller writes every key
+    // (p4rt.Config.LoopbackPorts).
+    table loopback_port {
+        key = {
+            ig_md.loopback_key : exact;
+        }
+        actions = { set_loopback_port; no_loopback_port; }
+        const default_action = no_loopback_port;
+        size = LOOPBACK_KEY_ENTRIES;
+    }
+
+    // Pass 0 → pass 1: the bridged header carries what pipes 1–3 need; the
+    // consumed chunk 0 leaves the packet, so pipe 1 parses chunk 1.
+    action consume_in_pipe1() {
+        hdr.bridged.setValid();
+        hdr.bridged.pass = PASS_CONSUME;
+        hdr.bridged.decision = decision;
+        hdr.bridged.first_packet = (bit<1>) ig_md.switchml_md.first_packet;
+        hdr.bridged.last_packet = (bit<1>) ig_md.switchml_md.last_packet;
+        hdr.bridged.chunk = 1;
+        hdr.bridged.first_contribution = (bit<1>) (ig_md.switchml_md.bitmap_before == 0);
+        hdr.bridged.retransmission = (bit<1>) ig_md.switchml_md.retransmission;
+        hdr.bridged._pad0 = 0;
+        hdr.bridged.worker_id = ig_md.switchml_md.worker_id;
+        hdr.bridged._pad1 = 0;
+        hdr.bridged.qp_index = ig_md.switchml_md.qp_index;
+        hdr.bridged.mgid = ig_md.switchml_md.mgid;
+        hdr.bridged.pool_index = (pool_index_t) ig_md.switchml_md.pool_index;
+        hdr.bridged.msg_id = ig_md.switchml_md.result_msg_id;
+        hdr.bridged.e0 = ig_md.switchml_md.result_e0;
+        hdr.bridged.e1 = ig_md.switchml_md.result_e1;
+        hdr.bridged._pad2 = 0;
+        hdr.bridged.ingress_port = ig_intr_md.ingress_port;
+        hdr.payload.setInvalid();
+        ig_tm_md.bypass_egress = 1;
+    }
+
+    // Pipe k → pipe k+1 through the same port number (loopback). The port
+    // is computed before chunk is written, so sequential P4 and Tofino's
+    // parallel action semantics agree (no read after write in an action).
+    action consume_in_next_pipe() {
+        hdr.payload.setInvalid();
+        ig_tm_md.ucast_egress_port = (hdr.bridged.chunk + 1) ++ ig_intr_md.ingress_port[6:0];
+        hdr.bridged.chunk = hdr.bridged.chunk + 1;
+        ig_tm_md.bypass_egress = 1;
+    }
+
+    // The consume pass of chunk 3 returned its second halves: read the
+    // first halves in the same pipe.
+    action harvest_last_chunk() {
+        hdr.bridged.pass = PASS_HARVEST;
+        ig_tm_md.ucast_egress_port = LAST_CHUNK ++ RECIRC_PORT_LOW;
+        ig_tm_md.bypass_egress = 1;
+    }
+
+    // Second halves read into an inserted window: first halves next, same pipe.
+    action harvest_first_halves() {
+        hdr.bridged.pass = PASS_HARVEST;
+        ig_tm_md.ucast_egress_port = hdr.bridged.chunk ++ RECIRC_PORT_LOW;
+        ig_tm_md.bypass_egress = 1;
+    }
+
+    // Chunk k rebuilt: the chunk before it, in the pipe before.
+    action harvest_previous_chunk() {
+        hdr.bridged.pass = PASS_HARVEST_INSERT;
+        ig_tm_md.ucast_egress_port = (hdr.bridged.chunk - 1) ++ RECIRC_PORT_LOW;
+        hdr.bridged.chunk = hdr.bridged.chunk - 1;
+        ig_tm_md.bypass_egress = 1;
+    }
+
+    action send_result() {
+        hdr.ethernet.src_addr = hdr.ethernet.dst_addr; // the switch
+        hdr.ipv4.src_addr = hdr.ipv4.dst_addr;
+        ig_tm_md.bypass_egress = 0;
+    }
+
+    apply {
+        if (hdr.bridged.isValid()) {
+            if (hdr.bridged.pass == PASS_CONSUME) {
+                if (hdr.bridged.chunk != LAST_CHUNK) {
+                    consume_in_next_pipe();
+                } else if (hdr.bridged.decision == DECISION_CONSUME) {
+                    ig_dprsr_md.drop_ctl = 1; // aggregated in all four pipes
+                } else {
+                    harvest_last_chunk();
+                }
+            } else if (hdr.bridged.pass == PASS_HARVEST_INSERT) {
+                harvest_first_halves();
+            } else if (hdr.bridged.chunk != 0) {
+                harvest_previous_chunk();
+            } else {
+                // Last pass: the 1024 B result is complete in the packet.
+                send_result();
+                if (hdr.bridged.decision == DECISION_BROADCAST) {
+                    ig_tm_md.mcast_grp_a = hdr.bridged.mgid;
+                    ig_tm_md.level1_exclusion_id = 0;
+                } else {
+                    ig_tm_md.ucast_egress_port = hdr.bridged.ingress_port;
+                }
+            }
+            return;
+        }
+        if (ig_md.switchml_md.drop_reason != DROP_NONE) {
+            decision = DECISION_DROP;
+        } else if (ig_md.switchml_md.retransmission && ig_md.switchml_md.complete) {
+            decision = DECISION_UNICAST;
+        } else if (ig_md.switchml_md.retransmission) {
+            decision = DECISION_DROP;
+            ig_md.switchml_md.drop_reason = DROP_RETRANSMIT_INCOMPLETE;
+        } else if (ig_md.switchml_md.last_contribution) {
+            decision = DECISION_BROADCAST;
+        } else {
+            decision = DECISION_CONSUME;
+        }
+        decisions.count((bit<8>) decision);
+        if (decision == DECISION_DROP) {
+            drops.count(ig_md.switchml_md.drop_reason);
+            ig_dprsr_md.drop_ctl = 1;
+        } else {
+            ig_md.loopback_key = ig_md.switchml_md.pool_index[LOOPBACK_KEY_HI:LOOPBACK_KEY_LO];
+            consume_in_pipe1();
+            loopback_port.apply();
+        }
+    }
+#else
     apply {
         if (hdr.bridged.isValid() && hdr.bridged.pass == PASS_HARVEST) {
             // Second pass: the result is complete in the payload.
@@ -88,6 +235,7 @@ control NextStep(
             ig_dprsr_md.drop_ctl = 1;
         }
     }
+#endif
 }
 
 #endif /* _NEXT_STEP_P4_ */

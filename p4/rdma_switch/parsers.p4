@@ -48,6 +48,37 @@
  *   EgressParser    parse_result parse_result_reth                                                  111
  *   EgressParser    parse_result parse_result_reth_imm                                              115
  *   EgressParser    parse_result parse_result_imm                                                    99
+ * PAYLOAD_1024 profile (same egress parser; the ingress parser takes a
+ * bridged pass from pipe 0's recirculation port and every port of pipes
+ * 1–3, parses the request's headers again and then the next 256 B chunk
+ * window, or inserts an empty one for PASS_HARVEST_INSERT; the payload is
+ * never more than one 256 B window). Same check:
+ *
+ *   prof parser         path (states after start)                                                   B
+ *   1024 IngressParser  parse_ethernet                                                               30
+ *   1024 IngressParser  parse_ethernet parse_arp                                                     58
+ *   1024 IngressParser  parse_ethernet parse_ipv4                                                    50
+ *   1024 IngressParser  parse_ethernet parse_ipv4 parse_icmp                                         54
+ *   1024 IngressParser  parse_ethernet parse_ipv4 parse_udp                                          58
+ *   1024 IngressParser  parse_ethernet parse_ipv4 parse_udp parse_bth                                70
+ *   1024 IngressParser  parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth parse_payload      342
+ *   1024 IngressParser  parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth_imm parse_payload  346
+ *   1024 IngressParser  parse_ethernet parse_ipv4 parse_udp parse_bth parse_imm parse_payload       330
+ *   1024 IngressParser  parse_ethernet parse_ipv4 parse_udp parse_bth parse_payload                 326
+ *   1024 IngressParser  parse_bridged                                                                84
+ *   1024 IngressParser  parse_bridged parse_bridged_reth parse_chunk parse_payload                  356
+ *   1024 IngressParser  parse_bridged parse_bridged_reth parse_chunk insert_chunk                   100
+ *   1024 IngressParser  parse_bridged parse_bridged_reth_imm parse_chunk parse_payload              360
+ *   1024 IngressParser  parse_bridged parse_bridged_reth_imm parse_chunk insert_chunk               104
+ *   1024 IngressParser  parse_bridged parse_bridged_imm parse_chunk parse_payload                   344
+ *   1024 IngressParser  parse_bridged parse_bridged_imm parse_chunk insert_chunk                     88
+ *   1024 IngressParser  parse_bridged parse_chunk parse_payload                                     340
+ *   1024 IngressParser  parse_bridged parse_chunk insert_chunk                                       84
+ *   1024 EgressParser   (start only: not a result)                                                   55
+ *   1024 EgressParser   parse_result                                                                 95
+ *   1024 EgressParser   parse_result parse_result_reth                                              111
+ *   1024 EgressParser   parse_result parse_result_reth_imm                                          115
+ *   1024 EgressParser   parse_result parse_result_imm                                                99
  * (ingress_intrinsic_metadata_t 8 B + port metadata 8 B; egress_intrinsic_
  * metadata_t 27 B; bridged_md_h 14 B; Ethernet 14, ARP 28, IPv4 20, ICMP 4,
  * UDP 8, BTH 12, RETH 16, ImmDt 4, payload 256.)
@@ -98,6 +129,66 @@ parser IngressParser(
         ig_md.switch_mac = 0;
         ig_md.switch_ip = 0;
         ig_md.sim_drop = false;
+#ifdef PAYLOAD_1024
+        ig_md.loopback_key = 0;
+        // Bridged passes arrive on pipe 0's recirculation port and on every
+        // port of pipes 1–3 (all in loopback in this profile).
+        transition select(ig_intr_md.ingress_port) {
+            RECIRC_PORT_PIPE0 : parse_bridged;
+            0x080 &&& 0x180   : parse_bridged;
+            0x100 &&& 0x180   : parse_bridged;
+            0x180 &&& 0x180   : parse_bridged;
+            default           : parse_ethernet;
+        }
+    }
+    // A bridged pass of the 1024 B profile: always a SwitchML request that
+    // pass 0 accepted, so only its own opcode decides the headers; then
+    // the chunk window is parsed (PASS_CONSUME, PASS_HARVEST) or inserted
+    // empty (PASS_HARVEST_INSERT).
+    state parse_bridged {
+        pkt.extract(hdr.bridged);
+        pkt.extract(hdr.ethernet);
+        pkt.extract(hdr.ipv4);
+        pkt.extract(hdr.udp);
+        pkt.extract(hdr.ib_bth);
+        transition select(hdr.ib_bth.opcode) {
+            UC_RDMA_WRITE_FIRST               : parse_bridged_reth;
+            UC_RDMA_WRITE_ONLY                : parse_bridged_reth;
+            UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE : parse_bridged_reth_imm;
+            UC_RDMA_WRITE_LAST_WITH_IMMEDIATE : parse_bridged_imm;
+            UC_RDMA_WRITE_MIDDLE              : parse_chunk;
+            UC_RDMA_WRITE_LAST                : parse_chunk;
+            default                           : accept;
+        }
+    }
+    state parse_bridged_reth {
+        pkt.extract(hdr.ib_reth);
+        transition parse_chunk;
+    }
+    state parse_bridged_reth_imm {
+        pkt.extract(hdr.ib_reth);
+        pkt.extract(hdr.ib_immediate);
+        transition parse_chunk;
+    }
+    state parse_bridged_imm {
+        pkt.extract(hdr.ib_immediate);
+        transition parse_chunk;
+    }
+    state parse_chunk {
+        transition select(hdr.bridged.pass) {
+            PASS_HARVEST_INSERT : insert_chunk;
+            default             : parse_payload;
+        }
+    }
+    // The chunk being rebuilt goes in front of the ones already rebuilt
+    // (they ride in the unparsed tail). Its lanes are written in ingress
+    // before the packet leaves: second halves on this pass, first halves
+    // on the PASS_HARVEST that follows.
+    state insert_chunk {
+        hdr.payload.setValid();
+        transition accept;
+    }
+#else
         transition select(ig_intr_md.ingress_port[6:0]) {
             RECIRC_PORT_LOW : parse_bridged;  // harvest pass
             default         : parse_ethernet;
@@ -107,6 +198,7 @@ parser IngressParser(
         pkt.extract(hdr.bridged);
         transition parse_ethernet;
     }
+#endif
     state parse_ethernet {
         pkt.extract(hdr.ethernet);
         transition select(hdr.ethernet.ether_type) {

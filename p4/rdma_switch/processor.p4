@@ -16,6 +16,9 @@
  *   PASS_HARVEST: (the recirculated Broadcast/Unicast) return the first.
  * Between the two passes no new contribution can reach the (slot, set):
  * every worker must first receive this result.
+ * 1024 B profile: each pipe's instances hold that pipe's chunk; PASS_CONSUME
+ * (pipes 1–3) writes / adds / reads like PASS_REQUEST, and
+ * PASS_HARVEST_INSERT reads the second halves into an inserted window.
  */
 #ifndef _PROCESSOR_P4_
 #define _PROCESSOR_P4_
@@ -58,6 +61,10 @@ control Processor(
         pool_index_t idx = (pool_index_t) md.pool_index;
         if (pass == PASS_HARVEST) {
             first = read0.execute(idx);
+#ifdef PAYLOAD_1024
+        } else if (pass == PASS_HARVEST_INSERT) {
+            second = read1.execute(idx);
+#endif
         } else if (md.retransmission) {
             second = read1.execute(idx);
         } else if (md.bitmap_before == 0) {

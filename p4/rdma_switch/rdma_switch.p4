@@ -7,9 +7,10 @@
  *   Processor ×32 → NextStep  ──(recirculate once: harvest)──►
  *   multicast (rid = rank) → RDMASender (egress)
  *
- * 256 B payloads (64 int32 values) only; see docs/p4.md for the 1024 B
- * pass plan and why it is not in this program, the rule-by-rule table
- * against the model, the stage layout, the resources and the stale ICRC.
+ * 256 B payloads (64 int32 values); -DPAYLOAD_1024: 1024 B payloads in
+ * four 256 B chunks, chunk k in pipe k (configuration.p4, docs/p4.md
+ * "1024 B payloads"). docs/p4.md has the rule-by-rule table against the
+ * model, the stage layout, the resources and the stale ICRC.
  *
  * Compile: `make p4` (p4/build.sh: bf-p4c --target tofino --arch tna,
  * default and -DTEST_PROFILE, P4Info for the controller). No Tofino
@@ -101,6 +102,11 @@ control Ingress(
         hdr.bridged.first_packet = 0;
         hdr.bridged.last_packet = 0;
         hdr.bridged._pad0 = 0;
+#ifdef PAYLOAD_1024
+        hdr.bridged.chunk = 0;
+        hdr.bridged.first_contribution = 0;
+        hdr.bridged.retransmission = 0;
+#endif
         hdr.bridged.worker_id = 0;
         hdr.bridged._pad1 = 0;
         hdr.bridged.qp_index = 0;
@@ -115,10 +121,22 @@ control Ingress(
 
     apply {
         if (hdr.bridged.isValid()) {
+#ifdef PAYLOAD_1024
+            // PASS_CONSUME / PASS_HARVEST / PASS_HARVEST_INSERT: only the
+            // Processors (this pipe's chunk) and NextStep (where next) run;
+            // the Processors do what pass 0's BitmapChecker decided.
+            pass = hdr.bridged.pass;
+            ig_md.switchml_md.pool_index = (bit<32>) hdr.bridged.pool_index;
+            ig_md.switchml_md.retransmission = hdr.bridged.retransmission == 1;
+            if (hdr.bridged.first_contribution == 0) {
+                ig_md.switchml_md.bitmap_before = 1; // not the first: add
+            }
+#else
             // PASS_HARVEST: only the Processors (read first halves) and
             // NextStep (multicast / unicast) run.
             pass = PASS_HARVEST;
             ig_md.switchml_md.pool_index = (bit<32>) hdr.bridged.pool_index;
+#endif
         } else {
             pass = PASS_REQUEST;
             arp_icmp_responder.apply(hdr, ig_md, ig_intr_md, ig_tm_md, responded);

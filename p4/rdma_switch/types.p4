@@ -87,6 +87,18 @@ struct bitmap_pair_t {
 typedef bit<2> pass_t;
 const pass_t PASS_REQUEST = 0;
 const pass_t PASS_HARVEST = 1;
+#ifdef PAYLOAD_1024
+// 1024 B profile (docs/p4.md "1024 B payloads"), bridged_md_h.chunk = the
+// chunk (= the pipe) of the pass:
+//   PASS_REQUEST (pipe 0, from a worker): every control; chunk 0;
+//   PASS_CONSUME (pipes 1–3): chunk k write / add / read, as pass 0 decided;
+//   PASS_HARVEST (pipe k): read the first halves into the chunk window;
+//   PASS_HARVEST_INSERT (pipe k): the parser inserts an empty chunk window
+//     in front of the chunks already rebuilt; read the second halves.
+const pass_t PASS_CONSUME        = 2;
+const pass_t PASS_HARVEST_INSERT = 3;
+typedef bit<2> chunk_t;
+#endif
 
 // switchmodel.Decision, same order.
 typedef bit<2> decision_t;
@@ -152,6 +164,9 @@ struct ingress_metadata_t {
     mac_addr_t    switch_mac;        // ARPICMPResponder.switch_address
     ipv4_addr_t   switch_ip;
     bool          sim_drop;          // DropSimulator verdict
+#ifdef PAYLOAD_1024
+    bit<4>        loopback_key;      // NextStep.loopback_port key (pool index bits)
+#endif
 }
 
 #endif /* _TYPES_P4_ */

@@ -39,7 +39,6 @@ type p4State struct {
 }
 
 var (
-	reTestProfile  = regexp.MustCompile(`(?s)#ifdef TEST_PROFILE\n.*?#else\n`)
 	reLineComment  = regexp.MustCompile(`//[^\n]*`)
 	reBlockComment = regexp.MustCompile(`(?s)/\*.*?\*/`)
 	reConst        = regexp.MustCompile(`(?m)^\s*const\s+[\w<>]+\s+(\w+)\s*=\s*(-?(?:0x[0-9A-Fa-f]+|\d+))\s*;`)
@@ -88,7 +87,85 @@ func braceBody(s string, open int) (string, int, error) {
 	return "", 0, fmt.Errorf("unbalanced braces from offset %d", open)
 }
 
+// readP4Source reads the default profile (no defines).
 func readP4Source(t *testing.T) *p4Source {
+	t.Helper()
+	return readP4SourceProfile(t, nil)
+}
+
+// p4Profiles are the profiles p4/build.sh compiles, by their defines.
+var p4Profiles = map[string][]string{
+	"default":      nil,
+	"test":         {"TEST_PROFILE"},
+	"payload-1024": {"PAYLOAD_1024"},
+}
+
+var (
+	reDirective = regexp.MustCompile(`^\s*#\s*(ifdef|ifndef|else|endif|define|if|elif)\b\s*(\w*)`)
+)
+
+// preprocessP4 keeps the lines of text that the C preprocessor keeps with
+// the given macros defined: #ifdef / #ifndef / #else / #endif (nested), and
+// #define of a name (include guards). Anything else it cannot evaluate
+// (#if, #elif) fails, so a profile is never read half-right.
+func preprocessP4(text string, defines []string) (string, error) {
+	defined := map[string]bool{}
+	for _, d := range defines {
+		defined[d] = true
+	}
+	type frame struct{ parentOn, on bool }
+	var stack []frame
+	on := true
+	var out strings.Builder
+	for i, line := range strings.Split(text, "\n") {
+		m := reDirective.FindStringSubmatch(line)
+		if m == nil {
+			if on {
+				out.WriteString(line)
+			}
+			out.WriteByte('\n')
+			continue
+		}
+		switch m[1] {
+		case "ifdef", "ifndef":
+			cond := defined[m[2]]
+			if m[1] == "ifndef" {
+				cond = !cond
+			}
+			stack = append(stack, frame{parentOn: on, on: cond})
+			on = on && cond
+		case "else":
+			if len(stack) == 0 {
+				return "", fmt.Errorf("line %d: #else without #if", i+1)
+			}
+			f := &stack[len(stack)-1]
+			f.on = !f.on
+			on = f.parentOn && f.on
+		case "endif":
+			if len(stack) == 0 {
+				return "", fmt.Errorf("line %d: #endif without #if", i+1)
+			}
+			on = stack[len(stack)-1].parentOn
+			stack = stack[:len(stack)-1]
+		case "define":
+			if on {
+				defined[m[2]] = true
+				out.WriteString(line) // reDefine reads the values
+			}
+		default:
+			return "", fmt.Errorf("line %d: cannot evaluate %q", i+1, strings.TrimSpace(line))
+		}
+		out.WriteByte('\n')
+	}
+	if len(stack) != 0 {
+		return "", fmt.Errorf("%d unterminated #if", len(stack))
+	}
+	return out.String(), nil
+}
+
+// readP4SourceProfile reads the program as the preprocessor gives it with
+// the given macros defined (a p4Profiles value).
+func readP4SourceProfile(t *testing.T, defines []string) *p4Source {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(p4Dir, "*.p4"))
 	if err != nil || len(files) == 0 {
@@ -116,9 +193,10 @@ func readP4Source(t *testing.T) *p4Source {
 		}
 		base := filepath.Base(f)
 		src.raw[base] = string(b)
-		// The default profile: drop the TEST_PROFILE branch of an
-		// #ifdef TEST_PROFILE … #else … #endif.
-		s := reTestProfile.ReplaceAllString(string(b), "")
+		s, err := preprocessP4(string(b), defines)
+		if err != nil {
+			t.Fatalf("%s: %v", base, err)
+		}
 		s = reBlockComment.ReplaceAllString(s, "")
 		s = reLineComment.ReplaceAllString(s, "")
 		src.text[base] = s
@@ -134,9 +212,7 @@ func readP4Source(t *testing.T) *p4Source {
 		}
 		for _, m := range reDefine.FindAllStringSubmatch(s, -1) {
 			v, _ := strconv.ParseInt(m[2], 10, 64)
-			if _, dup := src.consts[m[1]]; !dup { // first (#ifdef TEST_PROFILE) wins only if unset
-				src.consts[m[1]] = v
-			}
+			src.consts[m[1]] = v
 		}
 		for _, m := range reTypedef.FindAllStringSubmatch(s, -1) {
 			n, _ := strconv.Atoi(m[2])

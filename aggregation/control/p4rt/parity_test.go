@@ -42,6 +42,13 @@ var (
 // parseP4 reads every .p4 file of the program and splits it into controls.
 func parseP4(t *testing.T) map[string]*p4Control {
 	t.Helper()
+	return parseP4Profile(t, nil)
+}
+
+// parseP4Profile is parseP4 for the program as the preprocessor gives it
+// with the given macros defined (a p4Profiles value).
+func parseP4Profile(t *testing.T, defines []string) map[string]*p4Control {
+	t.Helper()
 	files, err := filepath.Glob(filepath.Join(p4Dir, "*.p4"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no .p4 files in %s: %v", p4Dir, err)
@@ -61,6 +68,9 @@ func parseP4(t *testing.T) map[string]*p4Control {
 		comment := ""
 		if m := reComment.FindStringSubmatch(src); m != nil {
 			comment = m[1]
+		}
+		if src, err = preprocessP4(src, defines); err != nil {
+			t.Fatalf("%s: %v", base, err)
 		}
 		locs := reControl.FindAllStringSubmatchIndex(src, -1)
 		for i, l := range locs {
@@ -188,8 +198,13 @@ func TestParityBackendNamesInP4(t *testing.T) {
 // tables, actions, registers and counters, with the same keys and
 // parameters (so the backend tests run against what bf-p4c would emit).
 func TestParityP4InfoFixture(t *testing.T) {
-	n := expand(parseP4(t))
-	info := loadFixture(t)
+	compareP4InfoFixture(t, expand(parseP4(t)), loadFixture(t))
+}
+
+// compareP4InfoFixture fails when a P4Info fixture's entities, keys or
+// parameters differ from the .p4's (one profile's).
+func compareP4InfoFixture(t *testing.T, n p4Names, info *P4Info) {
+	t.Helper()
 	ft, fa, fr, fc := info.Names()
 	eq := func(kind string, p4 []string, fix []string) {
 		sort.Strings(p4)

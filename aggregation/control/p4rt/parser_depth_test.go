@@ -17,9 +17,11 @@ const (
 	egressMinParseDepth = 65
 )
 
-// reDepthLine is one row of the "Parse depth" table in parsers.p4's header
-// comment: " *   <Parser>  <states after start | (…)>  <bytes>".
-var reDepthLine = regexp.MustCompile(`(?m)^ \*\s+(IngressParser|EgressParser)\s+(.*?)\s+(\d+)\s*$`)
+// reDepthLine is one row of the "Parse depth" tables in parsers.p4's
+// header comment: " *   [1024] <Parser>  <states after start | (…)>  <bytes>";
+// rows marked 1024 are the PAYLOAD_1024 profile's, the others the 256 B
+// profiles' (default and test: the same parsers).
+var reDepthLine = regexp.MustCompile(`(?m)^ \*\s+(?:(1024)\s+)?(IngressParser|EgressParser)\s+(.*?)\s+(\d+)\s*$`)
 
 // TestParserDepth computes, from the .p4 declarations, the bytes every
 // parser path extracts (as bf-p4c counts them: intrinsic metadata
@@ -28,19 +30,34 @@ var reDepthLine = regexp.MustCompile(`(?m)^ \*\s+(IngressParser|EgressParser)\s+
 // parsers.p4's header comment states every path with its depth, and no
 // other.
 func TestParserDepth(t *testing.T) {
-	src := readP4Source(t)
-	documented := map[string]int{}
-	for _, m := range reDepthLine.FindAllStringSubmatch(src.raw["parsers.p4"], -1) {
-		n, _ := strconv.Atoi(m[3])
-		path := m[2]
-		if strings.HasPrefix(path, "(") { // "(start only: …)"
-			path = "-"
-		}
-		documented[m[1]+" "+path] = n
+	for _, profile := range []string{"default", "test", "payload-1024"} {
+		t.Run(profile, func(t *testing.T) {
+			src := readP4SourceProfile(t, p4Profiles[profile])
+			mark := ""
+			if profile == "payload-1024" {
+				mark = "1024"
+			}
+			documented := map[string]int{}
+			for _, m := range reDepthLine.FindAllStringSubmatch(src.raw["parsers.p4"], -1) {
+				if m[1] != mark {
+					continue
+				}
+				n, _ := strconv.Atoi(m[4])
+				path := m[3]
+				if strings.HasPrefix(path, "(") { // "(start only: …)"
+					path = "-"
+				}
+				documented[m[2]+" "+path] = n
+			}
+			if len(documented) == 0 {
+				t.Errorf("parsers.p4 has no parse-depth table for the %s profile in its header comment", profile)
+			}
+			checkParserDepth(t, src, documented)
+		})
 	}
-	if len(documented) == 0 {
-		t.Fatal("parsers.p4 has no parse-depth table in its header comment")
-	}
+}
+
+func checkParserDepth(t *testing.T, src *p4Source, documented map[string]int) {
 	computed := map[string]int{}
 	for _, name := range []string{"IngressParser", "EgressParser"} {
 		p := src.parsers[name]
@@ -126,5 +143,13 @@ func TestParserDepthReader(t *testing.T) {
 	}
 	if got, want := src.headers["payload_h"], int(src.consts["PAYLOAD_BYTES"])*8; got != want {
 		t.Errorf("payload_h = %d bits, PAYLOAD_BYTES = %d B", got, want/8)
+	}
+	// The 1024 B profile parses one 256 B chunk per pass.
+	src1024 := readP4SourceProfile(t, p4Profiles["payload-1024"])
+	if got, want := src1024.headers["payload_h"], int(src1024.consts["CHUNK_BYTES"])*8; got != want || want != 256*8 {
+		t.Errorf("PAYLOAD_1024: payload_h = %d bits, CHUNK_BYTES = %d B (want 256)", got, want/8)
+	}
+	if got := src1024.consts["PAYLOAD_BYTES"]; got != src1024.consts["CHUNK_BYTES"]*src1024.consts["NUM_CHUNKS"] {
+		t.Errorf("PAYLOAD_1024: PAYLOAD_BYTES %d ≠ CHUNK_BYTES %d × NUM_CHUNKS %d", got, src1024.consts["CHUNK_BYTES"], src1024.consts["NUM_CHUNKS"])
 	}
 }

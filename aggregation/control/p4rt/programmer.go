@@ -22,8 +22,10 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
 
-// PacketSize is the payload size p4/rdma_switch aggregates (64 int32 values
-// per pass; docs/p4.md says why 1024 B is not in the program).
+// PacketSize is the payload size the default and test profiles of
+// p4/rdma_switch aggregate (64 int32 values per pass). The PAYLOAD_1024
+// profile aggregates PacketSize1024 (profile.go); P4Info.PacketSize tells
+// which program a P4Info describes.
 const PacketSize = 256
 
 // Config configures a Programmer.
@@ -60,6 +62,11 @@ type Config struct {
 	// job's slots. Not needed for correctness (a first contribution
 	// overwrites), 32× the register writes.
 	ClearValues bool
+	// LoopbackPorts are pipe 1 ports in loopback that the 1024 B profile
+	// (-DPAYLOAD_1024) sends requests through for their consume passes
+	// (at most LoopbackKeyEntries; profile.go). Required with that
+	// profile's P4Info, refused with the 256 B program's.
+	LoopbackPorts []uint32
 	// BatchSize bounds the updates of one WriteRequest; 0 means 1024.
 	BatchSize int
 	// Logger receives job events; nil discards them.
@@ -106,6 +113,9 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, cfg Config) (*Progr
 	}
 	if err := cfg.P4Info.check(); err != nil {
 		return nil, fmt.Errorf("p4rt: the P4Info does not match p4/rdma_switch: %w", err)
+	}
+	if err := checkProfile(&cfg); err != nil {
+		return nil, err
 	}
 	if !cfg.SwitchIPv4.Is4() {
 		return nil, fmt.Errorf("p4rt: Config.SwitchIPv4 %v: the Tofino program needs the switch's IPv4 address", cfg.SwitchIPv4)
@@ -162,6 +172,10 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, cfg Config) (*Progr
 		}
 	}
 	if err := p.writeDefaults(ctx); err != nil {
+		p.Close()
+		return nil, err
+	}
+	if err := p.writeProfile(ctx); err != nil {
 		p.Close()
 		return nil, err
 	}
@@ -360,8 +374,8 @@ func (p *Programmer) checkJob(job *wire.Job) error {
 	if err := job.Validate(); err != nil {
 		return fmt.Errorf("p4rt: add job: %w", err)
 	}
-	if job.PacketSize != PacketSize {
-		return fmt.Errorf("p4rt: add job %d: %w: packet size %d: the Tofino program aggregates %d B payloads (1024 B needs the recirculation plan of docs/p4.md, not implemented); run the job with 256 B packets", job.ID, wire.ErrBadJob, job.PacketSize, PacketSize)
+	if size := p.PacketSize(); job.PacketSize != size {
+		return fmt.Errorf("p4rt: add job %d: %w: packet size %d: the loaded Tofino program aggregates %d B payloads (p4/build.sh builds 256 B in build/p4/default and 1024 B in build/p4/payload1024); run the job with %d B packets or load the other build", job.ID, wire.ErrBadJob, job.PacketSize, size, size)
 	}
 	if job.DType != wire.Float32 && job.DType != wire.Int32 {
 		return fmt.Errorf("p4rt: add job %d: %w: dtype %v", job.ID, wire.ErrBadJob, job.DType)

@@ -1,0 +1,165 @@
+package p4rt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+
+	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
+)
+
+// The 1024 B profile of p4/rdma_switch (-DPAYLOAD_1024, configuration.p4;
+// docs/p4.md "1024 B payloads"): a packet's four 256 B chunks are
+// aggregated in pipes 0–3 of a 4-pipe Tofino 1, chunk k in pipe k. Workers
+// are cabled to pipe 0; every port of pipes 1–3 is in loopback. What the
+// backend does differently for it:
+//   - it accepts 1024 B jobs (and refuses 256 B ones: the program is
+//     compiled for one size);
+//   - it writes Ingress.next_step.loopback_port, which sends a request's
+//     consume pass 1 to a loopback port of pipe 1 chosen by its pool-index
+//     block (Config.LoopbackPorts), once, at New;
+//   - it checks that every worker port (the multicast replicas and the
+//     unicast answers) is a pipe 0 port other than its recirculation port.
+//
+// The multicast group (one replica per worker, rid = rank), the pool size
+// (the same 8192 slots in every pipe's registers) and every register
+// written per job are the 256 B profile's: the registers that pipes 1–3
+// use are the Processors', and P4Runtime register writes reach every pipe.
+
+// PacketSize1024 is the payload size of the PAYLOAD_1024 profile
+// (configuration.p4 PAYLOAD_BYTES), in NumPipes1024 chunks of PacketSize.
+const (
+	PacketSize1024 = 1024
+	NumPipes1024   = PacketSize1024 / PacketSize
+)
+
+// Entities of the 1024 B profile only.
+const (
+	TableLoopbackPort     = "Ingress.next_step.loopback_port"
+	ActionSetLoopbackPort = "Ingress.next_step.set_loopback_port"
+	FieldLoopbackKey      = "ig_md.loopback_key"
+)
+
+var paramsSetLoopbackPort = []string{"port"}
+
+// LoopbackKeyEntries and LoopbackKeyShift are configuration.p4's
+// LOOPBACK_KEY_ENTRIES and LOOPBACK_KEY_LO: the loopback_port key is
+// (pool index >> LoopbackKeyShift) mod LoopbackKeyEntries, so blocks of 16
+// slots (both sets) share a port. The parity test compares them with the
+// .p4.
+const (
+	LoopbackKeyEntries = 16
+	LoopbackKeyShift   = 5
+)
+
+// Tofino 1 port numbering the 1024 B profile relies on: the pipe is
+// port bits [8:7]; each pipe's recirculation port is pipe<<7 | 68
+// (configuration.p4 RECIRC_PORT_LOW).
+const (
+	portPipeShift  = 7
+	recircPortLow  = 68
+	maxTofinoPort  = 511
+	loopbackPipe   = 1 // consume pass 1 enters pipe 1
+	workerPortPipe = 0
+)
+
+// PacketSize is the payload size the loaded program aggregates: 1024 when
+// the P4Info has the PAYLOAD_1024 profile's loopback_port table, else 256.
+func (p *P4Info) PacketSize() int {
+	if _, err := p.table(TableLoopbackPort); err == nil {
+		return PacketSize1024
+	}
+	return PacketSize
+}
+
+// PacketSize is the payload size of the program the Programmer drives.
+func (p *Programmer) PacketSize() int { return p.info.PacketSize() }
+
+// LoopbackPortFor is the pipe-1 port a request with this pool index takes
+// for its first consume pass, given Config.LoopbackPorts: the port of
+// loopback_port's entry for its key.
+func LoopbackPortFor(poolIndex uint32, ports []uint32) uint32 {
+	key := (poolIndex >> LoopbackKeyShift) % LoopbackKeyEntries
+	return ports[int(key)%len(ports)]
+}
+
+// checkProfile checks the Config against the loaded program's profile.
+func checkProfile(cfg *Config) error {
+	if cfg.P4Info.PacketSize() != PacketSize1024 {
+		if len(cfg.LoopbackPorts) > 0 {
+			return fmt.Errorf("p4rt: Config.LoopbackPorts is for the 1024 B profile (-DPAYLOAD_1024), but the P4Info is the %d B program (no table %s): drop the loopback ports or load the 1024 B build's P4Info", PacketSize, TableLoopbackPort)
+		}
+		return nil
+	}
+	if _, err := cfg.P4Info.matchField(TableLoopbackPort, FieldLoopbackKey); err != nil {
+		return fmt.Errorf("p4rt: the P4Info does not match p4/rdma_switch's 1024 B profile: %w", err)
+	}
+	for _, pr := range paramsSetLoopbackPort {
+		if _, err := cfg.P4Info.param(ActionSetLoopbackPort, pr); err != nil {
+			return fmt.Errorf("p4rt: the P4Info does not match p4/rdma_switch's 1024 B profile: %w", err)
+		}
+	}
+	if len(cfg.LoopbackPorts) == 0 {
+		return fmt.Errorf("p4rt: the P4Info is the 1024 B profile: pass the loopback ports of pipe 1 (p4rt.Config.LoopbackPorts), ports %d–%d cabled or configured in loopback", loopbackPipe<<portPipeShift, (loopbackPipe+1)<<portPipeShift-1)
+	}
+	if len(cfg.LoopbackPorts) > LoopbackKeyEntries {
+		return fmt.Errorf("p4rt: %d loopback ports: the 1024 B profile spreads requests over at most %d (configuration.p4 LOOPBACK_KEY_ENTRIES)", len(cfg.LoopbackPorts), LoopbackKeyEntries)
+	}
+	seen := map[uint32]bool{}
+	for _, port := range cfg.LoopbackPorts {
+		if port > maxTofinoPort || port>>portPipeShift != loopbackPipe {
+			return fmt.Errorf("p4rt: loopback port %d is not in pipe %d (ports %d–%d): the first consume pass aggregates chunk 1 in pipe 1", port, loopbackPipe, loopbackPipe<<portPipeShift, (loopbackPipe+1)<<portPipeShift-1)
+		}
+		if port&(1<<portPipeShift-1) == recircPortLow {
+			return fmt.Errorf("p4rt: loopback port %d is pipe 1's recirculation port, which the harvest passes use: pick a front-panel port in loopback", port)
+		}
+		if seen[port] {
+			return fmt.Errorf("p4rt: loopback port %d listed twice", port)
+		}
+		seen[port] = true
+	}
+	addrs := make([]netip.Addr, 0, len(cfg.Ports))
+	for a := range cfg.Ports {
+		addrs = append(addrs, a)
+	}
+	sort.Slice(addrs, func(i, j int) bool { return addrs[i].Less(addrs[j]) })
+	var errs []error
+	for _, a := range addrs {
+		port := cfg.Ports[a]
+		if port > maxTofinoPort || port>>portPipeShift != workerPortPipe || port&(1<<portPipeShift-1) == recircPortLow {
+			errs = append(errs, fmt.Errorf("p4rt: worker %v on port %d: the 1024 B profile needs workers on pipe 0 ports (0–127, not the recirculation port %d): pipes 1–3 are loopback, and results leave from pipe 0", a, port, recircPortLow))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// writeProfile writes the 1024 B profile's loopback_port entries (every
+// key, so no request is dropped by the table's default action); nothing
+// for the 256 B program.
+func (p *Programmer) writeProfile(ctx context.Context) error {
+	if p.PacketSize() != PacketSize1024 {
+		return nil
+	}
+	ups, err := p.loopbackUpdates()
+	if err != nil {
+		return err
+	}
+	return p.write(ctx, ups)
+}
+
+func (p *Programmer) loopbackUpdates() ([]update, error) {
+	var ups []update
+	for key := uint32(0); key < LoopbackKeyEntries; key++ {
+		port := p.cfg.LoopbackPorts[int(key)%len(p.cfg.LoopbackPorts)]
+		te, err := p.tableEntry(TableLoopbackPort, []match{{FieldLoopbackKey, uint64(key), 0}}, 0,
+			ActionSetLoopbackPort, paramsSetLoopbackPort, []uint64{uint64(port)})
+		if err != nil {
+			return nil, err
+		}
+		ups = append(ups, update{&p4v1.Update{Type: p4v1.Update_INSERT, Entity: tableEntity(te)},
+			fmt.Sprintf("%s entry (key %d → port %d)", TableLoopbackPort, key, port)})
+	}
+	return ups, nil
+}
