@@ -305,7 +305,20 @@ func TestPendingSessionsBounded(t *testing.T) {
 			t.Errorf("cancelled registration: %v", err)
 		}
 	}
-	// With the waiting sessions gone, a new one is accepted.
+	// With the waiting sessions gone, a new one is accepted. The client
+	// sees the cancellation before the controller's handlers do: wait for
+	// them to drop their sessions.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		e.ctl.mu.Lock()
+		n := len(e.ctl.pending)
+		e.ctl.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions still pending after their registrations were cancelled", n)
+		}
+	}
 	as := e.registerAll(t, context.Background(), 12, 1, 1, nil)
 	endAll(t, e, as)
 }

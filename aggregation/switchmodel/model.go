@@ -123,6 +123,11 @@ const (
 	DropEgressLoss
 	// DropSendError: the runtime failed to send a result.
 	DropSendError
+	// DropStalePSN: a packet whose PSN is older than one already received
+	// on its QP (reordered or duplicated on the way): counting it could
+	// add an old contribution into a newer round of its slot. Set by the
+	// model (RDMAReceiver); last only to keep the codes above.
+	DropStalePSN
 
 	NumDropReasons = iota
 )
@@ -140,6 +145,7 @@ var dropReasonNames = [NumDropReasons]string{
 	DropIngressLoss:          "ingress_loss",
 	DropEgressLoss:           "egress_loss",
 	DropSendError:            "send_error",
+	DropStalePSN:             "stale_psn",
 }
 
 // String is the reason's metric label value ("unknown_qp").

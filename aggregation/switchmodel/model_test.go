@@ -17,6 +17,10 @@ const (
 	tVals  = 64 // 256-byte packets
 )
 
+// stalePSN in a step's request: the PSN of the packet before the last one
+// its QP sent.
+const stalePSN = 0xFFFFFF
+
 type step struct {
 	from   int // worker rank; -1: a stranger's address
 	qp     int // QP index of that worker; -1: use req.qpn as is
@@ -82,6 +86,16 @@ func TestNextStepDecisions(t *testing.T) {
 			{1, 0, only(8, 0, 1), Unicast, 0},
 			{1, 0, only(8, 1, 1), Broadcast, 0},
 		}},
+		{"a packet overtaken by a newer one of its QP is dropped", []step{
+			{0, 0, only(8, 0, 1), Consume, 0},
+			{0, 0, only(8, 1, 1), Consume, 0},
+			// Worker 0's first packet again, after its newer one: counted,
+			// it would start a round of set 0 with an old contribution
+			// and clear worker 0's bit in set 1.
+			{0, 0, req{op: rdma.UCRDMAWriteOnlyWithImm, psn: stalePSN, rkey: pi(8, 0), msgLen: 4 * tVals, payload: fill(tVals, 1)}, Drop, DropStalePSN},
+			{1, 0, only(8, 1, 1), Consume, 0},
+			{2, 0, only(8, 1, 1), Broadcast, 0},
+		}},
 		{"PSN gap drops the rest of the message", []step{
 			{0, 0, first(8, 5), Consume, 0},
 			{0, 0, last(7), Drop, DropPSN},
@@ -131,6 +145,9 @@ func TestNextStepDecisions(t *testing.T) {
 			p := mustPipeline(t, job)
 			var md Metadata
 			var drops [NumDropReasons]uint64
+			// A NIC numbers every packet it sends, resends included: an
+			// ONLY step without a PSN gets its QP's next one.
+			nextPSN := map[[2]int]uint32{}
 			for i, s := range tc.steps {
 				r := s.req
 				src := netip.MustParseAddr("127.0.9.9")
@@ -139,6 +156,12 @@ func TestNextStepDecisions(t *testing.T) {
 				}
 				if s.qp >= 0 {
 					r.qpn = job.Workers[max(s.from, 0)].SwitchQPNs[s.qp]
+				}
+				if k := [2]int{s.from, s.qp}; r.psn == 0 && r.op.IsFirst() && r.op.IsLast() {
+					r.psn = 100 + nextPSN[k]
+					nextPSN[k]++
+				} else if r.psn == stalePSN {
+					r.psn = 100 + nextPSN[k] - 2 // the packet before the last one
 				}
 				p.Process(src, r.parsed(t), &md)
 				if md.Decision != s.want || md.Reason != s.reason {
@@ -166,6 +189,7 @@ func TestSingleWorkerJob(t *testing.T) {
 	r.qpn = job.Workers[0].SwitchQPNs[0]
 	r.imm = wire.MakeImm(9, -4, 3)
 	for round, want := range []Decision{Broadcast, Unicast} {
+		r.psn = uint32(round) // the resend is a new packet
 		p.Process(job.Workers[0].Addr, r.parsed(t), &md)
 		if md.Decision != want {
 			t.Fatalf("round %d: %v, want %v", round, md.Decision, want)
@@ -276,7 +300,7 @@ func TestExponentMax(t *testing.T) {
 					if tc.noImm != nil && tc.noImm[r] {
 						q.op = rdma.UCRDMAWriteOnly
 					}
-					q.qpn = job.Workers[r].SwitchQPNs[0]
+					q.qpn, q.psn = job.Workers[r].SwitchQPNs[0], uint32(round)
 					q.imm = wire.MakeImm(uint16(round+10), tc.e0[r]+int8(round&1), tc.e1[r])
 					if tc.e0[r] == 127 {
 						q.imm = q.imm.WithExponents(127, tc.e1[r])
@@ -432,9 +456,11 @@ func TestJobIsolation(t *testing.T) {
 	b := testJob(2, 3, 1, 4, 4, 4*tVals)
 	p := mustPipeline(t, a, b)
 	var md Metadata
+	psn := uint32(0)
 	send := func(j *wire.Job, r int, slot uint32, v int32) {
 		q := only(slot, 0, v)
-		q.qpn = j.Workers[r].SwitchQPNs[0]
+		psn++ // every packet a new PSN, as a NIC sends them
+		q.qpn, q.psn = j.Workers[r].SwitchQPNs[0], psn
 		p.Process(j.Workers[r].Addr, q.parsed(t), &md)
 	}
 	send(b, 0, 5, 100)
@@ -472,7 +498,7 @@ func TestJobIsolation(t *testing.T) {
 	}
 	// IPv4-mapped IPv6 source is the same worker.
 	q := only(6, 0, 1)
-	q.qpn = b.Workers[0].SwitchQPNs[0]
+	q.qpn, q.psn = b.Workers[0].SwitchQPNs[0], 1000
 	p.Process(netip.AddrFrom16(b.Workers[0].Addr.As16()), q.parsed(t), &md)
 	if md.Decision != Consume {
 		t.Errorf("IPv4-mapped source: %v/%v", md.Decision, md.Reason)

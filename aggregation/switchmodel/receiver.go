@@ -43,6 +43,23 @@ type rxState struct {
 	nextPSN   uint32
 	poolIndex wire.PoolIndex
 	valid     bool
+	// highPSN is the PSN after the newest packet seen on the QP (seen:
+	// any). A worker's NIC numbers every packet it sends, resends
+	// included, so a packet older than that was overtaken on the way
+	// (two CPUs feeding one veth or loopback, a multipath network) or
+	// duplicated: it is dropped (DropStalePSN) before it touches a slot.
+	// Counting it could add a worker's old contribution into the slot's
+	// next round of the same set, after the worker's newer packet for the
+	// other set had cleared its bit there (docs/protocol.md, "Reordering").
+	highPSN uint32
+	seen    bool
+}
+
+// psnOlder reports whether PSN a comes before b (24-bit serial arithmetic:
+// up to 2^23 packets back).
+func psnOlder(a, b uint32) bool {
+	d := (b - a) & rdma.PSNMask
+	return d != 0 && d <= 1<<23
 }
 
 // qpKey is the receiver's table key: the 16-byte form of the source address
@@ -258,6 +275,13 @@ func (r *RDMAReceiver) Receive(src netip.Addr, pkt *rdma.Packet, md *Metadata) b
 	md.First, md.Last = op.IsFirst(), op.IsLast()
 	st := &j.rx[ref.idx]
 	psn := bth.PSN()
+	// rx_high_psn runs beside the message state (as in the P4 program): a
+	// stale packet still moves the state below, and is dropped after it
+	// unless another rule dropped it first.
+	stale := st.seen && psnOlder(psn, st.highPSN)
+	if !stale {
+		st.seen, st.highPSN = true, (psn+1)&rdma.PSNMask
+	}
 	if md.First {
 		// A new message resets the QP whatever happened before: UC
 		// resynchronises on FIRST/ONLY.
@@ -284,6 +308,10 @@ func (r *RDMAReceiver) Receive(src netip.Addr, pkt *rdma.Packet, md *Metadata) b
 	if slot-j.poolBase >= j.poolSlots || slot < j.poolBase {
 		st.valid = false
 		md.Reason = DropPoolRange
+		return false
+	}
+	if stale {
+		md.Reason = DropStalePSN
 		return false
 	}
 	md.PoolIndex, md.slot, md.set = pi, slot, pi.Set()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/rdma"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
@@ -149,6 +150,9 @@ func TestForgedPackets(t *testing.T) {
 	// Job B's worker 0 writing into job A's pool with its own QPN.
 	intruder := newTestWorker(t, &wire.Job{ID: 2, PacketSize: 256, PoolBase: 0, Workers: []wire.Worker{{
 		Addr: b.Workers[0].Addr, QPNs: []uint32{1}, PSNs: []uint32{0}, SwitchQPNs: b.Workers[0].SwitchQPNs}}}, 0, ppm, sw.Addr())
+	// Its PSNs lie just behind the real worker's (which starts at 0): the
+	// switch's high-water mark of that QP stays behind the real traffic.
+	intruder.psn[0] = rdma.PSNMask - 15
 	intruder.send(0, 0)
 	// Job A's worker 0 itself with a corrupted ICRC: if it were accepted,
 	// its real contribution would then look like a retransmission.

@@ -30,6 +30,14 @@
  *                                   + 2 leaves the job's range)
  *   MIDDLE/LAST, ok               → next_psn = PSN+1, room − 1, pool index
  *                                   + 2 (rx_pool_index)
+ * rx_high_psn, a third register in the same stage, keeps the PSN after the
+ * newest packet of the QP (<< 8 | 0x80, so that 24-bit serial order is the
+ * sign of a 32-bit difference; 0 = nothing seen). A packet older than it was
+ * overtaken on the way or duplicated: DROP_STALE_PSN, unless the rules above
+ * dropped it already. It runs beside rx_qp_state, so a stale packet still
+ * moves rx_qp_state (it can cut the message in progress short: a loss the
+ * workers recover from) but never reaches a slot (docs/protocol.md,
+ * "Reordering"). The model does the same, in the same order.
  * The pool index is wire.PoolIndex: slot = pool index >> 1 (r_key[31:1]).
  * Nothing outside the range ever touches a slot.
  */
@@ -45,6 +53,7 @@ control RDMAReceiver(
 
     Register<rx_state_t, qp_state_index_t>(MAX_RX_QPS_I) rx_qp_state;
     Register<bit<32>, qp_state_index_t>(MAX_RX_QPS_I) rx_pool_index;
+    Register<bit<32>, qp_state_index_t>(MAX_RX_QPS_I) rx_high_psn;
 
     bit<16> expected_len; // opcode_position: the request's IPv4 total length
     bit<32> first_room;  // FIRST/ONLY: packets after this one still in range
@@ -75,6 +84,18 @@ control RDMAReceiver(
                 s.room = s.room - 1;
             } else {
                 s.next_psn = INVALID_PSN;
+            }
+        }
+    };
+
+    // cmplo: the QP has seen a packet; cmphi: this one is older than the
+    // newest (the signed difference of the << 8 forms is negative). The
+    // mark only moves forward.
+    RegisterAction<bit<32>, qp_state_index_t, salu_predicate_t>(rx_high_psn) check_high_psn = {
+        void apply(inout bit<32> v, out salu_predicate_t stale) {
+            stale = this.predicate(v != 0, (int<32>) (ig_md.switchml_md.psn_key - v) < 0);
+            if (v == 0 || (int<32>) (ig_md.switchml_md.psn_key - v) >= 0) {
+                v = ig_md.switchml_md.psn_next_key;
             }
         }
     };
@@ -165,10 +186,14 @@ control RDMAReceiver(
 
     bool length_ok;
     salu_predicate_t verdict;
+    salu_predicate_t stale;
 
     apply {
         ig_md.switchml_md.psn = (bit<32>) hdr.ib_bth.psn;
         ig_md.switchml_md.psn_next = (bit<32>) (hdr.ib_bth.psn + 1); // wraps at 2^24
+        ig_md.switchml_md.psn_key = (bit<32>) hdr.ib_bth.psn << 8 | 0x80;
+        ig_md.switchml_md.psn_next_key = (bit<32>) (hdr.ib_bth.psn + 1) << 8 | 0x80;
+        stale = 0;
         ig_md.switchml_md.pool_index = 0;
         slot_offset = 0;
         first_room = 0;
@@ -189,6 +214,7 @@ control RDMAReceiver(
             // holds after a dropped packet is never used, because the drop
             // invalidated rx_qp_state and only a FIRST/ONLY (which
             // overwrites it) validates the QP again.
+            stale = check_high_psn.execute(ig_md.switchml_md.qp_state_index);
             if (ig_md.switchml_md.first_packet) {
                 ig_md.switchml_md.pool_index = set_pool_index.execute(ig_md.switchml_md.qp_state_index);
             } else {
@@ -218,6 +244,9 @@ control RDMAReceiver(
                 } else if (verdict != PRED_LO_HI) {
                     ig_md.switchml_md.drop_reason = DROP_PSN;
                 }
+            }
+            if (stale == PRED_LO_HI && ig_md.switchml_md.drop_reason == DROP_NONE) {
+                ig_md.switchml_md.drop_reason = DROP_STALE_PSN;
             }
         }
     }

@@ -122,6 +122,7 @@ const drop_reason_t DROP_ICRC               = 8; // never: Tofino does not check
 const drop_reason_t DROP_INGRESS_LOSS       = 9;
 const drop_reason_t DROP_EGRESS_LOSS        = 10;
 const drop_reason_t DROP_SEND_ERROR         = 11; // never: the software switch's send failure
+const drop_reason_t DROP_STALE_PSN          = 12; // older than a packet already seen on the QP
 
 // RDMASender.results counter indices (switchmodel.Counters ResultPackets,
 // ResultsSkipped).
@@ -157,6 +158,8 @@ struct switchml_md_t {
     exponent_t      result_e1;
     bit<32>         psn;             // the BTH PSN, widened
     bit<32>         psn_next;        // (PSN + 1) mod 2^24
+    bit<32>         psn_key;         // PSN << 8 | 0x80 (rx_high_psn's form)
+    bit<32>         psn_next_key;    // ((PSN + 1) mod 2^24) << 8 | 0x80
 }
 
 struct ingress_metadata_t {

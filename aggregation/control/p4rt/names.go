@@ -16,21 +16,24 @@ const (
 	ActionEgressDrop  = "Egress.egress_drop_sim.set_drop_probability"
 
 	// RDMAReceiver (switchmodel.RDMAReceiver).
-	TableReceiveQP   = "Ingress.rdma_receiver.receive_qp"
-	ActionSetQP      = "Ingress.rdma_receiver.set_qp"
-	RegisterRxQP     = "Ingress.rdma_receiver.rx_qp_state"   // {next_psn, room}
-	RegisterRxPool   = "Ingress.rdma_receiver.rx_pool_index" // pool index of the QP's last packet
-	FieldSrcAddr     = "hdr.ipv4.src_addr"
-	FieldDstAddr     = "hdr.ipv4.dst_addr"
-	FieldDstQP       = "hdr.ib_bth.dst_qp"
-	RegisterBitmap   = "Ingress.bitmap_checker.bitmap"   // BitmapChecker
-	RegisterMissing  = "Ingress.workers_counter.missing" // WorkersCounter
-	RegisterMaxE0    = "Ingress.exponents.max_e0"        // Exponents
-	RegisterMaxE1    = "Ingress.exponents.max_e1"
-	RegisterMsgID    = "Ingress.exponents.msg_id"
-	CounterDecisions = "Ingress.next_step.decisions" // NextStep
-	CounterDrops     = "Ingress.next_step.drops"
-	CounterNotSwitch = "Ingress.not_switchml"
+	TableReceiveQP = "Ingress.rdma_receiver.receive_qp"
+	ActionSetQP    = "Ingress.rdma_receiver.set_qp"
+	RegisterRxQP   = "Ingress.rdma_receiver.rx_qp_state"   // {next_psn, room}
+	RegisterRxPool = "Ingress.rdma_receiver.rx_pool_index" // pool index of the QP's last packet
+	// RegisterRxHighPSN is the PSN after the newest packet of the QP, << 8
+	// | 0x80 (0: none yet): older packets are dropped (DROP_STALE_PSN).
+	RegisterRxHighPSN = "Ingress.rdma_receiver.rx_high_psn"
+	FieldSrcAddr      = "hdr.ipv4.src_addr"
+	FieldDstAddr      = "hdr.ipv4.dst_addr"
+	FieldDstQP        = "hdr.ib_bth.dst_qp"
+	RegisterBitmap    = "Ingress.bitmap_checker.bitmap"   // BitmapChecker
+	RegisterMissing   = "Ingress.workers_counter.missing" // WorkersCounter
+	RegisterMaxE0     = "Ingress.exponents.max_e0"        // Exponents
+	RegisterMaxE1     = "Ingress.exponents.max_e1"
+	RegisterMsgID     = "Ingress.exponents.msg_id"
+	CounterDecisions  = "Ingress.next_step.decisions" // NextStep
+	CounterDrops      = "Ingress.next_step.drops"
+	CounterNotSwitch  = "Ingress.not_switchml"
 
 	// RDMASender (switchmodel.RDMASender).
 	TableWorker       = "Egress.rdma_sender.worker"
@@ -84,7 +87,7 @@ func UsedEntities() (tables map[string][]string, actions map[string][]string, re
 		ActionSetWorker:        paramsSetWorker,
 		ActionSetWorkerQP:      paramsSetWorkerQP,
 	}
-	registers = []string{RegisterRxQP, RegisterBitmap, RegisterMissing, RegisterMaxE0, RegisterMaxE1, RegisterMsgID, RegisterPSN, RegisterTxPos}
+	registers = []string{RegisterRxQP, RegisterRxHighPSN, RegisterBitmap, RegisterMissing, RegisterMaxE0, RegisterMaxE1, RegisterMsgID, RegisterPSN, RegisterTxPos}
 	for k := 0; k < NumProcessors; k++ {
 		registers = append(registers, RegisterProcessor(k))
 	}

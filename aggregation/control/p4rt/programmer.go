@@ -426,6 +426,11 @@ func (p *Programmer) jobUpdates(ij *installedJob) ([]update, error) {
 				return nil, err
 			}
 			regs = append(regs, update{modify(registerEntity(e)), fmt.Sprintf("%s[%d] (worker %d QP %d)", RegisterRxQP, idx, r, i)})
+			e, err = p.registerEntry(RegisterRxHighPSN, idx, 0)
+			if err != nil {
+				return nil, err
+			}
+			regs = append(regs, update{modify(registerEntity(e)), fmt.Sprintf("%s[%d] (worker %d QP %d)", RegisterRxHighPSN, idx, r, i)})
 			e, err = p.registerEntry(RegisterTxPos, idx, txClosed)
 			if err != nil {
 				return nil, err
@@ -566,6 +571,9 @@ func (p *Programmer) clearUpdates(ij *installedJob) ([]update, error) {
 	for i := 0; i < nq; i++ {
 		idx := int64(ij.qpBase) + int64(i)
 		if err := add(RegisterRxQP, idx, invalidPSN, 0); err != nil {
+			return nil, err
+		}
+		if err := add(RegisterRxHighPSN, idx, 0); err != nil {
 			return nil, err
 		}
 		if err := add(RegisterTxPos, idx, txClosed); err != nil {

@@ -24,6 +24,7 @@ type p4Receiver struct {
 	ranks               map[netip.Addr]int
 	rxQPState           []struct{ nextPSN, room uint32 } // rx_qp_state
 	rxPoolIndex         []uint32                         // rx_pool_index
+	rxHighPSN           []uint32                         // rx_high_psn: PSN << 8 | 0x80, 0 = none
 }
 
 func newP4Receiver(job *wire.Job) *p4Receiver {
@@ -33,6 +34,7 @@ func newP4Receiver(job *wire.Job) *p4Receiver {
 		ranks:       map[netip.Addr]int{},
 		rxQPState:   make([]struct{ nextPSN, room uint32 }, len(job.Workers)*q),
 		rxPoolIndex: make([]uint32, len(job.Workers)*q),
+		rxHighPSN:   make([]uint32, len(job.Workers)*q),
 	}
 	for i := range r.rxQPState {
 		r.rxQPState[i].nextPSN = invalidPSN // the backend's install write
@@ -99,6 +101,24 @@ func (r *p4Receiver) receive(src netip.Addr, pkt *rdma.Packet) (switchmodel.Drop
 		r.rxPoolIndex[idx] += 2 // next_pool_index
 	}
 	poolIndex = r.rxPoolIndex[idx]
+
+	// rx_high_psn (check_high_psn), beside rx_qp_state.
+	psnKey, nextKey := psn<<8|0x80, psnNext<<8|0x80
+	h := &r.rxHighPSN[idx]
+	lo, hi := *h != 0, int32(psnKey-*h) < 0
+	if !lo || !hi {
+		*h = nextKey
+	}
+	staleVerdict := predicate(lo, hi)
+	reason, pi := r.rxQPRules(s, first, lengthOK, slotOffset, firstRoom, psn, psnNext, poolIndex)
+	if staleVerdict == predLoHi && reason == switchmodel.NotDropped {
+		return switchmodel.DropStalePSN, 0
+	}
+	return reason, pi
+}
+
+// rxQPRules is rx_qp_state's part of the apply block.
+func (r *p4Receiver) rxQPRules(s *struct{ nextPSN, room uint32 }, first, lengthOK bool, slotOffset, firstRoom, psn, psnNext, poolIndex uint32) (switchmodel.DropReason, uint32) {
 
 	invalidate := func() uint8 {
 		v := predicate(s.nextPSN == psn, false)
@@ -244,7 +264,7 @@ func TestReceiverRulesMatchModel(t *testing.T) {
 		model.Process(src, &pkt, &md)
 		want, wantPI := md.Reason, uint32(md.PoolIndex)
 		switch want {
-		case switchmodel.DropOpcode, switchmodel.DropUnknownQP, switchmodel.DropLength, switchmodel.DropPSN, switchmodel.DropPoolRange:
+		case switchmodel.DropOpcode, switchmodel.DropUnknownQP, switchmodel.DropLength, switchmodel.DropPSN, switchmodel.DropPoolRange, switchmodel.DropStalePSN:
 			wantPI = 0
 		default: // passed the receiver (later controls may still drop)
 			want = switchmodel.NotDropped
@@ -256,7 +276,7 @@ func TestReceiverRulesMatchModel(t *testing.T) {
 		}
 		counts[want]++
 	}
-	for _, r := range []switchmodel.DropReason{switchmodel.NotDropped, switchmodel.DropOpcode, switchmodel.DropUnknownQP, switchmodel.DropLength, switchmodel.DropPSN, switchmodel.DropPoolRange} {
+	for _, r := range []switchmodel.DropReason{switchmodel.NotDropped, switchmodel.DropOpcode, switchmodel.DropUnknownQP, switchmodel.DropLength, switchmodel.DropPSN, switchmodel.DropPoolRange, switchmodel.DropStalePSN} {
 		if counts[r] == 0 {
 			t.Errorf("the stream never produced %v: the comparison does not cover it", r)
 		}
