@@ -42,6 +42,7 @@ func controllerCommand() *cli.Command {
 			&cli.StringFlag{Name: "switch-ip", Usage: "the switch's RoCE endpoint IPv4 `ADDR`", Required: true, EnvVars: []string{"SWML_SWITCH_IP"}, Category: "switch"},
 			&cli.UintFlag{Name: "pool-size", Value: 8192, Usage: "aggregation slots (configuration.p4 NUM_SLOTS; 64 for -DTEST_PROFILE)", EnvVars: []string{"SWML_POOL_SIZE"}, Category: "switch"},
 			&cli.StringSliceFlag{Name: "port", Usage: "worker `IP=PORT`: the switch port (P4Runtime port id) a worker is cabled to; repeat per worker", EnvVars: []string{"SWML_PORTS"}, Category: "switch"},
+			&cli.StringSliceFlag{Name: "loopback-port", Usage: "1024 B profile only (-DPAYLOAD_1024): a P4Runtime `PORT` of pipe 1 in loopback for the chunk passes; repeat (1–16 ports, docs/p4.md)", EnvVars: []string{"SWML_LOOPBACK_PORTS"}, Category: "switch"},
 			&cli.Float64Flag{Name: "drop-ingress", Usage: "simulated request loss probability (0–1)", EnvVars: []string{"SWML_DROP_INGRESS"}, Category: "testing"},
 			&cli.Float64Flag{Name: "drop-egress", Usage: "simulated result loss probability (0–1)", EnvVars: []string{"SWML_DROP_EGRESS"}, Category: "testing"},
 			&cli.StringFlag{Name: "listen", Value: control.DefaultAddr, Usage: "gRPC `ADDR` for workers (loopback unless told otherwise)", EnvVars: []string{"SWML_LISTEN"}, Category: "control plane"},
@@ -74,6 +75,22 @@ func parsePorts(specs []string) (map[netip.Addr]uint32, error) {
 	return ports, nil
 }
 
+// parseLoopbackPorts parses --loopback-port values (each may be a comma
+// list) into P4Runtime port ids.
+func parseLoopbackPorts(specs []string) ([]uint32, error) {
+	var out []uint32
+	for _, s := range specs {
+		for _, item := range strings.Split(s, ",") {
+			n, err := strconv.ParseUint(strings.TrimSpace(item), 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("--loopback-port %q: not a port number (a P4Runtime port id of pipe 1, e.g. 136)", item)
+			}
+			out = append(out, uint32(n))
+		}
+	}
+	return out, nil
+}
+
 func runController(c *cli.Context) error {
 	if err := checkControllerFlags(c); err != nil {
 		return cli.Exit(err.Error(), 2)
@@ -88,6 +105,10 @@ func runController(c *cli.Context) error {
 		return cli.Exit(fmt.Sprintf("--switch-ip %q: not an IPv4 address (the Tofino program is IPv4 only)", c.String("switch-ip")), 2)
 	}
 	ports, err := parsePorts(c.StringSlice("port"))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	loopback, err := parseLoopbackPorts(c.StringSlice("loopback-port"))
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
@@ -118,6 +139,7 @@ func runController(c *cli.Context) error {
 		P4Info: info, DeviceID: c.Uint64("device-id"), ElectionID: c.Uint64("election-id"), DeviceConfig: blob,
 		SwitchMAC: mac, SwitchIPv4: ip, PoolSize: uint32(c.Uint("pool-size")), Ports: ports,
 		IngressDrop: c.Float64("drop-ingress"), EgressDrop: c.Float64("drop-egress"), Logger: log,
+		LoopbackPorts: loopback,
 	})
 	cancel()
 	if err != nil {

@@ -225,3 +225,15 @@ func TestSessionTimeoutNamesFlags(t *testing.T) {
 	stopSwitch()
 	<-exited
 }
+
+func TestParseLoopbackPorts(t *testing.T) {
+	got, err := parseLoopbackPorts([]string{"136", "137, 138"})
+	if err != nil || len(got) != 3 || got[0] != 136 || got[2] != 138 {
+		t.Fatalf("parseLoopbackPorts: %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "x", "-1", "1e3", "4294967296"} {
+		if _, err := parseLoopbackPorts([]string{bad}); err == nil || !strings.Contains(err.Error(), "--loopback-port") {
+			t.Errorf("parseLoopbackPorts(%q): %v, want an error naming the flag", bad, err)
+		}
+	}
+}
