@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
 	"github.com/swml-rdma/swml-rdma/aggregation/quant"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs"
@@ -99,35 +100,6 @@ func (r *rackState) newCall() {
 // orders; a spurious resend costs one message of bandwidth.
 func (r *rackState) reoWnd() time.Duration { return r.minRTT() / 4 }
 
-// rttEstimator is RFC 6298's smoothed round-trip time and variation, fed
-// with the times to result of messages sent once (Karn's rule).
-type rttEstimator struct {
-	srtt, rttvar time.Duration
-	samples      int
-}
-
-func (e *rttEstimator) sample(r time.Duration) {
-	if e.samples == 0 {
-		e.srtt, e.rttvar = r, r/2
-	} else {
-		d := e.srtt - r
-		if d < 0 {
-			d = -d
-		}
-		e.rttvar = (3*e.rttvar + d) / 4
-		e.srtt = (7*e.srtt + r) / 8
-	}
-	e.samples++
-}
-
-// rto is srtt + 4·rttvar within [floor, ceil]; floor before any sample.
-func (e *rttEstimator) rto(floor, ceil time.Duration) time.Duration {
-	if e.samples == 0 {
-		return floor
-	}
-	return min(max(e.srtt+4*e.rttvar, floor), ceil)
-}
-
 // recvOff is where the switch writes the result of a message sent in set:
 // the RETH va the worker sends and the switch echoes.
 func (s *Session) recvOff(set uint8, qp int) uint64 {
@@ -215,8 +187,8 @@ func (s *Session) run(ctx context.Context, f []float32, iv []int32) error {
 		}
 		return fmt.Errorf("aggregation: %w: %w", ErrBroken, s.broken)
 	}
-	s.wake.reset()
-	stop := context.AfterFunc(ctx, s.wake.stop)
+	s.wake.Reset()
+	stop := context.AfterFunc(ctx, s.wake.Stop)
 	defer stop()
 	c := call{f: f, i: iv, n: len(f) + len(iv), vals: s.msgBytes / 4}
 	c.msgs = (c.n + c.vals - 1) / c.vals
@@ -326,9 +298,9 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 		if k > 0 || active == 0 {
 			continue
 		}
-		s.wake.arm(wakeAt.Sub(now))
+		s.wake.Arm(wakeAt.Sub(now))
 		k, err = s.cq.Wait(s.wake, s.wcs)
-		if errors.Is(err, errWoken) {
+		if errors.Is(err, timing.ErrWoken) {
 			continue
 		}
 		if err != nil {
@@ -486,9 +458,9 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 		// the estimate would keep too short a timeout on a loaded host.
 		r := now.Sub(st.sent)
 		if st.joining {
-			s.joinRTT.sample(r)
+			s.joinRTT.Sample(r)
 		} else {
-			s.rtt.sample(r)
+			s.rtt.Sample(r)
 		}
 		s.rack.sampleMin(r)
 		if st.xmit.After(s.rack.xmit) {
@@ -612,7 +584,7 @@ func (s *Session) post(st *qpState, e0 int8, now time.Time) error {
 func (s *Session) rto(st *qpState) time.Duration {
 	floor, ceil := s.cfg.RetransmitTimeout, s.cfg.MaxRetransmitTimeout
 	if st.joining {
-		return s.joinRTT.rto(floor, ceil)
+		return s.joinRTT.RTO(floor, ceil)
 	}
 	if m := s.rack.minRTT(); m > 0 {
 		// Under loss, a message sent once can still wait for another
@@ -622,7 +594,7 @@ func (s *Session) rto(st *qpState) time.Duration {
 		// time to result breaks that loop.
 		ceil = min(ceil, max(floor, rtoMinRTTs*m))
 	}
-	return s.rtt.rto(floor, ceil)
+	return s.rtt.RTO(floor, ceil)
 }
 
 // rtoMinRTTs bounds the retransmission timeout, in smallest times to

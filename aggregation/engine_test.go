@@ -277,30 +277,6 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-func TestRTTEstimator(t *testing.T) {
-	const floor, ceil = 10 * time.Millisecond, time.Second
-	var e rttEstimator
-	if got := e.rto(floor, ceil); got != floor {
-		t.Fatalf("rto before samples = %v, want the floor %v", got, floor)
-	}
-	e.sample(time.Millisecond)
-	if got := e.rto(floor, ceil); got != floor {
-		t.Fatalf("rto after a 1 ms sample = %v, want the floor %v", got, floor)
-	}
-	for range 20 {
-		e.sample(40 * time.Millisecond)
-	}
-	if got := e.rto(floor, ceil); got < 40*time.Millisecond || got > 100*time.Millisecond {
-		t.Fatalf("rto after 40 ms samples = %v, want a little above 40 ms", got)
-	}
-	for range 20 {
-		e.sample(10 * time.Second)
-	}
-	if got := e.rto(floor, ceil); got != ceil {
-		t.Fatalf("rto after 10 s samples = %v, want the ceiling %v", got, ceil)
-	}
-}
-
 // TestToyStarvation reproduces, with a deterministic loss pattern, how
 // whole-message recovery starves under heavy packet loss: with UC, one lost
 // packet loses its whole message, so at 20 % loss a 16-packet resend gets

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
@@ -62,7 +63,7 @@ type Session struct {
 	cq  verbs.CQ
 	qps []*qpState
 
-	wake      *waker
+	wake      *timing.Waker
 	closing   atomic.Bool
 	ctlLost   atomic.Int64 // UnixNano when the keep-alive stream broke
 	closeOnce sync.Once
@@ -77,7 +78,7 @@ type Session struct {
 	recvWR [1]verbs.RecvWR
 	// Times to result (guarded by mu): of messages in the middle of a
 	// call, and of each QP's first message of a call.
-	rtt, joinRTT rttEstimator
+	rtt, joinRTT timing.RTT
 	rack         rackState
 	// pktBits > 0 enables per-packet recovery (engine.go, resend): the
 	// packet index bits of wire.PacketMsgID; pktWRs is its scratch.
@@ -103,7 +104,7 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{cfg: cfg, msgBytes: cfg.messageBytes(), wake: newWaker(), watchDone: make(chan struct{}), stopWatch: make(chan struct{})}
+	s := &Session{cfg: cfg, msgBytes: cfg.messageBytes(), wake: timing.NewWaker(), watchDone: make(chan struct{}), stopWatch: make(chan struct{})}
 	if err := s.open(ctx); err != nil {
 		s.release(true, err.Error()) // abort: the other workers would wait for this one
 		return nil, err
@@ -227,12 +228,12 @@ func (s *Session) watch() {
 		// aggregating.
 		err := s.assign.Err()
 		if errors.Is(err, control.ErrJobEnded) {
-			s.wake.stop()
+			s.wake.Stop()
 		} else if errors.Is(err, control.ErrControllerLost) {
 			// The data path decides: a running AllReduce fails if no
 			// result comes back soon (engine.go, interrupted).
 			s.ctlLost.Store(time.Now().UnixNano())
-			s.wake.fire()
+			s.wake.Fire()
 		}
 	case <-s.stopWatch:
 	}
@@ -271,7 +272,7 @@ func (s *Session) end(abortReason string) error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.closing.Store(true)
-		s.wake.stop()
+		s.wake.Stop()
 		s.mu.Lock()
 		broken := s.broken
 		s.broken = ErrClosed
@@ -320,7 +321,7 @@ func (s *Session) release(abort bool, reason string) error {
 	if s.pd != nil {
 		s.pd.Close()
 	}
-	s.wake.halt()
+	s.wake.Halt()
 	return errors.Join(errs...)
 }
 

@@ -7,10 +7,10 @@ import (
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/local"
+	"github.com/swml-rdma/swml-rdma/aggregation/ring"
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
 	"github.com/swml-rdma/swml-rdma/verbs"
-	"github.com/swml-rdma/swml-rdma/verbs/perftest"
 	"github.com/swml-rdma/swml-rdma/verbs/soft"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
@@ -39,7 +39,7 @@ type EmbeddedConfig struct {
 	// Warmup unmeasured and Iters measured all-reduces, per algorithm.
 	Warmup, Iters int
 	// Ring also runs the ring all-reduce among the same workers over the
-	// same NICs (perftest.Ring, message size that of the sessions).
+	// same NICs (aggregation/ring, message size that of the sessions).
 	Ring bool
 	// Step, if set, is called after every verified all-reduce, with the
 	// algorithm and worker count ("SwitchML, 4 workers", "ring, 4
@@ -66,7 +66,7 @@ type EmbeddedResult struct {
 type RingResult struct {
 	Summary
 	Packets, Retransmissions uint64
-	// WindowMessages is the ring's window (perftest.RingConfig.Window).
+	// WindowMessages is the ring's window (ring.Config.Window).
 	WindowMessages int
 }
 
@@ -177,21 +177,21 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 	for i, d := range devs {
 		vdevs[i] = d
 	}
-	ring, err := perftest.NewRing(vdevs, perftest.RingConfig{MessageSize: packetSize * ppm, MTU: verbs.MTU(packetSize)})
+	rg, err := ring.New(vdevs, ring.Config{MessageSize: packetSize * ppm, MTU: verbs.MTU(packetSize)})
 	if err != nil {
 		return EmbeddedResult{}, fmt.Errorf("ring baseline: %w", err)
 	}
-	defer ring.Close()
+	defer rg.Close()
 	for r := range reducers {
-		reducers[r] = ring.Rank(r)
+		reducers[r] = rg.Rank(r)
 	}
 	run, err = Run(ctx, reducers, Config{Inputs: in, Warmup: cfg.Warmup, Iters: cfg.Iters, Bound: Float32Bound,
 		Step: step(fmt.Sprintf("ring, %d workers", cfg.Workers))})
 	if err != nil {
 		return EmbeddedResult{}, fmt.Errorf("ring baseline: %w", err)
 	}
-	rs := ring.Stats()
+	rs := rg.Stats()
 	res.Ring = &RingResult{Summary: Summarize(run.Times, cfg.Elements), Packets: rs.Packets, Retransmissions: rs.Retransmissions,
-		WindowMessages: ring.Config().Window}
+		WindowMessages: rg.Config().Window}
 	return res, nil
 }

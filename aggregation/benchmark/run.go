@@ -10,17 +10,14 @@ import (
 	"slices"
 	"time"
 
+	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/local"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
 
 // AllReducer is one rank's all-reduce: an *aggregation.Session, or a rank
-// of the ring all-reduce (perftest.RingRank). Each call replaces x by the
-// element-wise sum over every rank's x.
-type AllReducer interface {
-	AllReduce(ctx context.Context, x []float32) error
-	AllReduceInt32(ctx context.Context, x []int32) error
-}
+// of the ring all-reduce (*ring.Rank of aggregation/ring).
+type AllReducer = aggregation.AllReducer
 
 // ErrMismatch is wrapped by Run's error when a result is wrong.
 var ErrMismatch = errors.New("RESULT MISMATCH")

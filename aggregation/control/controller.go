@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/swml-rdma/swml-rdma/aggregation/control/internal/spans"
 	pb "github.com/swml-rdma/swml-rdma/aggregation/control/switchmlpb"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
@@ -149,7 +150,7 @@ type Controller struct {
 	jobs         map[uint32]*job            // by job id
 	jobBySession map[uint32]*job
 	nextJobID    uint32
-	pool         rangeAlloc
+	pool         spans.Allocator
 	qpnsInUse    map[uint32]struct{}   // QPNOpaque: switch QPNs of running jobs
 	p4appAddrs   map[netip.Addr]uint32 // QPNP4App: worker address → job id
 	barriers     map[uint32]*syncGen   // by session id
@@ -224,7 +225,7 @@ func New(cfg Config) (*Controller, error) {
 		jobs:         make(map[uint32]*job),
 		jobBySession: make(map[uint32]*job),
 		nextJobID:    1,
-		pool:         newRangeAlloc(0, cfg.PoolSize),
+		pool:         spans.New(0, cfg.PoolSize),
 		qpnsInUse:    make(map[uint32]struct{}),
 		p4appAddrs:   make(map[netip.Addr]uint32),
 		barriers:     make(map[uint32]*syncGen),

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/swml-rdma/swml-rdma/aggregation/control/internal/spans"
 	pb "github.com/swml-rdma/swml-rdma/aggregation/control/switchmlpb"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
@@ -498,9 +499,9 @@ func TestConcurrentJobsDisjoint(t *testing.T) {
 	if a2[0].JobID == a3[0].JobID {
 		t.Fatalf("both sessions got job %d", a2[0].JobID)
 	}
-	p2 := span{a2[0].PoolBase, a2[0].PoolSlots}
-	p3 := span{a3[0].PoolBase, a3[0].PoolSlots}
-	if p2.size != 16 || p3.size != 8 || (p2.base < p3.end() && p3.base < p2.end()) {
+	p2 := spans.Span{Base: a2[0].PoolBase, Size: a2[0].PoolSlots}
+	p3 := spans.Span{Base: a3[0].PoolBase, Size: a3[0].PoolSlots}
+	if p2.Size != 16 || p3.Size != 8 || p2.Overlaps(p3) {
 		t.Errorf("pool ranges %v and %v overlap or have the wrong size", p2, p3)
 	}
 	qpns := map[uint32]uint32{}
@@ -850,30 +851,5 @@ func TestNewRejectsBadConfig(t *testing.T) {
 				t.Errorf("got %v; want %q", err, tc.want)
 			}
 		})
-	}
-}
-
-func TestRangeAlloc(t *testing.T) {
-	a := newRangeAlloc(0, 10)
-	s1, _ := a.alloc(4)
-	s2, _ := a.alloc(4)
-	if _, ok := a.alloc(3); ok {
-		t.Fatal("allocated past the end")
-	}
-	a.free(s1)
-	if total, largest := a.available(); total != 6 || largest != 4 {
-		t.Errorf("available = %d, %d", total, largest)
-	}
-	s3, _ := a.alloc(2)
-	if s3.base != 0 {
-		t.Errorf("first fit got %v", s3)
-	}
-	s4, ok := a.alloc(2)
-	if !ok || s4.base != 2 {
-		t.Errorf("second fit got %v", s4)
-	}
-	a.free(s2)
-	if a.inUse() != 4 {
-		t.Errorf("inUse = %d", a.inUse())
 	}
 }

@@ -37,7 +37,7 @@ func (m *collector) Collect(ch chan<- prometheus.Metric) {
 	c := m.c
 	c.mu.Lock()
 	active, pending := len(c.jobs), len(c.pending)
-	used := c.pool.inUse()
+	used := c.pool.InUse()
 	st := c.stats
 	ended := make(map[string]uint64, len(endReasons))
 	for _, r := range endReasons {

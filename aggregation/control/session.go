@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/swml-rdma/swml-rdma/aggregation/control/internal/spans"
 	pb "github.com/swml-rdma/swml-rdma/aggregation/control/switchmlpb"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
@@ -59,8 +60,8 @@ type pendingSession struct {
 	params    sessionParams
 	firstRank int // whose parameters the session took, for mismatch errors
 	regs      map[int]*registration
-	reserved  span // p4app: slots [0, need), taken when the session opened
-	starting  bool // all ranks in, or timed out; nobody may leave
+	reserved  spans.Span // p4app: slots [0, need), taken when the session opened
+	starting  bool       // all ranks in, or timed out; nobody may leave
 	timer     *time.Timer
 	done      chan struct{}
 	job       *job
@@ -74,8 +75,8 @@ type job struct {
 	spec       wire.Job
 	sessionID  uint32
 	params     sessionParams
-	pool       span   // slots
-	token      []byte // the job's secret (RdmaSessionResponse.job_token)
+	pool       spans.Span // slots
+	token      []byte     // the job's secret (RdmaSessionResponse.job_token)
 	idle       *time.Timer
 	packets    uint64 // p4app jobs: JobPackets at the last idle check
 	switchPSNs [][]uint32
@@ -129,7 +130,7 @@ func (c *Controller) rdmaSession(ctx context.Context, req *pb.RdmaSessionRequest
 		if params.p4app {
 			need := uint32(params.qps * params.ppm())
 			var ok bool
-			if p.reserved, ok = c.pool.allocAt(0, need); !ok {
+			if p.reserved, ok = c.pool.AllocAt(0, need); !ok {
 				c.mu.Unlock()
 				return nil, status.Errorf(codes.ResourceExhausted,
 					"session %d: p4app-style workers (no packet_size_bytes) address pool indices from slot 0, and slots [0, %d) are not all free (%d QPs × %d packets per message); end the jobs using them or send packet_size_bytes (swml-rdma workers do)",
@@ -192,9 +193,9 @@ func (c *Controller) drawSwitchQPs(rank, q int) (qpns, psns []uint32) {
 // releasePending frees what a p4app session took before its job existed:
 // the reserved slots and the ranks' switch QPNs. Holds c.mu.
 func (c *Controller) releasePending(p *pendingSession) {
-	if p.reserved.size != 0 {
-		c.pool.free(p.reserved)
-		p.reserved = span{}
+	if p.reserved.Size != 0 {
+		c.pool.Free(p.reserved)
+		p.reserved = spans.Span{}
 	}
 	for _, reg := range p.regs {
 		c.releaseRegQPNs(reg)
@@ -447,8 +448,8 @@ func (c *Controller) startJob(p *pendingSession) {
 	c.mu.Unlock()
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.SessionTimeout)
-		spec := cloneJob(&j.spec) // the backend may keep it
-		err = c.cfg.Programmer.AddJob(ctx, spec)
+		spec := j.spec.Clone() // the backend may keep it
+		err = c.cfg.Programmer.AddJob(ctx, &spec)
 		cancel()
 		if err != nil {
 			c.log.Error("switch refused job", "session", p.id, "job", j.id(), "err", err)
@@ -473,7 +474,7 @@ func (c *Controller) startJob(p *pendingSession) {
 			j.idle = time.AfterFunc(c.cfg.IdleTimeout, func() { c.checkIdle(j) })
 		}
 		c.log.Info("job started", "session", p.id, "job", j.id(), "workers", p.params.numWorkers,
-			"qps", p.params.qps, "packet_size", p.params.packetSize, "pool_base", j.pool.base, "pool_slots", j.pool.size)
+			"qps", p.params.qps, "packet_size", p.params.packetSize, "pool_base", j.pool.Base, "pool_slots", j.pool.Size)
 	}
 	p.job, p.err = j, err
 	close(p.done)
@@ -501,10 +502,10 @@ func (c *Controller) allocJob(p *pendingSession) (*job, error) {
 	}
 	pool, ok := p.reserved, prm.p4app
 	if !ok {
-		pool, ok = c.pool.alloc(uint32(need))
+		pool, ok = c.pool.Alloc(uint32(need))
 	}
 	if !ok {
-		free, largest := c.pool.available()
+		free, largest := c.pool.Available()
 		return nil, status.Errorf(codes.ResourceExhausted,
 			"session %d: pool exhausted: the job needs %d slots (%d QPs × %d packets per message) but %d of %d slots are free (largest free range %d); end another job, use fewer QPs or smaller messages, or give the switch a larger pool",
 			p.id, need, prm.qps, ppm, free, c.cfg.PoolSize, largest)
@@ -522,7 +523,7 @@ func (c *Controller) allocJob(p *pendingSession) (*job, error) {
 	}
 	if c.cfg.QPNScheme == QPNOpaque && !prm.p4app && uint64(len(c.qpnsInUse))+uint64(prm.numWorkers*prm.qps) > (opaqueQPNHi-opaqueQPNLo)/2 {
 		// Half full at most, so random picks find a free QPN quickly.
-		c.pool.free(pool)
+		c.pool.Free(pool)
 		return nil, status.Errorf(codes.ResourceExhausted, "session %d: out of switch QPNs for %d workers × %d QPs; end other jobs", p.id, prm.numWorkers, prm.qps)
 	}
 	for c.jobs[c.nextJobID] != nil || c.nextJobID == 0 {
@@ -532,8 +533,8 @@ func (c *Controller) allocJob(p *pendingSession) (*job, error) {
 		ID:         c.nextJobID,
 		DType:      prm.dtype,
 		PacketSize: prm.packetSize,
-		PoolBase:   pool.base,
-		PoolSlots:  pool.size,
+		PoolBase:   pool.Base,
+		PoolSlots:  pool.Size,
 		Workers:    make([]wire.Worker, prm.numWorkers),
 	}
 	c.nextJobID++
@@ -579,7 +580,7 @@ func (c *Controller) randomQPN() uint32 {
 
 // freeJob returns a job's pool range and QPNs. Holds c.mu.
 func (c *Controller) freeJob(j *job) {
-	c.pool.free(j.pool)
+	c.pool.Free(j.pool)
 	for _, w := range j.spec.Workers {
 		if c.cfg.QPNScheme == QPNOpaque {
 			for _, q := range w.SwitchQPNs {
@@ -602,20 +603,20 @@ func (c *Controller) response(j *job, rank int) *pb.RdmaSessionResponse {
 
 // buildResponse is an RdmaSession answer without the job's id and token
 // (which an early p4app answer cannot have yet).
-func (c *Controller) buildResponse(sid uint32, prm sessionParams, pool span, qpns, psns []uint32) *pb.RdmaSessionResponse {
+func (c *Controller) buildResponse(sid uint32, prm sessionParams, pool spans.Span, qpns, psns []uint32) *pb.RdmaSessionResponse {
 	ppm := prm.ppm()
 	idx := make([]uint32, prm.qps)
 	for i := range idx {
-		idx[i] = uint32(wire.MakePoolIndex(pool.base+uint32(i*ppm), 0))
+		idx[i] = uint32(wire.MakePoolIndex(pool.Base+uint32(i*ppm), 0))
 	}
 	resp := &pb.RdmaSessionResponse{
 		SessionId:         uint64(sid),
 		Mac:               macToUint64(c.cfg.SwitchMAC),
-		Rkey:              uint32(wire.MakePoolIndex(pool.base, 0)),
+		Rkey:              uint32(wire.MakePoolIndex(pool.Base, 0)),
 		Qpns:              slices.Clone(qpns),
 		Psns:              slices.Clone(psns),
-		PoolBase:          pool.base,
-		PoolSlots:         pool.size,
+		PoolBase:          pool.Base,
+		PoolSlots:         pool.Size,
 		PacketSizeBytes:   uint32(prm.packetSize),
 		QpPoolIndices:     idx,
 		NumWorkers:        uint32(prm.numWorkers),
@@ -839,7 +840,7 @@ func (c *Controller) listJobs(ctx context.Context, req *pb.ListJobsRequest) *pb.
 }
 
 func (j *job) info() JobInfo {
-	info := JobInfo{Job: *cloneJob(&j.spec), SessionID: j.sessionID, MessageSize: j.params.messageSize}
+	info := JobInfo{Job: j.spec.Clone(), SessionID: j.sessionID, MessageSize: j.params.messageSize}
 	for r, e := range j.ended {
 		if e {
 			info.EndedRanks = append(info.EndedRanks, r)
@@ -873,19 +874,6 @@ func (i JobInfo) proto() *pb.JobInfo {
 
 func sortJobInfos(s []JobInfo) {
 	slices.SortFunc(s, func(a, b JobInfo) int { return int(a.Job.ID) - int(b.Job.ID) })
-}
-
-func cloneJob(j *wire.Job) *wire.Job {
-	c := *j
-	c.Workers = make([]wire.Worker, len(j.Workers))
-	for i, w := range j.Workers {
-		w.MAC = slices.Clone(w.MAC)
-		w.QPNs = slices.Clone(w.QPNs)
-		w.PSNs = slices.Clone(w.PSNs)
-		w.SwitchQPNs = slices.Clone(w.SwitchQPNs)
-		c.Workers[i] = w
-	}
-	return &c
 }
 
 // formatRanks writes "2, 3" or "2, 3, 5, … (12 in all)".

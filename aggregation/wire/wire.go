@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 )
 
 // PoolIndex is the overloaded RETH rkey of a worker → switch write: bit 0 is
@@ -165,6 +166,22 @@ type Job struct {
 	PoolBase  uint32
 	PoolSlots uint32
 	Workers   []Worker // index = rank
+}
+
+// Clone returns a deep copy of j: no slice of the copy shares memory with
+// j, so a switch backend may keep the copy while the controller goes on
+// changing (or reusing) its own.
+func (j *Job) Clone() Job {
+	c := *j
+	c.Workers = make([]Worker, len(j.Workers))
+	for i, w := range j.Workers {
+		w.MAC = slices.Clone(w.MAC)
+		w.QPNs = slices.Clone(w.QPNs)
+		w.PSNs = slices.Clone(w.PSNs)
+		w.SwitchQPNs = slices.Clone(w.SwitchQPNs)
+		c.Workers[i] = w
+	}
+	return c
 }
 
 // ErrBadJob is wrapped by Validate.

@@ -2,7 +2,9 @@ package wire
 
 import (
 	"errors"
+	"net"
 	"net/netip"
+	"reflect"
 	"testing"
 )
 
@@ -82,5 +84,32 @@ func TestJobValidate(t *testing.T) {
 	}
 	if _, err := ParseDType("float64"); err == nil {
 		t.Fatal("float64 accepted")
+	}
+}
+
+// TestJobClone: the copy equals the job and shares no memory with it, so
+// changing every slice of the original leaves the copy as it was.
+func TestJobClone(t *testing.T) {
+	orig := Job{ID: 7, DType: Int32, PacketSize: 256, PoolBase: 16, PoolSlots: 8, Workers: []Worker{
+		{Rank: 0, Addr: netip.MustParseAddr("10.0.0.2"), MAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, RKey: 5,
+			QPNs: []uint32{17, 18}, PSNs: []uint32{1, 2}, SwitchQPNs: []uint32{0x100, 0x101}},
+		{Rank: 1, Addr: netip.MustParseAddr("10.0.0.3"), MAC: net.HardwareAddr{2, 0, 0, 0, 0, 3}, RKey: 6,
+			QPNs: []uint32{19, 20}, PSNs: []uint32{3, 4}, SwitchQPNs: []uint32{0x102, 0x103}},
+	}}
+	c := orig.Clone()
+	if !reflect.DeepEqual(c, orig) {
+		t.Fatalf("clone %+v differs from %+v", c, orig)
+	}
+	want := orig.Clone()
+	orig.ID, orig.PoolBase = 8, 99
+	orig.Workers[0].Rank = 5
+	for i := range orig.Workers {
+		w := &orig.Workers[i]
+		w.MAC[5] = 0xff
+		w.QPNs[0], w.PSNs[0], w.SwitchQPNs[0] = 0, 0, 0
+	}
+	orig.Workers = append(orig.Workers, Worker{Rank: 2})
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("changing the original changed the clone: %+v, want %+v", c, want)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
+	"github.com/swml-rdma/swml-rdma/aggregation/ring"
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
@@ -133,10 +134,9 @@ func checkSwitchPool(pool uint32) error {
 		fmt.Sprintf("lower --pool-size (the default %d takes %s)", switchmodel.DefaultPoolSize, approxBytes(switchmodel.DefaultPoolSize*switchSlotBytes)))
 }
 
-// ringWindow is perftest.Ring's default window in messages (RingConfig):
-// 256 KiB in flight, 4 to 256 messages; each rank's MR holds 2 × window
-// messages.
-func ringWindow(msgSize int) int { return min(max((256<<10)/msgSize, 4), 256) }
+// ringWindow is the ring baseline's default window in messages
+// (ring.DefaultWindow); each rank's MR holds 2 × window messages.
+func ringWindow(msgSize int) int { return ring.DefaultWindow(msgSize) }
 
 // sessionMRBytes is a worker session's memory region (aggregation.Open):
 // per QP, a receive region for each of the two sets and a send staging

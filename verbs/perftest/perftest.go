@@ -8,11 +8,8 @@
 // what was posted (UC has no retransmission; on loopback a receiver that
 // falls behind loses datagrams).
 //
-// Ring is the baseline of `swml-rdma bench`: a ring all-reduce
-// (reduce-scatter, then all-gather) among N ranks over the same verbs
-// devices the SwitchML workers use, made reliable over UC with a window of
-// acknowledged messages and retransmission (its doc comment gives the
-// protocol; docs/bench.md the numbers it is compared by).
+// The ring all-reduce that `swml-rdma bench` compares SwitchML with lives
+// in aggregation/ring.
 package perftest
 
 import (

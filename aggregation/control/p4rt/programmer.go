@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/control/internal/spans"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
 
@@ -89,7 +90,7 @@ type Programmer struct {
 	rxSize uint32 // receiver / PSN register entries
 	mu     sync.Mutex
 	jobs   map[uint32]*installedJob
-	qps    []span // allocated QP-state ranges, sorted
+	qps    spans.Allocator // QP-state register entries [0, rxSize)
 	mgids  map[uint32]bool
 }
 
@@ -99,9 +100,8 @@ type installedJob struct {
 	job    wire.Job
 	mgid   uint32
 	qpBase uint32
+	qps    spans.Span // [qpBase, qpBase + workers × QPs)
 }
-
-type span struct{ base, size uint32 }
 
 // New becomes primary controller of the device on conn, pushes the
 // pipeline if cfg.DeviceConfig is set, and writes the switch address and
@@ -153,6 +153,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, cfg Config) (*Progr
 		election: &p4v1.Uint128{High: 0, Low: cfg.ElectionID},
 		log:      log.With("component", "p4rt"),
 		rxSize:   uint32(rx.GetSize()),
+		qps:      spans.New(0, uint32(rx.GetSize())),
 		jobs:     map[uint32]*installedJob{},
 		mgids:    map[uint32]bool{},
 	}
@@ -310,13 +311,13 @@ func (p *Programmer) AddJob(ctx context.Context, job *wire.Job) error {
 		p.mu.Unlock()
 		return fmt.Errorf("p4rt: add job %d: the job is installed", job.ID)
 	}
-	qpBase, ok := p.allocQPs(uint32(n * q))
+	qps, ok := p.qps.Alloc(uint32(n * q))
 	if !ok {
 		p.mu.Unlock()
 		return fmt.Errorf("p4rt: add job %d: out of QP state entries for %d workers × %d QPs (register %s holds %d); end other jobs", job.ID, n, q, RegisterRxQP, p.rxSize)
 	}
 	mgid := p.allocMGID()
-	ij := &installedJob{job: copyJob(job), mgid: mgid, qpBase: qpBase}
+	ij := &installedJob{job: job.Clone(), mgid: mgid, qpBase: qps.Base, qps: qps}
 	p.jobs[job.ID] = ij
 	p.mu.Unlock()
 
@@ -334,7 +335,7 @@ func (p *Programmer) AddJob(ctx context.Context, job *wire.Job) error {
 		p.mu.Unlock()
 		return fmt.Errorf("p4rt: add job %d: %w", job.ID, err)
 	}
-	p.log.Info("job installed", "job", job.ID, "workers", n, "qps", q, "mgid", mgid, "qp_base", qpBase,
+	p.log.Info("job installed", "job", job.ID, "workers", n, "qps", q, "mgid", mgid, "qp_base", qps.Base,
 		"pool", fmt.Sprintf("[%d, %d)", job.PoolBase, job.PoolBase+job.PoolSlots))
 	return nil
 }
@@ -359,15 +360,17 @@ func (p *Programmer) RemoveJob(ctx context.Context, jobID uint32) error {
 	return nil
 }
 
+// release forgets an installed job and frees its QP-state entries and
+// multicast group. Holds mu. A job already released (two RemoveJob calls at
+// once, or a RemoveJob during a failing AddJob) is left alone: its
+// entries and group may belong to a newer job by now.
 func (p *Programmer) release(ij *installedJob) {
+	if p.jobs[ij.job.ID] != ij {
+		return
+	}
 	delete(p.jobs, ij.job.ID)
 	delete(p.mgids, ij.mgid)
-	for i, s := range p.qps {
-		if s.base == ij.qpBase {
-			p.qps = append(p.qps[:i], p.qps[i+1:]...)
-			break
-		}
-	}
+	p.qps.Free(ij.qps)
 }
 
 func (p *Programmer) checkJob(job *wire.Job) error {
@@ -689,23 +692,6 @@ func (p *Programmer) Counters(ctx context.Context) (map[string][]uint64, error) 
 	return out, nil
 }
 
-// allocQPs returns the lowest free range of n QP-state entries. Holds mu.
-func (p *Programmer) allocQPs(n uint32) (uint32, bool) {
-	next := uint32(0)
-	for i, s := range p.qps {
-		if s.base-next >= n {
-			p.qps = append(p.qps[:i], append([]span{{next, n}}, p.qps[i:]...)...)
-			return next, true
-		}
-		next = s.base + s.size
-	}
-	if p.rxSize-next >= n {
-		p.qps = append(p.qps, span{next, n})
-		return next, true
-	}
-	return 0, false
-}
-
 // allocMGID returns the lowest free multicast group id ≥ 1. Holds mu.
 func (p *Programmer) allocMGID() uint32 {
 	for id := uint32(1); ; id++ {
@@ -726,17 +712,4 @@ func (p *Programmer) Jobs() []uint32 {
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	return ids
-}
-
-func copyJob(j *wire.Job) wire.Job {
-	c := *j
-	c.Workers = make([]wire.Worker, len(j.Workers))
-	for i, w := range j.Workers {
-		w.MAC = append(net.HardwareAddr(nil), w.MAC...)
-		w.QPNs = append([]uint32(nil), w.QPNs...)
-		w.PSNs = append([]uint32(nil), w.PSNs...)
-		w.SwitchQPNs = append([]uint32(nil), w.SwitchQPNs...)
-		c.Workers[i] = w
-	}
-	return c
 }

@@ -371,14 +371,23 @@ func TestProgrammerTwoJobsGetDisjointState(t *testing.T) {
 	if len(bases) != 2 {
 		t.Errorf("the two jobs share QP state (qp_base of rank 0: %v)", bases)
 	}
+	p.mu.Lock()
+	freed := *p.jobs[a.ID]
+	p.mu.Unlock()
 	if err := p.RemoveJob(ctx, a.ID); err != nil {
 		t.Fatal(err)
 	}
-	// The freed range and group id are reused.
+	// The freed range and group id are reused (first fit).
 	c := testJob()
 	c.ID = 9
 	if err := p.AddJob(ctx, c); err != nil {
 		t.Fatal(err)
+	}
+	p.mu.Lock()
+	got := *p.jobs[c.ID]
+	p.mu.Unlock()
+	if got.qps != freed.qps || got.mgid != freed.mgid {
+		t.Errorf("job %d got QP state %v and group %d, want job %d's freed %v and %d", c.ID, got.qps, got.mgid, a.ID, freed.qps, freed.mgid)
 	}
 }
 

@@ -1,4 +1,4 @@
-package perftest_test
+package ring_test
 
 import (
 	"context"
@@ -6,14 +6,14 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/swml-rdma/swml-rdma/aggregation/ring"
 	"github.com/swml-rdma/swml-rdma/verbs"
-	"github.com/swml-rdma/swml-rdma/verbs/perftest"
 	"github.com/swml-rdma/swml-rdma/verbs/verbstest"
 )
 
 // A ring all-reduce among three ranks. Here the devices are in-memory fakes;
 // the bench uses one verbs/soft NIC per rank.
-func ExampleNewRing() {
+func ExampleNew() {
 	nw := verbstest.NewNetwork()
 	defer nw.Close()
 	devs := make([]verbs.Device, 3)
@@ -25,19 +25,19 @@ func ExampleNewRing() {
 		defer d.Close()
 		devs[i] = d
 	}
-	ring, err := perftest.NewRing(devs, perftest.RingConfig{MessageSize: 1024})
+	rg, err := ring.New(devs, ring.Config{MessageSize: 1024})
 	if err != nil {
 		panic(err)
 	}
-	defer ring.Close()
+	defer rg.Close()
 
 	x := [][]float32{{1, 2, 3, 4}, {10, 20, 30, 40}, {100, 200, 300, 400}}
 	var wg sync.WaitGroup
-	for r := range ring.Size() {
+	for r := range rg.Size() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := ring.Rank(r).AllReduce(context.Background(), x[r]); err != nil {
+			if err := rg.Rank(r).AllReduce(context.Background(), x[r]); err != nil {
 				panic(err)
 			}
 		}()

@@ -1,4 +1,4 @@
-package perftest
+package ring
 
 import (
 	"context"
@@ -9,16 +9,17 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
 
 // Ring defaults.
 const (
-	DefaultRingMessageSize          = 16 << 10
-	DefaultRingMTU                  = verbs.MTU(1024)
-	DefaultRingRetransmitTimeout    = 10 * time.Millisecond
-	DefaultRingMaxRetransmitTimeout = time.Second
-	DefaultRingPeerTimeout          = 10 * time.Second
+	DefaultMessageSize          = 16 << 10
+	DefaultMTU                  = verbs.MTU(1024)
+	DefaultRetransmitTimeout    = 10 * time.Millisecond
+	DefaultMaxRetransmitTimeout = time.Second
+	DefaultPeerTimeout          = 10 * time.Second
 	// ringWindowBytes sizes the default window: bytes in flight per rank.
 	// Loopback needs little; a bigger window only queues (and inflates the
 	// round trip on a loaded machine).
@@ -32,17 +33,17 @@ const (
 
 // Ring errors, tested with errors.Is.
 var (
-	// ErrRingClosed: the ring was closed before or during the call.
-	ErrRingClosed = errors.New("perftest: ring closed")
-	// ErrRingBroken: an earlier call on this rank failed; the ranks no longer
+	// ErrClosed: the ring was closed before or during the call.
+	ErrClosed = errors.New("ring: closed")
+	// ErrBroken: an earlier call on this rank failed; the ranks no longer
 	// agree on where they are, so the ring cannot be used again.
-	ErrRingBroken = errors.New("perftest: ring broken by an earlier failure (close it and build a new one)")
-	// ErrRingPeerTimeout: a neighbour stopped answering.
-	ErrRingPeerTimeout = errors.New("no progress from a ring neighbour")
+	ErrBroken = errors.New("ring: broken by an earlier failure (close it and build a new one)")
+	// ErrPeerTimeout: a neighbour stopped answering.
+	ErrPeerTimeout = errors.New("no progress from a ring neighbour")
 )
 
-// RingConfig configures a ring all-reduce. Zero fields take the defaults.
-type RingConfig struct {
+// Config configures a ring all-reduce. Zero fields take the defaults.
+type Config struct {
 	// MessageSize is the bytes per RDMA WRITE message (a multiple of 4;
 	// default 16 KiB). The last message of a segment may be shorter.
 	MessageSize int
@@ -55,47 +56,54 @@ type RingConfig struct {
 	// (default 10 ms); MaxRetransmitTimeout caps the backoff (default 1 s).
 	RetransmitTimeout, MaxRetransmitTimeout time.Duration
 	// PeerTimeout bounds how long a rank waits without any progress before
-	// it fails with ErrRingPeerTimeout (default 10 s).
+	// it fails with ErrPeerTimeout (default 10 s).
 	PeerTimeout time.Duration
 }
 
-func (c RingConfig) withDefaults() (RingConfig, error) {
+func (c Config) withDefaults() (Config, error) {
 	if c.MessageSize == 0 {
-		c.MessageSize = DefaultRingMessageSize
+		c.MessageSize = DefaultMessageSize
 	}
 	if c.MTU == 0 {
-		c.MTU = DefaultRingMTU
+		c.MTU = DefaultMTU
 	}
 	if c.RetransmitTimeout == 0 {
-		c.RetransmitTimeout = DefaultRingRetransmitTimeout
+		c.RetransmitTimeout = DefaultRetransmitTimeout
 	}
 	if c.MaxRetransmitTimeout == 0 {
-		c.MaxRetransmitTimeout = DefaultRingMaxRetransmitTimeout
+		c.MaxRetransmitTimeout = DefaultMaxRetransmitTimeout
 	}
 	if c.PeerTimeout == 0 {
-		c.PeerTimeout = DefaultRingPeerTimeout
+		c.PeerTimeout = DefaultPeerTimeout
 	}
 	switch {
 	case c.MessageSize < 4 || c.MessageSize%4 != 0 || c.MessageSize > 1<<30:
-		return c, fmt.Errorf("perftest: ring message size %d: give a multiple of 4 bytes up to 1 GiB", c.MessageSize)
+		return c, fmt.Errorf("ring: message size %d: give a multiple of 4 bytes up to 1 GiB", c.MessageSize)
 	case c.Window < 0:
-		return c, fmt.Errorf("perftest: ring window %d: give a positive number of messages (0 for the default)", c.Window)
+		return c, fmt.Errorf("ring: window %d: give a positive number of messages (0 for the default)", c.Window)
 	case c.RetransmitTimeout < 0 || c.MaxRetransmitTimeout < c.RetransmitTimeout:
-		return c, fmt.Errorf("perftest: ring retransmission timeouts %v … %v: give 0 < first ≤ max", c.RetransmitTimeout, c.MaxRetransmitTimeout)
+		return c, fmt.Errorf("ring: retransmission timeouts %v … %v: give 0 < first ≤ max", c.RetransmitTimeout, c.MaxRetransmitTimeout)
 	case c.PeerTimeout < c.RetransmitTimeout:
-		return c, fmt.Errorf("perftest: ring peer timeout %v is below the retransmission timeout %v: a neighbour would be declared dead before the first retransmission", c.PeerTimeout, c.RetransmitTimeout)
+		return c, fmt.Errorf("ring: peer timeout %v is below the retransmission timeout %v: a neighbour would be declared dead before the first retransmission", c.PeerTimeout, c.RetransmitTimeout)
 	}
 	if err := c.MTU.Check(); err != nil {
-		return c, fmt.Errorf("perftest: ring: %w", err)
+		return c, fmt.Errorf("ring: %w", err)
 	}
 	if c.Window == 0 {
-		c.Window = min(max(ringWindowBytes/c.MessageSize, 4), 256)
+		c.Window = DefaultWindow(c.MessageSize)
 	}
 	return c, nil
 }
 
-// RingStats counts one rank's traffic (or, from Ring.Stats, all ranks').
-type RingStats struct {
+// DefaultWindow is the window, in messages, that a Config with Window 0
+// gets for messages of messageSize bytes: 256 KiB in flight, within
+// [4, 256] messages. Each rank's MR holds 2 × window messages.
+func DefaultWindow(messageSize int) int {
+	return min(max(ringWindowBytes/max(messageSize, 1), 4), 256)
+}
+
+// Stats counts one rank's traffic (or, from Ring.Stats, all ranks').
+type Stats struct {
 	AllReduces      uint64 `json:"all_reduces"`
 	Messages        uint64 `json:"messages"`        // data messages sent, first transmissions
 	Retransmissions uint64 `json:"retransmissions"` // data messages resent after a timeout
@@ -105,7 +113,7 @@ type RingStats struct {
 	Stray           uint64 `json:"stray"`           // messages or acks that belonged to no call in progress
 }
 
-func (s *RingStats) add(o RingStats) {
+func (s *Stats) add(o Stats) {
 	s.AllReduces += o.AllReduces
 	s.Messages += o.Messages
 	s.Retransmissions += o.Retransmissions
@@ -160,7 +168,7 @@ type ringCounters struct {
 // when the call starts. Because the path is FIFO, a stale retransmission
 // always lands before the item that reuses its slot.
 // A rank with no progress — no new item received and no new acknowledgement —
-// for PeerTimeout fails with ErrRingPeerTimeout, naming the neighbour.
+// for PeerTimeout fails with ErrPeerTimeout, naming the neighbour.
 //
 // Each rank runs one engine goroutine for the ring's lifetime (so it keeps
 // acknowledging a neighbour's retransmissions between calls); AllReduce hands
@@ -171,18 +179,18 @@ type ringCounters struct {
 // tensors of the same length; Close may be called from any goroutine, once
 // all calls returned or to abort them.
 type Ring struct {
-	ranks     []*RingRank
-	cfg       RingConfig
+	ranks     []*Rank
+	cfg       Config
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// RingRank is one rank of a Ring. Its methods are safe for concurrent use,
+// Rank is one rank of a Ring. Its methods are safe for concurrent use,
 // but calls to AllReduce run one at a time.
-type RingRank struct {
+type Rank struct {
 	ring        *Ring
 	rank, size  int
-	cfg         RingConfig
+	cfg         Config
 	dev         verbs.Device
 	left, right verbs.Device
 
@@ -200,7 +208,7 @@ type RingRank struct {
 	callMu     sync.Mutex // one AllReduce at a time
 	call       ringCall
 	reqs       chan *ringCall
-	waker      *ringWaker
+	waker      *timing.Waker
 	engineDone chan struct{}
 	closing    atomic.Bool
 	broken     error // set by the engine before engineDone closes
@@ -243,8 +251,9 @@ type ringEngine struct {
 	nextTimer          time.Time
 	lastProgress       time.Time
 
-	srtt, rttvar, rto time.Duration
-	txSeq             uint64 // transmissions so far (orders them)
+	rtt   timing.RTT    // round trips of items sent once (Karn)
+	rto   time.Duration // timeout of items sent from now on, doubled by expiries
+	txSeq uint64        // transmissions so far (orders them)
 
 	wcs     []verbs.Completion
 	sendWRs []verbs.SendWR
@@ -253,20 +262,20 @@ type ringEngine struct {
 	signal  int // sends since the last signaled one
 }
 
-// NewRing builds a ring over devs (rank i uses devs[i]): per rank a PD, one
+// New builds a ring over devs (rank i uses devs[i]): per rank a PD, one
 // MR of 2 × Window × MessageSize bytes (send and receive slots), one CQ and
 // two UC QPs, connected in process. A single device gives a one-rank ring
 // whose AllReduce leaves the tensor as it is.
-func NewRing(devs []verbs.Device, cfg RingConfig) (*Ring, error) {
+func New(devs []verbs.Device, cfg Config) (*Ring, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	if len(devs) == 0 {
-		return nil, errors.New("perftest: ring of no devices: give at least one")
+		return nil, errors.New("ring: of no devices: give at least one")
 	}
 	n := len(devs)
-	r := &Ring{cfg: cfg, ranks: make([]*RingRank, n)}
+	r := &Ring{cfg: cfg, ranks: make([]*Rank, n)}
 	ok := false
 	defer func() {
 		if !ok {
@@ -274,7 +283,7 @@ func NewRing(devs []verbs.Device, cfg RingConfig) (*Ring, error) {
 		}
 	}()
 	for i, d := range devs {
-		rr := &RingRank{ring: r, rank: i, size: n, cfg: cfg, dev: d, left: devs[(i+n-1)%n], right: devs[(i+1)%n],
+		rr := &Rank{ring: r, rank: i, size: n, cfg: cfg, dev: d, left: devs[(i+n-1)%n], right: devs[(i+1)%n],
 			msgBytes: cfg.MessageSize, vals: cfg.MessageSize / 4, window: cfg.Window,
 			reqs: make(chan *ringCall, 1), engineDone: make(chan struct{})}
 		rr.call.result = make(chan error, 1)
@@ -283,7 +292,7 @@ func NewRing(devs []verbs.Device, cfg RingConfig) (*Ring, error) {
 			continue
 		}
 		if err := rr.open(); err != nil {
-			return nil, fmt.Errorf("perftest: ring rank %d on %s: %w", i, d.Name(), err)
+			return nil, fmt.Errorf("ring: rank %d on %s: %w", i, d.Name(), err)
 		}
 	}
 	if n > 1 {
@@ -291,11 +300,11 @@ func NewRing(devs []verbs.Device, cfg RingConfig) (*Ring, error) {
 			right := r.ranks[(i+1)%n]
 			attr := verbs.RTRAttr{RemoteQPN: right.qpLeft.QPN(), RemoteAddr: right.dev.Addr(), MTU: cfg.MTU}
 			if err := verbs.Connect(rr.qpRight, verbs.AccessRemoteWrite, attr, 0); err != nil {
-				return nil, fmt.Errorf("perftest: ring: connect rank %d to rank %d: %w", i, right.rank, err)
+				return nil, fmt.Errorf("ring: connect rank %d to rank %d: %w", i, right.rank, err)
 			}
 			attr = verbs.RTRAttr{RemoteQPN: rr.qpRight.QPN(), RemoteAddr: rr.dev.Addr(), MTU: cfg.MTU}
 			if err := verbs.Connect(right.qpLeft, verbs.AccessRemoteWrite, attr, 0); err != nil {
-				return nil, fmt.Errorf("perftest: ring: connect rank %d to rank %d: %w", right.rank, i, err)
+				return nil, fmt.Errorf("ring: connect rank %d to rank %d: %w", right.rank, i, err)
 			}
 			rr.rightRKey = right.mr.RKey()
 			right.leftRKey = rr.mr.RKey()
@@ -308,7 +317,7 @@ func NewRing(devs []verbs.Device, cfg RingConfig) (*Ring, error) {
 	}
 	for _, rr := range r.ranks {
 		if n > 1 {
-			rr.waker = newRingWaker()
+			rr.waker = timing.NewWaker()
 			go rr.engine()
 		}
 	}
@@ -318,9 +327,9 @@ func NewRing(devs []verbs.Device, cfg RingConfig) (*Ring, error) {
 
 // recvDepth is the receive WRs kept posted on each QP: a window of new
 // items plus room for duplicates and the next call's early items.
-func (rr *RingRank) recvDepth() int { return 4*rr.window + 128 }
+func (rr *Rank) recvDepth() int { return 4*rr.window + 128 }
 
-func (rr *RingRank) open() error {
+func (rr *Rank) open() error {
 	var err error
 	if rr.pd, err = rr.dev.AllocPD(); err != nil {
 		return err
@@ -351,10 +360,10 @@ func (rr *RingRank) open() error {
 	return nil
 }
 
-func (rr *RingRank) postInitialRecvs() error {
+func (rr *Rank) postInitialRecvs() error {
 	for _, qp := range []verbs.QP{rr.qpLeft, rr.qpRight} {
 		if _, err := qp.PostRecv(rr.e.recvWRs); err != nil {
-			return fmt.Errorf("perftest: ring rank %d: post receives: %w", rr.rank, err)
+			return fmt.Errorf("ring: rank %d: post receives: %w", rr.rank, err)
 		}
 	}
 	return nil
@@ -364,14 +373,14 @@ func (rr *RingRank) postInitialRecvs() error {
 func (r *Ring) Size() int { return len(r.ranks) }
 
 // Config is the configuration with defaults filled in.
-func (r *Ring) Config() RingConfig { return r.cfg }
+func (r *Ring) Config() Config { return r.cfg }
 
 // Rank returns rank i (0 ≤ i < Size).
-func (r *Ring) Rank(i int) *RingRank { return r.ranks[i] }
+func (r *Ring) Rank(i int) *Rank { return r.ranks[i] }
 
 // Stats sums every rank's counters.
-func (r *Ring) Stats() RingStats {
-	var s RingStats
+func (r *Ring) Stats() Stats {
+	var s Stats
 	for _, rr := range r.ranks {
 		s.add(rr.Stats())
 	}
@@ -379,26 +388,26 @@ func (r *Ring) Stats() RingStats {
 }
 
 // Stats returns a snapshot of this rank's counters.
-func (rr *RingRank) Stats() RingStats {
+func (rr *Rank) Stats() Stats {
 	c := &rr.cnt
-	return RingStats{AllReduces: c.allReduces.Load(), Messages: c.messages.Load(), Retransmissions: c.retransmissions.Load(),
+	return Stats{AllReduces: c.allReduces.Load(), Messages: c.messages.Load(), Retransmissions: c.retransmissions.Load(),
 		Packets: c.packets.Load(), Acks: c.acks.Load(), Duplicates: c.duplicates.Load(), Stray: c.stray.Load()}
 }
 
-// Close stops every rank's engine (a call in progress returns ErrRingClosed)
+// Close stops every rank's engine (a call in progress returns ErrClosed)
 // and releases the verbs objects. Idempotent.
 func (r *Ring) Close() error {
 	r.closeOnce.Do(func() {
 		for _, rr := range r.ranks {
 			if rr.waker != nil {
 				rr.closing.Store(true)
-				rr.waker.poke()
+				rr.waker.Stop()
 			}
 		}
 		for _, rr := range r.ranks {
 			if rr.waker != nil {
 				<-rr.engineDone
-				rr.waker.timer.Stop()
+				rr.waker.Halt()
 			}
 		}
 		r.closeErr = r.release()
@@ -425,23 +434,23 @@ func (r *Ring) release() error {
 // Every rank must call it with a tensor of the same length; the results are
 // bit-identical on all ranks (each element is summed once, in ring order, and
 // then copied). x must not be touched until AllReduce returns. An error
-// other than bad input breaks the rank (ErrRingBroken afterwards).
-func (rr *RingRank) AllReduce(ctx context.Context, x []float32) error {
+// other than bad input breaks the rank (ErrBroken afterwards).
+func (rr *Rank) AllReduce(ctx context.Context, x []float32) error {
 	return rr.do(ctx, x, nil)
 }
 
 // AllReduceInt32 is AllReduce for int32 (exact, wrapping on overflow).
-func (rr *RingRank) AllReduceInt32(ctx context.Context, x []int32) error {
+func (rr *Rank) AllReduceInt32(ctx context.Context, x []int32) error {
 	return rr.do(ctx, nil, x)
 }
 
-func (rr *RingRank) do(ctx context.Context, f []float32, iv []int32) error {
+func (rr *Rank) do(ctx context.Context, f []float32, iv []int32) error {
 	n := len(f) + len(iv)
 	if n == 0 {
-		return errors.New("perftest: ring all-reduce of an empty tensor: pass at least one element")
+		return errors.New("ring: all-reduce of an empty tensor: pass at least one element")
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("perftest: ring rank %d: all-reduce not started: %w", rr.rank, err)
+		return fmt.Errorf("ring: rank %d: all-reduce not started: %w", rr.rank, err)
 	}
 	if rr.size == 1 {
 		rr.cnt.allReduces.Add(1)
@@ -449,12 +458,12 @@ func (rr *RingRank) do(ctx context.Context, f []float32, iv []int32) error {
 	}
 	m := ceilDiv(ceilDiv(n, rr.size), rr.vals)
 	if items := 2 * (rr.size - 1) * m; items >= ringMaxItems {
-		return fmt.Errorf("perftest: ring all-reduce of %d elements in %d-byte messages is %d messages per rank, more than the %d the immediate can number: raise the message size", n, rr.msgBytes, items, ringMaxItems)
+		return fmt.Errorf("ring: all-reduce of %d elements in %d-byte messages is %d messages per rank, more than the %d the immediate can number: raise the message size", n, rr.msgBytes, items, ringMaxItems)
 	}
 	rr.callMu.Lock()
 	defer rr.callMu.Unlock()
 	if rr.closing.Load() {
-		return ErrRingClosed
+		return ErrClosed
 	}
 	c := &rr.call
 	c.ctx, c.f, c.i = ctx, f, iv
@@ -463,9 +472,9 @@ func (rr *RingRank) do(ctx context.Context, f []float32, iv []int32) error {
 		return rr.engineGone()
 	case rr.reqs <- c:
 	}
-	rr.waker.poke()
+	rr.waker.Stop()
 	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, rr.waker.poke)
+		stop := context.AfterFunc(ctx, rr.waker.Stop)
 		defer stop()
 	}
 	select {
@@ -482,18 +491,15 @@ func (rr *RingRank) do(ctx context.Context, f []float32, iv []int32) error {
 	}
 }
 
-func (rr *RingRank) engineGone() error {
+func (rr *Rank) engineGone() error {
 	if rr.broken != nil {
-		return fmt.Errorf("%w: %w", ErrRingBroken, rr.broken)
+		return fmt.Errorf("%w: %w", ErrBroken, rr.broken)
 	}
-	return ErrRingClosed
+	return ErrClosed
 }
 
-// errRingWoken is what the waker's Err says after it fired.
-var errRingWoken = errors.New("perftest: ring engine woken")
-
 // engine is the rank's protocol loop; it owns rr.e.
-func (rr *RingRank) engine() {
+func (rr *Rank) engine() {
 	defer close(rr.engineDone)
 	e := &rr.e
 	finish := func(err error) {
@@ -511,10 +517,10 @@ func (rr *RingRank) engine() {
 		}
 	}
 	for {
-		rr.waker.reset()
+		rr.waker.Reset()
 		if rr.closing.Load() {
 			if e.call != nil {
-				finish(ErrRingClosed)
+				finish(ErrClosed)
 			}
 			return
 		}
@@ -532,7 +538,7 @@ func (rr *RingRank) engine() {
 		wake := now.Add(time.Hour)
 		if e.call != nil {
 			if err := e.call.ctx.Err(); err != nil {
-				fail(fmt.Errorf("perftest: ring rank %d: all-reduce interrupted, the ring cannot continue: %w", rr.rank, err))
+				fail(fmt.Errorf("ring: rank %d: all-reduce interrupted, the ring cannot continue: %w", rr.rank, err))
 				return
 			}
 			if err := rr.progress(now, &wake); err != nil {
@@ -546,14 +552,14 @@ func (rr *RingRank) engine() {
 		}
 		k, err := rr.cq.Poll(e.wcs)
 		if err == nil && k == 0 {
-			rr.waker.timer.Reset(max(wake.Sub(now), 0))
+			rr.waker.Arm(wake.Sub(now))
 			k, err = rr.cq.Wait(rr.waker, e.wcs)
-			if errors.Is(err, errRingWoken) {
+			if errors.Is(err, timing.ErrWoken) {
 				continue
 			}
 		}
 		if err != nil {
-			fail(fmt.Errorf("perftest: ring rank %d: completion queue: %w", rr.rank, err))
+			fail(fmt.Errorf("ring: rank %d: completion queue: %w", rr.rank, err))
 			return
 		}
 		if err := rr.handle(e.wcs[:k], time.Now()); err != nil {
@@ -566,14 +572,14 @@ func (rr *RingRank) engine() {
 	}
 }
 
-func (rr *RingRank) finished() bool {
+func (rr *Rank) finished() bool {
 	e := &rr.e
 	return e.recvCount == e.k && e.sendBase == e.k
 }
 
 // start sets up a call: geometry, bitmaps, and the items of this call that
 // arrived before it started.
-func (rr *RingRank) start(c *ringCall, now time.Time) error {
+func (rr *Rank) start(c *ringCall, now time.Time) error {
 	e := &rr.e
 	e.call, e.inCall = c, true
 	e.epoch++
@@ -615,15 +621,15 @@ func resetBools(b []bool, n int) []bool {
 }
 
 // segment is segment j's element range.
-func (rr *RingRank) segment(j int) (lo, hi int) {
+func (rr *Rank) segment(j int) (lo, hi int) {
 	n, p := rr.e.n, rr.size
 	return j * n / p, (j + 1) * n / p
 }
 
-func (rr *RingRank) mod(j int) int { return ((j % rr.size) + rr.size) % rr.size }
+func (rr *Rank) mod(j int) int { return ((j % rr.size) + rr.size) % rr.size }
 
 // itemRange is the element range of item k as sent by rank r.
-func (rr *RingRank) itemRange(r, k int) (lo, hi int) {
+func (rr *Rank) itemRange(r, k int) (lo, hi int) {
 	e := &rr.e
 	s, m := k/e.m, k%e.m
 	var j int
@@ -637,10 +643,10 @@ func (rr *RingRank) itemRange(r, k int) (lo, hi int) {
 	return lo, min(lo+rr.vals, shi)
 }
 
-func (rr *RingRank) sendRange(k int) (int, int) { return rr.itemRange(rr.rank, k) }
-func (rr *RingRank) recvRange(k int) (int, int) { return rr.itemRange(rr.rank-1, k) }
+func (rr *Rank) sendRange(k int) (int, int) { return rr.itemRange(rr.rank, k) }
+func (rr *Rank) recvRange(k int) (int, int) { return rr.itemRange(rr.rank-1, k) }
 
-func (rr *RingRank) slot(off uint64, k int) []byte {
+func (rr *Rank) slot(off uint64, k int) []byte {
 	b := rr.mr.Bytes()
 	o := off + uint64((k%rr.window)*rr.msgBytes)
 	return b[o : o+uint64(rr.msgBytes)]
@@ -656,7 +662,7 @@ func i32s(b []byte) []int32 {
 
 // progress runs the timers and fills the send window; wake is lowered to the
 // next time the engine must look again.
-func (rr *RingRank) progress(now time.Time, wake *time.Time) error {
+func (rr *Rank) progress(now time.Time, wake *time.Time) error {
 	e := &rr.e
 	if !now.Before(e.nextTimer) {
 		if err := rr.timers(now); err != nil {
@@ -680,15 +686,15 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-func (rr *RingRank) stalled(now time.Time) error {
+func (rr *Rank) stalled(now time.Time) error {
 	e := &rr.e
 	what := fmt.Sprintf("waiting for data from rank %d (%s)", rr.mod(rr.rank-1), rr.left.Addr())
 	if e.sendBase < e.sendNext {
 		what = fmt.Sprintf("waiting for data from rank %d (%s) and acknowledgements from rank %d (%s)",
 			rr.mod(rr.rank-1), rr.left.Addr(), rr.mod(rr.rank+1), rr.right.Addr())
 	}
-	return fmt.Errorf("perftest: ring rank %d: %w: nothing new for %v, %s; %d of %d messages received, %d of %d acknowledged (is every rank calling AllReduce with the same length? raise RingConfig.PeerTimeout if the network is merely slow)",
-		rr.rank, ErrRingPeerTimeout, now.Sub(e.lastProgress).Round(time.Millisecond), what, e.recvCount, e.k, e.sendBase, e.k)
+	return fmt.Errorf("ring: rank %d: %w: nothing new for %v, %s; %d of %d messages received, %d of %d acknowledged (is every rank calling AllReduce with the same length? raise Config.PeerTimeout if the network is merely slow)",
+		rr.rank, ErrPeerTimeout, now.Sub(e.lastProgress).Round(time.Millisecond), what, e.recvCount, e.k, e.sendBase, e.k)
 }
 
 // timers handles the retransmission timers: the oldest unacknowledged item
@@ -703,7 +709,7 @@ func (rr *RingRank) stalled(now time.Time) error {
 // timeout stays at its maximum; resending one item per expiry then needed
 // a second per lost item and a rank went its whole PeerTimeout without
 // progress while its neighbour waited for several lost messages.
-func (rr *RingRank) timers(now time.Time) error {
+func (rr *Rank) timers(now time.Time) error {
 	e := &rr.e
 	e.nextTimer = now.Add(time.Hour)
 	expired := false
@@ -736,7 +742,7 @@ func (rr *RingRank) timers(now time.Time) error {
 const rtoRestarts = 1
 
 // retransmit queues item k again (rr.postData sends it).
-func (rr *RingRank) retransmit(k int, now time.Time) {
+func (rr *Rank) retransmit(k int, now time.Time) {
 	e := &rr.e
 	f := &e.flight[k%rr.window]
 	e.txSeq++
@@ -753,7 +759,7 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
-func (rr *RingRank) dataWR(k int, length uint32) verbs.SendWR {
+func (rr *Rank) dataWR(k int, length uint32) verbs.SendWR {
 	slot := uint64((k % rr.window) * rr.msgBytes)
 	rr.cnt.packets.Add(uint64(max(ceilDiv(int(length), int(rr.cfg.MTU)), 1)))
 	return verbs.SendWR{
@@ -767,11 +773,11 @@ func (rr *RingRank) dataWR(k int, length uint32) verbs.SendWR {
 	}
 }
 
-func (rr *RingRank) imm(epoch uint8, k int) uint32 { return uint32(epoch)<<24 | uint32(k) }
+func (rr *Rank) imm(epoch uint8, k int) uint32 { return uint32(epoch)<<24 | uint32(k) }
 
 // signaled requests a send completion now and then, so that a hardware send
 // queue of unsignaled requests gets reclaimed.
-func (rr *RingRank) signaled() bool {
+func (rr *Rank) signaled() bool {
 	rr.e.signal++
 	if rr.e.signal >= rr.window {
 		rr.e.signal = 0
@@ -780,7 +786,7 @@ func (rr *RingRank) signaled() bool {
 	return false
 }
 
-func (rr *RingRank) postData() error {
+func (rr *Rank) postData() error {
 	e := &rr.e
 	if len(e.sendWRs) == 0 {
 		return nil
@@ -788,13 +794,13 @@ func (rr *RingRank) postData() error {
 	_, err := rr.qpRight.PostSend(e.sendWRs)
 	e.sendWRs = e.sendWRs[:0]
 	if err != nil {
-		return fmt.Errorf("perftest: ring rank %d: send to rank %d: %w", rr.rank, rr.mod(rr.rank+1), err)
+		return fmt.Errorf("ring: rank %d: send to rank %d: %w", rr.rank, rr.mod(rr.rank+1), err)
 	}
 	return nil
 }
 
 // fill sends new items while the window and the dependencies allow.
-func (rr *RingRank) fill(now time.Time) error {
+func (rr *Rank) fill(now time.Time) error {
 	e := &rr.e
 	for e.sendNext < e.k && e.sendNext < e.sendBase+rr.window {
 		k := e.sendNext
@@ -825,7 +831,7 @@ func (rr *RingRank) fill(now time.Time) error {
 	return rr.postData()
 }
 
-func (rr *RingRank) advance() {
+func (rr *Rank) advance() {
 	e := &rr.e
 	for e.sendBase < e.sendNext && e.acked[e.sendBase] {
 		e.sendBase++
@@ -834,12 +840,12 @@ func (rr *RingRank) advance() {
 
 // handle processes a batch of completions, then reposts the receives it
 // consumed and sends the acknowledgements it owes.
-func (rr *RingRank) handle(wcs []verbs.Completion, now time.Time) error {
+func (rr *Rank) handle(wcs []verbs.Completion, now time.Time) error {
 	var nData, nAck int
 	for i := range wcs {
 		wc := &wcs[i]
 		if err := wc.Err(); err != nil {
-			return fmt.Errorf("perftest: ring rank %d: %w", rr.rank, err)
+			return fmt.Errorf("ring: rank %d: %w", rr.rank, err)
 		}
 		if wc.Opcode != verbs.WCRecvRDMAWithImm {
 			continue // a signaled send
@@ -858,12 +864,12 @@ func (rr *RingRank) handle(wcs []verbs.Completion, now time.Time) error {
 	}
 	if nData > 0 {
 		if _, err := rr.qpLeft.PostRecv(rr.e.recvWRs[:nData]); err != nil {
-			return fmt.Errorf("perftest: ring rank %d: repost receives: %w", rr.rank, err)
+			return fmt.Errorf("ring: rank %d: repost receives: %w", rr.rank, err)
 		}
 	}
 	if nAck > 0 {
 		if _, err := rr.qpRight.PostRecv(rr.e.recvWRs[:nAck]); err != nil {
-			return fmt.Errorf("perftest: ring rank %d: repost receives: %w", rr.rank, err)
+			return fmt.Errorf("ring: rank %d: repost receives: %w", rr.rank, err)
 		}
 	}
 	if err := rr.postData(); err != nil { // fast retransmissions
@@ -874,7 +880,7 @@ func (rr *RingRank) handle(wcs []verbs.Completion, now time.Time) error {
 
 // onData handles data item k of the given epoch that has landed in receive
 // slot k mod Window. deferred is true for an early item replayed by start.
-func (rr *RingRank) onData(k int, epoch uint8, byteLen uint32, now time.Time, deferred bool) error {
+func (rr *Rank) onData(k int, epoch uint8, byteLen uint32, now time.Time, deferred bool) error {
 	e := &rr.e
 	switch {
 	case e.inCall && epoch == e.epoch:
@@ -916,12 +922,12 @@ func (rr *RingRank) onData(k int, epoch uint8, byteLen uint32, now time.Time, de
 	return rr.queueAck(epoch, k)
 }
 
-func (rr *RingRank) mismatch(k int, byteLen uint32) error {
-	return fmt.Errorf("perftest: ring rank %d: message %d from rank %d carries %d bytes, which this rank's tensor of %d elements does not expect: every rank must call AllReduce with a tensor of the same length",
+func (rr *Rank) mismatch(k int, byteLen uint32) error {
+	return fmt.Errorf("ring: rank %d: message %d from rank %d carries %d bytes, which this rank's tensor of %d elements does not expect: every rank must call AllReduce with a tensor of the same length",
 		rr.rank, k, rr.mod(rr.rank-1), byteLen, rr.e.n)
 }
 
-func (rr *RingRank) queueAck(epoch uint8, k int) error {
+func (rr *Rank) queueAck(epoch uint8, k int) error {
 	e := &rr.e
 	e.ackWRs = append(e.ackWRs, verbs.SendWR{
 		ID:       uint64(k),
@@ -939,7 +945,7 @@ func (rr *RingRank) queueAck(epoch uint8, k int) error {
 	return nil
 }
 
-func (rr *RingRank) flushAcks() error {
+func (rr *Rank) flushAcks() error {
 	e := &rr.e
 	if len(e.ackWRs) == 0 {
 		return nil
@@ -947,12 +953,12 @@ func (rr *RingRank) flushAcks() error {
 	_, err := rr.qpLeft.PostSend(e.ackWRs)
 	e.ackWRs = e.ackWRs[:0]
 	if err != nil {
-		return fmt.Errorf("perftest: ring rank %d: acknowledge to rank %d: %w", rr.rank, rr.mod(rr.rank-1), err)
+		return fmt.Errorf("ring: rank %d: acknowledge to rank %d: %w", rr.rank, rr.mod(rr.rank-1), err)
 	}
 	return nil
 }
 
-func (rr *RingRank) onAck(k int, epoch uint8, now time.Time) {
+func (rr *Rank) onAck(k int, epoch uint8, now time.Time) {
 	e := &rr.e
 	if !e.inCall || epoch != e.epoch || k >= e.sendNext || e.acked[k] {
 		rr.cnt.stray.Add(1)
@@ -981,19 +987,10 @@ func (rr *RingRank) onAck(k int, epoch uint8, now time.Time) {
 // items sent from now on; it never goes below RetransmitTimeout, so on an
 // idle loopback the configured value holds and on a loaded machine the
 // timeout grows instead of firing spuriously.
-func (rr *RingRank) sampleRTT(rtt time.Duration) {
+func (rr *Rank) sampleRTT(rtt time.Duration) {
 	e := &rr.e
-	if e.srtt == 0 {
-		e.srtt, e.rttvar = rtt, rtt/2
-	} else {
-		d := e.srtt - rtt
-		if d < 0 {
-			d = -d
-		}
-		e.rttvar = (3*e.rttvar + d) / 4
-		e.srtt = (7*e.srtt + rtt) / 8
-	}
-	e.rto = min(max(e.srtt+4*e.rttvar, rr.cfg.RetransmitTimeout), rr.cfg.MaxRetransmitTimeout)
+	e.rtt.Sample(rtt)
+	e.rto = e.rtt.RTO(rr.cfg.RetransmitTimeout, rr.cfg.MaxRetransmitTimeout)
 }
 
 func addFloat32(dst, src []float32) {
@@ -1008,61 +1005,4 @@ func addInt32(dst, src []int32) {
 	for i := range dst {
 		dst[i] += src[i]
 	}
-}
-
-// ringWaker is the context the engine passes to CQ.Wait: Done closes when
-// the timer fires or poke is called (a new call, a cancelled context,
-// Close). The engine resets it at the top of every loop, before it checks
-// what to do, so a poke is never missed; a channel is allocated only after
-// the waker actually fired.
-type ringWaker struct {
-	mu    sync.Mutex
-	ch    chan struct{}
-	fired bool
-	timer *time.Timer
-}
-
-var _ context.Context = (*ringWaker)(nil)
-
-func newRingWaker() *ringWaker {
-	w := &ringWaker{ch: make(chan struct{})}
-	w.timer = time.AfterFunc(time.Hour, w.poke)
-	w.timer.Stop()
-	return w
-}
-
-func (w *ringWaker) poke() {
-	w.mu.Lock()
-	if !w.fired {
-		w.fired = true
-		close(w.ch)
-	}
-	w.mu.Unlock()
-}
-
-func (w *ringWaker) reset() {
-	w.mu.Lock()
-	if w.fired {
-		w.ch = make(chan struct{})
-		w.fired = false
-	}
-	w.mu.Unlock()
-}
-
-func (w *ringWaker) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (w *ringWaker) Value(any) any               { return nil }
-
-func (w *ringWaker) Done() <-chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.ch
-}
-
-func (w *ringWaker) Err() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.fired {
-		return errRingWoken
-	}
-	return nil
 }

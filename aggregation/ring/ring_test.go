@@ -1,4 +1,4 @@
-package perftest
+package ring
 
 import (
 	"context"
@@ -13,19 +13,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/soft"
 	"github.com/swml-rdma/swml-rdma/verbs/verbstest"
 )
 
-// Ring tests use 127.12.8.0 – 127.12.15.255 (this package owns 127.12.x.x).
+// This package's tests own 127.89.x.x (docs/architecture.md).
 
-// ringDevs opens n soft NICs at 127.12.<third>.1, .2, …
+// ringDevs opens n soft NICs at 127.89.<third>.1, .2, …
 func ringDevs(t testing.TB, third, n int, loss float64) []verbs.Device {
 	t.Helper()
 	devs := make([]verbs.Device, n)
 	for i := range devs {
-		addr := netip.AddrFrom4([4]byte{127, 12, byte(third), byte(1 + i)})
+		addr := netip.AddrFrom4([4]byte{127, 89, byte(third), byte(1 + i)})
 		d, err := soft.Open(soft.Config{Addr: addr, RecvLoss: loss, SendLoss: loss, Seed: uint64(100*third + i + 1)})
 		if err != nil {
 			t.Fatal(err)
@@ -36,9 +37,9 @@ func ringDevs(t testing.TB, third, n int, loss float64) []verbs.Device {
 	return devs
 }
 
-func newTestRing(t testing.TB, devs []verbs.Device, cfg RingConfig) *Ring {
+func newTestRing(t testing.TB, devs []verbs.Device, cfg Config) *Ring {
 	t.Helper()
-	r, err := NewRing(devs, cfg)
+	r, err := New(devs, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,15 +130,15 @@ func clone[T any](in [][]T) [][]T {
 func TestRingAllReduce(t *testing.T) {
 	tests := []struct {
 		ranks, n int
-		cfg      RingConfig
+		cfg      Config
 	}{
-		{1, 5, RingConfig{}},
-		{2, 1, RingConfig{MessageSize: 256, MTU: 256}},
-		{2, 1001, RingConfig{MessageSize: 1024, MTU: 256}},
-		{3, 2, RingConfig{MessageSize: 256, MTU: 256}}, // fewer elements than ranks: empty segments
-		{3, 10007, RingConfig{MessageSize: 1000, MTU: 256}},
-		{5, 4099, RingConfig{MessageSize: 512, MTU: 512, Window: 3}},
-		{5, 33333, RingConfig{}},
+		{1, 5, Config{}},
+		{2, 1, Config{MessageSize: 256, MTU: 256}},
+		{2, 1001, Config{MessageSize: 1024, MTU: 256}},
+		{3, 2, Config{MessageSize: 256, MTU: 256}}, // fewer elements than ranks: empty segments
+		{3, 10007, Config{MessageSize: 1000, MTU: 256}},
+		{5, 4099, Config{MessageSize: 512, MTU: 512, Window: 3}},
+		{5, 33333, Config{}},
 	}
 	for ti, tt := range tests {
 		t.Run(fmt.Sprintf("ranks%d/n%d/msg%d", tt.ranks, tt.n, tt.cfg.MessageSize), func(t *testing.T) {
@@ -166,7 +167,7 @@ func TestRingAllReduceWithLoss(t *testing.T) {
 		for j, ranks := range []int{3, 5} {
 			t.Run(fmt.Sprintf("loss%g/ranks%d", loss, ranks), func(t *testing.T) {
 				devs := ringDevs(t, 9+2*i+j, ranks, loss)
-				r := newTestRing(t, devs, RingConfig{MessageSize: 2048, MTU: 512, Window: 8, RetransmitTimeout: 5 * time.Millisecond})
+				r := newTestRing(t, devs, Config{MessageSize: 2048, MTU: 512, Window: 8, RetransmitTimeout: 5 * time.Millisecond})
 				const n = 20011
 				for call := range 3 {
 					f, iv := ringInputs(ranks, n, uint64(call))
@@ -206,7 +207,7 @@ func TestRingFakeNetwork(t *testing.T) {
 		defer d.Close()
 		devs[i] = d
 	}
-	r := newTestRing(t, devs, RingConfig{MessageSize: 64, Window: 4, RetransmitTimeout: 2 * time.Millisecond})
+	r := newTestRing(t, devs, Config{MessageSize: 64, Window: 4, RetransmitTimeout: 2 * time.Millisecond})
 	for call := range 4 {
 		f, iv := ringInputs(4, 997, uint64(call))
 		outF, outI := clone(f), clone(iv)
@@ -225,7 +226,7 @@ func TestRingFakeNetwork(t *testing.T) {
 }
 
 func TestRingPeerTimeout(t *testing.T) {
-	r := newTestRing(t, ringDevs(t, 13, 3, 0), RingConfig{MessageSize: 256, MTU: 256, RetransmitTimeout: 5 * time.Millisecond, PeerTimeout: 300 * time.Millisecond})
+	r := newTestRing(t, ringDevs(t, 13, 3, 0), Config{MessageSize: 256, MTU: 256, RetransmitTimeout: 5 * time.Millisecond, PeerTimeout: 300 * time.Millisecond})
 	x := make([]float32, 1000)
 	errs := make(chan error, 2)
 	for i := range 2 { // rank 2 never calls
@@ -234,21 +235,21 @@ func TestRingPeerTimeout(t *testing.T) {
 	for range 2 {
 		select {
 		case err := <-errs:
-			if !errors.Is(err, ErrRingPeerTimeout) || !strings.Contains(err.Error(), "rank") {
-				t.Fatalf("error %v, want ErrRingPeerTimeout naming a rank", err)
+			if !errors.Is(err, ErrPeerTimeout) || !strings.Contains(err.Error(), "rank") {
+				t.Fatalf("error %v, want ErrPeerTimeout naming a rank", err)
 			}
 			t.Log(err)
 		case <-time.After(30 * time.Second):
 			t.Fatal("AllReduce hung with a missing rank")
 		}
 	}
-	if err := r.Rank(0).AllReduce(context.Background(), x); !errors.Is(err, ErrRingBroken) {
-		t.Fatalf("call after failure: %v, want ErrRingBroken", err)
+	if err := r.Rank(0).AllReduce(context.Background(), x); !errors.Is(err, ErrBroken) {
+		t.Fatalf("call after failure: %v, want ErrBroken", err)
 	}
 }
 
 func TestRingCancelAndClose(t *testing.T) {
-	r, err := NewRing(ringDevs(t, 14, 2, 0), RingConfig{})
+	r, err := New(ringDevs(t, 14, 2, 0), Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,8 +273,8 @@ func TestRingCancelAndClose(t *testing.T) {
 	}
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrRingClosed) {
-			t.Fatalf("error %v, want ErrRingClosed", err)
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("error %v, want ErrClosed", err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("AllReduce did not return after Close")
@@ -287,7 +288,7 @@ func TestRingCancelAndClose(t *testing.T) {
 }
 
 func TestRingLengthMismatch(t *testing.T) {
-	r := newTestRing(t, ringDevs(t, 15, 2, 0), RingConfig{MessageSize: 256, MTU: 256, PeerTimeout: 2 * time.Second})
+	r := newTestRing(t, ringDevs(t, 15, 2, 0), Config{MessageSize: 256, MTU: 256, PeerTimeout: 2 * time.Second})
 	errs := make(chan error, 2)
 	go func() { errs <- r.Rank(0).AllReduce(context.Background(), make([]float32, 100)) }()
 	go func() { errs <- r.Rank(1).AllReduce(context.Background(), make([]float32, 101)) }()
@@ -312,22 +313,22 @@ func TestRingConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {
-		cfg  RingConfig
+		cfg  Config
 		want string
 	}{
-		{RingConfig{MessageSize: 6}, "multiple of 4"},
-		{RingConfig{MTU: 1000}, "256, 512, 1024, 2048 or 4096"},
-		{RingConfig{Window: -1}, "window"},
-		{RingConfig{RetransmitTimeout: time.Second, PeerTimeout: time.Millisecond}, "peer timeout"},
+		{Config{MessageSize: 6}, "multiple of 4"},
+		{Config{MTU: 1000}, "256, 512, 1024, 2048 or 4096"},
+		{Config{Window: -1}, "window"},
+		{Config{RetransmitTimeout: time.Second, PeerTimeout: time.Millisecond}, "peer timeout"},
 	} {
-		if _, err := NewRing([]verbs.Device{d}, tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if _, err := New([]verbs.Device{d}, tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("config %+v: error %v, want it to mention %q", tt.cfg, err, tt.want)
 		}
 	}
-	if _, err := NewRing(nil, RingConfig{}); err == nil {
+	if _, err := New(nil, Config{}); err == nil {
 		t.Error("ring of no devices accepted")
 	}
-	r, err := NewRing([]verbs.Device{d}, RingConfig{})
+	r, err := New([]verbs.Device{d}, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,12 +338,34 @@ func TestRingConfigErrors(t *testing.T) {
 	}
 }
 
+func TestDefaultWindow(t *testing.T) {
+	for _, tt := range []struct {
+		name              string
+		messageSize, want int
+	}{
+		{"256 KiB of 16 KiB messages", 16 << 10, 16},
+		{"at least 4 messages", 1 << 20, 4},
+		{"at most 256 messages", 256, 256},
+		{"between the bounds", 4 << 10, 64},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := DefaultWindow(tt.messageSize); got != tt.want {
+				t.Fatalf("DefaultWindow(%d) = %d, want %d", tt.messageSize, got, tt.want)
+			}
+			cfg, err := Config{MessageSize: tt.messageSize}.withDefaults()
+			if err != nil || cfg.Window != tt.want {
+				t.Fatalf("Config{MessageSize: %d} defaults to window %d (%v), want %d", tt.messageSize, cfg.Window, err, tt.want)
+			}
+		})
+	}
+}
+
 // BenchmarkRingAllReduce: 4 ranks on loopback soft NICs, 1 MiB float32 per
 // call. allocs/op is per all-reduce of 4 ranks × 48 messages: the engines
 // allocate nothing per message.
 func BenchmarkRingAllReduce(b *testing.B) {
 	const ranks, n = 4, 1 << 18
-	r := newTestRing(b, ringDevs(b, 15, ranks, 0), RingConfig{MessageSize: 16 << 10, MTU: 1024})
+	r := newTestRing(b, ringDevs(b, 15, ranks, 0), Config{MessageSize: 16 << 10, MTU: 1024})
 	x := make([][]float32, ranks)
 	for i := range x {
 		x[i] = make([]float32, n)
@@ -371,3 +394,6 @@ func BenchmarkRingAllReduce(b *testing.B) {
 	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "ATE/s")
 	b.ReportMetric(float64(s.Retransmissions)/float64(b.N), "retx/op")
 }
+
+// A rank is driven the way a SwitchML session is.
+var _ aggregation.AllReducer = (*Rank)(nil)
