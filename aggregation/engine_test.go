@@ -19,11 +19,11 @@ import (
 	"github.com/swml-rdma/swml-rdma/verbs/verbstest"
 )
 
-// toyCluster is a toy switch, a real controller and fake NICs on one
-// in-memory network.
+// toyCluster is the real switch pipeline (modelSwitch), a real controller
+// and fake NICs on one in-memory network (verbstest).
 type toyCluster struct {
 	net     *verbstest.Network
-	sw      *toySwitch
+	sw      *modelSwitch
 	ctlAddr string
 }
 
@@ -32,11 +32,11 @@ func newToyCluster(t testing.TB, liveness time.Duration) *toyCluster {
 	n := verbstest.NewNetwork()
 	t.Cleanup(func() { n.Close() })
 	swAddr := addr4(10, 0, 0, 1)
-	sw, err := newToySwitch(n, swAddr)
+	sw, err := newModelSwitch(n, swAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &toyCluster{net: n, sw: sw, ctlAddr: startController(t, sw, swAddr, liveness)}
+	return &toyCluster{net: n, sw: sw, ctlAddr: startControllerPool(t, sw, swAddr, modelSwitchPool, liveness)}
 }
 
 func (c *toyCluster) device(base byte) func(int) (verbs.Device, error) {
@@ -144,8 +144,9 @@ func TestToyLoss(t *testing.T) {
 	for _, w := range lossy.workers {
 		retx += w.sess.Stats().Retransmissions
 	}
-	swRetx, unicasts, _, _ := c.sw.counters()
-	t.Logf("retransmissions: workers %d, seen by switch %d, unicast answers %d; network %+v", retx, swRetx, unicasts, c.net.Stats())
+	sw, skipped := c.sw.counters()
+	t.Logf("retransmissions: workers %d, packets seen by switch %d, unicast answers %d, results withheld out of order %d; network %+v",
+		retx, sw.Retransmissions, sw.Unicasts, skipped, c.net.Stats())
 	if retx == 0 || c.net.Stats().Dropped == 0 {
 		t.Fatalf("no loss recovery exercised (retransmissions %d)", retx)
 	}
@@ -321,15 +322,10 @@ func TestToyStarvation(t *testing.T) {
 	want := clone2(in)
 	noErrors(t, clean.allReduce(context.Background(), want))
 
-	c.sw.mu.Lock()
-	c.sw.lossIn = func(rank, qp, pkts int) int {
-		if rank == 0 && qp == 0 && pkts > 1 {
-			return 1
-		}
-		return -1
-	}
-	c.sw.lossOut = func(rank, qp int, _ wire.PoolIndex, pkts int) bool { return rank == 1 && qp == 1 && pkts > 1 }
-	c.sw.mu.Unlock()
+	c.sw.setLoss(
+		func(rank, qp, k, pkts int) bool { return rank == 0 && qp == 0 && pkts > 1 && k == 1 },
+		func(rank, qp, _, pkts int) bool { return rank == 1 && qp == 1 && pkts > 1 },
+	)
 
 	whole := cfg
 	whole.SessionID = 21
