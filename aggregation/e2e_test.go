@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/soft"
 )
@@ -187,7 +187,7 @@ func testLoss(t *testing.T, net byte, packet, ppm, q int) {
 // within 2 s, nothing leaks, and a new job then runs on the same switch.
 func TestSoftKilledWorker(t *testing.T) {
 	c := newSoftCluster(t, 5, 0, 0)
-	before := runtime.NumGoroutine()
+	goroutines := testutil.SnapshotGoroutines()
 	cfg := softConfig(1, 1024, 2, 2)
 	cfg.PeerTimeout = time.Minute // the controller's abort must be what ends it
 	const n = 3
@@ -222,14 +222,10 @@ func TestSoftKilledWorker(t *testing.T) {
 	j.close(t)
 
 	// No goroutine outlives the job (gRPC connections wind down
-	// asynchronously: allow them a moment).
-	deadline := time.Now().Add(3 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if g := runtime.NumGoroutine(); g > before {
-		buf := make([]byte, 1<<16)
-		t.Fatalf("%d goroutines before the job, %d after:\n%s", before, g, buf[:runtime.Stack(buf, true)])
+	// asynchronously: Check waits for them).
+	goroutines.Check(t)
+	if t.Failed() {
+		t.FailNow()
 	}
 
 	// The switch and the controller serve a new job, on the same addresses.

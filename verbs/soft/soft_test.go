@@ -10,12 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 	"github.com/swml-rdma/swml-rdma/rdma"
 	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
@@ -296,7 +296,7 @@ func TestStateAndArgumentErrors(t *testing.T) {
 }
 
 func TestCloseIdempotentNoLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
+	goroutines := testutil.SnapshotGoroutines()
 	e := newEndpoint(t, "127.11.0.2", 4096, verbs.AccessLocalWrite, Config{})
 	done := make(chan error, 1)
 	go func() {
@@ -318,13 +318,7 @@ func TestCloseIdempotentNoLeak(t *testing.T) {
 		t.Fatalf("AllocPD after Close: %v", err)
 	}
 	// The receive goroutine and the waiter are gone.
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines after Close, %d before Open", runtime.NumGoroutine(), before)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	goroutines.Check(t)
 }
 
 // TestCaptureDecodedByTshark writes a capture of multi-packet writes and has
