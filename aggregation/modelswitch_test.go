@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"testing"
+	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 	"github.com/swml-rdma/swml-rdma/rdma"
 	"github.com/swml-rdma/swml-rdma/verbs/verbstest"
 )
@@ -56,6 +59,11 @@ type modelSwitch struct {
 	// skipped counts result packets the pipeline withheld
 	// (switchmodel.ErrOutOfOrder).
 	skipped int
+	// requested is closed, per (job, rank), when the switch receives that
+	// rank's first request: the test's hook that says a call has started
+	// (and reached the wire).
+	requested map[jobRank]chan struct{}
+	seen      map[jobRank]bool
 
 	// Deterministic loss patterns (nil: none), at packet granularity.
 	// lossIn says whether packet k of a pkts-packet request from rank on
@@ -64,6 +72,11 @@ type modelSwitch struct {
 	// after the switch sent it (so it used its PSN).
 	lossIn  func(rank, qp, k, pkts int) bool
 	lossOut func(rank, qp, k, pkts int) bool
+}
+
+type jobRank struct {
+	job  uint32
+	rank int
 }
 
 type qpEnd struct {
@@ -104,6 +117,7 @@ func newModelSwitch(n *verbstest.Network, addr netip.Addr) (*modelSwitch, error)
 		net: n, addr: addr, pipe: pipe,
 		jobs: map[uint32]*wire.Job{}, src: map[qpEnd]jobRankQP{}, dst: map[qpEnd]jobRankQP{},
 		rxPSN: map[qpEnd]uint32{}, out: map[qpEnd]*resultAssembly{},
+		requested: map[jobRank]chan struct{}{}, seen: map[jobRank]bool{},
 		buf: make([]byte, maxPkt), res: make([]byte, maxPkt),
 	}
 	if err := n.Attach(addr, s.handle); err != nil {
@@ -162,6 +176,13 @@ func (s *modelSwitch) handle(m *verbstest.Message) {
 	ps := len(m.Payload) // a message nobody knows goes to the pipeline as one packet
 	if known {
 		ps = who.job.PacketSize
+		k := jobRank{who.job.ID, who.rank}
+		if !s.seen[k] {
+			s.seen[k] = true
+			if ch := s.requested[k]; ch != nil {
+				close(ch)
+			}
+		}
 	}
 	pkts := 1
 	if ps > 0 && len(m.Payload) > ps {
@@ -274,6 +295,38 @@ func (s *modelSwitch) counters() (switchmodel.Counters, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pipe.Counters, s.skipped
+}
+
+// sawRequest returns a channel that is closed once the switch has received
+// a request from rank of job (at once if it already has).
+func (s *modelSwitch) sawRequest(job uint32, rank int) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := jobRank{job, rank}
+	ch := s.requested[k]
+	if ch == nil {
+		ch = make(chan struct{})
+		s.requested[k] = ch
+		if s.seen[k] {
+			close(ch)
+		}
+	}
+	return ch
+}
+
+// waitCalls waits until the switch has received a request from each of
+// ranks of job: their calls have started and are waiting for results.
+func (c *toyCluster) waitCalls(t testing.TB, j *job, ranks ...int) {
+	t.Helper()
+	id := j.workers[0].sess.JobID()
+	timeout := time.After(testutil.Scale(10 * time.Second))
+	for _, r := range ranks {
+		select {
+		case <-c.sw.sawRequest(id, r):
+		case <-timeout:
+			t.Fatalf("rank %d of job %d sent nothing: its AllReduce did not start", r, id)
+		}
+	}
 }
 
 // setLoss installs the loss patterns (nil: none).

@@ -187,9 +187,10 @@ func TestForgedPackets(t *testing.T) {
 
 func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+	limit := testutil.Scale(5 * time.Second)
+	for deadline := time.Now().Add(limit); !cond(); {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5 s")
+			t.Fatalf("condition not met within %v", limit)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

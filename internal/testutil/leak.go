@@ -114,3 +114,48 @@ func stacks() []goroutine {
 	}
 	return out
 }
+
+// WaitBlocked waits until n goroutines other than the caller are blocked
+// at once (parked: in a select, a channel operation, a lock, a condition
+// variable or network I/O, not running) with fn in their stacks, e.g.
+// "soft.(*CQ).Wait": the hook a test uses instead of a sleep to know that
+// the calls it started are under way before it closes or kills something.
+// It fails t after Scale(10 s).
+func WaitBlocked(t testing.TB, n int, fn string) {
+	t.Helper()
+	deadline := time.Now().Add(Scale(10 * time.Second))
+	pause := 100 * time.Microsecond
+	for {
+		found := 0
+		for i, s := range stacks() {
+			if i > 0 && s.parked() && strings.Contains(s.text, fn+"(") {
+				found++
+			}
+		}
+		if found >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines blocked in %s after %v, want %d", found, fn, Scale(10*time.Second), n)
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 10*time.Millisecond)
+	}
+}
+
+// parked reports whether the goroutine waits: its header's state is not
+// running, runnable or a system call.
+func (s goroutine) parked() bool {
+	head, _, _ := strings.Cut(s.text, "\n")
+	_, state, ok := strings.Cut(head, "[")
+	if !ok {
+		return false
+	}
+	state, _, _ = strings.Cut(state, "]")
+	state, _, _ = strings.Cut(state, ",") // "select, 2 minutes"
+	switch state {
+	case "running", "runnable", "syscall":
+		return false
+	}
+	return true
+}

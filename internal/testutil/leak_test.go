@@ -69,3 +69,19 @@ func TestScale(t *testing.T) {
 		t.Fatalf("Scale(1s) = %v with Race=%v, want %v", got, Race, want)
 	}
 }
+
+func TestWaitBlocked(t *testing.T) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		time.Sleep(20 * time.Millisecond) // not parked in blockedOnPurpose yet
+		blockedOnPurpose(stop, done)
+	}()
+	WaitBlocked(t, 1, "testutil.blockedOnPurpose")
+	select {
+	case <-done:
+		t.Fatal("the goroutine ended before it was seen blocked")
+	default:
+	}
+	close(stop)
+	<-done
+}

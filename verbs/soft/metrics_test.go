@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
 
@@ -45,9 +46,10 @@ func nicMetric(t *testing.T, reg *prometheus.Registry, name, device, label strin
 // pollUntil waits up to 10 s for cond.
 func pollUntil(t *testing.T, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+	limit := testutil.Scale(10 * time.Second)
+	for deadline := time.Now().Add(limit); !cond(); {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10 s")
+			t.Fatalf("condition not met within %v", limit)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -162,7 +162,7 @@ func (r *rawPeer) send(t *testing.T, pf rdma.PacketFields, payload []byte, corru
 // settle waits until the NIC has counted n received packets.
 func settle(t *testing.T, d *Device, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testutil.Scale(5 * time.Second))
 	// rxHandled, not RxPackets: the packet must have been handled to the
 	// end (RxPackets counts it on arrival, before the checks).
 	for d.rxHandled.Load() < n {
@@ -303,7 +303,7 @@ func TestCloseIdempotentNoLeak(t *testing.T) {
 		_, err := e.rcq.Wait(context.Background(), make([]verbs.Completion, 1))
 		done <- err
 	}()
-	time.Sleep(10 * time.Millisecond)
+	testutil.WaitBlocked(t, 1, "soft.(*CQ).Wait")
 	e.closer()
 	e.closer()
 	select {
@@ -311,7 +311,7 @@ func TestCloseIdempotentNoLeak(t *testing.T) {
 		if !errors.Is(err, verbs.ErrClosed) {
 			t.Fatalf("Wait after Close: %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testutil.Scale(5 * time.Second)):
 		t.Fatal("CQ Wait hangs after the device closed")
 	}
 	if _, err := e.dev.AllocPD(); !errors.Is(err, verbs.ErrClosed) {
