@@ -30,11 +30,10 @@ import (
 // discards the message in progress) and delivered as one message on LAST/ONLY.
 // It implements control.Programmer.
 //
-// What it cannot show: the fake network delivers messages one at a time, so
-// the packets of two request messages never interleave at the switch as they
-// do on a wire; results of one message therefore come out in packet order,
-// and the ordering rule (switchmodel.ErrOutOfOrder) is met only by the
-// loopback tests with the software switch (TestSoftLoss/ppm4).
+// The fake network delivers messages one at a time, so the packets of two
+// request messages do not interleave at the switch as they can on a wire,
+// unless a test asks for it (interleave): that is how TestToyResultOrder
+// meets the per-QP result ordering rule (switchmodel.ErrOutOfOrder).
 //
 // Concurrency: the pipeline runs on the network's delivery goroutine; AddJob
 // and RemoveJob come from the controller's goroutines; mu serialises them.
@@ -72,6 +71,9 @@ type modelSwitch struct {
 	// after the switch sent it (so it used its PSN).
 	lossIn  func(rank, qp, k, pkts int) bool
 	lossOut func(rank, qp, k, pkts int) bool
+	// interleave, if set, reorders packets between two workers' messages
+	// once (see interleaving).
+	interleave *interleaving
 }
 
 type jobRank struct {
@@ -215,23 +217,65 @@ func (s *modelSwitch) handle(m *verbstest.Message) {
 			panic(fmt.Sprintf("model switch: encode a request packet: %v", err))
 		}
 		copy(s.buf[off:], m.Payload[lo:hi])
-		var pkt rdma.Packet
-		if err := pkt.Parse(s.buf[:n]); err != nil {
-			panic(fmt.Sprintf("model switch: parse a request packet: %v", err))
+		if il := s.interleave; il != nil && known && !il.done && who.rank == il.holdRank && (il.holding || (pkts > 1 && k >= il.from)) {
+			il.holding = true
+			il.held = append(il.held, heldPacket{m.Src, append([]byte(nil), s.buf[:n]...)})
+			continue
 		}
-		s.pipe.Process(m.Src, &pkt, &s.md)
-		for d := 0; d < s.md.Dests(); d++ {
-			rn, dst, err := s.pipe.EncodeResult(&s.md, d, s.res)
-			if err == switchmodel.ErrOutOfOrder {
-				s.skipped++
-				continue
+		s.process(m.Src, s.buf[:n])
+		if il := s.interleave; il != nil && known && !il.done && who.rank == il.triggerRank && k == 0 {
+			if il.sent[m.RKey] {
+				// triggerRank resends: the held packets overtake the
+				// rest of its message.
+				il.done = true
+				for _, h := range il.held {
+					s.process(h.src, h.b)
+				}
+				il.held = nil
 			}
-			if err != nil {
-				panic(fmt.Sprintf("model switch: encode a result: %v", err))
-			}
-			s.egress(dst, s.res[:rn])
+			il.sent[m.RKey] = true
 		}
 	}
+}
+
+// process runs one request packet through the pipeline and sends its
+// results.
+func (s *modelSwitch) process(src netip.Addr, b []byte) {
+	var pkt rdma.Packet
+	if err := pkt.Parse(b); err != nil {
+		panic(fmt.Sprintf("model switch: parse a request packet: %v", err))
+	}
+	s.pipe.Process(src, &pkt, &s.md)
+	for d := 0; d < s.md.Dests(); d++ {
+		rn, dst, err := s.pipe.EncodeResult(&s.md, d, s.res)
+		if err == switchmodel.ErrOutOfOrder {
+			s.skipped++
+			continue
+		}
+		if err != nil {
+			panic(fmt.Sprintf("model switch: encode a result: %v", err))
+		}
+		s.egress(dst, s.res[:rn])
+	}
+}
+
+// interleaving makes two workers' packets interleave at the switch as they
+// can on a wire, once, deterministically: from packet from of holdRank's
+// first multi-packet request on, everything holdRank sends is held back;
+// when triggerRank resends a message (a request with a pool index it sent
+// before), the held packets are processed right after that resend's first
+// packet, before the rest of it.
+type interleaving struct {
+	holdRank, from, triggerRank int
+
+	holding, done bool
+	held          []heldPacket
+	sent          map[uint32]bool // triggerRank's request rkeys (pool indices)
+}
+
+type heldPacket struct {
+	src netip.Addr
+	b   []byte
 }
 
 // egress applies lossOut to one result packet and feeds the worker QP's UC
@@ -327,6 +371,16 @@ func (c *toyCluster) waitCalls(t testing.TB, j *job, ranks ...int) {
 			t.Fatalf("rank %d of job %d sent nothing: its AllReduce did not start", r, id)
 		}
 	}
+}
+
+// setInterleave installs il (nil: none).
+func (s *modelSwitch) setInterleave(il *interleaving) {
+	s.mu.Lock()
+	if il != nil {
+		il.sent = map[uint32]bool{}
+	}
+	s.interleave = il
+	s.mu.Unlock()
 }
 
 // setLoss installs the loss patterns (nil: none).
