@@ -47,8 +47,10 @@ type modelSwitch struct {
 	// src maps a worker's (address, switch QPN) to its job, rank and QP
 	// index; dst maps a worker's (address, QPN) to the same.
 	src, dst map[qpEnd]jobRankQP
-	// rxPSN is the next request PSN per worker QP (the fake wire has no
-	// PSNs; the switch only needs them consecutive within a message).
+	// rxPSN is the next request PSN per worker QP: the fake wire has no
+	// PSNs, so they are numbered here as a NIC's UC send queue does, one
+	// per packet and every transmission new (the switch drops a packet
+	// older than the newest it has seen on the QP).
 	rxPSN map[qpEnd]uint32
 	// out is the result message being put together per worker QP.
 	out map[qpEnd]*resultAssembly
