@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/soft"
 )
@@ -184,10 +184,11 @@ func testLoss(t *testing.T, net byte, packet, ppm, q int) {
 }
 
 // TestSoftKilledWorker: a worker dies mid-job; the others get an error
-// within 2 s, nothing leaks, and a new job then runs on the same switch.
+// (the controller aborts the job), nothing leaks, and a new job then runs on
+// the same switch.
 func TestSoftKilledWorker(t *testing.T) {
 	c := newSoftCluster(t, 5, 0, 0)
-	before := runtime.NumGoroutine()
+	goroutines := testutil.SnapshotGoroutines()
 	cfg := softConfig(1, 1024, 2, 2)
 	cfg.PeerTimeout = time.Minute // the controller's abort must be what ends it
 	const n = 3
@@ -205,14 +206,13 @@ func TestSoftKilledWorker(t *testing.T) {
 			errs[r] = j.workers[r].sess.AllReduce(context.Background(), clone2(in)[r])
 		}()
 	}
-	time.Sleep(30 * time.Millisecond)
+	testutil.WaitBlocked(t, 2, "aggregation.(*Session).drive") // the survivors' calls are under way
 	killed := time.Now()
 	j.workers[2].cli.Close() // the process is gone: its controller connection drops
 	j.workers[2].dev.Close() // and its NIC
 	wg.Wait()
-	if d := time.Since(killed); d > 2*time.Second {
-		t.Errorf("the survivors took %v to fail", d)
-	}
+	// PeerTimeout is a minute: ErrJobEnded says the controller's abort,
+	// not the timeout, ended the calls.
 	for r, err := range errs {
 		if !errors.Is(err, control.ErrJobEnded) || !strings.Contains(err.Error(), "rank 2") {
 			t.Fatalf("rank %d: %v; want control.ErrJobEnded naming rank 2", r, err)
@@ -222,14 +222,10 @@ func TestSoftKilledWorker(t *testing.T) {
 	j.close(t)
 
 	// No goroutine outlives the job (gRPC connections wind down
-	// asynchronously: allow them a moment).
-	deadline := time.Now().Add(3 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if g := runtime.NumGoroutine(); g > before {
-		buf := make([]byte, 1<<16)
-		t.Fatalf("%d goroutines before the job, %d after:\n%s", before, g, buf[:runtime.Stack(buf, true)])
+	// asynchronously: Check waits for them).
+	goroutines.Check(t)
+	if t.Failed() {
+		t.FailNow()
 	}
 
 	// The switch and the controller serve a new job, on the same addresses.
@@ -289,9 +285,7 @@ func TestSoftDeadNIC(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("the survivors took %v to fail", d)
-	}
+	t.Logf("the survivors failed after %v (PeerTimeout %v)", time.Since(start).Round(time.Millisecond), cfg.PeerTimeout)
 	for r, err := range errs {
 		if !errors.Is(err, ErrPeerTimeout) {
 			t.Fatalf("rank %d: %v; want ErrPeerTimeout", r, err)

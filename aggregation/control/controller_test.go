@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/control/internal/spans"
 	pb "github.com/swml-rdma/swml-rdma/aggregation/control/switchmlpb"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 )
 
 // fakeProgrammer records the jobs the controller installs.
@@ -61,24 +61,6 @@ func (f *fakeProgrammer) snapshot() (added []*wire.Job, removed []uint32, live i
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.added), slices.Clone(f.removed), len(f.jobs)
-}
-
-// checkGoroutines fails the test if goroutines started during it outlive
-// it. Call first, so its cleanup runs last.
-func checkGoroutines(t *testing.T) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				t.Errorf("goroutine leak: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
 }
 
 type testEnv struct {
@@ -230,7 +212,7 @@ func endAll(t *testing.T, e *testEnv, as []*Assignment) {
 }
 
 func TestFourWorkersRegister(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, nil)
 	const n, q = 4, 3
 	as := e.registerAll(t, context.Background(), 7, n, q, nil)
@@ -324,7 +306,7 @@ func TestFourWorkersRegister(t *testing.T) {
 }
 
 func TestMissingRankTimesOut(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	const timeout = 300 * time.Millisecond
 	e := startController(t, func(c *Config) { c.SessionTimeout = timeout })
 	var wg sync.WaitGroup
@@ -335,7 +317,7 @@ func TestMissingRankTimesOut(t *testing.T) {
 		wg.Go(func() { _, errs[r] = c.RegisterRDMA(context.Background(), testReg(3, r, 4, 1)) })
 	}
 	wg.Wait()
-	if el := time.Since(start); el > timeout+2*time.Second {
+	if el := time.Since(start); el > testutil.Scale(timeout+2*time.Second) { // only a hang fails
 		t.Errorf("took %v, timeout %v", el, timeout)
 	}
 	for r, err := range errs {
@@ -358,7 +340,7 @@ func TestMissingRankTimesOut(t *testing.T) {
 }
 
 func TestCancelledWorkerLeaves(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, nil)
 	c := e.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -375,17 +357,18 @@ func TestCancelledWorkerLeaves(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	limit := testutil.Scale(5 * time.Second)
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
+			t.Fatalf("condition not met within %v", limit)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
 func TestRegistrationValidation(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, func(c *Config) { c.PoolSize = 64 })
 	sc := pb.NewSessionClient(e.rawConn(t))
 	good := func() *pb.RdmaSessionRequest {
@@ -445,7 +428,7 @@ func TestRegistrationValidation(t *testing.T) {
 }
 
 func TestMismatchedRanks(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, nil)
 	tests := []struct {
 		name   string
@@ -486,7 +469,7 @@ func TestMismatchedRanks(t *testing.T) {
 }
 
 func TestConcurrentJobsDisjoint(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, nil)
 	var wg sync.WaitGroup
 	var a2, a3 []*Assignment
@@ -526,7 +509,7 @@ func TestConcurrentJobsDisjoint(t *testing.T) {
 }
 
 func TestTeardownReusesRange(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, func(c *Config) { c.PoolSize = 32 })
 	first := e.registerAll(t, context.Background(), 1, 2, 4, nil) // 16 slots
 	second := e.registerAll(t, context.Background(), 2, 2, 4, nil)
@@ -568,7 +551,7 @@ func TestTeardownReusesRange(t *testing.T) {
 }
 
 func TestDeadWorkerAbortsJob(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, nil)
 	clients := []*Client{e.client(t), e.client(t), e.client(t)}
 	as := make([]*Assignment, 3)
@@ -612,7 +595,7 @@ func TestDeadWorkerAbortsJob(t *testing.T) {
 }
 
 func TestAbort(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, nil)
 	as := e.registerAll(t, context.Background(), 1, 2, 1, nil)
 	if err := e.client(t).Abort(context.Background(), as[0], "NaN in the gradients"); err != nil {
@@ -627,7 +610,7 @@ func TestAbort(t *testing.T) {
 }
 
 func TestLivenessTimeout(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, func(c *Config) { c.LivenessTimeout = 200 * time.Millisecond })
 	e.registerAll(t, context.Background(), 1, 2, 1, func(r *Registration) { r.NoKeepAlive = r.Rank == 1 })
 	waitFor(t, func() bool { return len(e.ctl.Jobs()) == 0 })
@@ -637,7 +620,7 @@ func TestLivenessTimeout(t *testing.T) {
 }
 
 func TestBarrierAndBroadcast(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, nil)
 	const n, rounds = 16, 5
 	clients := make([]*Client, 4)
@@ -686,7 +669,7 @@ func TestBarrierAndBroadcast(t *testing.T) {
 }
 
 func TestSyncErrors(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, func(c *Config) { c.SessionTimeout = 200 * time.Millisecond })
 	c := e.client(t)
 	var wg sync.WaitGroup
@@ -726,7 +709,7 @@ func TestSyncErrors(t *testing.T) {
 }
 
 func TestUdpSessionUnimplemented(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, nil)
 	_, err := pb.NewSessionClient(e.rawConn(t)).UdpSession(context.Background(), &pb.UdpSessionRequest{})
 	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "call RdmaSession") {
@@ -735,7 +718,7 @@ func TestUdpSessionUnimplemented(t *testing.T) {
 }
 
 func TestUnreachableController(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -755,7 +738,7 @@ func TestUnreachableController(t *testing.T) {
 }
 
 func TestCloseWakesWaiters(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, nil)
 	running := e.registerAll(t, context.Background(), 1, 1, 1, nil)
 	c := e.client(t)
@@ -776,7 +759,7 @@ func TestCloseWakesWaiters(t *testing.T) {
 }
 
 func TestAddJobFailure(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, nil)
 	e.prog.addErr = errors.New("table full")
 	_, err := e.client(t).RegisterRDMA(context.Background(), testReg(1, 0, 1, 1))
@@ -789,7 +772,7 @@ func TestAddJobFailure(t *testing.T) {
 }
 
 func TestP4AppQPNs(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, func(c *Config) { c.QPNScheme = QPNP4App })
 	as := e.registerAll(t, context.Background(), 1, 2, 3, nil)
 	for _, a := range as {
@@ -811,7 +794,7 @@ func TestP4AppQPNs(t *testing.T) {
 }
 
 func TestIPv6Workers(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	// The test dials over IPv4 loopback, so its fd00:: addresses are not
 	// the caller's: the operator's flag lets them register.
 	e := startController(t, func(c *Config) {

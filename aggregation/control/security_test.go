@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/swml-rdma/swml-rdma/aggregation/control/switchmlpb"
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 )
 
 const testOperatorToken = "operator-secret-0123456789abcdef"
@@ -30,7 +31,7 @@ const testOperatorToken = "operator-secret-0123456789abcdef"
 // A second client without the job's token can neither end, abort, attach
 // to, nor list the job; the job keeps running and its ranks end it cleanly.
 func TestJobTokenGuardsJob(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, nil)
 	as := e.registerAll(t, context.Background(), 1, 2, 2, nil)
 	if len(as[0].token) != jobTokenSize || !tokenEqual(as[0].token, as[1].token) {
@@ -102,7 +103,7 @@ func TestJobTokenGuardsJob(t *testing.T) {
 // The operator token (authorization: Bearer metadata) lists every job and
 // ends one without its job token; a wrong operator token is nobody.
 func TestOperatorToken(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, func(c *Config) { c.OperatorToken = testOperatorToken })
 	as := e.registerAll(t, context.Background(), 1, 2, 1, nil)
 	dial := func(token string) pb.JobClient {
@@ -179,7 +180,7 @@ func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 // A controller serving TLS runs a job for TLS clients and the operator
 // token works over it; a plaintext client gets nowhere.
 func TestTLSControlPlane(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	cert, pool := selfSigned(t)
 	e := startController(t, func(c *Config) {
 		c.OperatorToken = testOperatorToken
@@ -234,7 +235,7 @@ func TestTLSControlPlane(t *testing.T) {
 // A worker must register the address it calls from (any loopback address
 // when it calls over loopback), unless the operator allows a mismatch.
 func TestRegisteredAddressMustMatchPeer(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	for _, allow := range []bool{false, true} {
 		e := startController(t, func(c *Config) { c.AllowAddressMismatch = allow })
 		reg := testReg(1, 0, 1, 1)
@@ -255,7 +256,7 @@ func TestRegisteredAddressMustMatchPeer(t *testing.T) {
 }
 
 func TestDuplicateQPNsRefused(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, nil)
 	reg := testReg(1, 0, 1, 3)
 	reg.QPNs[2] = reg.QPNs[0]
@@ -271,7 +272,7 @@ func TestDuplicateQPNsRefused(t *testing.T) {
 // Sessions beyond MaxPendingSessions are refused with RESOURCE_EXHAUSTED
 // until a waiting one leaves.
 func TestPendingSessionsBounded(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, func(c *Config) { c.MaxPendingSessions = 2 })
 	c := e.client(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -326,7 +327,7 @@ func TestPendingSessionsBounded(t *testing.T) {
 // Switch QPNs are random per job, unique, outside the Tofino encoding, and
 // a job's switch PSNs are random too.
 func TestSwitchQPNsRandomPerJob(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	e := startController(t, nil)
 	var psns []uint32
 	var prev []uint32
@@ -390,7 +391,7 @@ func p4appReq(sid uint32, r, n, q int) *pb.RdmaSessionRequest {
 // never completes gives back its reserved slots [0, …) and QPNs; the two
 // request styles cannot share a session.
 func TestP4AppEarlyAnswer(t *testing.T) {
-	checkGoroutines(t)
+	testutil.NoLeaks(t)
 	// The session timeout must outlast the checks before it on a loaded
 	// machine; the loop below waits for it.
 	e := startController(t, func(c *Config) { c.SessionTimeout = 2 * time.Second; c.PoolSize = 8 })

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 	"github.com/swml-rdma/swml-rdma/rdma"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
@@ -187,9 +187,10 @@ func TestForgedPackets(t *testing.T) {
 
 func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+	limit := testutil.Scale(5 * time.Second)
+	for deadline := time.Now().Add(limit); !cond(); {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5 s")
+			t.Fatalf("condition not met within %v", limit)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -276,7 +277,7 @@ func TestAddJobErrors(t *testing.T) {
 }
 
 func TestCloseNoLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
+	goroutines := testutil.SnapshotGoroutines()
 	reg := prometheus.NewRegistry()
 	var pcap bytes.Buffer
 	capt, err := udp.NewCapture(&pcap)
@@ -311,5 +312,5 @@ func TestCloseNoLeak(t *testing.T) {
 	// The registry was handed back: a new switch can register on it.
 	sw2 := newSwitch(t, Config{Addr: addr(13, 1), Registry: reg})
 	sw2.Close()
-	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
+	goroutines.Check(t)
 }

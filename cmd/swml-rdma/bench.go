@@ -44,7 +44,7 @@ func benchCommand() *cli.Command {
 			&cli.StringFlag{Name: "loss", Value: "0", Usage: "loss probability at the switch's ingress and egress (the ring: at its NICs' send and receive), e.g. 0.01, or a comma list to sweep, e.g. 0,0.001,0.01,0.05", EnvVars: []string{"SWML_LOSS"}, Category: "protocol"},
 			&cli.StringFlag{Name: "baseline", Value: "ring", Usage: "also run this all-reduce among the same workers over the same NICs: ring or none", EnvVars: []string{"SWML_BASELINE"}, Category: "job"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON (schema in docs/bench.md)", EnvVars: []string{"SWML_JSON"}, Category: "output"},
-			&cli.StringFlag{Name: "plot", Usage: "draw time per all-reduce and ATE/s against worker count into `FILE` (.svg or .png)", EnvVars: []string{"SWML_PLOT"}, Category: "output"},
+			&cli.StringFlag{Name: "plot", Usage: "draw time per all-reduce and ATE/s against worker count into `FILE` (.svg)", EnvVars: []string{"SWML_PLOT"}, Category: "output"},
 			offloadFlag("network"),
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (runtime/pprof) of the run to `FILE`", EnvVars: []string{"SWML_CPUPROFILE"}, Category: "output"},
 		}, allReduceFlags("job")...), distributedBenchFlags()...), logLevelFlag()),

@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/swml-rdma/swml-rdma/rdma"
+	"github.com/swml-rdma/swml-rdma/rdma/rdmadev"
 )
 
 func init() { commands = append(commands, devicesCommand()) }
@@ -25,12 +25,12 @@ const noDevicesHelp = `no RDMA devices: this kernel has no RDMA device (no /sys/
 
 // deviceView is one device as printed, with its netdevs' addresses.
 type deviceView struct {
-	rdma.DeviceInfo
+	rdmadev.DeviceInfo
 	Netdevs map[string]netdevView `json:"netdevs,omitempty"`
 }
 
 type netdevView struct {
-	rdma.Netdev
+	rdmadev.Netdev
 	MAC string `json:"mac,omitempty"`
 }
 
@@ -42,7 +42,7 @@ func devicesCommand() *cli.Command {
 			"to --addr elsewhere is the one verbs/ibverbs sends from; its index is found here, never assumed.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print JSON", EnvVars: []string{"SWML_DEVICES_JSON"}, Category: "output"},
-			&cli.StringFlag{Name: "sysfs", Value: rdma.SysfsRoot, Usage: "sysfs root (a captured tree for offline inspection)", EnvVars: []string{"SWML_SYSFS"}, Category: "input"},
+			&cli.StringFlag{Name: "sysfs", Value: rdmadev.SysfsRoot, Usage: "sysfs root (a captured tree for offline inspection)", EnvVars: []string{"SWML_SYSFS"}, Category: "input"},
 		},
 		Action: func(c *cli.Context) error {
 			return runDevices(c.App.Writer, c.String("sysfs"), c.Bool("json"))
@@ -51,8 +51,8 @@ func devicesCommand() *cli.Command {
 }
 
 func runDevices(w io.Writer, sysfs string, asJSON bool) error {
-	devs, err := rdma.ListDevices(sysfs)
-	if errors.Is(err, rdma.ErrNoRDMADevices) {
+	devs, err := rdmadev.ListDevices(sysfs)
+	if errors.Is(err, rdmadev.ErrNoRDMADevices) {
 		if asJSON {
 			return json.NewEncoder(w).Encode(struct {
 				Devices []deviceView `json:"devices"`
@@ -66,9 +66,9 @@ func runDevices(w io.Writer, sysfs string, asJSON bool) error {
 		return cli.Exit(fmt.Sprintf("devices: %v", err), 1)
 	}
 	// Netdev addresses are only meaningful for the live system.
-	var nds map[string]*rdma.Netdev
-	if sysfs == rdma.SysfsRoot {
-		nds, _ = rdma.Netdevs() // best effort: sysfs alone is still useful
+	var nds map[string]*rdmadev.Netdev
+	if sysfs == rdmadev.SysfsRoot {
+		nds, _ = rdmadev.Netdevs() // best effort: sysfs alone is still useful
 	}
 	views := make([]deviceView, 0, len(devs))
 	for _, d := range devs {

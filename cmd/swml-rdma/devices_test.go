@@ -9,7 +9,7 @@ import (
 
 func TestDevicesFixture(t *testing.T) {
 	var b bytes.Buffer
-	if err := runDevices(&b, "../../rdma/testdata/sysfs", false); err != nil {
+	if err := runDevices(&b, "../../rdma/rdmadev/testdata/sysfs", false); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -22,7 +22,7 @@ func TestDevicesFixture(t *testing.T) {
 
 func TestDevicesJSONFixture(t *testing.T) {
 	var b bytes.Buffer
-	if err := runDevices(&b, "../../rdma/testdata/sysfs", true); err != nil {
+	if err := runDevices(&b, "../../rdma/rdmadev/testdata/sysfs", true); err != nil {
 		t.Fatal(err)
 	}
 	var v struct {

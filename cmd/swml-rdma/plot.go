@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"encoding/xml"
 	"fmt"
-	"image"
 	"image/color"
-	"image/png"
 	"math"
 	"os"
 	"path/filepath"
@@ -19,21 +17,25 @@ import (
 // ATE/s, against the worker count (log₂ axis), one series per algorithm;
 // for a --loss sweep, time and the inflation over the loss-free time
 // against the loss rate (one tick per rate).
-// Both formats are drawn from one display list: SVG as text, PNG rasterised
-// here with a 3×5 bitmap font (standard library only).
+// The plot is a display list written out as SVG, which every browser and
+// document tool renders. PNG output (a hand-written rasteriser with a bitmap
+// font) was removed: convert the SVG (rsvg-convert, inkscape) if a raster
+// image is needed.
 
 const (
 	plotWidth  = 960
 	plotHeight = 440
 )
 
-// checkPlotPath accepts a .svg or .png path.
+// checkPlotPath accepts a .svg path.
 func checkPlotPath(path string) error {
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".svg", ".png":
+	switch ext := strings.ToLower(filepath.Ext(path)); ext {
+	case ".svg":
 		return nil
+	case ".png":
+		return fmt.Errorf("--plot %q: the plot is written as SVG only: give a file name ending in .svg (convert it with rsvg-convert or inkscape for a PNG)", path)
 	}
-	return fmt.Errorf("--plot %q: give a file name ending in .svg or .png", path)
+	return fmt.Errorf("--plot %q: give a file name ending in .svg", path)
 }
 
 type plotSeries struct {
@@ -100,7 +102,7 @@ func plotData(runs []benchRun, byLoss bool) []plotSeries {
 
 func ms(ns int64) float64 { return float64(ns) / 1e6 }
 
-// writePlot draws runs into path (.svg or .png).
+// writePlot draws runs into path (.svg).
 func writePlot(path string, runs []benchRun) error {
 	if err := checkPlotPath(path); err != nil {
 		return err
@@ -127,11 +129,7 @@ func writePlot(path string, runs []benchRun) error {
 		return fmt.Errorf("plot: %w", err)
 	}
 	w := bufio.NewWriter(f)
-	if strings.EqualFold(filepath.Ext(path), ".svg") {
-		err = d.writeSVG(w)
-	} else {
-		err = png.Encode(w, d.raster())
-	}
+	err = d.writeSVG(w)
 	if ferr := w.Flush(); err == nil {
 		err = ferr
 	}
@@ -331,102 +329,4 @@ func xmlEscape(s string) string {
 	var b strings.Builder
 	xml.EscapeText(&b, []byte(s))
 	return b.String()
-}
-
-// raster draws the display list into an RGBA image.
-func (d *drawing) raster() *image.RGBA {
-	img := image.NewRGBA(image.Rect(0, 0, d.w, d.h))
-	for _, s := range d.shapes {
-		switch s.kind {
-		case shapeRect:
-			for y := int(s.y1); y < int(s.y2); y++ {
-				for x := int(s.x1); x < int(s.x2); x++ {
-					img.SetRGBA(x, y, s.color)
-				}
-			}
-		case shapeLine:
-			drawLine(img, s.x1, s.y1, s.x2, s.y2, s.width, s.color)
-		case shapeDot:
-			r := s.width + 0.5
-			for y := -r; y <= r; y++ {
-				for x := -r; x <= r; x++ {
-					if x*x+y*y <= r*r {
-						img.SetRGBA(int(math.Round(s.x1+x)), int(math.Round(s.y1+y)), s.color)
-					}
-				}
-			}
-		case shapeText:
-			drawText(img, s)
-		}
-	}
-	return img
-}
-
-// drawLine stamps a square of the line's width along it.
-func drawLine(img *image.RGBA, x1, y1, x2, y2, width float64, c color.RGBA) {
-	steps := int(math.Max(math.Abs(x2-x1), math.Abs(y2-y1))) + 1
-	half := int(width / 2)
-	for i := 0; i <= steps; i++ {
-		t := float64(i) / float64(steps)
-		x, y := int(math.Round(x1+(x2-x1)*t)), int(math.Round(y1+(y2-y1)*t))
-		for dy := -half; dy <= half; dy++ {
-			for dx := -half; dx <= half; dx++ {
-				img.SetRGBA(x+dx, y+dy, c)
-			}
-		}
-	}
-}
-
-// font3x5 is a 3×5 bitmap font: five rows of three pixels per glyph, top to
-// bottom, '#' set. Text is drawn in upper case; unknown runes are blank.
-var font3x5 = map[rune]string{
-	'0': "###|#.#|#.#|#.#|###", '1': ".#.|##.|.#.|.#.|###", '2': "###|..#|###|#..|###", '3': "###|..#|###|..#|###",
-	'4': "#.#|#.#|###|..#|..#", '5': "###|#..|###|..#|###", '6': "###|#..|###|#.#|###", '7': "###|..#|..#|.#.|.#.",
-	'8': "###|#.#|###|#.#|###", '9': "###|#.#|###|..#|###",
-	'A': ".#.|#.#|###|#.#|#.#", 'B': "##.|#.#|##.|#.#|##.", 'C': ".##|#..|#..|#..|.##", 'D': "##.|#.#|#.#|#.#|##.",
-	'E': "###|#..|##.|#..|###", 'F': "###|#..|##.|#..|#..", 'G': ".##|#..|#.#|#.#|.##", 'H': "#.#|#.#|###|#.#|#.#",
-	'I': "###|.#.|.#.|.#.|###", 'J': "..#|..#|..#|#.#|.#.", 'K': "#.#|#.#|##.|#.#|#.#", 'L': "#..|#..|#..|#..|###",
-	'M': "#.#|###|###|#.#|#.#", 'N': "##.|#.#|#.#|#.#|#.#", 'O': ".#.|#.#|#.#|#.#|.#.", 'P': "##.|#.#|##.|#..|#..",
-	'Q': ".#.|#.#|#.#|###|.##", 'R': "##.|#.#|##.|#.#|#.#", 'S': ".##|#..|.#.|..#|##.", 'T': "###|.#.|.#.|.#.|.#.",
-	'U': "#.#|#.#|#.#|#.#|###", 'V': "#.#|#.#|#.#|#.#|.#.", 'W': "#.#|#.#|###|###|#.#", 'X': "#.#|#.#|.#.|#.#|#.#",
-	'Y': "#.#|#.#|.#.|.#.|.#.", 'Z': "###|..#|.#.|#..|###",
-	'.': "...|...|...|...|.#.", ',': "...|...|...|.#.|#..", ':': "...|.#.|...|.#.|...", '/': "..#|..#|.#.|#..|#..",
-	'(': ".#.|#..|#..|#..|.#.", ')': ".#.|..#|..#|..#|.#.", '[': "##.|#..|#..|#..|##.", ']': ".##|..#|..#|..#|.##",
-	'-': "...|...|###|...|...", '+': "...|.#.|###|.#.|...", '%': "#.#|..#|.#.|#..|#.#", '=': "...|###|...|###|...",
-	'×': "...|#.#|.#.|#.#|...", '₂': "...|...|##.|.#.|.##",
-}
-
-// drawText renders s at scale 2 (6×10 pixel glyphs, 8 pixels apart), with
-// the baseline at y like SVG text.
-func drawText(img *image.RGBA, s shape) {
-	const scale, advance = 2, 8
-	runes := []rune(strings.ToUpper(s.text))
-	width := float64(len(runes)*advance - (advance - 3*scale))
-	x := s.x1
-	switch s.anchor {
-	case "middle":
-		x -= width / 2
-	case "end":
-		x -= width
-	}
-	top := int(s.y1) - 5*scale
-	for i, r := range runes {
-		g, ok := font3x5[r]
-		if !ok {
-			continue
-		}
-		gx := int(x) + i*advance
-		for row, bits := range strings.Split(g, "|") {
-			for col, b := range bits {
-				if b != '#' {
-					continue
-				}
-				for dy := range scale {
-					for dx := range scale {
-						img.SetRGBA(gx+col*scale+dx, top+row*scale+dy, s.color)
-					}
-				}
-			}
-		}
-	}
 }

@@ -9,7 +9,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/swml-rdma/swml-rdma/rdma"
+	"github.com/swml-rdma/swml-rdma/rdma/rdmadev"
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
 
@@ -74,7 +74,7 @@ func packets(n int, m verbs.MTU) int {
 // ib_core caches hw_counters for "lifespan" ms (10 by default): the lab
 // sets it to 0, and counterSettled waits past it anyway.
 func (e *Env) counter(name string) (uint64, error) {
-	return rdma.HWCounter(e.Sysfs, e.RxeDev, 1, name)
+	return rdmadev.HWCounter(e.Sysfs, e.RxeDev, 1, name)
 }
 
 // counterSettled waits until counter name has moved by want from before

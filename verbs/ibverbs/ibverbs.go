@@ -195,6 +195,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/swml-rdma/swml-rdma/rdma"
+	"github.com/swml-rdma/swml-rdma/rdma/rdmadev"
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
 
@@ -273,20 +274,20 @@ func Open(name string, addr netip.Addr) (*Device, error) {
 		return nil, fmt.Errorf("verbs/ibverbs: %w: libibverbs sees no devices; add one (rdma link add rxe0 type rxe netdev <dev>, see docs/testbed.md) or use the userspace NIC (--nic soft)", verbs.ErrNoDevice)
 	}
 	idx := -1
-	var port rdma.Port
-	var gid rdma.GIDEntry
+	var port rdmadev.Port
+	var gid rdmadev.GIDEntry
 	var why []string
 	for i, n := range names {
 		if name != "" && n != name {
 			continue
 		}
-		info, err := rdma.ReadDevice(rdma.SysfsRoot, n)
+		info, err := rdmadev.ReadDevice(rdmadev.SysfsRoot, n)
 		if err != nil {
 			why = append(why, err.Error())
 			continue
 		}
 		for _, p := range info.Ports {
-			g, err := rdma.FindRoCEv2GID(&p, addr)
+			g, err := rdmadev.FindRoCEv2GID(&p, addr)
 			if err != nil {
 				why = append(why, n+": "+err.Error())
 				continue
@@ -302,7 +303,7 @@ func Open(name string, addr netip.Addr) (*Device, error) {
 		if name != "" && len(why) == 0 {
 			return nil, fmt.Errorf("verbs/ibverbs: open %q: %w; devices: %s", name, verbs.ErrNoDevice, strings.Join(names, ", "))
 		}
-		return nil, fmt.Errorf("verbs/ibverbs: open %q for %s: %w: %s", name, addr, rdma.ErrNoGID, strings.Join(why, "; "))
+		return nil, fmt.Errorf("verbs/ibverbs: open %q for %s: %w: %s", name, addr, rdmadev.ErrNoGID, strings.Join(why, "; "))
 	}
 	ctx, errno := C.ibv_open_device(C.swml_dev_at(l, C.int(idx)))
 	if ctx == nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
 
@@ -45,20 +46,21 @@ func nicMetric(t *testing.T, reg *prometheus.Registry, name, device, label strin
 // pollUntil waits up to 10 s for cond.
 func pollUntil(t *testing.T, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+	limit := testutil.Scale(10 * time.Second)
+	for deadline := time.Now().Add(limit); !cond(); {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10 s")
+			t.Fatalf("condition not met within %v", limit)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
 // TestCollector checks that the swml_nic_ counters follow traffic and drops,
-// and that the names and help texts pass promlint. Addresses: 127.13.30.x
+// and that the names and help texts pass promlint. Addresses: 127.11.30.x
 // (a range of the cmd/swml-rdma block reserved for the metrics tests).
 func TestCollector(t *testing.T) {
-	a := newEndpoint(t, "127.13.30.2", 8192, verbs.AccessLocalWrite, Config{})
-	b := newEndpoint(t, "127.13.30.3", 8192, verbs.AccessLocalWrite|verbs.AccessRemoteWrite, Config{})
+	a := newEndpoint(t, "127.11.30.2", 8192, verbs.AccessLocalWrite, Config{})
+	b := newEndpoint(t, "127.11.30.3", 8192, verbs.AccessLocalWrite|verbs.AccessRemoteWrite, Config{})
 	connectPair(t, a, b, 1024)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(NewCollector(a.dev), NewCollector(b.dev))
@@ -76,7 +78,7 @@ func TestCollector(t *testing.T) {
 	waitOne(t, a.scq)
 	waitOne(t, b.rcq)
 	// A datagram that is no RoCEv2 packet.
-	c, err := net.Dial("udp4", "127.13.30.3:4791")
+	c, err := net.Dial("udp4", "127.11.30.3:4791")
 	if err != nil {
 		t.Fatal(err)
 	}

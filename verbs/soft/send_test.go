@@ -61,7 +61,7 @@ func newStagedPair(t *testing.T, addrA, addrB string, n, mrSize int, mtu verbs.M
 // LAST), and the send completions come only then.
 func TestPostSendStagedDoorbell(t *testing.T) {
 	const n, msg = 4, 16 << 10
-	p := newStagedPair(t, "127.0.31.1", "127.0.31.2", n, 2*n*msg, verbs.MTU(1024))
+	p := newStagedPair(t, "127.11.31.1", "127.11.31.2", n, 2*n*msg, verbs.MTU(1024))
 	fill(p.mrA.Bytes()[:n*msg], 5)
 	for i := range n {
 		if _, err := p.qpsB[i].PostRecv([]verbs.RecvWR{{ID: uint64(100 + i)}}); err != nil {
@@ -128,7 +128,7 @@ func TestPostSendStagedDoorbell(t *testing.T) {
 // the device staged, and their completions follow.
 func TestPostSendRingsTheDoorbell(t *testing.T) {
 	const msg = 4096
-	p := newStagedPair(t, "127.0.31.3", "127.0.31.4", 2, 4*msg, verbs.MTU(1024))
+	p := newStagedPair(t, "127.11.31.3", "127.11.31.4", 2, 4*msg, verbs.MTU(1024))
 	fill(p.mrA.Bytes()[:2*msg], 9)
 	wr := func(i int) verbs.SendWR {
 		return verbs.SendWR{ID: uint64(i), Opcode: verbs.WRRDMAWrite, Signaled: true,
@@ -159,7 +159,7 @@ func TestPostSendRingsTheDoorbell(t *testing.T) {
 // the queue's buffers exist.
 func TestStagedSendAllocs(t *testing.T) {
 	const n, msg = 4, 16 << 10
-	p := newStagedPair(t, "127.0.31.5", "127.0.31.6", n, 2*n*msg, verbs.MTU(1024))
+	p := newStagedPair(t, "127.11.31.5", "127.11.31.6", n, 2*n*msg, verbs.MTU(1024))
 	wrs := make([][]verbs.SendWR, n)
 	for i := range wrs {
 		wrs[i] = []verbs.SendWR{{ID: uint64(i), Opcode: verbs.WRRDMAWrite,

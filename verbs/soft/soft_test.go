@@ -10,12 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 	"github.com/swml-rdma/swml-rdma/rdma"
 	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
@@ -162,7 +162,7 @@ func (r *rawPeer) send(t *testing.T, pf rdma.PacketFields, payload []byte, corru
 // settle waits until the NIC has counted n received packets.
 func settle(t *testing.T, d *Device, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testutil.Scale(5 * time.Second))
 	// rxHandled, not RxPackets: the packet must have been handled to the
 	// end (RxPackets counts it on arrival, before the checks).
 	for d.rxHandled.Load() < n {
@@ -296,14 +296,14 @@ func TestStateAndArgumentErrors(t *testing.T) {
 }
 
 func TestCloseIdempotentNoLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
+	goroutines := testutil.SnapshotGoroutines()
 	e := newEndpoint(t, "127.11.0.2", 4096, verbs.AccessLocalWrite, Config{})
 	done := make(chan error, 1)
 	go func() {
 		_, err := e.rcq.Wait(context.Background(), make([]verbs.Completion, 1))
 		done <- err
 	}()
-	time.Sleep(10 * time.Millisecond)
+	testutil.WaitBlocked(t, 1, "soft.(*CQ).Wait")
 	e.closer()
 	e.closer()
 	select {
@@ -311,20 +311,14 @@ func TestCloseIdempotentNoLeak(t *testing.T) {
 		if !errors.Is(err, verbs.ErrClosed) {
 			t.Fatalf("Wait after Close: %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testutil.Scale(5 * time.Second)):
 		t.Fatal("CQ Wait hangs after the device closed")
 	}
 	if _, err := e.dev.AllocPD(); !errors.Is(err, verbs.ErrClosed) {
 		t.Fatalf("AllocPD after Close: %v", err)
 	}
 	// The receive goroutine and the waiter are gone.
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines after Close, %d before Open", runtime.NumGoroutine(), before)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	goroutines.Check(t)
 }
 
 // TestCaptureDecodedByTshark writes a capture of multi-packet writes and has

@@ -12,8 +12,8 @@
 // packets. PSNs are not modelled.
 //
 // A test can also attach a message-level Handler at an address (for
-// example a toy switch that interprets the rkey as a pool index) and inject
-// messages with Network.Send.
+// example a switch that cuts each message into its RoCEv2 packets and runs
+// them through the switch pipeline) and inject messages with Network.Send.
 //
 // Concurrency: every method is safe for concurrent use. Messages are
 // delivered in FIFO order by one goroutine per Network, which also runs the

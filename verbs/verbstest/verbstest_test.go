@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/verbstest"
 )
@@ -98,7 +99,7 @@ func TestWriteWithImm(t *testing.T) {
 
 func waitStats(t *testing.T, n *verbstest.Network, ok func(verbstest.Stats) bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Second)
+	deadline := time.Now().Add(testutil.Scale(5 * time.Second)) // bounds a hang
 	for !ok(n.Stats()) {
 		if time.Now().After(deadline) {
 			t.Fatalf("stats %+v", n.Stats())

@@ -85,7 +85,7 @@ blob() { # name command...
 }
 
 # capture_sysfs copies the rxe0 sysfs tree (regular files and the symlinks
-# the discovery code follows) into a tarball, for rdma/testdata/sysfs.
+# the discovery code follows) into a tarball, for rdma/rdmadev/testdata/sysfs.
 capture_sysfs() {
 	d=/tmp/cap
 	rm -rf $d

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
 
@@ -76,7 +77,7 @@ func TestCloseUnblocksRead(t *testing.T) {
 		_, err := c.ReadBatch([]Msg{{Buf: make([]byte, 64)}})
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	testutil.WaitBlocked(t, 1, "udp.(*Conn).ReadBatch")
 	c.Close()
 	c.Close()
 	select {
@@ -84,7 +85,7 @@ func TestCloseUnblocksRead(t *testing.T) {
 		if !errors.Is(err, net.ErrClosed) {
 			t.Fatalf("ReadBatch after Close: %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testutil.Scale(5 * time.Second)):
 		t.Fatal("ReadBatch still blocked after Close")
 	}
 }

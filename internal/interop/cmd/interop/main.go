@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/internal/interop"
-	"github.com/swml-rdma/swml-rdma/rdma"
+	"github.com/swml-rdma/swml-rdma/rdma/rdmadev"
 )
 
 func main() {
@@ -49,7 +49,7 @@ func run() int {
 	env := &interop.Env{
 		RxeDev: *dev, RxeAddr4: netip.MustParseAddr(*a4), RxeAddr6: netip.MustParseAddr(*a6),
 		Peer4: netip.MustParseAddr(*p4), Peer6: netip.MustParseAddr(*p6), PeerNS: *ns,
-		Sysfs: rdma.SysfsRoot, Self: self, Log: os.Stderr, Timeout: *timeout,
+		Sysfs: rdmadev.SysfsRoot, Self: self, Log: os.Stderr, Timeout: *timeout,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

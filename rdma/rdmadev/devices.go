@@ -1,4 +1,4 @@
-package rdma
+package rdmadev
 
 import (
 	"encoding/json"
@@ -12,13 +12,25 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/Mellanox/rdmamap"
+	"github.com/swml-rdma/swml-rdma/rdma"
 )
 
 // SysfsRoot is the sysfs mount point device discovery reads by default.
 // Tests pass a fixture tree instead (testdata/sysfs is a capture of an rxe
-// device from the QEMU test guest).
+// device from the QEMU test guest): every function reads its files under
+// the root it is given, so the fixtures test the code that runs on a host.
 const SysfsRoot = "/sys"
+
+// The sysfs layout (Documentation/ABI/stable/sysfs-class-infiniband).
+const (
+	classDir      = "class/infiniband"
+	uverbsDir     = "class/infiniband_verbs" // uverbsN/ibdev names the device
+	portsDir      = "ports"
+	gidAttrsDir   = "gid_attrs"
+	gidNdevsDir   = "ndevs"
+	hwCountersDir = "hw_counters"
+	devDir        = "/dev/infiniband" // where uverbsN character devices live
+)
 
 // GIDType is the RoCE version of a GID table entry (sysfs gid_attrs/types).
 type GIDType string
@@ -30,10 +42,10 @@ const (
 
 // GIDEntry is one populated entry of a port's GID table.
 type GIDEntry struct {
-	Index  int     `json:"index"`
-	GID    GID     `json:"-"`
-	Type   GIDType `json:"type"`
-	Netdev string  `json:"netdev,omitempty"`
+	Index  int      `json:"index"`
+	GID    rdma.GID `json:"-"`
+	Type   GIDType  `json:"type"`
+	Netdev string   `json:"netdev,omitempty"`
 }
 
 // Addr returns the IP address behind a RoCEv2 GID (IPv4 unmapped).
@@ -80,7 +92,7 @@ func ListDevices(root string) ([]DeviceInfo, error) {
 		return nil, err
 	}
 	if len(names) == 0 {
-		return nil, fmt.Errorf("rdma: %s/class/infiniband: %w", root, ErrNoRDMADevices)
+		return nil, fmt.Errorf("rdmadev: %s: %w", filepath.Join(root, classDir), ErrNoRDMADevices)
 	}
 	devs := make([]DeviceInfo, 0, len(names))
 	for _, n := range names {
@@ -93,19 +105,15 @@ func ListDevices(root string) ([]DeviceInfo, error) {
 	return devs, nil
 }
 
+// deviceNames lists root/class/infiniband, whose entries are symlinks to
+// the devices (plain directories in a copied tree).
 func deviceNames(root string) ([]string, error) {
-	if root == SysfsRoot {
-		// rdmamap knows the live system's layout (and namespaced views).
-		names := rdmamap.GetRdmaDeviceList()
-		sort.Strings(names)
-		return names, nil
-	}
-	ents, err := os.ReadDir(filepath.Join(root, "class", rdmamap.RdmaClassName))
+	ents, err := os.ReadDir(filepath.Join(root, classDir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("rdma: list devices: %w", err)
+		return nil, fmt.Errorf("rdmadev: list devices: %w", err)
 	}
 	var names []string
 	for _, e := range ents {
@@ -115,11 +123,27 @@ func deviceNames(root string) ([]string, error) {
 	return names, nil
 }
 
+// uverbsDevice returns /dev/infiniband/uverbsN for the device whose
+// root/class/infiniband_verbs/uverbsN/ibdev names it, or "".
+func uverbsDevice(root, name string) string {
+	dir := filepath.Join(root, uverbsDir)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return ""
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "uverbs") && readTrim(filepath.Join(dir, e.Name(), "ibdev")) == name {
+			return filepath.Join(devDir, e.Name())
+		}
+	}
+	return ""
+}
+
 // ReadDevice reads one device's attributes, ports and GID tables.
 func ReadDevice(root, name string) (DeviceInfo, error) {
-	dir := filepath.Join(root, "class", rdmamap.RdmaClassName, name)
+	dir := filepath.Join(root, classDir, name)
 	if _, err := os.Stat(dir); err != nil {
-		return DeviceInfo{}, fmt.Errorf("rdma: device %q: %w", name, err)
+		return DeviceInfo{}, fmt.Errorf("rdmadev: device %q: %w", name, err)
 	}
 	d := DeviceInfo{
 		Name:     name,
@@ -127,26 +151,20 @@ func ReadDevice(root, name string) (DeviceInfo, error) {
 		NodeGUID: readTrim(filepath.Join(dir, "node_guid")),
 		FWVer:    readTrim(filepath.Join(dir, "fw_ver")),
 		Parent:   readTrim(filepath.Join(dir, "parent")),
+		Uverbs:   uverbsDevice(root, name),
 	}
-	if root == SysfsRoot {
-		for _, c := range rdmamap.GetRdmaCharDevices(name) {
-			if strings.Contains(c, rdmamap.RdmaUverbsFilxPrefix) {
-				d.Uverbs = c
-			}
-		}
-	}
-	ports, err := os.ReadDir(filepath.Join(dir, rdmamap.RdmaPortsdir))
+	ports, err := os.ReadDir(filepath.Join(dir, portsDir))
 	if err != nil {
-		return DeviceInfo{}, fmt.Errorf("rdma: device %s: ports: %w", name, err)
+		return DeviceInfo{}, fmt.Errorf("rdmadev: device %s: ports: %w", name, err)
 	}
 	for _, pe := range ports {
 		num, err := strconv.Atoi(pe.Name())
 		if err != nil {
 			continue
 		}
-		p, err := readPort(filepath.Join(dir, rdmamap.RdmaPortsdir, pe.Name()), num)
+		p, err := readPort(filepath.Join(dir, portsDir, pe.Name()), num)
 		if err != nil {
-			return DeviceInfo{}, fmt.Errorf("rdma: device %s: %w", name, err)
+			return DeviceInfo{}, fmt.Errorf("rdmadev: device %s: %w", name, err)
 		}
 		if p.Netdev == "" {
 			p.Netdev = d.Parent
@@ -171,13 +189,13 @@ func readPort(dir string, num int) (Port, error) {
 			continue
 		}
 		s := readTrim(filepath.Join(dir, "gids", ge.Name()))
-		g, err := ParseGID(s)
-		if err != nil || g == (GID{}) {
+		g, err := rdma.ParseGID(s)
+		if err != nil || g == (rdma.GID{}) {
 			continue // unpopulated entries read as all zeroes
 		}
 		// Reading the type of an unpopulated entry fails (EINVAL); a
 		// populated one always has a type on kernels ≥ 4.9.
-		typ := readTrim(filepath.Join(dir, rdmamap.RdmaGidAttrDir, "types", ge.Name()))
+		typ := readTrim(filepath.Join(dir, gidAttrsDir, "types", ge.Name()))
 		if typ == "" {
 			continue
 		}
@@ -185,7 +203,7 @@ func readPort(dir string, num int) (Port, error) {
 			Index:  idx,
 			GID:    g,
 			Type:   GIDType(typ),
-			Netdev: readTrim(filepath.Join(dir, rdmamap.RdmaGidAttrDir, rdmamap.RdmaGidAttrNdevDir, ge.Name())),
+			Netdev: readTrim(filepath.Join(dir, gidAttrsDir, gidNdevsDir, ge.Name())),
 		}
 		if p.Netdev == "" {
 			p.Netdev = e.Netdev
@@ -222,7 +240,7 @@ var ErrNoGID = errors.New("no RoCEv2 GID for this address")
 // never assumed: it depends on the order addresses were added. The error
 // names the RoCEv2 addresses the port does have.
 func FindRoCEv2GID(p *Port, addr netip.Addr) (GIDEntry, error) {
-	want := GIDFromAddr(addr.Unmap())
+	want := rdma.GIDFromAddr(addr.Unmap())
 	var have []string
 	for _, g := range p.GIDs {
 		if g.Type != GIDTypeRoCEv2 {
@@ -241,10 +259,10 @@ func FindRoCEv2GID(p *Port, addr netip.Addr) (GIDEntry, error) {
 
 // HWCounters reads a port's hw_counters (rxe: rcvd_pkts, sent_pkts, …).
 func HWCounters(root, dev string, port int) (map[string]uint64, error) {
-	dir := filepath.Join(root, "class", rdmamap.RdmaClassName, dev, rdmamap.RdmaPortsdir, strconv.Itoa(port), rdmamap.RdmaHwCountersDir)
+	dir := filepath.Join(root, classDir, dev, portsDir, strconv.Itoa(port), hwCountersDir)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("rdma: %s port %d counters: %w", dev, port, err)
+		return nil, fmt.Errorf("rdmadev: %s port %d counters: %w", dev, port, err)
 	}
 	m := make(map[string]uint64, len(ents))
 	for _, e := range ents {
@@ -262,14 +280,14 @@ func HWCounters(root, dev string, port int) (map[string]uint64, error) {
 
 // HWCounter reads one hw_counters entry.
 func HWCounter(root, dev string, port int, name string) (uint64, error) {
-	p := filepath.Join(root, "class", rdmamap.RdmaClassName, dev, rdmamap.RdmaPortsdir, strconv.Itoa(port), rdmamap.RdmaHwCountersDir, name)
+	p := filepath.Join(root, classDir, dev, portsDir, strconv.Itoa(port), hwCountersDir, name)
 	b, err := os.ReadFile(p)
 	if err != nil {
-		return 0, fmt.Errorf("rdma: counter %s: %w", name, err)
+		return 0, fmt.Errorf("rdmadev: counter %s: %w", name, err)
 	}
 	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("rdma: counter %s: %w", name, err)
+		return 0, fmt.Errorf("rdmadev: counter %s: %w", name, err)
 	}
 	return v, nil
 }

@@ -1,4 +1,4 @@
-package rdma
+package rdmadev
 
 import (
 	"errors"
@@ -143,5 +143,53 @@ func TestNetdevsLoopback(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("lo addrs = %v, want 127.0.0.1", lo.Addrs)
+	}
+}
+
+// TestUverbsDevice: the character device is found through
+// class/infiniband_verbs/uverbsN/ibdev under the same root as the device.
+func TestUverbsDevice(t *testing.T) {
+	root := t.TempDir()
+	for path, body := range map[string]string{
+		"class/infiniband/mlx5_1/ports/1/state":      "4: ACTIVE",
+		"class/infiniband_verbs/uverbs0/ibdev":       "mlx5_0",
+		"class/infiniband_verbs/uverbs1/ibdev":       "mlx5_1",
+		"class/infiniband_verbs/abi_version":         "6",
+		"class/infiniband/mlx5_1/ports/1/link_layer": "Ethernet",
+	} {
+		p := filepath.Join(root, path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := ReadDevice(root, "mlx5_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Uverbs != "/dev/infiniband/uverbs1" {
+		t.Fatalf("uverbs = %q, want /dev/infiniband/uverbs1", d.Uverbs)
+	}
+	if d, err := ReadDevice(fixture, "rxe0"); err != nil || d.Uverbs != "" {
+		t.Fatalf("fixture without infiniband_verbs: uverbs %q, %v; want none", d.Uverbs, err)
+	}
+}
+
+// TestListDevicesHost runs discovery on this host's sysfs, the default
+// root: no RDMA class is ErrNoRDMADevices, anything else must parse.
+func TestListDevicesHost(t *testing.T) {
+	devs, err := ListDevices(SysfsRoot)
+	if errors.Is(err, ErrNoRDMADevices) {
+		t.Skipf("no RDMA devices on this host: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devs {
+		if d.Name == "" || len(d.Ports) == 0 {
+			t.Errorf("device %+v: want a name and ports", d)
+		}
 	}
 }

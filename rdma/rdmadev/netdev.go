@@ -1,4 +1,4 @@
-package rdma
+package rdmadev
 
 import (
 	"fmt"
@@ -27,12 +27,12 @@ var operStateNames = map[rtnetlink.OperationalState]bool{rtnetlink.OperStateUp: 
 func Netdevs() (map[string]*Netdev, error) {
 	c, err := rtnetlink.Dial(nil)
 	if err != nil {
-		return nil, fmt.Errorf("rdma: rtnetlink: %w", err)
+		return nil, fmt.Errorf("rdmadev: rtnetlink: %w", err)
 	}
 	defer c.Close()
 	links, err := c.Link.List()
 	if err != nil {
-		return nil, fmt.Errorf("rdma: rtnetlink: list links: %w", err)
+		return nil, fmt.Errorf("rdmadev: rtnetlink: list links: %w", err)
 	}
 	byIndex := make(map[uint32]*Netdev, len(links))
 	byName := make(map[string]*Netdev, len(links))
@@ -52,7 +52,7 @@ func Netdevs() (map[string]*Netdev, error) {
 	}
 	addrs, err := c.Address.List()
 	if err != nil {
-		return nil, fmt.Errorf("rdma: rtnetlink: list addresses: %w", err)
+		return nil, fmt.Errorf("rdmadev: rtnetlink: list addresses: %w", err)
 	}
 	for _, a := range addrs {
 		n := byIndex[a.Index]
