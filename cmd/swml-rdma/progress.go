@@ -3,12 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // progress draws a one-line progress bar on a terminal: redrawn in place
@@ -39,16 +36,6 @@ func newProgress(w io.Writer, total int) *progress {
 // newProgressTo draws on w whatever it is (tests).
 func newProgressTo(w io.Writer, total int) *progress {
 	return &progress{w: w, total: total, start: time.Now()}
-}
-
-// isTerminal reports whether w is an *os.File on a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok || f == nil {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }
 
 // step records one finished step of the phase named label and redraws if
