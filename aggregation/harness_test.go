@@ -262,7 +262,3 @@ func checkInt32(t testing.TB, in, out [][]int32) {
 }
 
 func addr4(a, b, c, d byte) netip.Addr { return netip.AddrFrom4([4]byte{a, b, c, d}) }
-
-func workerAddr(base byte, rank int) netip.Addr {
-	return addr4(127, base, byte((rank+2)>>8), byte(rank+2))
-}

@@ -17,7 +17,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -100,7 +99,6 @@ type session struct {
 	rank, workers int
 	dev           verbs.Device
 	f32, i32      *aggregation.Session
-	closed        atomic.Bool
 }
 
 var (

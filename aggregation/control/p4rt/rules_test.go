@@ -215,10 +215,10 @@ func TestReceiverRulesMatchModel(t *testing.T) {
 			op = ops[2+rng.Intn(len(ops)-2)]
 		}
 		qpn, _ := wire.P4AppQPN(rank, qp)
-		switch x := rng.Intn(100); {
-		case x == 0:
+		switch rng.Intn(100) {
+		case 0:
 			qpn, _ = wire.P4AppQPN(rank, q+rng.Intn(3)) // a QP index the job has not
-		case x == 1:
+		case 1:
 			qpn = rng.Uint32() & rdma.QPNMask
 		}
 		src := job.Workers[rank].Addr
