@@ -3,20 +3,22 @@ GO      ?= go
 BIN     ?= bin/swml-rdma
 FUZZTIME ?= 30s
 PKGS    := ./...
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
 
 .DEFAULT_GOAL := help
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## Build the swml-rdma CLI (pure Go, userspace NIC) into bin/.
-	$(GO) build -o $(BIN) ./cmd/swml-rdma
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/swml-rdma
 
 .PHONY: build-ibverbs
 build-ibverbs: ## Build with the cgo libibverbs backend (needs libibverbs-dev).
-	$(GO) build -tags ibverbs -o $(BIN) ./cmd/swml-rdma
+	$(GO) build -tags ibverbs -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/swml-rdma
 
 .PHONY: build-nocgo
 build-nocgo: ## Check that everything builds with CGO_ENABLED=0.
@@ -47,10 +49,27 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 30s) each.
 	done
 
 .PHONY: lint
-lint: ## gofmt and go vet (also with -tags ibverbs when libibverbs-dev is present).
+lint: ## gofmt, go vet, golangci-lint (pinned; depguard guards the layers) and the cgo check.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet $(PKGS)
 	@if [ -f /usr/include/infiniband/verbs.h ]; then $(GO) vet -tags ibverbs $(PKGS); fi
+	scripts/lint.sh
+
+.PHONY: cross
+cross: ## Build and vet (tests included) for darwin and freebsd (CROSS_GOOS=...).
+	scripts/cross.sh
+
+.PHONY: generate
+generate: ## Regenerate aggregation/control/switchmlpb from switchml.proto (pinned generators; needs protoc).
+	scripts/generate.sh
+
+.PHONY: generate-check
+generate-check: ## Check that the committed protobuf code is what the generators produce.
+	scripts/generate.sh --check
+
+.PHONY: tidy-check
+tidy-check: ## Check that go.mod and go.sum are tidy.
+	$(GO) mod tidy -diff
 
 .PHONY: clean
 clean: ## Remove build outputs and test caches.

@@ -2,8 +2,10 @@
 # The test command of README.md, run by .ci/run: installs what the tests need
 # (as root on Debian, when missing), then runs formatting and vet checks, the
 # unit and integration tests with the race detector, the pure-Go and ibverbs
-# builds, a fuzz smoke of every fuzz target, and the Soft-RoCE interop
-# scenarios in a QEMU guest.
+# builds, golangci-lint (pinned; depguard guards the layers) and the cgo
+# check, the darwin/freebsd cross build, the protobuf and go.mod
+# consistency checks, the version stamp of `make build`, a fuzz smoke of
+# every fuzz target, and the Soft-RoCE interop scenarios in a QEMU guest.
 #
 #   scripts/test.sh            everything
 #   FUZZTIME=30s scripts/test.sh   (default: 20000 executions per target)
@@ -22,6 +24,8 @@ command -v tshark >/dev/null || need+=(tshark)
 command -v ip >/dev/null || need+=(iproute2)
 command -v unshare >/dev/null || need+=(util-linux)
 [ -f /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+command -v protoc >/dev/null || need+=(protobuf-compiler)
+command -v make >/dev/null || need+=(make)
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 		step "installing ${need[*]}"
@@ -52,6 +56,27 @@ if [ -f /usr/include/infiniband/verbs.h ]; then
 fi
 step "CGO_ENABLED=0 go build"
 CGO_ENABLED=0 go build ./...
+step "go mod tidy -diff"
+go mod tidy -diff
+step "golangci-lint (depguard: the layers of docs/architecture.md) and cgo only in verbs/ibverbs, cmd/libswml"
+scripts/lint.sh
+step "cross build: darwin, freebsd (packages and tests)"
+scripts/cross.sh
+if command -v protoc >/dev/null; then
+	step "protobuf: committed switchmlpb code = generator output"
+	scripts/generate.sh --check
+elif [ -n "${CI:-}" ]; then
+	echo "FAIL: protoc missing (apt-get install protobuf-compiler); CI must check the generated code"
+	exit 1
+else
+	echo "SKIP-NOTE: protoc missing: the generated-code check is skipped"
+fi
+step "make build stamps the version (git describe)"
+make -s build BIN=bin/swml-rdma-version-check
+want=$(git describe --always --dirty 2>/dev/null || echo dev)
+got=$(bin/swml-rdma-version-check --version)
+rm -f bin/swml-rdma-version-check
+[ "$got" = "swml-rdma version $want" ] || { echo "FAIL: --version printed '$got', want 'swml-rdma version $want'"; exit 1; }
 
 # --- tests ------------------------------------------------------------------
 step "go test -race"
