@@ -14,6 +14,10 @@
 // covers the Identification). Over IPv6 the socket sets UDP_NO_CHECK6_RX so
 // that datagrams with UDP checksum 0 (as rxe sends them) are accepted.
 //
+// The endpoint is Linux-only (conn_linux.go, offload_linux.go): elsewhere
+// the package builds, and Listen fails with an error wrapping
+// verbs.ErrNotSupported (conn_other.go).
+//
 // Concurrency: ReadBatch must be called from one goroutine at a time;
 // WriteBatch may be called from any number of goroutines (calls are
 // serialised). Stats and Close are safe at any time.
