@@ -15,13 +15,8 @@ import (
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
 
-// startController runs a real controller on a loopback port for prog and
-// returns its address.
-func startController(t testing.TB, prog control.Programmer, switchAddr netip.Addr, liveness time.Duration) string {
-	t.Helper()
-	return startControllerPool(t, prog, switchAddr, 1<<16, liveness)
-}
-
+// startControllerPool runs a real controller with a pool of pool slots on
+// a loopback port for prog and returns its address.
 func startControllerPool(t testing.TB, prog control.Programmer, switchAddr netip.Addr, pool uint32, liveness time.Duration) string {
 	t.Helper()
 	ctl, err := control.New(control.Config{

@@ -30,10 +30,10 @@ const (
 )
 
 type planBridged struct {
-	pass, decision, chunk       int
-	firstContribution, retrans  bool
-	poolIndex                   uint32
-	ingressPort, worker, passes int
+	pass, decision, chunk      int
+	firstContribution, retrans bool
+	poolIndex                  uint32
+	ingressPort, worker        int
 }
 
 type planPacket struct {
