@@ -222,7 +222,9 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 		}
 		active++
 	}
-	defer s.ringDoorbell() // on every way out: nothing staged stays behind
+	// On every way out: nothing staged stays behind. The call's result is
+	// decided by then; a failed send shows up as the next call's error.
+	defer func() { _ = s.ringDoorbell() }()
 	for active > 0 {
 		if err := s.interrupted(ctx); err != nil {
 			return err

@@ -106,7 +106,7 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 	}
 	s := &Session{cfg: cfg, msgBytes: cfg.messageBytes(), wake: timing.NewWaker(), watchDone: make(chan struct{}), stopWatch: make(chan struct{})}
 	if err := s.open(ctx); err != nil {
-		s.release(true, err.Error()) // abort: the other workers would wait for this one
+		_ = s.release(true, err.Error()) // abort: the other workers would wait for this one; err is the one to report
 		return nil, err
 	}
 	go s.watch()

@@ -116,7 +116,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("local: controller at %s: %w", cfg.ControllerListen, err)
 	}
 	c.ControllerAddr = lis.Addr().String()
-	go c.Controller.Serve(lis) // returns when Close closes the controller
+	go func() { _ = c.Controller.Serve(lis) }() // returns when Close closes the controller
 	if c.NICs, err = c.OpenNICs(c.WorkerAddrs(cfg.Workers), cfg.NIC); err != nil {
 		return nil, err
 	}

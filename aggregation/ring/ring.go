@@ -279,7 +279,7 @@ func New(devs []verbs.Device, cfg Config) (*Ring, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			r.release()
+			_ = r.release() // the error that made New fail is the one to report
 		}
 	}()
 	for i, d := range devs {

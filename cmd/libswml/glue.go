@@ -299,7 +299,7 @@ func open(o openArgs) (int64, error) {
 		c.SessionID, c.DType = uint32(o.sessionID)|int32Session, wire.Int32
 		if s.i32, err = aggregation.Open(ctx, c); err != nil {
 			if s.f32 != nil {
-				s.f32.Abort(err.Error())
+				_ = s.f32.Abort(err.Error()) // err is the one to report
 			}
 			dev.Close()
 			return 0, fmt.Errorf("swml: join the int32 session %#x at %s as rank %d of %d: %w", c.SessionID, o.controller, o.rank, o.workers, err)

@@ -166,7 +166,7 @@ func runController(c *cli.Context) error {
 	select {
 	case <-ctx.Done():
 		ctl.Close() // removes every job from the switch
-		<-errc
+		<-errc      //nolint:errcheck // waits for Serve to return; after Close its error is only that
 		return nil
 	case err := <-errc:
 		ctl.Close()

@@ -352,7 +352,7 @@ func serveSwitch(ctx context.Context, stop func(), cfg switchConfig, log *slog.L
 	ctl.Close() // aborts the jobs (workers get ENDED) and removes them from the switch
 	ctlClosed = true
 	if err == nil {
-		<-serveErr
+		<-serveErr //nolint:errcheck // waits for Serve to return; after Close its error is only that
 	}
 	metrics.Close()
 	sw.Close()

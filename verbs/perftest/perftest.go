@@ -83,7 +83,7 @@ func WriteBW(ctx context.Context, cfg Config) (Result, error) {
 	var cleanup []func() error
 	defer func() {
 		for i := len(cleanup) - 1; i >= 0; i-- {
-			cleanup[i]()
+			_ = cleanup[i]() // teardown; the measurement's own error is the one to report
 		}
 	}()
 	type side struct {

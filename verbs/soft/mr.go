@@ -44,7 +44,7 @@ func (p *PD) AllocMR(length int, access verbs.Access) (verbs.MR, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		unix.Munmap(buf)
+		_ = unix.Munmap(buf) // undoing our own mmap; ErrClosed is the error to report
 		return nil, fmt.Errorf("soft: %s: %w", d.name, verbs.ErrClosed)
 	}
 	// Keys look like rxe's: index in the high 24 bits, a varying low byte.
