@@ -111,7 +111,10 @@ func writePseudo(s []byte, f *Flow, udpPayloadLen int) int {
 	n := 8
 	udpLen := udpHeaderLen + udpPayloadLen
 	src, dst := f.Src.Unmap(), f.Dst.Unmap()
-	if src.Is4() {
+	// The IPv4 form only when both ends are IPv4: a frame from the network
+	// can pair an IPv4-mapped address with a real IPv6 one, and that is an
+	// IPv6 packet (As4 of the IPv6 end would panic).
+	if src.Is4() && dst.Is4() {
 		ip := s[n : n+ipv4HeaderLen]
 		ip[0], ip[1] = 0x45, 0xFF
 		binary.BigEndian.PutUint16(ip[2:], uint16(ipv4HeaderLen+udpLen))
@@ -131,7 +134,7 @@ func writePseudo(s []byte, f *Flow, udpPayloadLen int) int {
 		ip[0], ip[1], ip[2], ip[3] = 0x6F, 0xFF, 0xFF, 0xFF
 		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
 		ip[6], ip[7] = ipProtoUDP, 0xFF
-		a16, b16 := src.As16(), dst.As16()
+		a16, b16 := f.Src.As16(), f.Dst.As16()
 		copy(ip[8:], a16[:])
 		copy(ip[24:], b16[:])
 		n += ipv6HeaderLen
