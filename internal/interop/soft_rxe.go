@@ -23,14 +23,14 @@ func init() {
 			Proves: "rxe (driven by verbs/ibverbs) writes multi-packet UC WRITE WITH IMM chains into a verbs/soft QP " +
 				"in another netns over " + fam + "; the soft NIC accepts every packet rxe sent (and verifies rxe's ICRC over IPv6), " +
 				"payload and immediates verified",
-			Run: func(ctx context.Context, e *Env) error { return rxeToSoft(ctx, e, fam == "ipv6") },
+			Run: func(ctx context.Context, e *Env) error { return crossNIC(ctx, e, fam == "ipv6", true) },
 		})
 		register(Scenario{
 			Name: "soft-to-rxe-" + fam,
 			Proves: "verbs/soft writes multi-packet UC WRITE WITH IMM chains into an rxe QP over " + fam +
 				"; rxe completes them with the right payload and immediates and its rcvd_pkts rises by exactly " +
 				"the packets the soft NIC sent (rxe drops bad ICRC/PSN/QPN silently)",
-			Run: func(ctx context.Context, e *Env) error { return softToRxe(ctx, e, fam == "ipv6") },
+			Run: func(ctx context.Context, e *Env) error { return crossNIC(ctx, e, fam == "ipv6", false) },
 		})
 	}
 	register(Scenario{
@@ -148,13 +148,21 @@ func connect(e *Env, dev *ibverbs.Device, p *peer, v6 bool, mtu verbs.MTU, size 
 	return r, pq, nil
 }
 
-func rxeToSoft(ctx context.Context, e *Env, v6 bool) error {
+// crossNIC runs the chains of sizesFor(mtu) at every MTU of softMTUs from
+// one NIC to the other: rxe (driven by verbs/ibverbs) to the soft NIC in
+// the peer netns when fromRxe, else the other way. The receiver checks the
+// payload and immediates; the sender's packet count must equal the
+// receiver's (rxe's sent_pkts or rcvd_pkts, the soft NIC's counters).
+func crossNIC(ctx context.Context, e *Env, v6, fromRxe bool) error {
 	// rxe picks its own IPv4 Identification, which a UDP socket cannot
 	// see, so over IPv4 the soft NIC cannot verify rxe's ICRC; over IPv6 it
-	// verifies every packet.
-	policy := soft.ICRCIgnoreIPv4
-	if v6 {
-		policy = soft.ICRCVerify
+	// verifies every packet. rxe verifies ours always.
+	policy, arrow, rxeCounter := soft.ICRCVerify, "soft → rxe", "rcvd_pkts"
+	if fromRxe {
+		arrow, rxeCounter = "rxe → soft", "sent_pkts"
+		if !v6 {
+			policy = soft.ICRCIgnoreIPv4
+		}
 	}
 	dev, p, err := pair(ctx, e, v6, policy)
 	if err != nil {
@@ -169,88 +177,28 @@ func rxeToSoft(ctx context.Context, e *Env, v6 bool) error {
 		if err != nil {
 			return fmt.Errorf("MTU %d: %w", mtu, err)
 		}
-		seed, imm := uint32(mtu)*7, 0x5A000000|uint32(mtu)<<8
-		err = func() error {
-			defer r.Close()
-			if _, err := p.do(cmd{Op: "recv", Sizes: sizes}); err != nil {
-				return err
-			}
-			before, err := p.do(cmd{Op: "stats"})
-			if err != nil {
-				return err
-			}
-			total := sum(sizes)
-			fill(r.src.Bytes()[:total], seed)
-			sent0, err := e.counter("sent_pkts")
-			if err != nil {
-				return err
-			}
-			wrs := writeChain(sizes, r.src.LKey(), pq.RKey, imm)
-			if n, err := r.qp.PostSend(wrs); err != nil || n != len(wrs) {
-				return fmt.Errorf("rxe post send: %d of %d: %v", n, len(wrs), err)
-			}
-			if _, err := waitN(ctx, r.scq, 1, e.Timeout); err != nil {
-				return fmt.Errorf("rxe send completion: %w", err)
-			}
-			after, err := p.do(cmd{Op: "verify", Sizes: sizes, Seed: seed, Imm: imm})
-			if err != nil {
-				return err
-			}
-			want := 0
-			for _, s := range sizes {
-				want += packets(s, mtu)
-			}
-			sent, err := e.counterSettled("sent_pkts", sent0, want)
-			if err != nil {
-				return err
-			}
-			rx := after.Stats.RxPackets - before.Stats.RxPackets
-			if sent != want || int(rx) != want {
-				return fmt.Errorf("rxe sent_pkts +%d, soft NIC received %d packets; want %d", sent, rx, want)
-			}
-			if v6 && after.Stats.RxBadICRC != 0 {
-				return fmt.Errorf("soft NIC rejected %d rxe packets for their ICRC", after.Stats.RxBadICRC)
-			}
-			icrc := "ICRC not checkable over IPv4 (rxe's IP ID)"
-			if v6 {
-				icrc = "every ICRC verified"
-			}
-			e.logf("  MTU %4d: rxe → soft %v bytes, %d packets (rxe sent_pkts +%d, soft rx +%d), %s; payload and imms verified", mtu, sizes, want, sent, rx, icrc)
-			return nil
-		}()
-		if err != nil {
-			return fmt.Errorf("MTU %d: %w", mtu, err)
-		}
-	}
-	return nil
-}
-
-func softToRxe(ctx context.Context, e *Env, v6 bool) error {
-	dev, p, err := pair(ctx, e, v6, soft.ICRCVerify)
-	if err != nil {
-		return err
-	}
-	defer dev.Close()
-	defer p.close()
-	for _, mtu := range softMTUs {
-		sizes := sizesFor(mtu)
-		size := sum(sizes) + 4096
-		r, _, err := connect(e, dev, p, v6, mtu, size)
-		if err != nil {
-			return fmt.Errorf("MTU %d: %w", mtu, err)
-		}
 		seed, imm := uint32(mtu)*13, 0xC3000000|uint32(mtu)<<8
+		if fromRxe {
+			seed, imm = uint32(mtu)*7, 0x5A000000|uint32(mtu)<<8
+		}
 		err = func() error {
 			defer r.Close()
-			recvs := make([]verbs.RecvWR, len(sizes))
-			for i := range recvs {
-				recvs[i].ID = uint64(100 + i)
+			// The receiver posts its receive WRs.
+			if fromRxe {
+				if _, err := p.do(cmd{Op: "recv", Sizes: sizes}); err != nil {
+					return err
+				}
+			} else {
+				recvs := make([]verbs.RecvWR, len(sizes))
+				for i := range recvs {
+					recvs[i].ID = uint64(100 + i)
+				}
+				if _, err := r.qp.PostRecv(recvs); err != nil {
+					return err
+				}
+				clear(r.dst.Bytes())
 			}
-			if _, err := r.qp.PostRecv(recvs); err != nil {
-				return err
-			}
-			clear(r.dst.Bytes())
-			rcvd0, err := e.counter("rcvd_pkts")
+			rxe0, err := e.counter(rxeCounter)
 			if err != nil {
 				return err
 			}
@@ -258,34 +206,63 @@ func softToRxe(ctx context.Context, e *Env, v6 bool) error {
 			if err != nil {
 				return err
 			}
-			st1, err := p.do(cmd{Op: "send", Sizes: sizes, Seed: seed, RKey: r.dst.RKey(), Imm: imm})
-			if err != nil {
-				return err
-			}
-			got, err := waitN(ctx, r.rcq, len(sizes), e.Timeout)
-			if err != nil {
-				rc, _ := e.counter("rcvd_pkts")
-				return fmt.Errorf("rxe receive: %w (rcvd_pkts +%d)", err, rc-rcvd0)
-			}
-			if err := checkRecv(got, sizes, imm, r.qp.QPN(), 100); err != nil {
-				return err
-			}
-			if err := checkPayload(r.dst.Bytes(), sizes, seed); err != nil {
-				return err
+			// The sender posts the chain and waits for its completion;
+			// the receiver checks what arrived.
+			var st1 reply
+			if fromRxe {
+				fill(r.src.Bytes()[:sum(sizes)], seed)
+				wrs := writeChain(sizes, r.src.LKey(), pq.RKey, imm)
+				if n, err := r.qp.PostSend(wrs); err != nil || n != len(wrs) {
+					return fmt.Errorf("rxe post send: %d of %d: %v", n, len(wrs), err)
+				}
+				if _, err := waitN(ctx, r.scq, 1, e.Timeout); err != nil {
+					return fmt.Errorf("rxe send completion: %w", err)
+				}
+				if st1, err = p.do(cmd{Op: "verify", Sizes: sizes, Seed: seed, Imm: imm}); err != nil {
+					return err
+				}
+			} else {
+				if st1, err = p.do(cmd{Op: "send", Sizes: sizes, Seed: seed, RKey: r.dst.RKey(), Imm: imm}); err != nil {
+					return err
+				}
+				got, err := waitN(ctx, r.rcq, len(sizes), e.Timeout)
+				if err != nil {
+					rc, _ := e.counter(rxeCounter)
+					return fmt.Errorf("rxe receive: %w (%s +%d)", err, rxeCounter, rc-rxe0)
+				}
+				if err := checkRecv(got, sizes, imm, r.qp.QPN(), 100); err != nil {
+					return err
+				}
+				if err := checkPayload(r.dst.Bytes(), sizes, seed); err != nil {
+					return err
+				}
 			}
 			want := 0
 			for _, s := range sizes {
 				want += packets(s, mtu)
 			}
-			tx := int(st1.Stats.TxPackets - st0.Stats.TxPackets)
-			rcvd, err := e.counterSettled("rcvd_pkts", rcvd0, want)
+			rxeN, err := e.counterSettled(rxeCounter, rxe0, want)
 			if err != nil {
 				return err
 			}
-			if tx != want || rcvd != want {
-				return fmt.Errorf("soft NIC sent %d packets, rxe rcvd_pkts +%d; want %d each", tx, rcvd, want)
+			softN := int(st1.Stats.TxPackets - st0.Stats.TxPackets)
+			if fromRxe {
+				softN = int(st1.Stats.RxPackets - st0.Stats.RxPackets)
 			}
-			e.logf("  MTU %4d: soft → rxe %v bytes, %d packets (soft tx +%d, rxe rcvd_pkts +%d); payload and imms verified", mtu, sizes, want, tx, rcvd)
+			if rxeN != want || softN != want {
+				return fmt.Errorf("%s: rxe %s +%d, soft NIC %d packets; want %d each", arrow, rxeCounter, rxeN, softN, want)
+			}
+			icrc := "rxe checked every ICRC"
+			if fromRxe {
+				icrc = "ICRC not checkable over IPv4 (rxe's IP ID)"
+				if v6 {
+					if st1.Stats.RxBadICRC != 0 {
+						return fmt.Errorf("soft NIC rejected %d rxe packets for their ICRC", st1.Stats.RxBadICRC)
+					}
+					icrc = "every ICRC verified"
+				}
+			}
+			e.logf("  MTU %4d: %s %v bytes, %d packets (rxe %s +%d, soft +%d), %s; payload and imms verified", mtu, arrow, sizes, want, rxeCounter, rxeN, softN, icrc)
 			return nil
 		}()
 		if err != nil {
