@@ -283,19 +283,22 @@ func TestPendingSessionsBounded(t *testing.T) {
 			waiting <- err
 		}()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		e.ctl.mu.Lock()
-		n := len(e.ctl.pending)
-		e.ctl.mu.Unlock()
-		if n == 2 {
-			break
+	// waitPending waits until the controller holds want waiting sessions.
+	waitPending := func(want int, what string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			e.ctl.mu.Lock()
+			n := len(e.ctl.pending)
+			e.ctl.mu.Unlock()
+			if n == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d sessions pending %s, want %d", n, what, want)
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sessions pending, want 2", n)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
+	waitPending(2, "while two registrations wait")
 	_, err := c.RegisterRDMA(context.Background(), testReg(12, 0, 2, 1))
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "2 sessions are already waiting") {
 		t.Errorf("third pending session: %v; want RESOURCE_EXHAUSTED", err)
@@ -309,17 +312,7 @@ func TestPendingSessionsBounded(t *testing.T) {
 	// With the waiting sessions gone, a new one is accepted. The client
 	// sees the cancellation before the controller's handlers do: wait for
 	// them to drop their sessions.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		e.ctl.mu.Lock()
-		n := len(e.ctl.pending)
-		e.ctl.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sessions still pending after their registrations were cancelled", n)
-		}
-	}
+	waitPending(0, "after their registrations were cancelled")
 	as := e.registerAll(t, context.Background(), 12, 1, 1, nil)
 	endAll(t, e, as)
 }

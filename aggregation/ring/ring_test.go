@@ -143,22 +143,30 @@ func TestRingAllReduce(t *testing.T) {
 	for ti, tt := range tests {
 		t.Run(fmt.Sprintf("ranks%d/n%d/msg%d", tt.ranks, tt.n, tt.cfg.MessageSize), func(t *testing.T) {
 			r := newTestRing(t, ringDevs(t, 8, tt.ranks, 0), tt.cfg)
-			for call := range 3 { // successive calls exercise the epochs
-				f, iv := ringInputs(tt.ranks, tt.n, uint64(10*ti+call))
-				outF, outI := clone(f), clone(iv)
-				if err := allReduce(t, r, outF, nil); err != nil {
-					t.Fatal(err)
-				}
-				checkFloat32(t, f, outF)
-				if err := allReduce(t, r, nil, outI); err != nil {
-					t.Fatal(err)
-				}
-				checkInt32(t, iv, outI)
-			}
+			reduceAndCheck(t, r, 3, tt.ranks, tt.n, uint64(10*ti))
 			if s := r.Stats(); s.AllReduces != uint64(6*tt.ranks) {
 				t.Fatalf("stats %+v", s)
 			}
 		})
+	}
+}
+
+// reduceAndCheck runs calls successive calls (they exercise the epochs),
+// each a float32 and an int32 all-reduce of n elements with inputs seeded
+// seed+call, and checks every rank's result.
+func reduceAndCheck(t *testing.T, r *Ring, calls, ranks, n int, seed uint64) {
+	t.Helper()
+	for call := range calls {
+		f, iv := ringInputs(ranks, n, seed+uint64(call))
+		outF, outI := clone(f), clone(iv)
+		if err := allReduce(t, r, outF, nil); err != nil {
+			t.Fatal(err)
+		}
+		checkFloat32(t, f, outF)
+		if err := allReduce(t, r, nil, outI); err != nil {
+			t.Fatal(err)
+		}
+		checkInt32(t, iv, outI)
 	}
 }
 
@@ -169,18 +177,7 @@ func TestRingAllReduceWithLoss(t *testing.T) {
 				devs := ringDevs(t, 9+2*i+j, ranks, loss)
 				r := newTestRing(t, devs, Config{MessageSize: 2048, MTU: 512, Window: 8, RetransmitTimeout: 5 * time.Millisecond})
 				const n = 20011
-				for call := range 3 {
-					f, iv := ringInputs(ranks, n, uint64(call))
-					outF, outI := clone(f), clone(iv)
-					if err := allReduce(t, r, outF, nil); err != nil {
-						t.Fatal(err)
-					}
-					checkFloat32(t, f, outF)
-					if err := allReduce(t, r, nil, outI); err != nil {
-						t.Fatal(err)
-					}
-					checkInt32(t, iv, outI)
-				}
+				reduceAndCheck(t, r, 3, ranks, n, 0)
 				s := r.Stats()
 				if s.Retransmissions == 0 {
 					t.Fatalf("%g loss and no retransmission: %+v", loss, s)
@@ -208,18 +205,7 @@ func TestRingFakeNetwork(t *testing.T) {
 		devs[i] = d
 	}
 	r := newTestRing(t, devs, Config{MessageSize: 64, Window: 4, RetransmitTimeout: 2 * time.Millisecond})
-	for call := range 4 {
-		f, iv := ringInputs(4, 997, uint64(call))
-		outF, outI := clone(f), clone(iv)
-		if err := allReduce(t, r, outF, nil); err != nil {
-			t.Fatal(err)
-		}
-		checkFloat32(t, f, outF)
-		if err := allReduce(t, r, nil, outI); err != nil {
-			t.Fatal(err)
-		}
-		checkInt32(t, iv, outI)
-	}
+	reduceAndCheck(t, r, 4, 4, 997, 0)
 	if s := r.Stats(); s.Retransmissions == 0 || s.Duplicates == 0 {
 		t.Fatalf("lost acknowledgements must cause retransmissions and duplicates: %+v", s)
 	}

@@ -2,11 +2,7 @@ package interop
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
-
-	"github.com/swml-rdma/swml-rdma/verbs"
 )
 
 func init() {
@@ -24,76 +20,30 @@ func init() {
 // netns and checks, packet by packet, what rxe does with a message whose
 // LAST was lost.
 func ucTruncated(ctx context.Context, e *Env) error {
-	rxeAddr, peerAddr := addrs(e, false)
-	dev, err := openRxe(e, rxeAddr)
-	if err != nil {
-		return err
-	}
-	defer dev.Close()
-	p, err := startPeer(ctx, e)
-	if err != nil {
-		return err
-	}
-	defer p.close()
-	const mtu = 1024
-	r, err := newRxeSide(dev, 8*mtu)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
+	const mtu = rawMTU
 	const peerQPN, rxePSN, P = 0x0000AC, 0x20, 0x700
-	if err := verbs.Connect(r.qp, verbs.AccessRemoteWrite, verbs.RTRAttr{RemoteQPN: peerQPN, RemoteAddr: peerAddr, RecvPSN: P, MTU: mtu}, rxePSN); err != nil {
+	l, err := openRawLab(ctx, e, 8*mtu, peerQPN, rxePSN, P, 8)
+	if err != nil {
 		return err
 	}
-	recvs := make([]verbs.RecvWR, 8)
-	for i := range recvs {
-		recvs[i].ID = uint64(i + 1)
-	}
-	if _, err := r.qp.PostRecv(recvs); err != nil {
-		return err
-	}
-	send := func(part string, psn, imm uint32, n int) error {
-		c := cmd{Op: "raw", Local: peerAddr.String(), Remote: rxeAddr.String(), QPN: r.qp.QPN(), PSN: psn, RKey: r.dst.RKey(),
-			Sizes: []int{n}, Seed: imm, Imm: imm, Part: part, DMALen: 3 * mtu}
-		_, err := p.do(c)
-		return err
-	}
-	// step sends packets and checks rxe's rcvd_pkts and whether a
-	// completion with immediate wantImm came (0: none may come).
+	defer l.close()
+	// step sends packets (part, PSN, size) and checks rxe's rcvd_pkts and
+	// whether a completion with immediate wantImm came (0: none may come).
 	type pkt struct {
 		part string
 		psn  uint32
 		n    int
 	}
 	step := func(what string, pkts []pkt, imm uint32, wantImm uint32, hint string) error {
-		before, err := e.counter("rcvd_pkts")
+		cs := make([]cmd, len(pkts))
+		for i, k := range pkts {
+			cs[i] = cmd{PSN: k.psn, Sizes: []int{k.n}, Seed: imm, Imm: imm, Part: k.part, DMALen: 3 * mtu}
+		}
+		got, delta, err := l.expect(ctx, what, cs, len(pkts), wantImm != 0, hint)
 		if err != nil {
 			return err
 		}
-		for _, k := range pkts {
-			if err := send(k.part, k.psn, imm, k.n); err != nil {
-				return fmt.Errorf("%s: %w", what, err)
-			}
-		}
-		wait := e.Timeout
-		if wantImm == 0 {
-			wait = 500 * time.Millisecond
-		}
-		got, werr := waitN(ctx, r.rcq, 1, wait)
-		delta, err := e.counterSettled("rcvd_pkts", before, len(pkts))
-		if err != nil {
-			return err
-		}
-		switch {
-		case delta != len(pkts):
-			return fmt.Errorf("%s: rcvd_pkts +%d, want +%d (the packets did not reach rxe's responder)", what, delta, len(pkts))
-		case wantImm != 0 && werr != nil:
-			return fmt.Errorf("%s: no completion: %v; %s", what, werr, hint)
-		case wantImm == 0 && werr == nil:
-			return fmt.Errorf("%s: rxe completed imm %#x: %s", what, got[0].Imm, hint)
-		case wantImm == 0 && !errors.Is(werr, context.DeadlineExceeded):
-			return fmt.Errorf("%s: %v", what, werr)
-		case wantImm != 0 && got[0].Imm != wantImm:
+		if wantImm != 0 && got[0].Imm != wantImm {
 			return fmt.Errorf("%s: completion with imm %#x, want %#x", what, got[0].Imm, wantImm)
 		}
 		e.logf("  %-58s rcvd_pkts +%d, completion: %v", what, delta, wantImm != 0)

@@ -45,10 +45,7 @@ func NewWaker() *Waker {
 // Fire wakes the engine once, as the timer does: the next Arm forgets it.
 func (w *Waker) Fire() {
 	w.mu.Lock()
-	if !w.fired {
-		w.fired = true
-		close(w.ch)
-	}
+	w.fireLocked()
 	w.mu.Unlock()
 }
 
@@ -56,11 +53,16 @@ func (w *Waker) Fire() {
 func (w *Waker) Stop() {
 	w.mu.Lock()
 	w.stopped = true
+	w.fireLocked()
+	w.mu.Unlock()
+}
+
+// fireLocked closes the wake channel once; the caller holds w.mu.
+func (w *Waker) fireLocked() {
 	if !w.fired {
 		w.fired = true
 		close(w.ch)
 	}
-	w.mu.Unlock()
 }
 
 // Reset forgets earlier wake-ups, Stop's included: the caller re-checks its
