@@ -114,6 +114,59 @@ type Config struct {
 	// program does; ours and the software switch echo the request's id).
 	// Per-packet recovery also needs PacketsPerMessage ≤ 64.
 	WholeMessageResend bool
+
+	// Writes chooses how a message goes on the wire: AdaptiveWrites (the
+	// default), MessageWrites or PacketWrites. Give every worker of a job
+	// the same value; mixed jobs give correct results, more slowly.
+	Writes Writes
+}
+
+// Writes is how a worker puts a message on the wire (docs/protocol.md
+// "Message writes and packet writes").
+type Writes int
+
+const (
+	// AdaptiveWrites sends message writes until a call shows loss (RACK
+	// found at least one message in 64 lost), then packet writes, trying
+	// message writes again every 16th call. Without per-packet recovery
+	// (WholeMessageResend, or more than 64 packets per message) it is
+	// MessageWrites.
+	AdaptiveWrites Writes = iota
+	// MessageWrites sends each message as one multi-packet UC RDMA WRITE
+	// (FIRST, MIDDLE…, LAST WITH IMMEDIATE), as p4app-switchML's workers
+	// do: one completion per message at each end, the least CPU per byte.
+	// With UC, one lost packet loses the whole message's result.
+	MessageWrites
+	// PacketWrites sends each packet of a message as a UC RDMA WRITE ONLY
+	// WITH IMMEDIATE of its own (to its own slot, with a packet message
+	// id), so the switch's results are one-packet writes too: a lost packet
+	// costs a one-packet resend instead of the message, at one completion
+	// per packet. Needs per-packet recovery; the only way to send more than
+	// one packet per message to or from Soft-RoCE (rxe).
+	PacketWrites
+)
+
+// String is the name ParseWrites accepts.
+func (w Writes) String() string {
+	switch w {
+	case AdaptiveWrites:
+		return "auto"
+	case MessageWrites:
+		return "message"
+	case PacketWrites:
+		return "packet"
+	}
+	return fmt.Sprintf("Writes(%d)", int(w))
+}
+
+// ParseWrites parses "auto", "message" or "packet".
+func ParseWrites(s string) (Writes, error) {
+	for w := AdaptiveWrites; w <= PacketWrites; w++ {
+		if s == w.String() {
+			return w, nil
+		}
+	}
+	return 0, fmt.Errorf("%q: use auto (message writes until loss is seen), message (one multi-packet WRITE per message) or packet (one WRITE per packet)", s)
 }
 
 // ErrConfig is wrapped by every configuration error Open returns.
@@ -190,6 +243,14 @@ func (c Config) defaults() (Config, error) {
 	}
 	if c.PeerTimeout == 0 {
 		c.PeerTimeout = DefaultPeerTimeout
+	}
+	switch {
+	case c.Writes < AdaptiveWrites || c.Writes > PacketWrites:
+		return c, configError("Config.Writes is %v: use AdaptiveWrites, MessageWrites or PacketWrites", c.Writes)
+	case c.Writes == PacketWrites && c.WholeMessageResend:
+		return c, configError("Config.Writes is PacketWrites with WholeMessageResend: packet writes are answered packet by packet, which a switch that echoes its stored message id (the reason for WholeMessageResend) cannot do; use MessageWrites")
+	case c.Writes == PacketWrites && c.PacketsPerMessage > 1<<wire.MaxPacketIDBits:
+		return c, configError("Config.Writes is PacketWrites with %d packets per message: a packet message id names at most %d packets; use PacketsPerMessage ≤ %d or MessageWrites", c.PacketsPerMessage, 1<<wire.MaxPacketIDBits, 1<<wire.MaxPacketIDBits)
 	}
 	switch {
 	case c.RetransmitTimeout < 0:

@@ -41,7 +41,8 @@ type qpState struct {
 	resends  int // transmissions after the first (timer or RACK)
 	silent   int // consecutive timeouts with no result on any QP
 	// queued counts signaled send WRs posted on the QP whose completion
-	// has not come back: transmissions the NIC has not sent yet.
+	// has not come back: transmissions the NIC has not sent yet (a batch
+	// of packet writes signals its last WR only).
 	queued int
 	// Per-packet recovery (Session.pktBits > 0): e0 is the look-ahead
 	// exponent the message in flight carries; got marks its result packets
@@ -52,6 +53,9 @@ type qpState struct {
 	got     []uint64
 	ngot    int
 	joining bool // the message in flight is the QP's first of the call
+	// lastGot is when the latest of the message's one-packet results
+	// came back.
+	lastGot time.Time
 }
 
 // rackState is RACK's (RFC 8985) view of the session's QPs taken together:
@@ -99,6 +103,55 @@ func (r *rackState) newCall() {
 // different QPs are reordered when workers send them in different
 // orders; a spurious resend costs one message of bandwidth.
 func (r *rackState) reoWnd() time.Duration { return r.minRTT() / 4 }
+
+// adaptState is AdaptiveWrites' memory between calls (engine.go,
+// chooseWrites): the session's message and fast-retransmission counts
+// when the last call started, and how many calls in a row have sent
+// packet writes.
+type adaptState struct {
+	msgs, fast  uint64
+	packetCalls int
+}
+
+const (
+	// lossyFastRetransmits: a call in which RACK found at least one message
+	// in this many lost has seen loss (not reordering: without loss RACK
+	// fires for a few messages in 10⁴ here, see docs/benchmarks.md).
+	lossyFastRetransmits = 64
+	// probeMessageWrites: in a run of packet-write calls, every this many
+	// calls goes back to message writes to see whether the loss is over.
+	probeMessageWrites = 16
+)
+
+// chooseWrites decides whether the call starting now sends packet writes
+// (Config.Writes). AdaptiveWrites: message writes cost the least CPU and
+// are the right choice without loss; once a call shows loss, the next ones
+// send packet writes, and every probeMessageWrites-th of them tries message
+// writes again. Workers decide alone; a call in which they disagree is
+// slower, not wrong (docs/protocol.md "Message writes and packet writes").
+func (s *Session) chooseWrites() bool {
+	if s.pktBits == 0 {
+		return false
+	}
+	switch s.cfg.Writes {
+	case PacketWrites:
+		return true
+	case MessageWrites:
+		return false
+	}
+	a := &s.adapt
+	msgs, fast := s.stats.messages.Load(), s.stats.fastRetransmissions.Load()
+	lossy := msgs > a.msgs && (fast-a.fast)*lossyFastRetransmits >= msgs-a.msgs
+	a.msgs, a.fast = msgs, fast
+	if !s.pktWrites {
+		a.packetCalls = 0
+		return lossy
+	}
+	// Packet writes lose little to loss, and RACK's count under them
+	// says little about it: probe with message writes now and then.
+	a.packetCalls++
+	return a.packetCalls%probeMessageWrites != 0
+}
 
 // recvOff is where the switch writes the result of a message sent in set:
 // the RETH va the worker sends and the switch echoes.
@@ -188,6 +241,10 @@ func (s *Session) run(ctx context.Context, f []float32, iv []int32) error {
 		return fmt.Errorf("aggregation: %w: %w", ErrBroken, s.broken)
 	}
 	s.wake.Reset()
+	s.pktWrites = s.chooseWrites()
+	if s.pktWrites {
+		s.stats.packetWriteCalls.Add(1)
+	}
 	stop := context.AfterFunc(ctx, s.wake.Stop)
 	defer stop()
 	c := call{f: f, i: iv, n: len(f) + len(iv), vals: s.msgBytes / 4}
@@ -433,6 +490,7 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 		s.lastResult = now
 		st.got[k>>6] |= 1 << (k & 63)
 		st.ngot++
+		st.lastGot = now
 		if k == s.cfg.PacketsPerMessage-1 {
 			st.resE0 = imm.E0()
 		}
@@ -575,6 +633,9 @@ func (s *Session) post(st *qpState, e0 int8, now time.Time) error {
 	st.deadline = now.Add(st.rto)
 	st.timeouts, st.resends, st.silent = 0, 0, 0
 	s.stats.messages.Add(1)
+	if s.pktWrites {
+		return s.transmitPackets(st)
+	}
 	return s.transmit(st, st.wr[:], s.cfg.PacketsPerMessage)
 }
 
@@ -624,7 +685,11 @@ func (s *Session) transmit(st *qpState, wrs []verbs.SendWR, packets int) error {
 	if err != nil {
 		return fmt.Errorf("aggregation: %v: send on QP %d: %w", s, st.index, err)
 	}
-	st.queued += len(wrs)
+	for i := range wrs {
+		if wrs[i].Signaled {
+			st.queued++
+		}
+	}
 	s.stats.packets.Add(uint64(packets))
 	s.stats.bytesSent.Add(uint64(packets * s.cfg.PacketSize))
 	return nil
@@ -644,7 +709,14 @@ func (s *Session) retransmit(st *qpState, now time.Time) error {
 	}
 	st.timeouts++
 	s.stats.timeouts.Add(1)
-	if s.lastResult.After(st.xmit) {
+	keepPace := s.lastResult.After(st.xmit)
+	if s.pktWrites {
+		// With packet writes a loss leaves the message's other results
+		// coming back; none since the last transmission means its slots
+		// wait for a slow peer, which resending does not hurry.
+		keepPace = st.lastGot.After(st.xmit)
+	}
+	if keepPace {
 		// Results came back since the last transmission: the path and
 		// the switch work, the message (or a peer's contribution to it)
 		// was lost. Resend at the same pace: backing off would only
@@ -683,6 +755,16 @@ func (s *Session) resend(st *qpState, now time.Time) error {
 	// and of its answer to get through at once: at 5 % loss, 19 % of the
 	// tries with 16 packets. Packet by packet, each try repairs 90 % of
 	// what is missing. The switch treats each as a one-packet message.
+	return s.transmitPackets(st)
+}
+
+// transmitPackets sends each packet of st's message whose result is not
+// back as a one-packet WRITE ONLY WITH IMMEDIATE: packet k goes to pool
+// index pool+2k with the packet message id of k, lands at its own offset of
+// the receive region, and is answered by a one-packet result. Only the
+// last work request is signaled: its completion stands for all of them
+// (st.queued counts one).
+func (s *Session) transmitPackets(st *qpState) error {
 	ps := s.cfg.PacketSize
 	recv := s.recvOff(st.set, st.index)
 	wrs := s.pktWRs[:0]
@@ -698,10 +780,13 @@ func (s *Session) resend(st *qpState, now time.Time) error {
 			RemoteAddr: recv + off,
 			RKey:       uint32(st.pool.Add(k) | wire.PoolIndex(st.set)),
 			Imm:        uint32(wire.MakeImm(wire.PacketMsgID(st.msgID, k, s.pktBits), st.e0, 0)),
-			Signaled:   true,
 		})
 	}
 	s.pktWRs = wrs
+	if len(wrs) == 0 {
+		return nil
+	}
+	wrs[len(wrs)-1].Signaled = true
 	return s.transmit(st, wrs, len(wrs))
 }
 

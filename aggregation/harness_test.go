@@ -57,6 +57,12 @@ type job struct {
 // filled in per rank) concurrently.
 func openJob(t testing.TB, ctlAddr string, n int, cfg Config, newDev func(rank int) (verbs.Device, error)) *job {
 	t.Helper()
+	return openJobWith(t, ctlAddr, n, func(int) Config { return cfg }, newDev)
+}
+
+// openJobWith is openJob with a configuration per rank.
+func openJobWith(t testing.TB, ctlAddr string, n int, cfgOf func(rank int) Config, newDev func(rank int) (verbs.Device, error)) *job {
+	t.Helper()
 	j := &job{workers: make([]*worker, n)}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -74,7 +80,7 @@ func openJob(t testing.TB, ctlAddr string, n int, cfg Config, newDev func(rank i
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := cfg
+			c := cfgOf(r)
 			c.Rank, c.Workers, c.Device, c.Controller = r, n, dev, cli
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()

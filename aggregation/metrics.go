@@ -11,7 +11,7 @@ import (
 type sessionCollector struct {
 	s *Session
 
-	allReduces, messages, packets, retransmissions, timeouts, fast, results, stale, bytes *prometheus.Desc
+	allReduces, messages, packets, retransmissions, timeouts, fast, results, stale, bytes, packetWriteCalls *prometheus.Desc
 }
 
 // NewCollector returns a Prometheus collector of s's counters
@@ -27,21 +27,22 @@ func NewCollector(s *Session) prometheus.Collector {
 		return prometheus.NewDesc("swml_worker_"+name, help, variable, labels)
 	}
 	return &sessionCollector{
-		s:               s,
-		allReduces:      d("allreduces_total", "Completed all-reduce calls (float32 and int32)."),
-		messages:        d("messages_total", "Messages sent for the first time, exponent-only rounds included."),
-		packets:         d("packets_total", "RoCEv2 packets sent to the switch, retransmissions included."),
-		retransmissions: d("retransmissions_total", "Messages resent (timer expiries and fast retransmissions)."),
-		timeouts:        d("timeouts_total", "Per-QP retransmission timer expiries."),
-		fast:            d("fast_retransmissions_total", "Messages resent because the result of a message sent later came back first (RACK)."),
-		results:         d("results_total", "Result messages from the switch used."),
-		stale:           d("stale_results_total", "Result messages dropped by the message-id check (duplicates of results already used)."),
-		bytes:           d("bytes_total", "RDMA payload bytes sent (out) to and received (in) from the switch.", "direction"),
+		s:                s,
+		allReduces:       d("allreduces_total", "Completed all-reduce calls (float32 and int32)."),
+		messages:         d("messages_total", "Messages sent for the first time, exponent-only rounds included."),
+		packets:          d("packets_total", "RoCEv2 packets sent to the switch, retransmissions included."),
+		retransmissions:  d("retransmissions_total", "Messages resent (timer expiries and fast retransmissions)."),
+		timeouts:         d("timeouts_total", "Per-QP retransmission timer expiries."),
+		fast:             d("fast_retransmissions_total", "Messages resent because the result of a message sent later came back first (RACK)."),
+		results:          d("results_total", "Result messages from the switch used."),
+		stale:            d("stale_results_total", "Result messages dropped by the message-id check (duplicates of results already used)."),
+		bytes:            d("bytes_total", "RDMA payload bytes sent (out) to and received (in) from the switch.", "direction"),
+		packetWriteCalls: d("packet_write_calls_total", "All-reduce calls that sent one RDMA WRITE per packet instead of one per message (Config.Writes)."),
 	}
 }
 
 func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.allReduces, c.messages, c.packets, c.retransmissions, c.timeouts, c.fast, c.results, c.stale, c.bytes} {
+	for _, d := range []*prometheus.Desc{c.allReduces, c.messages, c.packets, c.retransmissions, c.timeouts, c.fast, c.results, c.stale, c.bytes, c.packetWriteCalls} {
 		ch <- d
 	}
 }
@@ -61,4 +62,5 @@ func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.stale, st.StaleResults)
 	counter(c.bytes, st.BytesSent, "out")
 	counter(c.bytes, st.BytesReceived, "in")
+	counter(c.packetWriteCalls, st.PacketWriteCalls)
 }

@@ -82,8 +82,12 @@ type Session struct {
 	rack         rackState
 	// pktBits > 0 enables per-packet recovery (engine.go, resend): the
 	// packet index bits of wire.PacketMsgID; pktWRs is its scratch.
-	pktBits    uint
-	pktWRs     []verbs.SendWR
+	pktBits uint
+	pktWRs  []verbs.SendWR
+	// pktWrites: the running call sends packet writes (Config.Writes;
+	// engine.go, chooseWrites), guarded by mu.
+	pktWrites  bool
+	adapt      adaptState
 	lastResult time.Time // when any result last arrived (guarded by mu)
 	callStart  time.Time // when the running call started (guarded by mu)
 	lastPass   time.Time // the engine loop's last pass (guarded by mu)
@@ -117,7 +121,7 @@ func (s *Session) open(ctx context.Context) error {
 	cfg := &s.cfg
 	dev := cfg.Device
 	q := cfg.QPs
-	if err := checkUCTruncation(dev, cfg.PacketsPerMessage, cfg.PacketSize); err != nil {
+	if err := checkUCTruncation(dev, cfg); err != nil {
 		return err
 	}
 	var err error
@@ -134,10 +138,11 @@ func (s *Session) open(ctx context.Context) error {
 	if ppm := cfg.PacketsPerMessage; ppm > 1 && ppm <= 1<<wire.MaxPacketIDBits && !cfg.WholeMessageResend {
 		s.pktBits = uint(bits.Len(uint(ppm - 1)))
 		s.pktWRs = make([]verbs.SendWR, 0, ppm)
-		// A resend is up to ppm one-packet messages, each answered by
-		// a one-packet result.
-		depth += ppm
-		sendDepth += ppm
+		// A packet write or a resend is up to ppm one-packet messages,
+		// each answered by a one-packet result, and a resend's answers
+		// can race the results of the first transmission.
+		depth += 2 * ppm
+		sendDepth += 2 * ppm
 	}
 	s.recvDepth = depth
 	if s.cq, err = dev.CreateCQ(q*(depth+sendDepth) + 256); err != nil {
@@ -349,10 +354,13 @@ type Stats struct {
 	// BytesSent and BytesReceived count RDMA payload bytes.
 	BytesSent     uint64
 	BytesReceived uint64
+	// PacketWriteCalls counts the calls that sent packet writes
+	// (Config.Writes).
+	PacketWriteCalls uint64
 }
 
 type counters struct {
-	allReduces, messages, packets, retransmissions, timeouts, fastRetransmissions, results, stale, bytesSent, bytesReceived atomic.Uint64
+	allReduces, messages, packets, retransmissions, timeouts, fastRetransmissions, results, stale, bytesSent, bytesReceived, packetWriteCalls atomic.Uint64
 }
 
 // Stats returns the session's counters. Safe for concurrent use.
@@ -369,6 +377,7 @@ func (s *Session) Stats() Stats {
 		StaleResults:        c.stale.Load(),
 		BytesSent:           c.bytesSent.Load(),
 		BytesReceived:       c.bytesReceived.Load(),
+		PacketWriteCalls:    c.packetWriteCalls.Load(),
 	}
 }
 
@@ -386,13 +395,18 @@ func (s *Session) String() string {
 // verbs.UCTruncation): the switch's results are multi-packet WRITEs, one loss
 // or one interleaved resend answer would stop every later result on that QP,
 // and the job would end in a timeout far from its cause.
-func checkUCTruncation(dev verbs.Device, ppm, packetSize int) error {
+//
+// Packet writes (Config.Writes PacketWrites) make every request and so
+// every result a one-packet WRITE, as long as every worker of the job sends
+// them: the switch's result mirrors the request that completed its slot.
+func checkUCTruncation(dev verbs.Device, cfg *Config) error {
 	w, ok := dev.(verbs.UCTruncation)
-	if !ok || ppm <= 1 || !w.UCTruncatedWriteWedges() {
+	ppm := cfg.PacketsPerMessage
+	if !ok || ppm <= 1 || cfg.Writes == PacketWrites || !w.UCTruncatedWriteWedges() {
 		return nil
 	}
 	return configError("%s is Soft-RoCE (rdma_rxe), whose UC QPs stop accepting messages after a multi-packet RDMA WRITE loses a packet "+
-		"(Linux rxe_resp.c, class D1 errors; docs/testbed.md \"Known limits\"), and this job sends results as %d-packet messages: "+
-		"use one packet per message on rxe (--msg-size %d, equal to --packet-size; Config.PacketsPerMessage 1) for every worker of the job",
-		dev.Name(), ppm, packetSize)
+		"(Linux rxe_resp.c, class D1 errors; docs/testbed.md \"Known limits\"), and with %v writes this job may get results as %d-packet messages: "+
+		"send packet writes on every worker of the job (--writes packet; Config.Writes PacketWrites), or one packet per message (--msg-size %d, equal to --packet-size; Config.PacketsPerMessage 1)",
+		dev.Name(), cfg.Writes, ppm, cfg.PacketSize)
 }

@@ -53,6 +53,9 @@ type EmbeddedResult struct {
 	// Packets, Retransmissions and Messages sum the workers' session
 	// counters (aggregation.Stats).
 	Packets, Retransmissions, Messages uint64
+	// PacketWriteCalls sums the workers' calls (warm-up included) that
+	// sent packet writes (aggregation.Config.Writes).
+	PacketWriteCalls uint64
 	// SwitchDrops are the switch's drops by reason
 	// (switchmodel.DropReason's names).
 	SwitchDrops map[string]uint64
@@ -147,6 +150,7 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 		res.Packets += st.Packets
 		res.Retransmissions += st.Retransmissions
 		res.Messages += st.Messages
+		res.PacketWriteCalls += st.PacketWriteCalls
 	}
 	sws := cl.Switch.Stats()
 	for r := switchmodel.DropReason(1); r < switchmodel.NumDropReasons; r++ {

@@ -64,6 +64,7 @@ func allReduceFlags(category string) []cli.Flag {
 		&cli.IntFlag{Name: "packet-size", Value: aggregation.DefaultPacketSize, Usage: "payload bytes per packet: 256, 512, 1024, 2048, 4096", EnvVars: []string{"SWML_PACKET_SIZE"}, Category: "protocol"},
 		&cli.IntFlag{Name: "qps", Value: aggregation.DefaultQPs, Usage: "UC queue pairs per worker", EnvVars: []string{"SWML_QPS"}, Category: "protocol"},
 		&cli.StringFlag{Name: "msg-size", Value: "16KiB", Usage: "message size: packet size × a power of two", EnvVars: []string{"SWML_MSG_SIZE"}, Category: "protocol"},
+		&cli.StringFlag{Name: "writes", Value: aggregation.AdaptiveWrites.String(), Usage: "how a message goes on the wire: auto (one multi-packet WRITE per message until loss is seen, then one WRITE per packet), message or packet (needed on rxe with --msg-size above --packet-size); docs/protocol.md", EnvVars: []string{"SWML_WRITES"}, Category: "protocol"},
 	}
 }
 
@@ -88,6 +89,10 @@ type benchResult struct {
 	Packets         uint64  `json:"packets"`
 	Retransmissions uint64  `json:"retransmissions"`
 	Verified        bool    `json:"verified"`
+	// Writes is --writes; PacketWriteCalls counts the calls, warm-up
+	// included (bench: of every worker), that sent packet writes.
+	Writes           string `json:"writes"`
+	PacketWriteCalls uint64 `json:"packet_write_calls"`
 }
 
 // benchSchemaVersion is bumped on any incompatible change of benchReport.
@@ -336,7 +341,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (ben
 	}
 	run := benchRun{Warmup: cfg.warmup, benchResult: benchResult{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(), Iters: cfg.iters,
 		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Loss: cfg.loss, Verified: true,
-		Packets: res.Packets, Retransmissions: res.Retransmissions},
+		Packets: res.Packets, Retransmissions: res.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: res.PacketWriteCalls},
 		SwitchDrops: res.SwitchDrops}
 	run.setTimes(res.SwitchML)
 	if res.Messages > 0 {
@@ -380,8 +385,8 @@ func printBench(out io.Writer, rep benchReport, asJSON bool) error {
 	if r0.Baseline != nil {
 		what = "SwitchML vs " + r0.Baseline.Name + " all-reduce"
 	}
-	fmt.Fprintf(out, "%s on loopback: %s workers, %s tensor of %s (%d elements), packet %d B, message %d B, %d QPs/worker, loss %s, %d iters (+%d warmup)\n",
-		what, strings.Join(counts, ","), r0.DType, humanBytes(r0.TensorBytes), r0.Elements, r0.PacketSize, r0.MessageSize, r0.QPs, strings.Join(losses, ","), r0.Iters, r0.Warmup)
+	fmt.Fprintf(out, "%s on loopback: %s workers, %s tensor of %s (%d elements), packet %d B, message %d B, %d QPs/worker, %s writes, loss %s, %d iters (+%d warmup)\n",
+		what, strings.Join(counts, ","), r0.DType, humanBytes(r0.TensorBytes), r0.Elements, r0.PacketSize, r0.MessageSize, r0.QPs, rep.Runs[0].Writes, strings.Join(losses, ","), r0.Iters, r0.Warmup)
 	anyLoss := false
 	for _, r := range rep.Runs {
 		anyLoss = anyLoss || r.Loss > 0

@@ -67,7 +67,7 @@ func checkBenchSchema(t *testing.T, out string, withBaseline bool) {
 		t.Fatal(err)
 	}
 	runKeys := []string{"ate_per_s", "ate_ratio", "baseline", "dtype", "elements", "gbit_per_s", "iters", "loss", "loss_inflation", "max_ns", "median_ns",
-		"message_size", "min_ns", "packet_size", "packets", "qps", "retransmissions", "retransmissions_per_message", "switch_drops", "tensor_bytes", "verified", "warmup", "workers"}
+		"message_size", "min_ns", "packet_size", "packet_write_calls", "packets", "qps", "retransmissions", "retransmissions_per_message", "switch_drops", "tensor_bytes", "verified", "warmup", "workers", "writes"}
 	baseKeys := []string{"ate_per_s", "gbit_per_s", "loss_inflation", "max_ns", "median_ns", "min_ns", "name", "packets", "retransmissions", "verified", "window_messages"}
 	for _, r := range runs {
 		if got := sortedKeys(r); !slices.Equal(got, runKeys) {

@@ -10,7 +10,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
 
 // FuzzParseSize: parseSize never panics; what it accepts is a byte count in
@@ -88,7 +90,7 @@ var flagCommands = []struct {
 	flags    []string
 	validate func(c *cli.Context) error
 }{
-	{"bench", nil, []string{"size", "msg-size", "packet-size", "qps", "iters", "warmup", "dtype", "workers", "switch-addr", "loss", "baseline", "offload", "plot"},
+	{"bench", nil, []string{"size", "msg-size", "packet-size", "qps", "iters", "warmup", "dtype", "workers", "switch-addr", "loss", "baseline", "offload", "plot", "writes"},
 		func(c *cli.Context) error {
 			cfg, err := benchFlags(c)
 			if err != nil {
@@ -104,10 +106,12 @@ var flagCommands = []struct {
 				return fmt.Errorf("INVARIANT: accepted --qps %d × %d packets", cfg.qps, ppm)
 			case cfg.baseline == "ring" && cfg.workers < 2:
 				return fmt.Errorf("INVARIANT: accepted a ring of %d", cfg.workers)
+			case cfg.writes == aggregation.PacketWrites && ppm > 1<<wire.MaxPacketIDBits:
+				return fmt.Errorf("INVARIANT: accepted --writes packet with %d packets per message", ppm)
 			}
 			return nil
 		}},
-	{"worker", []string{"--rank=0", "--workers=2"}, []string{"size", "msg-size", "packet-size", "qps", "iters", "warmup", "dtype", "rank", "workers", "session-id", "controller", "connect-timeout", "nic", "addr", "gid-index", "offload"},
+	{"worker", []string{"--rank=0", "--workers=2"}, []string{"size", "msg-size", "packet-size", "qps", "iters", "warmup", "dtype", "rank", "workers", "session-id", "controller", "connect-timeout", "nic", "addr", "gid-index", "offload", "writes"},
 		func(c *cli.Context) error {
 			cfg, err := workerFlags(c)
 			if err != nil {

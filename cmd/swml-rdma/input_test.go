@@ -95,6 +95,8 @@ func TestFlagErrors(t *testing.T) {
 		args []string
 		want []string
 	}{
+		{"bench writes", []string{"bench", "--writes", "whole"}, []string{"--writes", `"whole"`, "auto", "message", "packet"}},
+		{"bench packet writes past the packet id", []string{"bench", "--writes", "packet", "--msg-size", "128KiB"}, []string{"--writes packet", "128 packets", "64 packets", "--msg-size 64 KiB or less", "--writes auto"}},
 		{"bench msg-size past the packet limit", []string{"bench", "--msg-size", "1GiB"}, []string{"--msg-size 1 GiB", "at most 16384 packets", "give --msg-size 16 MiB or less"}},
 		{"bench msg-size small packets", []string{"bench", "--packet-size", "256", "--msg-size", "256MiB"}, []string{"--msg-size", "--packet-size 256", "4 MiB or less"}},
 		{"worker msg-size past the packet limit", append(w, "--msg-size", "1GiB"), []string{"--msg-size 1 GiB", "at most 16384 packets"}},

@@ -25,6 +25,7 @@ type jobSpec struct {
 	size, iters, warmup      int // tensor bytes; all-reduces
 	packetSize, qps, msgSize int
 	dtype                    wire.DType
+	writes                   aggregation.Writes
 }
 
 // elements is the tensor's length (4-byte elements).
@@ -32,7 +33,7 @@ func (j jobSpec) elements() int { return j.size / 4 }
 
 // session is the part of a worker's aggregation.Config the job flags set.
 func (j jobSpec) session() aggregation.Config {
-	return aggregation.Config{QPs: j.qps, PacketSize: j.packetSize, PacketsPerMessage: j.msgSize / j.packetSize, DType: j.dtype}
+	return aggregation.Config{QPs: j.qps, PacketSize: j.packetSize, PacketsPerMessage: j.msgSize / j.packetSize, DType: j.dtype, Writes: j.writes}
 }
 
 // parseJobFlags validates the job flags (allReduceFlags) of a job of
@@ -54,6 +55,9 @@ func parseJobFlags(c *cli.Context, workers int) (jobSpec, error) {
 	if j.dtype, err = wire.ParseDType(c.String("dtype")); err != nil {
 		return j, fmt.Errorf("--dtype: %v", err)
 	}
+	if j.writes, err = aggregation.ParseWrites(c.String("writes")); err != nil {
+		return j, fmt.Errorf("--writes %v", err)
+	}
 	switch {
 	case j.iters < 1:
 		return j, fmt.Errorf("--iters %d: give at least 1", j.iters)
@@ -73,10 +77,14 @@ func parseJobFlags(c *cli.Context, workers int) (jobSpec, error) {
 		return j, fmt.Errorf("--msg-size %s is %d packets of --packet-size %d; a message has at most %d packets: give --msg-size %s or less",
 			approxBytes(uint64(j.msgSize)), ppm, j.packetSize, maxPacketsPerMessage, approxBytes(uint64(maxPacketsPerMessage*j.packetSize)))
 	}
+	if maxPkt := 1 << wire.MaxPacketIDBits; j.writes == aggregation.PacketWrites && ppm > maxPkt {
+		return j, fmt.Errorf("--writes packet with --msg-size %s (%d packets of --packet-size %d): a packet write's id names at most %d packets of a message; give --msg-size %s or less, or --writes auto",
+			approxBytes(uint64(j.msgSize)), ppm, j.packetSize, maxPkt, approxBytes(uint64(maxPkt*j.packetSize)))
+	}
 	cfg := j.session()
 	cfg.Workers = workers
 	if err := cfg.Validate(); err != nil {
-		return j, fmt.Errorf("--qps, --packet-size, --msg-size, --dtype with %d workers: %v", workers, err)
+		return j, fmt.Errorf("--qps, --packet-size, --msg-size, --dtype, --writes with %d workers: %v", workers, err)
 	}
 	return j, nil
 }

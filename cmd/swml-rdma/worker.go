@@ -348,7 +348,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 	res := workerResult{
 		benchResult: benchResult{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: n, Iters: cfg.iters,
 			PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Verified: true,
-			Packets: st.Packets, Retransmissions: st.Retransmissions},
+			Packets: st.Packets, Retransmissions: st.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: st.PacketWriteCalls},
 		Rank: cfg.rank, JobID: jobID, SessionID: cfg.sessionID, Device: dev.Name(), Controller: cfg.controller,
 		ResultSHA256: run.ResultSHA256,
 	}

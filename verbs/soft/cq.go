@@ -29,8 +29,26 @@ func newCQ(d *Device, entries int) *CQ {
 	return &CQ{dev: d, ring: make([]verbs.Completion, entries), notify: make(chan struct{}, 1)}
 }
 
-// push adds a completion; false if the CQ is full.
+// push adds a completion and wakes a waiter; false if the CQ is full.
 func (c *CQ) push(wc *verbs.Completion) bool {
+	if !c.add(wc) {
+		return false
+	}
+	c.wake()
+	return true
+}
+
+// wake wakes a waiter, if one is waiting.
+func (c *CQ) wake() {
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}
+
+// add adds a completion without waking a waiter (the receive goroutine
+// wakes once per batch: see rxWakes); false if the CQ is full.
+func (c *CQ) add(wc *verbs.Completion) bool {
 	c.mu.Lock()
 	if c.n == len(c.ring) {
 		c.over = true
@@ -41,10 +59,6 @@ func (c *CQ) push(wc *verbs.Completion) bool {
 	c.ring[(c.head+c.n)%len(c.ring)] = *wc
 	c.n++
 	c.mu.Unlock()
-	select {
-	case c.notify <- struct{}{}:
-	default:
-	}
 	return true
 }
 

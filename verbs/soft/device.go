@@ -113,6 +113,7 @@ type Device struct {
 	// rxHandled counts datagrams the receive goroutine has finished with
 	// (tests wait on it).
 	rxHandled atomic.Uint64
+	rxWakes   rxWakes       // owned by the receive goroutine
 	done      chan struct{} // closed by Close: wakes CQ waiters
 	closing   atomic.Bool
 }

@@ -35,6 +35,7 @@ func (d *Device) receive() {
 		for i := 0; i < n; i++ {
 			d.handle(&h, &pkt, &msgs[i])
 		}
+		d.rxWakes.flush()
 		d.rxHandled.Add(uint64(n))
 	}
 }
@@ -178,6 +179,36 @@ func (q *QP) receiveWrite(p *rdma.Packet, op rdma.Opcode) {
 		c.rxNoRecvWR.Add(1)
 		return
 	}
-	q.recvCQ.push(&verbs.Completion{WRID: wr.ID, Opcode: verbs.WCRecvRDMAWithImm, QPN: q.qpn,
-		ByteLen: rx.length, Imm: p.ImmDt.Imm(), HasImm: true})
+	if q.recvCQ.add(&verbs.Completion{WRID: wr.ID, Opcode: verbs.WCRecvRDMAWithImm, QPN: q.qpn,
+		ByteLen: rx.length, Imm: p.ImmDt.Imm(), HasImm: true}) {
+		q.dev.rxWakes.add(q.recvCQ)
+	}
+}
+
+// rxWakes are the CQs the receive goroutine added completions to while
+// handling a batch of datagrams: it wakes each once when the batch is done
+// instead of once per completion. A batch of one-packet results (packet
+// writes) would otherwise wake the worker's engine for each packet, which
+// then polls one completion, sleeps and is woken again. Owned by the
+// receive goroutine.
+type rxWakes struct{ cqs []*CQ }
+
+func (w *rxWakes) add(cq *CQ) {
+	if n := len(w.cqs); n > 0 && w.cqs[n-1] == cq {
+		return
+	}
+	for _, c := range w.cqs {
+		if c == cq {
+			return
+		}
+	}
+	w.cqs = append(w.cqs, cq)
+}
+
+func (w *rxWakes) flush() {
+	for i, c := range w.cqs {
+		c.wake()
+		w.cqs[i] = nil
+	}
+	w.cqs = w.cqs[:0]
 }

@@ -454,3 +454,27 @@ func ipv6Exchange(t *testing.T) {
 }
 
 var _ = binary.BigEndian
+
+// TestRxWakesOncePerCQ: the receive goroutine wakes each CQ it added
+// completions to once per batch, in the order first touched.
+func TestRxWakesOncePerCQ(t *testing.T) {
+	a, b := newCQ(nil, 4), newCQ(nil, 4)
+	var w rxWakes
+	for _, c := range []*CQ{a, a, b, a, b} {
+		w.add(c)
+	}
+	if len(w.cqs) != 2 || w.cqs[0] != a || w.cqs[1] != b {
+		t.Fatalf("pending wakes %v, want [a b]", w.cqs)
+	}
+	w.flush()
+	if len(w.cqs) != 0 {
+		t.Fatalf("%d wakes left after flush", len(w.cqs))
+	}
+	for name, c := range map[string]*CQ{"a": a, "b": b} {
+		select {
+		case <-c.notify:
+		default:
+			t.Errorf("CQ %s not woken", name)
+		}
+	}
+}

@@ -42,7 +42,7 @@ ALL_SCENARIOS=(
 	rxe-to-soft-ipv4 rxe-to-soft-ipv6
 	soft-to-rxe-ipv4 soft-to-rxe-ipv6
 	bad-icrc rxe-uc-truncated
-	allreduce-ibverbs allreduce-mixed allreduce-ibverbs-loss worker-killed
+	allreduce-ibverbs allreduce-mixed allreduce-ibverbs-loss allreduce-packet-writes worker-killed
 )
 EXTRA_SCENARIOS=(smoke capture-sysfs devices lab-script)
 
