@@ -89,9 +89,10 @@ type openArgs struct {
 	device        string
 	dtypes        int // bit 0: float32, bit 1: int32; 0: both
 	timeout       time.Duration
-	peerTimeout   time.Duration // 0: $SWML_PEER_TIMEOUT, else the default
-	qps, packet   int           // 0: $SWML_QPS / $SWML_PACKET_SIZE, else the defaults
-	msgSize       int           // 0: $SWML_MSG_SIZE, else 16 packets
+	peerTimeout   time.Duration      // 0: $SWML_PEER_TIMEOUT, else the default
+	qps, packet   int                // 0: $SWML_QPS / $SWML_PACKET_SIZE, else the defaults
+	msgSize       int                // 0: $SWML_MSG_SIZE, else 16 packets
+	writes        aggregation.Writes // from $SWML_WRITES (resolve), else auto
 }
 
 // session is one swml_open: the NIC and one aggregation session per dtype.
@@ -259,6 +260,11 @@ func (o *openArgs) resolve() error {
 	if ppm := o.msgSize / o.packet; o.msgSize%o.packet != 0 || ppm&(ppm-1) != 0 {
 		return inval("swml: message size %d: must be the packet size (%d) times a power of two", o.msgSize, o.packet)
 	}
+	if w := getenv("SWML_WRITES"); w != "" {
+		if o.writes, err = aggregation.ParseWrites(w); err != nil {
+			return inval("swml: SWML_WRITES %v", err)
+		}
+	}
 	return nil
 }
 
@@ -283,7 +289,7 @@ func open(o openArgs) (int64, error) {
 		return 0, &abiError{codeTimeout, fmt.Sprintf("swml: %v; or set SWML_CONTROLLER", err)}
 	}
 	cfg := aggregation.Config{Device: dev, ControllerAddr: o.controller, Rank: o.rank, Workers: o.workers,
-		QPs: o.qps, PacketSize: o.packet, PacketsPerMessage: o.msgSize / o.packet, PeerTimeout: o.peerTimeout}
+		QPs: o.qps, PacketSize: o.packet, PacketsPerMessage: o.msgSize / o.packet, PeerTimeout: o.peerTimeout, Writes: o.writes}
 	// Every rank opens the float32 session, then the int32 one: each Open
 	// waits for every rank of its session.
 	if o.dtypes&1 != 0 {

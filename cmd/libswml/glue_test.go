@@ -12,7 +12,7 @@ import (
 
 func TestResolve(t *testing.T) {
 	for _, e := range []string{"SWML_CONTROLLER", "SWML_SESSION_ID", "SWML_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SWML_WORKERS", "WORLD_SIZE",
-		"OMPI_COMM_WORLD_SIZE", "SWML_NIC", "SWML_ADDR", "SWML_DEVICE", "SWML_PEER_TIMEOUT", "SWML_QPS", "SWML_PACKET_SIZE", "SWML_MSG_SIZE"} {
+		"OMPI_COMM_WORLD_SIZE", "SWML_NIC", "SWML_ADDR", "SWML_DEVICE", "SWML_PEER_TIMEOUT", "SWML_QPS", "SWML_PACKET_SIZE", "SWML_MSG_SIZE", "SWML_WRITES"} {
 		t.Setenv(e, "")
 	}
 	// torchrun's environment fills rank and size; the address follows the rank.
@@ -25,6 +25,11 @@ func TestResolve(t *testing.T) {
 	if o.rank != 2 || o.workers != 4 || o.addr != "127.0.0.4" || o.nic != "soft" || o.controller != control.DefaultAddr || o.sessionID != 1 || o.dtypes != 3 {
 		t.Errorf("resolved %+v", o)
 	}
+	t.Setenv("SWML_WRITES", "packet")
+	if o := (openArgs{sessionID: 1, rank: 0, workers: 1}); o.resolve() != nil || o.writes != aggregation.PacketWrites {
+		t.Errorf("SWML_WRITES=packet resolved to %v", o.writes)
+	}
+	t.Setenv("SWML_WRITES", "")
 	bad := []struct {
 		env  [2]string
 		o    openArgs
@@ -40,6 +45,7 @@ func TestResolve(t *testing.T) {
 		{[2]string{}, openArgs{sessionID: 1, rank: 0, workers: 1, controller: "nohost"}, "host:port"},
 		{[2]string{"SWML_PACKET_SIZE", "1000"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "packet size"},
 		{[2]string{"SWML_PEER_TIMEOUT", "soon"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "SWML_PEER_TIMEOUT"},
+		{[2]string{"SWML_WRITES", "whole"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "SWML_WRITES"},
 	}
 	for _, b := range bad {
 		t.Run(b.want, func(t *testing.T) {
