@@ -53,9 +53,10 @@ type qpState struct {
 	got     []uint64
 	ngot    int
 	joining bool // the message in flight is the QP's first of the call
-	// lastGot is when the latest of the message's one-packet results
-	// came back.
-	lastGot time.Time
+	// firstRes is when the message's first one-packet result came back,
+	// if that was before any resend (so it answers the first
+	// transmission); zero otherwise.
+	firstRes time.Time
 }
 
 // rackState is RACK's (RFC 8985) view of the session's QPs taken together:
@@ -489,8 +490,9 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 		}
 		s.lastResult = now
 		st.got[k>>6] |= 1 << (k & 63)
-		st.ngot++
-		st.lastGot = now
+		if st.ngot++; st.ngot == 1 && st.resends == 0 {
+			st.firstRes = now
+		}
 		if k == s.cfg.PacketsPerMessage-1 {
 			st.resE0 = imm.E0()
 		}
@@ -508,7 +510,17 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 	s.stats.results.Add(1)
 	s.stats.bytesReceived.Add(uint64(s.msgBytes))
 	s.lastResult = now
-	if st.resends == 0 || (wholeResult && s.pktBits > 0) {
+	switch {
+	case !wholeResult && !st.firstRes.IsZero():
+		// Packet results: the first one came back before any resend, so
+		// it answers the first transmission, and unlike the last one it
+		// does not wait for another worker's resend of a lost packet.
+		// Under heavy loss hardly any message gets all its packets back
+		// at the first try: without this the estimate would have no
+		// samples, and with the last result's time every loss would
+		// lengthen the next timeouts.
+		s.sampleRTT(st, st.firstRes.Sub(st.sent), st.sent)
+	case st.resends == 0 || (wholeResult && s.pktBits > 0):
 		// Karn's rule: only a result that surely answers the first
 		// transmission gives an unambiguous time: the message was sent
 		// once, or (per-packet recovery) it was resent packet by packet,
@@ -516,21 +528,14 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 		// answers the first transmission. Without the second case, the
 		// late results that fired a timer would never be sampled, and
 		// the estimate would keep too short a timeout on a loaded host.
-		r := now.Sub(st.sent)
-		if st.joining {
-			s.joinRTT.Sample(r)
-		} else {
-			s.rtt.Sample(r)
-		}
-		s.rack.sampleMin(r)
-		if st.xmit.After(s.rack.xmit) {
+		s.sampleRTT(st, now.Sub(st.sent), st.xmit)
+	default:
+		if r := now.Sub(st.xmit); r >= s.rack.minRTT() && st.xmit.After(s.rack.xmit) {
+			// A resent message: the result can be taken for the answer to
+			// its latest transmission only if it took at least the
+			// smallest time to result since (RFC 8985, section 6.2).
 			s.rack.xmit, s.rack.rtt = st.xmit, r
 		}
-	} else if r := now.Sub(st.xmit); r >= s.rack.minRTT() && st.xmit.After(s.rack.xmit) {
-		// A resent message: the result can be taken for the answer to its
-		// latest transmission only if it took at least the smallest time
-		// to result since (RFC 8985, section 6.2).
-		s.rack.xmit, s.rack.rtt = st.xmit, r
 	}
 	st.busy = false
 	st.joining = false
@@ -618,6 +623,7 @@ func (s *Session) post(st *qpState, e0 int8, now time.Time) error {
 		clear(st.got)
 		st.ngot = 0
 	}
+	st.firstRes = time.Time{}
 	st.wr[0] = verbs.SendWR{
 		ID:         wrID(st.index, wrSend),
 		Opcode:     verbs.WRRDMAWriteWithImm,
@@ -637,6 +643,22 @@ func (s *Session) post(st *qpState, e0 int8, now time.Time) error {
 		return s.transmitPackets(st)
 	}
 	return s.transmit(st, st.wr[:], s.cfg.PacketsPerMessage)
+}
+
+// sampleRTT folds a time to result r of a transmission of st's message at
+// xmit into the estimates: the timer's (the joining one for a QP's first
+// message of the call), the windowed minimum, and RACK's latest delivered
+// transmission.
+func (s *Session) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
+	if st.joining {
+		s.joinRTT.Sample(r)
+	} else {
+		s.rtt.Sample(r)
+	}
+	s.rack.sampleMin(r)
+	if xmit.After(s.rack.xmit) {
+		s.rack.xmit, s.rack.rtt = xmit, r
+	}
 }
 
 // rto is the first timeout of st's new message: RFC 6298 over the measured
@@ -711,17 +733,20 @@ func (s *Session) retransmit(st *qpState, now time.Time) error {
 	s.stats.timeouts.Add(1)
 	keepPace := s.lastResult.After(st.xmit)
 	if s.pktWrites {
-		// With packet writes a loss leaves the message's other results
-		// coming back; none since the last transmission means its slots
-		// wait for a slow peer, which resending does not hurry.
-		keepPace = st.lastGot.After(st.xmit)
+		// With packet writes every worker sends a message's packets
+		// together, so once some of its results are back the missing
+		// ones were lost; none back means its slots wait for a slow
+		// peer, which resending does not hurry.
+		keepPace = st.ngot > 0
 	}
 	if keepPace {
 		// Results came back since the last transmission: the path and
 		// the switch work, the message (or a peer's contribution to it)
-		// was lost. Resend at the same pace: backing off would only
+		// was lost. Resend at the pace of the current estimate, undoing
+		// any backoff of a silent spell before: backing off would only
 		// make the wait for a lost resend longer.
 		st.silent = 0
+		st.rto = s.rto(st)
 	} else if st.silent++; st.silent%s.cfg.BackoffAfter == 0 {
 		// Nothing at all came back: the other workers have not joined the
 		// call yet, or the switch is gone. Back off.

@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/verbs"
 )
 
 // TestPacketWrites: with Writes PacketWrites every request the switch sees
@@ -179,3 +184,76 @@ func TestParseWrites(t *testing.T) {
 		}
 	}
 }
+
+// postCounter is a QP that records what is posted on it.
+type postCounter struct {
+	verbs.QP
+	posted [][]verbs.SendWR
+}
+
+func (q *postCounter) PostSend(wrs []verbs.SendWR) (int, error) {
+	q.posted = append(q.posted, slices.Clone(wrs))
+	return len(wrs), nil
+}
+
+// TestPacketWriteTimer: with packet writes, an expiry backs off only while
+// none of the message's results is back (its slots wait for a slow peer);
+// once some are, the missing ones were lost, and each expiry resends just
+// them at the pace of the estimate, however often a resend is lost again
+// (at 20 % loss a third of the time) and whatever backoff came before.
+func TestPacketWriteTimer(t *testing.T) {
+	const ppm = 16
+	qp := &postCounter{}
+	mr := &fakeMR{buf: make([]byte, 3*ppm*256)}
+	s := &Session{cfg: Config{PacketSize: 256, PacketsPerMessage: ppm, RetransmitTimeout: time.Millisecond,
+		MaxRetransmitTimeout: time.Second, BackoffAfter: 1, QPs: 1}, msgBytes: ppm * 256, mr: mr,
+		pktBits: 4, pktWrites: true, qps: []*qpState{{index: 0, got: make([]uint64, 1)}}}
+	st := s.qps[0]
+	st.qp = qp
+	now := time.Now()
+	if err := s.post(st, 0, now); err != nil {
+		t.Fatal(err)
+	}
+	if len(qp.posted) != 1 || len(qp.posted[0]) != ppm {
+		t.Fatalf("a packet-write message posted %d batches, first of %d WRs; want 1 of %d", len(qp.posted), len(qp.posted[0]), ppm)
+	}
+	for k, wr := range qp.posted[0] {
+		if wr.Local.Length != 256 || wr.Signaled != (k == ppm-1) || wire.Imm(wr.Imm).MsgID() != wire.PacketMsgID(st.msgID, k, 4) {
+			t.Fatalf("packet %d: %+v", k, wr)
+		}
+	}
+	base := st.rto
+	// Nothing back: each expiry doubles the timeout.
+	for i := 1; i <= 3; i++ {
+		st.queued = 0
+		now = now.Add(st.rto)
+		if err := s.retransmit(st, now); err != nil {
+			t.Fatal(err)
+		}
+		if want := base << i; st.rto != want {
+			t.Fatalf("expiry %d with nothing back: timeout %v, want %v", i, st.rto, want)
+		}
+	}
+	// 15 of 16 back: each expiry resends packet 15 alone, at the base pace.
+	st.got[0], st.ngot = 1<<15-1, 15
+	for i := range 5 {
+		st.queued = 0
+		now = now.Add(st.rto)
+		if err := s.retransmit(st, now); err != nil {
+			t.Fatal(err)
+		}
+		last := qp.posted[len(qp.posted)-1]
+		if st.rto != base || len(last) != 1 || wire.Imm(last[0].Imm).MsgID() != wire.PacketMsgID(st.msgID, 15, 4) || !last[0].Signaled {
+			t.Fatalf("expiry %d with 15 of 16 back: timeout %v (want %v), resent %+v", i, st.rto, base, last)
+		}
+	}
+}
+
+// fakeMR is registered memory that only exists in this process.
+type fakeMR struct {
+	verbs.MR
+	buf []byte
+}
+
+func (m *fakeMR) Bytes() []byte { return m.buf }
+func (m *fakeMR) LKey() uint32  { return 1 }
