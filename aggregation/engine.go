@@ -39,7 +39,7 @@ type qpState struct {
 	rto      time.Duration
 	timeouts int // timer expiries of the message in flight
 	resends  int // transmissions after the first (timer or RACK)
-	silent   int // consecutive timeouts with no result on any QP
+	silent   int // consecutive timeouts that saw no sign of loss (retransmit)
 	// queued counts signaled send WRs posted on the QP whose completion
 	// has not come back: transmissions the NIC has not sent yet (a batch
 	// of packet writes signals its last WR only).
