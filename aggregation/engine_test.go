@@ -288,16 +288,8 @@ func TestConfigErrors(t *testing.T) {
 // can never recover; resending the missing packets one by one must, with
 // results bit-identical to a loss-free run.
 func TestToyStarvation(t *testing.T) {
-	c := newToyCluster(t, 0)
-	const n, l = 4, 64 * 16 * 7
-	cfg := toyConfig(20)
-	cfg.PacketsPerMessage = 16
-	cfg.QPs = 2
-	in := gradients(5, n, l)
-
-	clean := openJob(t, c.ctlAddr, n, cfg, c.device(1))
-	want := clone2(in)
-	noErrors(t, clean.allReduce(context.Background(), want))
+	b := newLossBench(t, 20, 5, 64*16*7)
+	c, cfg, in, n := b.c, b.cfg, b.in, lossBenchWorkers
 
 	c.sw.setLoss(
 		func(rank, qp, k, pkts int) bool { return rank == 0 && qp == 0 && pkts > 1 && k == 1 },
@@ -317,13 +309,7 @@ func TestToyStarvation(t *testing.T) {
 
 	cfg.SessionID = 22
 	lossy := openJob(t, c.ctlAddr, n, cfg, c.device(3))
-	for range 2 {
-		got := clone2(in)
-		noErrors(t, lossy.allReduce(context.Background(), got))
-		for r := range n {
-			sameBits(t, fmt.Sprintf("rank %d per-packet recovery vs loss-free", r), got[r], want[0])
-		}
-	}
+	b.check(t, lossy, 2, "per-packet recovery")
 	for r, w := range lossy.workers {
 		if st := w.sess.Stats(); (r == 0 || r == 1) && st.Retransmissions == 0 {
 			t.Errorf("rank %d resent nothing: %+v", r, st)

@@ -2,6 +2,7 @@ package aggregation
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -263,3 +264,41 @@ func checkInt32(t testing.TB, in, out [][]int32) {
 }
 
 func addr4(a, b, c, d byte) netip.Addr { return netip.AddrFrom4([4]byte{a, b, c, d}) }
+
+// lossBench is the set-up of the loss tests: a cluster on the model
+// switch, 4 workers with 2 QPs of 16-packet messages, their inputs and the
+// loss-free result (rank 0's) to compare lossy runs with, bit for bit.
+type lossBench struct {
+	c    *toyCluster
+	cfg  Config
+	in   [][]float32
+	want []float32
+}
+
+const lossBenchWorkers = 4
+
+func newLossBench(t *testing.T, session uint32, seed uint64, elements int) lossBench {
+	t.Helper()
+	c := newToyCluster(t, 0)
+	cfg := toyConfig(session)
+	cfg.PacketsPerMessage = 16
+	cfg.QPs = 2
+	in := gradients(seed, lossBenchWorkers, elements)
+	clean := openJob(t, c.ctlAddr, lossBenchWorkers, cfg, c.device(1))
+	want := clone2(in)
+	noErrors(t, clean.allReduce(context.Background(), want))
+	return lossBench{c: c, cfg: cfg, in: in, want: want[0]}
+}
+
+// check runs calls all-reduces on j and compares every rank's result with
+// the loss-free one.
+func (b lossBench) check(t *testing.T, j *job, calls int, what string) {
+	t.Helper()
+	for range calls {
+		got := clone2(b.in)
+		noErrors(t, j.allReduce(context.Background(), got))
+		for r := range got {
+			sameBits(t, fmt.Sprintf("rank %d %s vs loss-free", r, what), got[r], b.want)
+		}
+	}
+}

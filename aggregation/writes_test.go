@@ -1,7 +1,6 @@
 package aggregation
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -19,16 +18,8 @@ import (
 // a loss-free run. Every 16th request of rank 0 on QP 0 is lost, and every
 // 16th result packet to rank 1.
 func TestPacketWrites(t *testing.T) {
-	c := newToyCluster(t, 0)
-	const n, l = 4, 256 * 16 * 5
-	cfg := toyConfig(40)
-	cfg.PacketsPerMessage = 16
-	cfg.QPs = 2
-	in := gradients(11, n, l)
-
-	clean := openJob(t, c.ctlAddr, n, cfg, c.device(1))
-	want := clone2(in)
-	noErrors(t, clean.allReduce(context.Background(), want))
+	b := newLossBench(t, 40, 11, 256*16*5)
+	c, cfg := b.c, b.cfg
 
 	var multi, lostIn, lostOut atomic.Int64
 	c.sw.setLoss(
@@ -45,14 +36,8 @@ func TestPacketWrites(t *testing.T) {
 
 	cfg.SessionID = 41
 	cfg.Writes = PacketWrites
-	lossy := openJob(t, c.ctlAddr, n, cfg, c.device(2))
-	for range 2 {
-		got := clone2(in)
-		noErrors(t, lossy.allReduce(context.Background(), got))
-		for r := range n {
-			sameBits(t, fmt.Sprintf("rank %d packet writes under loss vs loss-free", r), got[r], want[0])
-		}
-	}
+	lossy := openJob(t, c.ctlAddr, lossBenchWorkers, cfg, c.device(2))
+	b.check(t, lossy, 2, "packet writes under loss")
 	if m := multi.Load(); m != 0 {
 		t.Errorf("the switch saw %d multi-packet requests from workers sending packet writes", m)
 	}
@@ -74,16 +59,8 @@ func TestPacketWrites(t *testing.T) {
 // way round; the switch's per-destination ordering rule and per-packet
 // recovery sort it out.
 func TestMixedWrites(t *testing.T) {
-	c := newToyCluster(t, 0)
-	const n, l = 4, 256 * 16 * 5
-	cfg := toyConfig(42)
-	cfg.PacketsPerMessage = 16
-	cfg.QPs = 2
-	in := gradients(12, n, l)
-
-	clean := openJob(t, c.ctlAddr, n, cfg, c.device(1))
-	want := clone2(in)
-	noErrors(t, clean.allReduce(context.Background(), want))
+	b := newLossBench(t, 42, 12, 256*16*5)
+	c, cfg := b.c, b.cfg
 
 	var seen atomic.Int64
 	c.sw.setLoss(
@@ -94,18 +71,12 @@ func TestMixedWrites(t *testing.T) {
 
 	cfg.SessionID = 43
 	writes := []Writes{PacketWrites, MessageWrites, AdaptiveWrites, PacketWrites}
-	j := openJobWith(t, c.ctlAddr, n, func(rank int) Config {
+	j := openJobWith(t, c.ctlAddr, lossBenchWorkers, func(rank int) Config {
 		cfg := cfg
 		cfg.Writes = writes[rank]
 		return cfg
 	}, c.device(2))
-	for range 3 {
-		got := clone2(in)
-		noErrors(t, j.allReduce(context.Background(), got))
-		for r := range n {
-			sameBits(t, fmt.Sprintf("rank %d (%v writes) in a mixed job vs loss-free", r, writes[r]), got[r], want[0])
-		}
-	}
+	b.check(t, j, 3, fmt.Sprintf("mixed job (%v writes)", writes))
 }
 
 // TestChooseWrites walks AdaptiveWrites' decisions: message writes while
@@ -143,8 +114,10 @@ func TestChooseWrites(t *testing.T) {
 	for i := 1; i < probeMessageWrites; i++ {
 		call(640, 0)
 	}
-	if call(640, 0) || call(640, 0) {
-		t.Fatal("packet writes after a clean probe")
+	for i := range 2 {
+		if call(640, 0) {
+			t.Fatalf("call %d after a clean probe sends packet writes", i)
+		}
 	}
 
 	for _, tc := range []struct {
