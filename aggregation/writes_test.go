@@ -230,3 +230,37 @@ type fakeMR struct {
 
 func (m *fakeMR) Bytes() []byte { return m.buf }
 func (m *fakeMR) LKey() uint32  { return 1 }
+
+// TestPacketWriteLossEvidence: with packet writes a message whose packets'
+// results stopped coming is taken for lost a reordering window after the
+// last one came back, without waiting for a later message's result (RACK)
+// or the timer; with message writes, and before any result, there is no
+// such evidence.
+func TestPacketWriteLossEvidence(t *testing.T) {
+	now := time.Now()
+	s := &Session{pktWrites: true}
+	s.rack.curMin = 4 * time.Millisecond // reordering window 1 ms
+	st := &qpState{xmit: now}
+	if _, ok := s.lostAt(st); ok {
+		t.Fatal("evidence of loss before any result")
+	}
+	st.lastPkt, st.ngot = now.Add(3*time.Millisecond), 15
+	if at, ok := s.lostAt(st); !ok || !at.Equal(now.Add(4*time.Millisecond)) {
+		t.Fatalf("15 of 16 back 3 ms after sending: lost at %v (%v), want +4ms", at.Sub(now), ok)
+	}
+	// A later message's result gives the earlier of the two times.
+	s.rack.xmit, s.rack.rtt = now.Add(time.Millisecond), time.Millisecond
+	if at, _ := s.lostAt(st); !at.Equal(now.Add(2 * time.Millisecond)) {
+		t.Fatalf("with RACK evidence: lost at %v, want +2ms", at.Sub(now))
+	}
+	s.rack.xmit = time.Time{}
+	s.pktWrites = false
+	if _, ok := s.lostAt(st); ok {
+		t.Fatal("message writes: evidence from packet results")
+	}
+	s.pktWrites = true
+	st.xmit = now.Add(5 * time.Millisecond) // resent after the last result
+	if _, ok := s.lostAt(st); ok {
+		t.Fatal("evidence from results that came back before the latest resend")
+	}
+}
