@@ -265,5 +265,13 @@ func (c Config) defaults() (Config, error) {
 	return c, nil
 }
 
+// perPacketRecovery says whether a message's packets can be resent, and
+// sent (packet writes), one by one: each needs a packet message id, which
+// names at most 1<<wire.MaxPacketIDBits packets, and a switch that echoes
+// the request's id (not WholeMessageResend).
+func (c *Config) perPacketRecovery() bool {
+	return c.PacketsPerMessage > 1 && c.PacketsPerMessage <= 1<<wire.MaxPacketIDBits && !c.WholeMessageResend
+}
+
 // messageBytes is the payload of one message.
 func (c *Config) messageBytes() int { return c.PacketSize * c.PacketsPerMessage }

@@ -135,7 +135,7 @@ func (s *Session) open(ctx context.Context) error {
 	}
 	depth := recvDepth
 	sendDepth := 64
-	if ppm := cfg.PacketsPerMessage; ppm > 1 && ppm <= 1<<wire.MaxPacketIDBits && !cfg.WholeMessageResend {
+	if ppm := cfg.PacketsPerMessage; cfg.perPacketRecovery() {
 		s.pktBits = uint(bits.Len(uint(ppm - 1)))
 		s.pktWRs = make([]verbs.SendWR, 0, ppm)
 		// A packet write or a resend is up to ppm one-packet messages,
