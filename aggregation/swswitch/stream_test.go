@@ -8,60 +8,10 @@ import (
 
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/internal/ucstream"
 	"github.com/swml-rdma/swml-rdma/rdma"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
-
-// streamKey is one result stream: a worker QP.
-type streamKey struct {
-	dst netip.Addr
-	qpn uint32
-}
-
-// streamCheck follows the switch's emitted result stream per worker QP as a
-// UC responder that follows the IBA would: a FIRST opens a message, MIDDLEs
-// and the LAST continue it with consecutive PSNs. A broken stream — a FIRST
-// or ONLY while a message is open, a MIDDLE or LAST with no message open, a
-// PSN gap — is counted; without loss there must be none.
-type streamCheck struct {
-	streams map[streamKey]*streamState
-	pkt     rdma.Packet
-	breaks  []string
-}
-
-type streamState struct {
-	open    bool
-	nextPSN uint32
-	started bool
-}
-
-func (c *streamCheck) observe(m *udp.Msg) {
-	if c.streams == nil {
-		c.streams = make(map[streamKey]*streamState)
-	}
-	if err := c.pkt.Parse(m.Bytes()); err != nil {
-		c.breaks = append(c.breaks, fmt.Sprintf("unparsable result to %v: %v", m.Addr, err))
-		return
-	}
-	k := streamKey{m.Addr.Addr(), c.pkt.BTH.DestQP()}
-	s := c.streams[k]
-	if s == nil {
-		s = &streamState{}
-		c.streams[k] = s
-	}
-	op, psn := c.pkt.BTH.Opcode(), c.pkt.BTH.PSN()
-	if s.started && psn != s.nextPSN {
-		c.breaks = append(c.breaks, fmt.Sprintf("%v QP %#x: PSN %#x, want %#x", k.dst, k.qpn, psn, s.nextPSN))
-	}
-	s.started, s.nextPSN = true, (psn+1)&rdma.PSNMask
-	switch {
-	case op.IsFirst() && s.open:
-		c.breaks = append(c.breaks, fmt.Sprintf("%v QP %#x PSN %#x: %v while a message is open", k.dst, k.qpn, psn, op))
-	case !op.IsFirst() && !s.open:
-		c.breaks = append(c.breaks, fmt.Sprintf("%v QP %#x PSN %#x: %v with no message open", k.dst, k.qpn, psn, op))
-	}
-	s.open = !op.IsLast()
-}
 
 // simWorker is one worker of streamSim: its socket's queue of request
 // datagrams (all its QPs, in the order posted) and, per QP, the round in
@@ -137,7 +87,7 @@ func (sw *simWorker) finished() bool {
 // resend a message the switch is still broadcasting (spurious
 // retransmissions, as on a busy host). Nothing is lost, so the emitted
 // stream to every worker QP must never leave a message mid-way: a FIRST is
-// never followed by another FIRST/ONLY before its LAST. Before the rule
+// never followed by another FIRST/ONLY before its LAST (ucstream.Checker). Before the rule
 // that a unicast answer waits for an open message (switchmodel.RDMASender)
 // the unicast replay's FIRST cut into the broadcast (issue 24), and the
 // strict UC receivers here then never complete.
@@ -180,12 +130,12 @@ func streamSim(t *testing.T, seed uint64, n, q, ppm, rounds int) {
 		}
 		ws[r] = sw
 	}
-	var check streamCheck
+	var check ucstream.Checker
 	var pkt rdma.Packet
 	resends := 0
 	for step := 0; ; step++ {
 		if step > 200_000 {
-			t.Fatalf("no progress after %d steps (%d resends); stream breaks: %q", step, resends, check.breaks)
+			t.Fatalf("no progress after %d steps (%d resends); stream breaks: %q", step, resends, check.Breaks)
 		}
 		done := true
 		for _, sw := range ws {
@@ -211,7 +161,7 @@ func streamSim(t *testing.T, seed uint64, n, q, ppm, rounds int) {
 		sw.queue = sw.queue[1:]
 		e.input(netip.AddrPortFrom(job.Workers[sw.w.rank].Addr, rdma.UDPPort), m.Buf, m.Off, m.N)
 		for _, o := range e.schedule() {
-			check.observe(&o)
+			check.Observe(o.Addr.Addr(), o.Bytes())
 			if err := pkt.Parse(o.Bytes()); err != nil {
 				t.Fatal(err)
 			}
@@ -223,8 +173,8 @@ func streamSim(t *testing.T, seed uint64, n, q, ppm, rounds int) {
 		}
 		e.nout = 0
 	}
-	if len(check.breaks) > 0 {
-		t.Fatalf("%d stream breaks without loss (%d resends), first: %s", len(check.breaks), resends, check.breaks[0])
+	if check.NumBreaks() > 0 {
+		t.Fatalf("%d stream breaks in %d result packets without loss (%d resends), first: %s", check.NumBreaks(), check.Packets, resends, check.Breaks[0])
 	}
 	if resends == 0 {
 		t.Fatal("the schedule resent nothing: the test checks nothing")
