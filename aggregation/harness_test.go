@@ -12,8 +12,14 @@ import (
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/local"
 	"github.com/swml-rdma/swml-rdma/aggregation/quant"
+	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
+	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
+	"github.com/swml-rdma/swml-rdma/internal/ucstream"
 	"github.com/swml-rdma/swml-rdma/verbs"
+	"github.com/swml-rdma/swml-rdma/verbs/soft"
+	"github.com/swml-rdma/swml-rdma/verbs/soft/udp/memlink"
 )
 
 // startControllerPool runs a real controller with a pool of pool slots on
@@ -301,4 +307,143 @@ func (b lossBench) check(t *testing.T, j *job, calls int, what string) {
 			sameBits(t, fmt.Sprintf("rank %d %s vs loss-free", r, what), got[r], b.want)
 		}
 	}
+}
+
+// transport is how a test's NICs and switch exchange datagrams: one test,
+// two transports (as wireguard-go's genTestPair(tb, realSocket)).
+type transport int
+
+const (
+	// inMemory: a memlink.Network per cluster; no sockets, no addresses
+	// shared with other tests, links configurable (delay, rate, queue,
+	// loss), so such tests run in parallel.
+	inMemory transport = iota
+	// sockets: UDP on loopback, as deployed (GSO/GRO where the kernel has
+	// them); each test owns 127.88.<net>.0/24.
+	sockets
+)
+
+func (tr transport) String() string {
+	if tr == inMemory {
+		return "memory"
+	}
+	return "socket"
+}
+
+// forTransports runs f as the subtests "memory" (parallel when parallel is
+// set) and "socket".
+func forTransports(t *testing.T, parallel bool, f func(t *testing.T, tr transport)) {
+	for _, tr := range []transport{inMemory, sockets} {
+		t.Run(tr.String(), func(t *testing.T) {
+			if parallel && tr == inMemory {
+				t.Parallel()
+			}
+			f(t, tr)
+		})
+	}
+}
+
+// softCluster is the real switch and controller (a local.Cluster whose
+// workers the test opens itself: openJob, device) over one transport.
+type softCluster struct {
+	tr      transport
+	net     byte
+	sw      *swswitch.Switch
+	swAddr  netip.Addr
+	ctlAddr string
+	ingress float64
+	egress  float64
+
+	// in memory
+	mem     *memlink.Network
+	mu      sync.Mutex
+	results ucstream.Checker // every packet the switch sent, in order
+}
+
+// newSoftCluster starts the switch at 127.88.<net>.1, dropping the given
+// fractions of requests and results (over sockets the switch's drop
+// simulator, in memory the links to and from each worker), and its
+// controller.
+func newSoftCluster(t testing.TB, tr transport, net byte, ingressLoss, egressLoss float64) *softCluster {
+	return newSoftClusterLinks(t, tr, net, ingressLoss, egressLoss, memlink.Config{})
+}
+
+// newSoftClusterLinks is newSoftCluster with the memlink configuration of
+// an in-memory cluster (its Tap and Seed are the cluster's).
+func newSoftClusterLinks(t testing.TB, tr transport, net byte, ingressLoss, egressLoss float64, mc memlink.Config) *softCluster {
+	t.Helper()
+	c := &softCluster{tr: tr, net: net, swAddr: addr4(127, 88, net, 1), ingress: ingressLoss, egress: egressLoss}
+	sc := swswitch.Config{Addr: c.swAddr, IngressLoss: ingressLoss, EgressLoss: egressLoss, Seed: uint64(net)}
+	if tr == inMemory {
+		sc.IngressLoss, sc.EgressLoss = 0, 0
+		mc.Seed = uint64(net)
+		mc.Tap = func(src, dst netip.AddrPort, pkt []byte) {
+			if src.Addr() == c.swAddr {
+				c.mu.Lock()
+				c.results.Observe(dst.Addr(), pkt)
+				c.mu.Unlock()
+			}
+		}
+		mem, err := memlink.New(mc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.mem = mem
+		if sc.Endpoint, err = mem.Listen(netip.AddrPortFrom(c.swAddr, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl, err := local.Start(context.Background(), local.Config{
+		Switch:     sc,
+		Controller: control.Config{SessionTimeout: 20 * time.Second, AllowAddressMismatch: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	c.sw, c.ctlAddr = cl.Switch, cl.ControllerAddr
+	return c
+}
+
+// device gives rank r of a job the NIC at 127.88.<net>.<first+r>.
+func (c *softCluster) device(first int) func(int) (verbs.Device, error) {
+	return func(r int) (verbs.Device, error) {
+		a := addr4(127, 88, c.net, byte(first+r))
+		if c.tr == sockets {
+			return soft.Open(soft.Config{Addr: a})
+		}
+		if err := c.mem.SetLink(a, c.swAddr, memlink.LinkConfig{Loss: c.ingress}); err != nil {
+			return nil, err
+		}
+		if err := c.mem.SetLink(c.swAddr, a, memlink.LinkConfig{Loss: c.egress}); err != nil {
+			return nil, err
+		}
+		ep, err := c.mem.Listen(netip.AddrPortFrom(a, 0))
+		if err != nil {
+			return nil, err
+		}
+		return soft.Open(soft.Config{Endpoint: ep})
+	}
+}
+
+// lost is the number of requests and results dropped on purpose so far.
+func (c *softCluster) lost() (requests, results uint64) {
+	st := c.sw.Stats()
+	requests, results = st.Drops(switchmodel.DropIngressLoss), st.Drops(switchmodel.DropEgressLoss)
+	if c.tr == inMemory {
+		for h := 2; h < 256; h++ {
+			a := addr4(127, 88, c.net, byte(h))
+			requests += c.mem.LinkStats(a, c.swAddr).Lost
+			results += c.mem.LinkStats(c.swAddr, a).Lost
+		}
+	}
+	return requests, results
+}
+
+// streamBreaks returns the breaks in the switch's result streams seen so
+// far (in memory; none is observed over sockets).
+func (c *softCluster) streamBreaks() (packets int, breaks []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.results.Packets, append([]string(nil), c.results.Breaks...)
 }
