@@ -353,6 +353,7 @@ type softCluster struct {
 	ctlAddr string
 	ingress float64
 	egress  float64
+	link    func(worker netip.Addr) memlink.LinkConfig // nil: instant links
 
 	// in memory
 	mem     *memlink.Network
@@ -365,14 +366,16 @@ type softCluster struct {
 // simulator, in memory the links to and from each worker), and its
 // controller.
 func newSoftCluster(t testing.TB, tr transport, net byte, ingressLoss, egressLoss float64) *softCluster {
-	return newSoftClusterLinks(t, tr, net, ingressLoss, egressLoss, memlink.Config{})
+	return newSoftClusterLinks(t, tr, net, ingressLoss, egressLoss, memlink.Config{}, nil)
 }
 
-// newSoftClusterLinks is newSoftCluster with the memlink configuration of
-// an in-memory cluster (its Tap and Seed are the cluster's).
-func newSoftClusterLinks(t testing.TB, tr transport, net byte, ingressLoss, egressLoss float64, mc memlink.Config) *softCluster {
+// newSoftClusterLinks is newSoftCluster in memory with the network's
+// configuration mc (its Tap and Seed are the cluster's) and, when link is
+// set, each worker's link to and from the switch (both directions; the
+// losses are added).
+func newSoftClusterLinks(t testing.TB, tr transport, net byte, ingressLoss, egressLoss float64, mc memlink.Config, link func(worker netip.Addr) memlink.LinkConfig) *softCluster {
 	t.Helper()
-	c := &softCluster{tr: tr, net: net, swAddr: addr4(127, 88, net, 1), ingress: ingressLoss, egress: egressLoss}
+	c := &softCluster{tr: tr, net: net, swAddr: addr4(127, 88, net, 1), ingress: ingressLoss, egress: egressLoss, link: link}
 	sc := swswitch.Config{Addr: c.swAddr, IngressLoss: ingressLoss, EgressLoss: egressLoss, Seed: uint64(net)}
 	if tr == inMemory {
 		sc.IngressLoss, sc.EgressLoss = 0, 0
@@ -412,10 +415,16 @@ func (c *softCluster) device(first int) func(int) (verbs.Device, error) {
 		if c.tr == sockets {
 			return soft.Open(soft.Config{Addr: a})
 		}
-		if err := c.mem.SetLink(a, c.swAddr, memlink.LinkConfig{Loss: c.ingress}); err != nil {
+		var lc memlink.LinkConfig
+		if c.link != nil {
+			lc = c.link(a)
+		}
+		up, down := lc, lc
+		up.Loss, down.Loss = c.ingress, c.egress
+		if err := c.mem.SetLink(a, c.swAddr, up); err != nil {
 			return nil, err
 		}
-		if err := c.mem.SetLink(c.swAddr, a, memlink.LinkConfig{Loss: c.egress}); err != nil {
+		if err := c.mem.SetLink(c.swAddr, a, down); err != nil {
 			return nil, err
 		}
 		ep, err := c.mem.Listen(netip.AddrPortFrom(a, 0))
@@ -431,13 +440,33 @@ func (c *softCluster) lost() (requests, results uint64) {
 	st := c.sw.Stats()
 	requests, results = st.Drops(switchmodel.DropIngressLoss), st.Drops(switchmodel.DropEgressLoss)
 	if c.tr == inMemory {
-		for h := 2; h < 256; h++ {
-			a := addr4(127, 88, c.net, byte(h))
-			requests += c.mem.LinkStats(a, c.swAddr).Lost
-			results += c.mem.LinkStats(c.swAddr, a).Lost
-		}
+		up, down := c.linkStats()
+		requests += up.Lost
+		results += down.Lost
 	}
 	return requests, results
+}
+
+// linkStats sums the in-memory links of all workers, to the switch (up)
+// and from it (down).
+func (c *softCluster) linkStats() (up, down memlink.LinkStats) {
+	add := func(s *memlink.LinkStats, x memlink.LinkStats) {
+		s.Packets += x.Packets
+		s.Bytes += x.Bytes
+		s.Delivered += x.Delivered
+		s.Lost += x.Lost
+		s.QueueDrops += x.QueueDrops
+		s.Overflow += x.Overflow
+		s.NoEndpoint += x.NoEndpoint
+		s.TooBig += x.TooBig
+		s.MaxQueue = max(s.MaxQueue, x.MaxQueue)
+	}
+	for h := 2; h < 256; h++ {
+		a := addr4(127, 88, c.net, byte(h))
+		add(&up, c.mem.LinkStats(a, c.swAddr))
+		add(&down, c.mem.LinkStats(c.swAddr, a))
+	}
+	return up, down
 }
 
 // streamBreaks returns the breaks in the switch's result streams seen so

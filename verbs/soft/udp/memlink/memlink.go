@@ -100,7 +100,7 @@ type LinkStats struct {
 	Overflow       uint64 // dropped at the receiver's full queue
 	NoEndpoint     uint64 // no endpoint at the destination
 	TooBig         uint64 // longer than MaxDatagram
-	MaxQueue       int    // the most packets waiting behind the wire
+	MaxQueue       int    // the most packets waiting behind the wire (with Rate and Queue set)
 }
 
 type pair struct{ src, dst netip.Addr }
