@@ -288,10 +288,11 @@ func TestConfigErrors(t *testing.T) {
 // can never recover; resending the missing packets one by one must, with
 // results bit-identical to a loss-free run.
 func TestToyStarvation(t *testing.T) {
+	t.Parallel()
 	b := newLossBench(t, 20, 5, 64*16*7)
 	c, cfg, in, n := b.c, b.cfg, b.in, lossBenchWorkers
 
-	c.sw.setLoss(
+	c.setLoss(
 		func(rank, qp, k, pkts int) bool { return rank == 0 && qp == 0 && pkts > 1 && k == 1 },
 		func(rank, qp, _, pkts int) bool { return rank == 1 && qp == 1 && pkts > 1 },
 	)
@@ -300,7 +301,7 @@ func TestToyStarvation(t *testing.T) {
 	whole.SessionID = 21
 	whole.WholeMessageResend = true
 	whole.PeerTimeout = 400 * time.Millisecond
-	starved := openJob(t, c.ctlAddr, n, whole, c.device(2))
+	starved := openJob(t, c.ctlAddr, n, whole, c.device(10))
 	for r, err := range starved.allReduce(context.Background(), clone2(in)) {
 		if !errors.Is(err, ErrPeerTimeout) {
 			t.Fatalf("whole-message resends, rank %d: %v; want ErrPeerTimeout (the pattern lets no whole message through)", r, err)
@@ -308,7 +309,7 @@ func TestToyStarvation(t *testing.T) {
 	}
 
 	cfg.SessionID = 22
-	lossy := openJob(t, c.ctlAddr, n, cfg, c.device(3))
+	lossy := openJob(t, c.ctlAddr, n, cfg, c.device(20))
 	b.check(t, lossy, 2, "per-packet recovery")
 	for r, w := range lossy.workers {
 		if st := w.sess.Stats(); (r == 0 || r == 1) && st.Retransmissions == 0 {

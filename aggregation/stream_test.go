@@ -36,10 +36,11 @@ func TestSoftResultStream(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			const n, l = 4, 100_000
-			// Big enough receive queues that nothing overflows: the run
-			// is loss-free, so every break would be the switch's.
-			c := newSoftClusterLinks(t, inMemory, tc.net, 0, 0, memlink.Config{RecvQueue: 8192, MaxDatagram: 1100}, tc.link)
+			const n, l = 4, 30_000
+			// Receive queues big enough that nothing overflows even when
+			// the timers fire again and again (slow -race builds): the
+			// run is loss-free, so every break would be the switch's.
+			c := newSoftClusterWith(t, inMemory, tc.net, 0, 0, clusterOpts{mem: memlink.Config{RecvQueue: 1 << 15, MaxDatagram: 1100}, link: tc.link})
 			cfg := softConfig(1, 1024, 8, 4)
 			cfg.RetransmitTimeout = time.Millisecond
 			j := openJob(t, c.ctlAddr, n, cfg, c.device(2))

@@ -18,8 +18,8 @@
 // a pure function of what was sent when, and tests of it are exact.
 //
 // Costs: WriteBatch copies each datagram once into the receiver's queue
-// (preallocated slots); ReadBatch copies it out; neither allocates per
-// packet. One mutex per Network serialises sends and receives, taken once
+// (slots allocated in chunks the first time the queue grows that far);
+// ReadBatch copies it out; neither allocates per packet. One mutex per Network serialises sends and receives, taken once
 // per batch.
 //
 // Concurrency: a Network and its endpoints are safe for concurrent use,

@@ -5,27 +5,28 @@ import (
 	"time"
 )
 
-// rxQueue is an endpoint's receive queue: a fixed number of datagram slots
-// (one slab allocated up front) and a binary min-heap of the occupied
-// ones by due time, then send order. No allocation per packet.
+// rxQueue is an endpoint's receive queue: up to a fixed number of datagram
+// slots, allocated in chunks as the queue first grows (so a generous limit
+// costs memory only when used), and a binary min-heap of the occupied ones
+// by due time, then send order. No allocation per packet.
 type rxQueue struct {
-	slab []byte
-	size int // bytes per slot
-	free []int32
-	heap []int32
-	n    []int // datagram length per slot
-	from []netip.AddrPort
-	due  []time.Duration
-	seq  []uint64
+	chunks [][]byte
+	size   int // bytes per slot
+	slots  int // the limit
+	free   []int32
+	heap   []int32
+	n      []int // datagram length per slot
+	from   []netip.AddrPort
+	due    []time.Duration
+	seq    []uint64
 }
 
+// chunkSlots is the number of slots allocated at a time.
+const chunkSlots = 256
+
 func (q *rxQueue) init(slots, size int) {
-	q.slab = make([]byte, slots*size)
-	q.size = size
-	q.free = make([]int32, slots)
-	for i := range q.free {
-		q.free[i] = int32(slots - 1 - i)
-	}
+	q.size, q.slots = size, slots
+	q.free = make([]int32, 0, slots)
 	q.heap = make([]int32, 0, slots)
 	q.n = make([]int, slots)
 	q.from = make([]netip.AddrPort, slots)
@@ -37,24 +38,44 @@ func (q *rxQueue) len() int { return len(q.heap) }
 
 // push copies b into a free slot; false if there is none.
 func (q *rxQueue) push(b []byte, from netip.AddrPort, due time.Duration, seq uint64) bool {
-	if len(q.free) == 0 {
+	if len(q.free) == 0 && !q.grow() {
 		return false
 	}
 	s := q.free[len(q.free)-1]
 	q.free = q.free[:len(q.free)-1]
-	q.n[s] = copy(q.slab[int(s)*q.size:], b)
+	q.n[s] = copy(q.slot(s), b)
 	q.from[s], q.due[s], q.seq[s] = from, due, seq
 	q.heap = append(q.heap, s)
 	q.up(len(q.heap) - 1)
 	return true
 }
 
+// grow allocates the next chunk of slots; false at the limit.
+func (q *rxQueue) grow() bool {
+	first := len(q.chunks) * chunkSlots
+	if first >= q.slots {
+		return false
+	}
+	k := min(chunkSlots, q.slots-first)
+	q.chunks = append(q.chunks, make([]byte, k*q.size))
+	for i := first + k - 1; i >= first; i-- {
+		q.free = append(q.free, int32(i))
+	}
+	return true
+}
+
+func (q *rxQueue) slot(s int32) []byte {
+	c := q.chunks[int(s)/chunkSlots]
+	o := int(s) % chunkSlots * q.size
+	return c[o : o+q.size]
+}
+
 func (q *rxQueue) headDue() time.Duration { return q.due[q.heap[0]] }
 
 // head returns the earliest datagram (valid until pop) and its source.
 func (q *rxQueue) head() ([]byte, netip.AddrPort) {
-	s := int(q.heap[0])
-	return q.slab[s*q.size : s*q.size+q.n[s]], q.from[s]
+	s := q.heap[0]
+	return q.slot(s)[:q.n[s]], q.from[s]
 }
 
 func (q *rxQueue) pop() {
