@@ -339,6 +339,9 @@ func (e *Endpoint) wake() {
 	}
 }
 
+// Network is the network the endpoint belongs to.
+func (e *Endpoint) Network() *Network { return e.net }
+
 // LocalAddr is the endpoint's address.
 func (e *Endpoint) LocalAddr() netip.AddrPort { return e.local }
 
