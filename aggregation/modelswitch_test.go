@@ -369,4 +369,3 @@ func (s *modelSwitch) setInterleave(il *interleaving) {
 	s.interleave = il
 	s.mu.Unlock()
 }
-
