@@ -78,7 +78,7 @@ func ParseRate(s string) (uint64, error) {
 	case "0", "none", "unshaped":
 		return 0, nil
 	}
-	t = strings.TrimSuffix(strings.TrimSuffix(t, "/s"), "ps")
+	t = strings.TrimSuffix(t, "/s") // "mbps" is megabytes per second to tc: refused
 	mult := uint64(1)
 	for _, u := range []struct {
 		suffix string

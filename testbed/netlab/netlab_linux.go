@@ -178,7 +178,47 @@ func Build(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	if err := l.buildLinks(cfg.Subnet.Bits()); err != nil {
 		return nil, err
 	}
+	// A packet sent before a link is up (carrier, the bridge forwarding)
+	// is lost, and its ARP resolution retried only a second later.
+	for _, ns := range l.Workers {
+		if err := waitUp(ctx, ns, WorkerIf); err != nil {
+			return nil, err
+		}
+	}
+	if err := waitUp(ctx, l.Switch, BridgeIf); err != nil {
+		return nil, err
+	}
 	return l, nil
+}
+
+// waitUp waits (at most 5 s) until link name in ns is operationally up.
+func waitUp(ctx context.Context, ns, name string) error {
+	c, f, err := dialNS(ns)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	defer c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		links, err := c.Link.List()
+		if err != nil {
+			return fmt.Errorf("netlab: links of %s: %w", ns, err)
+		}
+		for _, m := range links {
+			if m.Attributes != nil && m.Attributes.Name == name && m.Attributes.OperationalState == rtnetlink.OperStateUp {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("netlab: %s in %s not up after 5s", name, ns)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 func (l *Lab) namespaces() []string { return append([]string{l.Switch}, l.Workers...) }
@@ -709,7 +749,7 @@ func Cleanup(prefix string) ([]string, error) {
 		if pid == 0 {
 			continue // not a lab's name
 		}
-		if syscall.Kill(pid, 0) == nil {
+		if alive(pid) {
 			continue // its lab still runs (this process's own too)
 		}
 		if err := removeNamespace(ns); err != nil {
@@ -719,4 +759,16 @@ func Cleanup(prefix string) ([]string, error) {
 		removed = append(removed, ns)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// alive reports whether pid runs (a zombie, killed but not yet reaped,
+// does not).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state …: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }
