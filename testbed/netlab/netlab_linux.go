@@ -86,8 +86,10 @@ type Lab struct {
 }
 
 // CheckRoot refuses, with a clear error, to go on when not root.
-func CheckRoot() error {
-	if os.Geteuid() != 0 {
+func CheckRoot() error { return checkEUID(os.Geteuid()) }
+
+func checkEUID(euid int) error {
+	if euid != 0 {
 		return errors.New("netlab: the lab makes network namespaces, veth links, qdiscs and nftables rules: run it as root (sudo)")
 	}
 	return nil

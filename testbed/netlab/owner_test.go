@@ -4,6 +4,7 @@ package netlab
 
 import (
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -22,6 +23,12 @@ func TestOwner(t *testing.T) {
 		if got := owner("swlab", tc.name); got != tc.want {
 			t.Errorf("owner(%q) = %d, want %d", tc.name, got, tc.want)
 		}
+	}
+	if err := checkEUID(1000); err == nil || !strings.Contains(err.Error(), "run it as root") {
+		t.Errorf("not root: %v, want a refusal saying to run it as root", err)
+	}
+	if err := checkEUID(0); err != nil {
+		t.Errorf("root: %v", err)
 	}
 	if !alive(os.Getpid()) {
 		t.Error("alive(this process) = false")
