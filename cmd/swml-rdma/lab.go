@@ -279,7 +279,7 @@ func runLab(c *cli.Context) error {
 		if err != nil {
 			return cli.Exit("lab: "+err.Error(), 1)
 		}
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }() // a temporary script: nothing to do if it stays
 		r.glooScript = filepath.Join(dir, "gloo_allreduce.py")
 		if err := os.WriteFile(r.glooScript, netlab.GlooScript, 0o644); err != nil {
 			return cli.Exit("lab: "+err.Error(), 1)
