@@ -85,4 +85,3 @@ func nftDrops(b []byte) (uint64, error) {
 	}
 	return n, nil
 }
-
