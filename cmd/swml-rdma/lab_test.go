@@ -108,8 +108,8 @@ func TestLabPlot(t *testing.T) {
 		svg := string(b)
 		// SwitchML and Gloo drawn with their ceilings dashed; the failed
 		// ring has only its ceiling.
-		for _, want := range []string{`class="series-SwitchML"`, `class="series-Gloo"`, `stroke-dasharray="6 4" class="series-SwitchML ceiling"`,
-			`class="series-ring ceiling"`, "links " + strings.TrimSuffix(strings.TrimPrefix(name, "lab-"), "-loss0-16MiB.svg")} {
+		for _, want := range []string{`class="series-SwitchML"`, `class="series-Gloo"`, `stroke-dasharray="6 4" class="series-SwitchML-ceiling"`,
+			`class="series-ring-ceiling"`, "links " + strings.TrimSuffix(strings.TrimPrefix(name, "lab-"), "-loss0-16MiB.svg")} {
 			if !strings.Contains(svg, want) {
 				t.Errorf("%s lacks %q", name, want)
 			}

@@ -334,7 +334,7 @@ func (d *drawing) writeSVG(w *bufio.Writer) error {
 	for _, s := range d.shapes {
 		class := ""
 		if s.class != "" {
-			class = fmt.Sprintf(" class=\"series-%s\"", xmlEscape(s.class))
+			class = fmt.Sprintf(" class=\"series-%s\"", xmlEscape(strings.ReplaceAll(s.class, " ", "-"))) // one class per series
 		}
 		switch s.kind {
 		case shapeLine:
