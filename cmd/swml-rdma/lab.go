@@ -209,6 +209,11 @@ type labRow struct {
 	// Retransmissions: SwitchML messages resent by the workers, ring
 	// messages resent, Gloo TCP segments retransmitted (kernel).
 	Retransmissions uint64 `json:"retransmissions"`
+	// Messages are the messages first sent (SwitchML: every worker's, warm-up
+	// included; ring: its ranks'), RetransmissionsPerMessage
+	// Retransmissions ÷ Messages; 0 and null for Gloo.
+	Messages                  uint64   `json:"messages"`
+	RetransmissionsPerMessage *float64 `json:"retransmissions_per_message"`
 	// SwitchDrops are the software switch's drops by reason (SwitchML).
 	SwitchDrops map[string]uint64 `json:"switch_drops,omitempty"`
 	// Kernel counters over the run: full socket receive buffers (all
@@ -541,8 +546,18 @@ func (r *labRunner) runSwitchML(ctx context.Context, lab *netlab.Lab, row *labRo
 		row.Retransmissions += res.Retransmissions
 	}
 	row.setTimes(slices.Max(meds), slices.Min(mins), slices.Max(maxs))
+	perCall := (row.TensorBytes + r.cfg.msgSize - 1) / r.cfg.msgSize
+	row.setMessages(uint64(row.Workers * (row.Warmup + row.Iters) * perCall))
 	row.Verified = true
 	return nil
+}
+
+func (row *labRow) setMessages(n uint64) {
+	row.Messages = n
+	if n > 0 {
+		x := float64(row.Retransmissions) / float64(n)
+		row.RetransmissionsPerMessage = &x
+	}
 }
 
 // glooResult is what gloo_allreduce.py prints.
@@ -640,6 +655,7 @@ func (r *labRunner) runRing(ctx context.Context, lab *netlab.Lab, row *labRow) e
 	s := benchmark.Summarize(run.Times, row.Elements)
 	row.setTimes(int64(s.Median), int64(s.Min), int64(s.Max))
 	row.Packets, row.Retransmissions = st.Packets, st.Retransmissions
+	row.setMessages(st.Messages)
 	row.ResultSHA256, row.Verified = run.ResultSHA256, true
 	return nil
 }
@@ -697,7 +713,7 @@ func printLab(out io.Writer, rep labReport, asJSON bool) error {
 	}
 	fmt.Fprintln(out)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "workers\trate\tloss\tsize\tsystem\tmedian\tmin\tmax\tATE/s\tceiling\tof ceiling\tvs Gloo\tretransmissions\tswitch drops\tsocket drops (switch)\tqueue drops\tloss drops\tverified\t")
+	fmt.Fprintln(w, "workers\trate\tloss\tsize\tsystem\tmedian\tmin\tmax\tATE/s\tceiling\tof ceiling\tvs Gloo\tretransmissions\tretx/msg\tswitch drops\tsocket drops (switch)\tqueue drops\tloss drops\tverified\t")
 	d := func(ns int64) string { return time.Duration(ns).Round(10 * time.Microsecond).String() }
 	ratio := func(x *float64) string {
 		if x == nil {
@@ -715,12 +731,16 @@ func printLab(out io.Writer, rep labReport, asJSON bool) error {
 			drops = formatDrops(r.SwitchDrops)
 		}
 		if r.Error != "" {
-			fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t\t\t\t%s\t\t\t\t\t%d (%d)\t%d\t%d\tFAILED\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.System,
+			fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t\t\t\t%s\t\t\t\t\t\t%d (%d)\t%d\t%d\tFAILED\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.System,
 				"-", ceiling, r.UDPRcvbufErrors, r.SwitchUDPRcvbufErrors, r.QueueDrops, r.LossDrops)
 			continue
 		}
-		fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d (%d)\t%d\t%d\t%v\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.System,
-			d(r.MedianNs), d(r.MinNs), d(r.MaxNs), formatSI(r.ATEPerSec), ceiling, ratio(r.OfCeiling), ratio(r.VsGloo), r.Retransmissions, drops,
+		perMsg := "-"
+		if r.RetransmissionsPerMessage != nil {
+			perMsg = fmt.Sprintf("%.3f", *r.RetransmissionsPerMessage)
+		}
+		fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d (%d)\t%d\t%d\t%v\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.System,
+			d(r.MedianNs), d(r.MinNs), d(r.MaxNs), formatSI(r.ATEPerSec), ceiling, ratio(r.OfCeiling), ratio(r.VsGloo), r.Retransmissions, perMsg, drops,
 			r.UDPRcvbufErrors, r.SwitchUDPRcvbufErrors, r.QueueDrops, r.LossDrops, r.Verified)
 	}
 	if err := w.Flush(); err != nil {

@@ -44,6 +44,7 @@ func labTestReport() labReport {
 		{System: sysRing, Workers: 4, RateBps: 200e6, TensorBytes: 16 << 20, Elements: 4 << 20, Iters: 5, Error: "not done within --timeout 5m0s"},
 	}
 	rows[0].setTimes(2e9, 1.9e9, 2.5e9)
+	rows[0].setMessages(1200)
 	rows[1].setTimes(1e9, 0.9e9, 1.1e9)
 	compareRows(rows, labConfig{packetSize: 1024, msgSize: 16384})
 	return labReport{SchemaVersion: labSchemaVersion, Kernel: "test", CPUs: 2, PacketSize: 1024, MessageSize: 16384, Rows: rows}
@@ -68,7 +69,7 @@ func TestLabReport(t *testing.T) {
 	if err := printLab(&out, rep, false); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"switchml", "0.50×", "psn=3 stale_psn=1", "FAILED: ring, 4 workers, 200mbit", "5.91M"} {
+	for _, want := range []string{"switchml", "0.50×", "psn=3 stale_psn=1", "FAILED: ring, 4 workers, 200mbit", "5.91M", " 0.010 "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
