@@ -209,9 +209,11 @@ type labRow struct {
 	// Retransmissions: SwitchML messages resent by the workers, ring
 	// messages resent, Gloo TCP segments retransmitted (kernel).
 	Retransmissions uint64 `json:"retransmissions"`
-	// Messages are the messages first sent (SwitchML: every worker's, warm-up
-	// included; ring: its ranks'), RetransmissionsPerMessage
-	// Retransmissions ÷ Messages; 0 and null for Gloo.
+	// Messages are the messages first sent (SwitchML: the tensor's,
+	// workers × all-reduces × ⌈size ÷ message⌉, warm-up included — the
+	// worker's JSON has no message count; ring: its ranks' count),
+	// RetransmissionsPerMessage Retransmissions ÷ Messages; 0 and null for
+	// Gloo.
 	Messages                  uint64   `json:"messages"`
 	RetransmissionsPerMessage *float64 `json:"retransmissions_per_message"`
 	// SwitchDrops are the software switch's drops by reason (SwitchML).
