@@ -203,6 +203,10 @@ type labRow struct {
 	CeilingATEPerSec float64  `json:"ceiling_ate_per_s"`
 	OfCeiling        *float64 `json:"of_ceiling"`
 	VsGloo           *float64 `json:"vs_gloo"`
+	// LossInflation is the median ÷ the median of the same system's
+	// loss-free row (same workers, rate and size) of this run; null
+	// without one.
+	LossInflation *float64 `json:"loss_inflation"`
 	// Packets the system's senders sent (SwitchML: the workers'; ring:
 	// its ranks', acknowledgements included; Gloo: not counted).
 	Packets uint64 `json:"packets"`
@@ -295,6 +299,7 @@ func runLab(c *cli.Context) error {
 	rep := labReport{SchemaVersion: labSchemaVersion, Kernel: kernelRelease(), CPUs: runtime.NumCPU(), QueueNs: int64(cfg.queue),
 		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, WorkerArgs: cfg.workerArgs, LoadAvgStart: loadAvg()}
 	runErr := r.sweep(ctx, &rep)
+	lossInflation(rep.Rows)
 	rep.LoadAvgEnd = loadAvg()
 	if cfg.plot != "" && len(rep.Rows) > 0 {
 		if err := writeLabPlots(cfg.plot, rep); err != nil {
@@ -702,6 +707,22 @@ func compareRows(rows []*labRow, cfg labConfig) {
 	}
 }
 
+// lossInflation fills LossInflation of every lossy row that has a
+// loss-free twin.
+func lossInflation(rows []*labRow) {
+	for _, r := range rows {
+		if r.Loss == 0 || r.Error != "" {
+			continue
+		}
+		for _, z := range rows {
+			if z.Loss == 0 && z.Error == "" && z.System == r.System && z.Workers == r.Workers && z.RateBps == r.RateBps && z.TensorBytes == r.TensorBytes {
+				x := float64(r.MedianNs) / float64(z.MedianNs)
+				r.LossInflation = &x
+			}
+		}
+	}
+}
+
 func printLab(out io.Writer, rep labReport, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(out)
@@ -715,7 +736,7 @@ func printLab(out io.Writer, rep labReport, asJSON bool) error {
 	}
 	fmt.Fprintln(out)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "workers\trate\tloss\tsize\tsystem\tmedian\tmin\tmax\tATE/s\tceiling\tof ceiling\tvs Gloo\tretransmissions\tretx/msg\tswitch drops\tsocket drops (switch)\tqueue drops\tloss drops\tverified\t")
+	fmt.Fprintln(w, "workers\trate\tloss\tsize\tsystem\tmedian\tmin\tmax\tATE/s\tceiling\tof ceiling\tvs Gloo\tvs loss-free\tretransmissions\tretx/msg\tswitch drops\tsocket drops (switch)\tqueue drops\tloss drops\tverified\t")
 	d := func(ns int64) string { return time.Duration(ns).Round(10 * time.Microsecond).String() }
 	ratio := func(x *float64) string {
 		if x == nil {
@@ -733,7 +754,7 @@ func printLab(out io.Writer, rep labReport, asJSON bool) error {
 			drops = formatDrops(r.SwitchDrops)
 		}
 		if r.Error != "" {
-			fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t\t\t\t%s\t\t\t\t\t\t%d (%d)\t%d\t%d\tFAILED\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.System,
+			fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t\t\t\t%s\t\t\t\t\t\t\t%d (%d)\t%d\t%d\tFAILED\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.System,
 				"-", ceiling, r.UDPRcvbufErrors, r.SwitchUDPRcvbufErrors, r.QueueDrops, r.LossDrops)
 			continue
 		}
@@ -741,8 +762,8 @@ func printLab(out io.Writer, rep labReport, asJSON bool) error {
 		if r.RetransmissionsPerMessage != nil {
 			perMsg = fmt.Sprintf("%.3f", *r.RetransmissionsPerMessage)
 		}
-		fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d (%d)\t%d\t%d\t%v\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.System,
-			d(r.MedianNs), d(r.MinNs), d(r.MaxNs), formatSI(r.ATEPerSec), ceiling, ratio(r.OfCeiling), ratio(r.VsGloo), r.Retransmissions, perMsg, drops,
+		fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d (%d)\t%d\t%d\t%v\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.System,
+			d(r.MedianNs), d(r.MinNs), d(r.MaxNs), formatSI(r.ATEPerSec), ceiling, ratio(r.OfCeiling), ratio(r.VsGloo), ratio(r.LossInflation), r.Retransmissions, perMsg, drops,
 			r.UDPRcvbufErrors, r.SwitchUDPRcvbufErrors, r.QueueDrops, r.LossDrops, r.Verified)
 	}
 	if err := w.Flush(); err != nil {

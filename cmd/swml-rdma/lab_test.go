@@ -89,6 +89,19 @@ func TestLabReport(t *testing.T) {
 	}
 }
 
+func TestLabLossInflation(t *testing.T) {
+	free := &labRow{System: sysGloo, Workers: 4, RateBps: 200e6, TensorBytes: 1 << 20, MedianNs: 100}
+	lossy := &labRow{System: sysGloo, Workers: 4, RateBps: 200e6, TensorBytes: 1 << 20, Loss: 0.01, MedianNs: 150}
+	other := &labRow{System: sysRing, Workers: 4, RateBps: 200e6, TensorBytes: 1 << 20, Loss: 0.01, MedianNs: 300}
+	lossInflation([]*labRow{free, lossy, other})
+	if lossy.LossInflation == nil || *lossy.LossInflation != 1.5 {
+		t.Errorf("Gloo at 1%%: inflation %v, want 1.5", lossy.LossInflation)
+	}
+	if free.LossInflation != nil || other.LossInflation != nil {
+		t.Errorf("loss-free row or a row without a loss-free twin got an inflation: %v %v", free.LossInflation, other.LossInflation)
+	}
+}
+
 func TestLabPlot(t *testing.T) {
 	rep := labTestReport()
 	// A second rate: two plots, suffixed.
