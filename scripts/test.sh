@@ -26,6 +26,8 @@ command -v unshare >/dev/null || need+=(util-linux)
 [ -f /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
 command -v protoc >/dev/null || need+=(protobuf-compiler)
 command -v make >/dev/null || need+=(make)
+# nftables: the network lab's loss rules (TestLab in go test, and the lab block below)
+command -v nft >/dev/null || need+=(nftables)
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 		step "installing ${need[*]}"
