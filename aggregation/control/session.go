@@ -47,11 +47,11 @@ func (p sessionParams) ppm() int { return p.messageSize / p.packetSize }
 type registration struct {
 	rank   int
 	client string // clientOf the call: who is charged the job's slots
-	addr netip.Addr
-	mac  net.HardwareAddr
-	rkey uint32
-	qpns []uint32
-	psns []uint32
+	addr   netip.Addr
+	mac    net.HardwareAddr
+	rkey   uint32
+	qpns   []uint32
+	psns   []uint32
 	// switchQPNs and switchPSNs are drawn at registration for p4app
 	// sessions (the answer cannot wait for the job); nil otherwise.
 	switchQPNs []uint32
@@ -227,11 +227,16 @@ func (c *Controller) reserveP4App(p *pendingSession, need uint32, client string)
 	}
 	var ok bool
 	if p.reserved, ok = c.pool.AllocAt(0, need); !ok {
-		holders := ""
+		holders, listed := "", 0
 		for _, j := range c.sortedJobs() {
-			if j.pool.Overlaps(spans.Span{Base: 0, Size: need}) {
-				holders += fmt.Sprintf(" job %d (session %d, %s)", j.id(), j.sessionID, j.params.style())
+			if !j.pool.Overlaps(spans.Span{Base: 0, Size: need}) {
+				continue
 			}
+			if listed++; listed > 4 {
+				holders += " …"
+				break
+			}
+			holders += fmt.Sprintf(" job %d (session %d, %s)", j.id(), j.sessionID, j.params.style())
 		}
 		if holders == "" {
 			holders = " a p4app session still waiting for its ranks"
