@@ -272,7 +272,7 @@ func TestRegistrationToken(t *testing.T) {
 func TestClientPoolShare(t *testing.T) {
 	testutil.NoLeaks(t)
 	e := startController(t, func(c *Config) { c.PoolSize = 64; c.MaxClientSlots = 16; c.SessionTimeout = time.Minute })
-	c := e.client(t) // from 127.0.0.1
+	c := e.client(t)                                           // from 127.0.0.1
 	as := e.registerAll(t, context.Background(), 1, 1, 4, nil) // 4 QPs × 4 packets: 16 slots
 	if _, err := c.RegisterRDMA(context.Background(), testReg(2, 0, 1, 1)); status.Code(err) != codes.ResourceExhausted ||
 		!strings.Contains(err.Error(), "client 127.0.0.1 already holds 16 pool slots and the job needs 4 more; one client may hold 16") {
