@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -222,6 +224,37 @@ func TestSessionTimeoutNamesFlags(t *testing.T) {
 	for _, want := range []string{"rank 1 of 2 never registered", "--session-id and --workers", "--session-timeout"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q, want it to mention %q", err, want)
+		}
+	}
+	stopSwitch()
+	<-exited
+}
+
+// TestSizeMismatchNamed: two workers of a job with different --size are
+// both refused at registration, naming the tensor lengths (issue #23; the
+// job used to run and end in RESULT MISMATCH). Addresses: 127.13.52.x.
+func TestSizeMismatchNamed(t *testing.T) {
+	clearLaunchEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	swCtx, stopSwitch := context.WithCancel(ctx)
+	defer stopSwitch()
+	_, stderr, done := runInProcess(swCtx, "switch", "--addr", "127.13.52.1", "--controller-addr", "127.0.0.1:0")
+	exited := make(chan struct{})
+	go func() { <-done; close(exited) }()
+	ctl := waitForLine(t, "switch", stderr, readyRE, exited, 30*time.Second)[1]
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, size := range []string{"16KiB", "32KiB"} {
+		wg.Go(func() {
+			_, _, errs[r] = run(t, "worker", "--rank", strconv.Itoa(r), "--workers", "2", "--controller", ctl,
+				"--addr", fmt.Sprintf("127.13.52.%d", 2+r), "--size", size, "--iters", "1", "--warmup", "0")
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "tensor length") || !strings.Contains(err.Error(), "16384 bytes") || !strings.Contains(err.Error(), "32768 bytes") {
+			t.Errorf("rank %d: %v; want the tensor length mismatch named", r, err)
 		}
 	}
 	stopSwitch()
