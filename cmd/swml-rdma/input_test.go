@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -256,6 +258,34 @@ func TestSizeMismatchNamed(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "tensor length") || !strings.Contains(err.Error(), "16384 bytes") || !strings.Contains(err.Error(), "32768 bytes") {
 			t.Errorf("rank %d: %v; want the tensor length mismatch named", r, err)
 		}
+	}
+	stopSwitch()
+	<-exited
+}
+
+// TestRegistrationTokenWorker: with `switch --registration-token-file`, a
+// worker without the token is refused naming it, one with
+// --registration-token-file runs. Addresses: 127.13.53.x.
+func TestRegistrationTokenWorker(t *testing.T) {
+	clearLaunchEnv(t)
+	tok := filepath.Join(t.TempDir(), "registration.token")
+	if err := os.WriteFile(tok, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	swCtx, stopSwitch := context.WithCancel(ctx)
+	defer stopSwitch()
+	_, stderr, done := runInProcess(swCtx, "switch", "--addr", "127.13.53.1", "--controller-addr", "127.0.0.1:0", "--registration-token-file", tok)
+	exited := make(chan struct{})
+	go func() { <-done; close(exited) }()
+	ctl := waitForLine(t, "switch", stderr, readyRE, exited, 30*time.Second)[1]
+	args := []string{"worker", "--rank", "0", "--workers", "1", "--controller", ctl, "--addr", "127.13.53.2", "--size", "16KiB", "--iters", "1", "--warmup", "0"}
+	if _, _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), "requires its registration token") {
+		t.Errorf("worker without the token: %v; want it refused naming the token", err)
+	}
+	if _, _, err := run(t, append(args, "--registration-token-file", tok)...); err != nil {
+		t.Errorf("worker with the token: %v", err)
 	}
 	stopSwitch()
 	<-exited

@@ -165,20 +165,12 @@ func parseControlSecurity(c *cli.Context) (controlSecurity, error) {
 		s.serverOptions = append(s.serverOptions, grpc.Creds(creds))
 		s.tls = true
 	}
-	for flag, dst := range map[string]*string{"operator-token-file": &s.operatorToken, "registration-token-file": &s.registrationToken} {
-		f := c.String(flag)
-		if f == "" {
-			continue
-		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return s, fmt.Errorf("--%s: %v", flag, err)
-		}
-		line, _, _ := strings.Cut(string(b), "\n")
-		*dst = strings.TrimSpace(line)
-		if len(*dst) < 16 {
-			return s, fmt.Errorf("--%s %s: the token is %d characters; use at least 16 random ones (e.g. `openssl rand -hex 32 > %s`)", flag, f, len(*dst), f)
-		}
+	var err error
+	if s.operatorToken, err = readTokenFile(c, "operator-token-file"); err != nil {
+		return s, err
+	}
+	if s.registrationToken, err = readTokenFile(c, "registration-token-file"); err != nil {
+		return s, err
 	}
 	if s.operatorToken != "" && s.operatorToken == s.registrationToken {
 		return s, errors.New("--operator-token-file and --registration-token-file hold the same token: the registration token goes to every worker, the operator token may end any job; use two")
@@ -190,6 +182,25 @@ func parseControlSecurity(c *cli.Context) (controlSecurity, error) {
 		return s, fmt.Errorf("--max-pending-sessions %d: give at least 1 (default %d)", s.maxPendingSessions, control.DefaultMaxPendingSessions)
 	}
 	return s, nil
+}
+
+// readTokenFile reads the token in the first line of the file flag names;
+// "" if the flag is not set.
+func readTokenFile(c *cli.Context, flag string) (string, error) {
+	f := c.String(flag)
+	if f == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(f)
+	if err != nil {
+		return "", fmt.Errorf("--%s: %v", flag, err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	tok := strings.TrimSpace(line)
+	if len(tok) < 16 {
+		return "", fmt.Errorf("--%s %s: the token is %d characters; use at least 16 random ones (e.g. `openssl rand -hex 32 > %s`)", flag, f, len(tok), f)
+	}
+	return tok, nil
 }
 
 // apply copies the settings into a controller configuration and warns about
