@@ -380,3 +380,34 @@ func slicesContainsAll(s []uint32, vs ...uint32) bool {
 	}
 	return true
 }
+
+// A p4app rank 0 that joins a session another rank opened joins it (it
+// replaces only p4app state that is not its own session's), and one that
+// registers again (a restarted rank 0) starts the session afresh.
+func TestP4AppRankZeroJoinsOrRestarts(t *testing.T) {
+	testutil.NoLeaks(t)
+	e := startController(t, func(c *Config) { c.PoolSize = 64; c.SessionTimeout = time.Minute })
+	sc := pb.NewSessionClient(e.rawConn(t))
+	ctx := context.Background()
+	if _, err := sc.RdmaSession(ctx, p4appReq(1, 1, 2, 2)); err != nil {
+		t.Fatalf("rank 1 first: %v", err)
+	}
+	resp, err := sc.RdmaSession(ctx, p4appReq(1, 0, 2, 2))
+	if err != nil || resp.GetJobId() == 0 {
+		t.Fatalf("rank 0 joining: %v, %v; want the job started", resp, err)
+	}
+	// A restarted rank 0 of a new session ends that job and starts over.
+	if _, err := sc.RdmaSession(ctx, p4appReq(2, 0, 2, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sc.RdmaSession(ctx, p4appReq(2, 0, 2, 2)); err != nil {
+		t.Fatalf("rank 0 again: %v; want the session restarted", err)
+	}
+	resp, err = sc.RdmaSession(ctx, p4appReq(2, 1, 2, 2))
+	if err != nil || resp.GetJobId() == 0 {
+		t.Fatalf("rank 1: %v, %v", resp, err)
+	}
+	if jobs := e.ctl.Jobs(); len(jobs) != 1 || jobs[0].SessionID != 2 {
+		t.Errorf("jobs %+v; want only session 2's", jobs)
+	}
+}

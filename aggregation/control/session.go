@@ -285,6 +285,9 @@ func (c *Controller) replaceP4AppJobs(sid uint32, need uint32) {
 		victims = append(victims, j)
 	}
 	for _, p := range c.pending {
+		if p.id == sid && p.regs[0] == nil {
+			continue // this rank 0 is joining it
+		}
 		if p.params.p4app && !p.starting && (p.reserved.Overlaps(span) || p.id == sid) {
 			c.failPending(p, status.Errorf(codes.Aborted,
 				"session %d: a new p4app-switchML job's rank 0 registered (session %d) and took its slots, as p4app's own controller does; start this job again", p.id, sid))
