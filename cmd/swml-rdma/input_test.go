@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -245,16 +245,21 @@ func TestSizeMismatchNamed(t *testing.T) {
 	exited := make(chan struct{})
 	go func() { <-done; close(exited) }()
 	ctl := waitForLine(t, "switch", stderr, readyRE, exited, 30*time.Second)[1]
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r, size := range []string{"16KiB", "32KiB"} {
-		wg.Go(func() {
-			_, _, errs[r] = run(t, "worker", "--rank", strconv.Itoa(r), "--workers", "2", "--controller", ctl,
-				"--addr", fmt.Sprintf("127.13.52.%d", 2+r), "--size", size, "--iters", "1", "--warmup", "0")
-		})
+	worker := func(r int, size string) []string {
+		return []string{"worker", "--rank", strconv.Itoa(r), "--workers", "2", "--controller", ctl,
+			"--addr", fmt.Sprintf("127.13.52.%d", 2+r), "--size", size, "--iters", "1", "--warmup", "0"}
 	}
-	wg.Wait()
-	for r, err := range errs {
+	// Rank 0 waits in its registration; rank 1 starts once rank 0's app is
+	// set up (two urfave/cli apps must not set up at once: they share the
+	// command definitions).
+	_, stderr0, done0 := runInProcess(ctx, worker(0, "16KiB")...)
+	exited0 := make(chan struct{})
+	var err0 error
+	go func() { err0 = <-done0; close(exited0) }()
+	waitForLine(t, "worker 0", stderr0, regexp.MustCompile(`msg=joining`), exited0, 30*time.Second)
+	_, _, err1 := run(t, worker(1, "32KiB")...)
+	<-exited0
+	for r, err := range []error{err0, err1} {
 		if err == nil || !strings.Contains(err.Error(), "tensor length") || !strings.Contains(err.Error(), "16384 bytes") || !strings.Contains(err.Error(), "32768 bytes") {
 			t.Errorf("rank %d: %v; want the tensor length mismatch named", r, err)
 		}
