@@ -39,9 +39,14 @@
 // sent after it, on another QP, is back and a reordering window has passed
 // (RACK, RFC 8985: the QPs of a worker share one path through one switch,
 // so that is evidence of loss), or else when its QP's timer expires: the
-// timeout adapts to the measured time to result (smoothed RTT + 4 × its
-// variation, never below RetransmitTimeout) and doubles after BackoffAfter
-// consecutive timeouts, up to MaxRetransmitTimeout. After PeerTimeout without a
+// timeout adapts to the measured time to result, queueing included (RFC
+// 6298: smoothed RTT + 4 × its variation, never below RetransmitTimeout,
+// at most 4 × the standing time to result of the last round trip or two)
+// and doubles on every expiry of the same message that brought no news
+// (after BackoffAfter of them), up to MaxRetransmitTimeout. A congestion
+// window (AIMD in messages, halved once per loss episode) keeps fewer
+// messages in flight than QPs after loss; docs/protocol.md "Congestion".
+// After PeerTimeout without a
 // result, AllReduce fails with a *PeerTimeoutError wrapping ErrPeerTimeout
 // (and ErrHeavyLoss when other QPs kept getting results); when the controller aborts
 // the job (another worker's connection broke, or it aborted), AllReduce fails

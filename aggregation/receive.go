@@ -17,8 +17,9 @@ package aggregation
 //     when it surely answers a known transmission (timers.go).
 //  5. deliver dequantizes the sum from the receive region into the
 //     caller's tensor.
-//  6. sendNext hands the QP its next message (send.go), quantized with the
-//     maximum exponent this result carried; a QP with none left is done.
+//  6. launch hands the QP its next message (send.go), quantized with the
+//     maximum exponent this result carried, or parks it until the
+//     congestion window has room; a QP with none left is done.
 //
 // A send completion only says the NIC has put a message on the wire
 // (st.queued, which keeps the timers from stacking copies behind it).
@@ -90,13 +91,15 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 	s.sampleResult(st, r, now)
 	st.msg.busy = false
 	st.msg.joining = false
+	s.eng.inflight--
+	s.eng.win.Result()
 	s.deliver(c, st)
 	maxE := wire.Imm(wc.Imm).E0()
 	if r == resultPackets {
 		maxE = st.pkts.resE0
 	}
-	sent, err := s.sendNext(c, st, maxE, now)
-	return !sent, err
+	more, err := s.launch(c, st, false, maxE, now)
+	return !more, err
 }
 
 // resultKind is what a received result is to the message in flight.

@@ -139,6 +139,8 @@ func (s *Session) open(ctx context.Context) error {
 		return fmt.Errorf("aggregation: create CQ on %s: %w", dev.Name(), err)
 	}
 	s.eng.wcs = make([]verbs.Completion, 64)
+	s.eng.win = timing.NewWindow(q)
+	s.eng.parked = make([]*qpState, 0, q)
 	qpns := make([]uint32, q)
 	psns := make([]uint32, q)
 	for i := range q {
@@ -339,6 +341,9 @@ type Stats struct {
 	Retransmissions     uint64
 	Timeouts            uint64
 	FastRetransmissions uint64
+	// SpuriousRetransmissions counts resent messages whose result turned
+	// out to answer an earlier transmission: resends that were not needed.
+	SpuriousRetransmissions uint64
 	// Results counts results used; StaleResults those dropped by the
 	// message-id check (duplicates of results already used).
 	Results      uint64
@@ -352,24 +357,25 @@ type Stats struct {
 }
 
 type counters struct {
-	allReduces, messages, packets, retransmissions, timeouts, fastRetransmissions, results, stale, bytesSent, bytesReceived, packetWriteCalls atomic.Uint64
+	allReduces, messages, packets, retransmissions, timeouts, fastRetransmissions, spurious, results, stale, bytesSent, bytesReceived, packetWriteCalls atomic.Uint64
 }
 
 // Stats returns the session's counters. Safe for concurrent use.
 func (s *Session) Stats() Stats {
 	c := &s.stats
 	return Stats{
-		AllReduces:          c.allReduces.Load(),
-		Messages:            c.messages.Load(),
-		Packets:             c.packets.Load(),
-		Retransmissions:     c.retransmissions.Load(),
-		Timeouts:            c.timeouts.Load(),
-		FastRetransmissions: c.fastRetransmissions.Load(),
-		Results:             c.results.Load(),
-		StaleResults:        c.stale.Load(),
-		BytesSent:           c.bytesSent.Load(),
-		BytesReceived:       c.bytesReceived.Load(),
-		PacketWriteCalls:    c.packetWriteCalls.Load(),
+		AllReduces:              c.allReduces.Load(),
+		Messages:                c.messages.Load(),
+		Packets:                 c.packets.Load(),
+		Retransmissions:         c.retransmissions.Load(),
+		Timeouts:                c.timeouts.Load(),
+		FastRetransmissions:     c.fastRetransmissions.Load(),
+		SpuriousRetransmissions: c.spurious.Load(),
+		Results:                 c.results.Load(),
+		StaleResults:            c.stale.Load(),
+		BytesSent:               c.bytesSent.Load(),
+		BytesReceived:           c.bytesReceived.Load(),
+		PacketWriteCalls:        c.packetWriteCalls.Load(),
 	}
 }
 

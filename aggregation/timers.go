@@ -43,6 +43,21 @@ type rackState struct {
 	// and of the one before: minRTT follows the host's load within a call
 	// or two instead of keeping an idle moment's minimum forever.
 	curMin, prevMin time.Duration
+	// reoMult scales the reordering window (RFC 8985 section 6.2.4): each
+	// spurious resend widens it by min_RTT/4, up to the smoothed round
+	// trip; reoCalls counts the calls since the last widening, and after
+	// reoResetCalls of them it narrows again.
+	reoMult, reoCalls int
+}
+
+// reoResetCalls is how many calls without a spurious resend narrow the
+// reordering window back (RFC 8985: 16 loss recoveries).
+const reoResetCalls = 16
+
+// spurious widens the reordering window after a spurious resend.
+func (r *rackState) spurious() {
+	r.reoMult++
+	r.reoCalls = 0
 }
 
 // sampleMin folds a time to result into the windowed minimum.
@@ -66,13 +81,23 @@ func (r *rackState) newCall() {
 	if r.curMin > 0 {
 		r.prevMin, r.curMin = r.curMin, 0
 	}
+	if r.reoCalls++; r.reoCalls >= reoResetCalls {
+		r.reoMult, r.reoCalls = 0, 0
+	}
 }
 
 // reoWnd is how much later than its successor a result may come before
-// the message is taken for lost (RFC 8985: min_RTT / 4). Results of
-// different QPs are reordered when workers send them in different
-// orders; a spurious resend costs one message of bandwidth.
-func (r *rackState) reoWnd() time.Duration { return r.minRTT() / 4 }
+// the message is taken for lost (RFC 8985: min_RTT / 4 × reoMult, at most
+// srtt). Results of different QPs are reordered when workers send them in
+// different orders, and more so behind a queue; a spurious resend costs a
+// message of bandwidth and widens the window.
+func (r *rackState) reoWnd(srtt time.Duration) time.Duration {
+	w := r.minRTT() / 4 * time.Duration(1+r.reoMult)
+	if srtt > 0 {
+		w = min(w, srtt)
+	}
+	return w
+}
 
 // startTimer starts the timer of st's new message, sent now.
 func (s *Session) startTimer(st *qpState, now time.Time) {
@@ -131,9 +156,21 @@ func (s *Session) timers(now time.Time) (time.Time, error) {
 }
 
 // sampleResult feeds the estimates with the time to st's result r, which
-// came back now, when that time is unambiguous.
+// came back now, when that time is unambiguous, and tells a spurious
+// resend (the result answered an earlier transmission) to RACK and the
+// congestion window.
 func (s *Session) sampleResult(st *qpState, r resultKind, now time.Time) {
 	t := &st.timer
+	if s.spurious(st, r, now) {
+		// The result answers the first transmission: its time is a sample
+		// after all (RFC 4015's response to a spurious timeout), and the
+		// one the estimate needs most, since it outlasted a timeout.
+		s.stats.spurious.Add(1)
+		s.eng.rack.spurious()
+		s.eng.win.Spurious(t.sent)
+		s.sampleRTT(st, now.Sub(t.sent), t.sent)
+		return
+	}
 	switch {
 	case r == resultPackets && !st.pkts.first.IsZero():
 		// Packet results: the first one came back before any resend, so
@@ -164,6 +201,22 @@ func (s *Session) sampleResult(st *qpState, r resultKind, now time.Time) {
 	}
 }
 
+// spurious reports whether st's message, resent, got the result of an
+// earlier transmission: with per-packet recovery a whole-message result
+// can only answer the first transmission (resends go packet by packet);
+// otherwise a result faster than the smallest time to result since the
+// latest resend answers an earlier one.
+func (s *Session) spurious(st *qpState, r resultKind, now time.Time) bool {
+	t := &st.timer
+	if t.resends == 0 || r != resultWhole {
+		return false
+	}
+	if s.eng.pktBits > 0 {
+		return true
+	}
+	return now.Sub(t.xmit) < s.eng.rack.minRTT()
+}
+
 // sampleRTT folds a time to result r of a transmission of st's message at
 // xmit into the estimates: the timer's (the joining one for a QP's first
 // message of the call), the windowed minimum, and RACK's latest delivered
@@ -176,6 +229,7 @@ func (s *Session) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 		e.rtt.Sample(r)
 	}
 	e.rack.sampleMin(r)
+	e.standing.Sample(xmit.Add(r), r, e.rtt.SRTT())
 	if xmit.After(e.rack.xmit) {
 		e.rack.xmit, e.rack.rtt = xmit, r
 	}
@@ -190,13 +244,14 @@ func (s *Session) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 func (s *Session) lostAt(st *qpState) (time.Time, bool) {
 	rack := &s.eng.rack
 	xmit := st.timer.xmit
+	reo := rack.reoWnd(s.eng.rtt.SRTT())
 	var t time.Time
 	ok := false
 	if xmit.Before(rack.xmit) {
-		t, ok = xmit.Add(rack.rtt+rack.reoWnd()), true
+		t, ok = xmit.Add(rack.rtt+reo), true
 	}
 	if s.eng.pktWrites && st.pkts.last.After(xmit) {
-		if u := st.pkts.last.Add(rack.reoWnd()); !ok || u.Before(t) {
+		if u := st.pkts.last.Add(reo); !ok || u.Before(t) {
 			t, ok = u, true
 		}
 	}
@@ -204,42 +259,47 @@ func (s *Session) lostAt(st *qpState) (time.Time, bool) {
 }
 
 // rto is the first timeout of st's new message: RFC 6298 over the measured
-// times to result, never below Config.RetransmitTimeout. A QP's first
-// message of a call has its own estimate: its result waits for the last
-// worker to join the call, which on a busy host can take longer than a
-// round trip (that wait is not loss, and resending does not shorten it).
+// times to result (queueing included: every message sent once is
+// sampled), never below Config.RetransmitTimeout. A QP's first message of
+// a call has its own estimate: its result waits for the last worker to
+// join the call, which on a busy host can take longer than a round trip
+// (that wait is not loss, and resending does not shorten it).
 func (s *Session) rto(st *qpState) time.Duration {
 	e := &s.eng
 	floor, ceil := s.cfg.RetransmitTimeout, s.cfg.MaxRetransmitTimeout
 	if st.msg.joining {
 		return e.joinRTT.RTO(floor, ceil)
 	}
-	if m := e.rack.minRTT(); m > 0 {
+	if m := e.standing.Get(); m > 0 {
 		// Under loss, a message sent once can still wait for another
 		// worker's resend before its slot completes, and that wait feeds
 		// the RTT estimate, which lengthens every timer, which lengthens
-		// the waits. Bounding the timeout by a multiple of the smallest
-		// time to result breaks that loop.
-		k := time.Duration(rtoMinRTTs)
+		// the waits. Bounding the timeout by a multiple of the standing
+		// time to result — the smallest of the last round trip or two,
+		// which a queue raises for every message and one message's wait
+		// does not — breaks that loop without firing under queueing (a
+		// bound by the all-time minimum did: docs/benchmarks.md "On a
+		// link with a queue").
+		k := time.Duration(rtoStandingRTTs)
 		if e.pktWrites {
-			k = rtoMinRTTsPacketWrites
+			k = rtoStandingRTTsPacketWrites
 		}
 		ceil = min(ceil, max(floor, k*m))
 	}
 	return e.rtt.RTO(floor, ceil)
 }
 
-// rtoMinRTTs bounds the retransmission timeout, in smallest times to
+// rtoStandingRTTs bounds the retransmission timeout, in standing times to
 // result (see rto).
-const rtoMinRTTs = 4
+const rtoStandingRTTs = 4
 
-// rtoMinRTTsPacketWrites is rtoMinRTTs for packet writes: their samples
-// are times to the first packet result, which do not wait for another
-// worker's resend, so the loop the bound breaks is weaker, while a tight
-// bound fires for slow peers (docs/benchmarks.md "A/B runs behind the loss
-// design": at 32 workers, 8 instead of 4 sent 29–33 k instead of 52 k
-// spurious resends without loss).
-const rtoMinRTTsPacketWrites = 8
+// rtoStandingRTTsPacketWrites is rtoStandingRTTs for packet writes: their
+// samples are times to the first packet result, which do not wait for
+// another worker's resend, so the loop the bound breaks is weaker, while a
+// tight bound fires for slow peers (docs/benchmarks.md "A/B runs behind
+// the loss design": at 32 workers, 8 instead of 4 sent 29–33 k instead of
+// 52 k spurious resends without loss).
+const rtoStandingRTTsPacketWrites = 8
 
 // retransmit resends st's message unchanged after a timeout. The switch's
 // bitmaps make that idempotent: a contribution already counted is not
@@ -256,26 +316,28 @@ func (s *Session) retransmit(st *qpState, now time.Time) error {
 	}
 	t.timeouts++
 	s.stats.timeouts.Add(1)
-	keepPace := s.eng.lastResult.After(t.xmit)
-	if s.eng.pktWrites {
-		// With packet writes every worker sends a message's packets
-		// together, so once some of its results are back the missing
-		// ones were lost; none back means its slots wait for a slow
-		// peer, which resending does not hurry.
-		keepPace = st.pkts.n > 0
-	}
-	if keepPace {
-		// Results came back since the last transmission: the path and
-		// the switch work, the message (or a peer's contribution to it)
-		// was lost. Resend at the pace of the current estimate, undoing
-		// any backoff of a silent spell before: backing off would only
-		// make the wait for a lost resend longer.
+	if st.pkts.last.After(t.xmit) {
+		// Some of the message's own packet results came back after its
+		// latest transmission (every worker sends a message's packets
+		// together, so their results come back together): the rest were
+		// lost, not queued or waiting for a slow peer. Resend at the pace
+		// of the estimate, undoing any backoff: it would only make the
+		// wait for a lost resend longer.
 		t.silent = 0
 		t.rto = s.rto(st)
 	} else if t.silent++; t.silent%s.cfg.BackoffAfter == 0 {
-		// Nothing at all came back: the other workers have not joined the
-		// call yet, or the switch is gone. Back off.
+		// Nothing of it came back: it was lost, or it waits in a queue
+		// or for a slow peer, or the switch is gone. Back off (RFC 6298
+		// 5.5), so that a timer that fired early does not fire at the
+		// same pace again, adding a copy of the message to the queue it
+		// waits in each time.
 		t.rto = min(2*t.rto, s.cfg.MaxRetransmitTimeout)
+	}
+	if s.eng.lastResult.After(t.xmit) {
+		// Other results came back since: the path works, this message
+		// (or a contribution to it) was lost. That is congestion; a
+		// silence is not.
+		s.eng.win.Loss(t.xmit, now)
 	}
 	return s.resend(st, now)
 }
@@ -287,6 +349,7 @@ func (s *Session) fastRetransmit(st *qpState, now time.Time) error {
 		return nil // as retransmit; its send completion wakes the engine
 	}
 	s.stats.fastRetransmissions.Add(1)
+	s.eng.win.Loss(st.timer.xmit, now)
 	return s.resend(st, now)
 }
 
