@@ -43,9 +43,8 @@
 // 6298: smoothed RTT + 4 × its variation, never below RetransmitTimeout,
 // at most 4 × the standing time to result of the last round trip or two)
 // and doubles on every expiry of the same message that brought no news
-// (after BackoffAfter of them), up to MaxRetransmitTimeout. A congestion
-// window (AIMD in messages, halved once per loss episode) keeps fewer
-// messages in flight than QPs after loss; docs/protocol.md "Congestion".
+// (after BackoffAfter of them), up to MaxRetransmitTimeout
+// (docs/protocol.md "Loss recovery" and "Congestion").
 // After PeerTimeout without a
 // result, AllReduce fails with a *PeerTimeoutError wrapping ErrPeerTimeout
 // (and ErrHeavyLoss when other QPs kept getting results); when the controller aborts

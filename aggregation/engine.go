@@ -36,18 +36,13 @@ type qpState struct {
 	pool    wire.PoolIndex // pool index of the QP's first packet, set 0
 	sendOff uint64         // the QP's send staging region in the MR
 	next    int            // the next tensor message this QP sends
-	// parked: the QP's next message is ready but the congestion window
-	// is full (send.go, launch); it goes with the exponent-only round
-	// (exponents) or with the maximum exponent maxE.
-	parked struct {
-		on        bool
-		exponents bool
-		maxE      int8
-	}
 	// queued counts signaled send WRs posted on the QP whose completion
 	// has not come back: transmissions the NIC has not sent yet (a batch
 	// of packet writes signals its last WR only).
 	queued int
+	// recvs counts the receives posted on the QP whose completion has not
+	// been polled (receive.go, postRecvs).
+	recvs int
 
 	// msg is the message in flight (or the last one sent). set and id
 	// advance once per new message and never on a retransmission, so a
@@ -56,7 +51,6 @@ type qpState struct {
 	msg struct {
 		busy    bool            // sent, no result yet
 		cur     int             // tensor message; -1 for an exponent-only round
-		key     int             // its place in the call's order (send.go, orderKey)
 		set     uint8           // which of the slot's two sets
 		id      uint16          // wire message id
 		e0      int8            // the look-ahead exponent it carries
@@ -93,8 +87,8 @@ type qpState struct {
 // engine is the state of the session's engine that outlives a call
 // (guarded by Session.mu: only the goroutine running AllReduce touches it).
 type engine struct {
-	wcs    []verbs.Completion
-	recvWR [1]verbs.RecvWR
+	wcs     []verbs.Completion
+	recvWRs []verbs.RecvWR // postRecvs' scratch
 	// pktBits > 0 enables per-packet recovery (timers.go, resend): the
 	// packet index bits of wire.PacketMsgID; pktWRs is its scratch.
 	pktBits uint
@@ -108,14 +102,8 @@ type engine struct {
 	rtt, joinRTT timing.RTT
 	// standing bounds the timeout (timers.go, rto): the smallest time to
 	// result over the last round trip or two, queueing included.
-	standing timing.StandingRTT
-	rack     rackState
-	// win is the congestion window in messages (send.go, launch); inflight
-	// counts the messages in flight, parked the QPs waiting for room, in
-	// the call's order.
-	win        timing.Window
-	inflight   int
-	parked     []*qpState
+	standing   timing.StandingRTT
+	rack       rackState
 	lastResult time.Time // when any result last arrived
 	callStart  time.Time // when the running call started
 	lastPass   time.Time // the loop's last pass
@@ -228,9 +216,7 @@ func (s *Session) run(ctx context.Context, f []float32, iv []int32) error {
 //     loaded host it can be descheduled for longer than a timeout);
 //  2. complete each completion (receive.go): a result hands its QP the
 //     next message, which is staged;
-//  3. run the timers (timers.go): resends are staged too; then the QPs
-//     parked for room in the congestion window take the room that results
-//     freed (send.go, releaseParked);
+//  3. run the timers (timers.go): resends are staged too;
 //  4. ring the doorbell once: every message staged in this pass, of every
 //     QP, leaves in one system call (send.go);
 //  5. wait for a completion, the next timer or an event from outside
@@ -263,9 +249,6 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 		if err != nil {
 			return err
 		}
-		if err := s.releaseParked(c, now); err != nil {
-			return err
-		}
 		if err := s.ringDoorbell(); err != nil { // 4
 			return err
 		}
@@ -292,23 +275,27 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 	return nil
 }
 
-// start sends (or parks, if the congestion window is smaller) the first
-// message of every QP that has a tensor message in this call (every worker
-// leaves the same QPs idle) and returns how many QPs take part.
+// start sends the first message of every QP that has a tensor message in
+// this call (every worker leaves the same QPs idle) and returns how many
+// QPs take part.
 func (s *Session) start(c *call) (int, error) {
 	now := time.Now()
 	e := &s.eng
 	e.callStart, e.lastPass, e.notified = now, now, false
 	e.rack.newCall()
-	e.inflight, e.parked = 0, e.parked[:0]
 	active := 0
 	for _, st := range s.qps {
 		st.next, st.msg.busy, st.msg.cur, st.msg.joining = st.index, false, -1, true
-		st.parked.on = false
 		if st.next >= c.msgs {
 			continue
 		}
-		if _, err := s.launch(c, st, c.f != nil, 0, now); err != nil {
+		var err error
+		if c.f != nil {
+			err = s.sendExponents(c, st, now)
+		} else {
+			_, err = s.sendNext(c, st, 0, now)
+		}
+		if err != nil {
 			return 0, err
 		}
 		active++

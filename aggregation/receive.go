@@ -6,9 +6,9 @@ package aggregation
 //     the sum to each worker as an RDMA WRITE WITH IMMEDIATE to the
 //     receive region the request named (its set and QP). The NIC places
 //     it and consumes one posted receive, whose completion drive polls.
-//  2. complete (one completion) reposts the receive at once, so the QP
-//     always has Session.recvDepth receives posted, and notes the time:
-//     any answer, even a duplicate, shows the switch is there.
+//  2. complete (one completion) notes the time: any answer, even a
+//     duplicate, shows the switch is there. Its receive was posted by
+//     the transmission it answers (send.go, transmit → postRecvs).
 //  3. match decides what the result is to the message in flight: its
 //     result (whole, or the last of its packets' results with per-packet
 //     recovery), one more packet result, or stale (a duplicate answer to
@@ -17,9 +17,8 @@ package aggregation
 //     when it surely answers a known transmission (timers.go).
 //  5. deliver dequantizes the sum from the receive region into the
 //     caller's tensor.
-//  6. launch hands the QP its next message (send.go), quantized with the
-//     maximum exponent this result carried, or parks it until the
-//     congestion window has room; a QP with none left is done.
+//  6. sendNext hands the QP its next message (send.go), quantized with the
+//     maximum exponent this result carried; a QP with none left is done.
 //
 // A send completion only says the NIC has put a message on the wire
 // (st.queued, which keeps the timers from stacking copies behind it).
@@ -33,10 +32,23 @@ import (
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
 
-// postRecv posts one receive on st's QP.
-func (s *Session) postRecv(st *qpState) error {
-	s.eng.recvWR[0] = verbs.RecvWR{ID: wrID(st.index, wrRecv)}
-	if _, err := st.qp.PostRecv(s.eng.recvWR[:]); err != nil {
+// postRecvs posts a receive on st's QP for each of n answers that a
+// transmission about to be sent can bring. Answers that never come (lost)
+// leave their receive posted; the queue's capacity (Session.recvDepth)
+// bounds those, and a full queue has a receive for every answer still
+// possible.
+func (s *Session) postRecvs(st *qpState, n int) error {
+	n = min(n, s.recvDepth-st.recvs, len(s.eng.recvWRs))
+	if n <= 0 {
+		return nil
+	}
+	wrs := s.eng.recvWRs[:n]
+	for i := range wrs {
+		wrs[i] = verbs.RecvWR{ID: wrID(st.index, wrRecv)}
+	}
+	k, err := st.qp.PostRecv(wrs)
+	st.recvs += k
+	if err != nil {
 		return fmt.Errorf("aggregation: post receive on QP %d: %w", st.index, err)
 	}
 	return nil
@@ -73,9 +85,7 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 		st.queued = max(st.queued-1, 0)
 		return false, nil
 	}
-	if err := s.postRecv(st); err != nil {
-		return false, err
-	}
+	st.recvs--
 	now := time.Now()
 	s.eng.lastResult = now
 	r := s.match(st, wc, now)
@@ -91,15 +101,13 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 	s.sampleResult(st, r, now)
 	st.msg.busy = false
 	st.msg.joining = false
-	s.eng.inflight--
-	s.eng.win.Result()
 	s.deliver(c, st)
 	maxE := wire.Imm(wc.Imm).E0()
 	if r == resultPackets {
 		maxE = st.pkts.resE0
 	}
-	more, err := s.launch(c, st, false, maxE, now)
-	return !more, err
+	sent, err := s.sendNext(c, st, maxE, now)
+	return !sent, err
 }
 
 // resultKind is what a received result is to the message in flight.

@@ -2,11 +2,10 @@ package aggregation
 
 // Outbound flow: how one message leaves a worker.
 //
-//  1. A QP is handed its next tensor message (launch): at the start of a
-//     call (drive's start: an exponent-only round first, sendExponents)
-//     or when its previous message's result came back (receive.go,
-//     complete). If the congestion window is full, the QP is parked until
-//     a result frees room (releaseParked, once per pass of the loop).
+//  1. A QP is handed its next tensor message: at the start of a call
+//     (drive's start: an exponent-only round first, sendExponents) or
+//     when its previous message's result came back (receive.go,
+//     complete → sendNext).
 //  2. sendNext quantizes the message's elements into the QP's staging
 //     region of the registered buffer, with the scale the switch's
 //     maximum exponent for it gives (the look-ahead of the previous
@@ -32,86 +31,6 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
-
-// launch sends st's next message — the exponent-only round if exponents,
-// else the next tensor message with the maximum exponent maxE — or parks
-// it while the congestion window is full or older messages are parked
-// (they go first: releaseParked). false: the QP has no message left in
-// this call.
-//
-// A parked message goes ahead of the window when it comes before every
-// message in flight in the call's order (orderKey). Every worker applies
-// the same order, so the oldest message the job waits for is always sent
-// by every worker: windows of different sizes on different workers cannot
-// wait on each other's parked messages for ever.
-func (s *Session) launch(c *call, st *qpState, exponents bool, maxE int8, now time.Time) (bool, error) {
-	if st.next >= c.msgs {
-		return false, nil
-	}
-	e := &s.eng
-	key := s.orderKey(st, exponents)
-	if len(e.parked) > 0 || (e.inflight >= e.win.Size() && !s.oldest(key)) {
-		st.parked.on, st.parked.exponents, st.parked.maxE = true, exponents, maxE
-		i := len(e.parked)
-		for i > 0 && s.orderKey(e.parked[i-1], e.parked[i-1].parked.exponents) > key {
-			i--
-		}
-		e.parked = append(e.parked, nil)
-		copy(e.parked[i+1:], e.parked[i:])
-		e.parked[i] = st
-		return true, nil
-	}
-	st.msg.key = key
-	if exponents {
-		return true, s.sendExponents(c, st, now)
-	}
-	return s.sendNext(c, st, maxE, now)
-}
-
-// releaseParked sends the parked messages that fit in the window now, in order.
-func (s *Session) releaseParked(c *call, now time.Time) error {
-	e := &s.eng
-	for len(e.parked) > 0 {
-		st := e.parked[0]
-		if e.inflight >= e.win.Size() && !s.oldest(s.orderKey(st, st.parked.exponents)) {
-			return nil
-		}
-		e.parked = e.parked[:copy(e.parked, e.parked[1:])]
-		st.parked.on = false
-		st.msg.key = s.orderKey(st, st.parked.exponents)
-		var err error
-		if st.parked.exponents {
-			err = s.sendExponents(c, st, now)
-		} else {
-			_, err = s.sendNext(c, st, st.parked.maxE, now)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// orderKey is a message's place in the call's order, the same on every
-// worker: the exponent-only rounds first (by QP), then the tensor
-// messages by index.
-func (s *Session) orderKey(st *qpState, exponents bool) int {
-	if exponents {
-		return st.index - len(s.qps)
-	}
-	return st.next
-}
-
-// oldest reports whether the message of order key comes before every
-// message in flight.
-func (s *Session) oldest(key int) bool {
-	for _, st := range s.qps {
-		if st.msg.busy && st.msg.key < key {
-			return false
-		}
-	}
-	return true
-}
 
 // sendExponents starts a float32 call on st: a message of zeros whose only
 // content is the look-ahead exponent of the QP's first tensor message.
@@ -181,7 +100,6 @@ func (s *Session) post(st *qpState, e0 int8, now time.Time) error {
 	m.id = (m.id + 1) & wire.MsgIDMask
 	m.e0 = e0
 	m.busy = true
-	s.eng.inflight++
 	m.wr[0] = verbs.SendWR{
 		ID:         wrID(st.index, wrSend),
 		Opcode:     verbs.WRRDMAWriteWithImm,
@@ -205,8 +123,18 @@ func (s *Session) post(st *qpState, e0 int8, now time.Time) error {
 }
 
 // transmit posts wrs (packets packets in all) on st's QP: staged, if the
-// QP can (verbs.StagedSender), for the pass's doorbell.
+// QP can (verbs.StagedSender), for the pass's doorbell. The receives for
+// the answers it can bring are posted first.
 func (s *Session) transmit(st *qpState, wrs []verbs.SendWR, packets int) error {
+	answers := len(wrs)
+	if s.eng.pktBits > 0 {
+		// With per-packet recovery every packet's slot can complete on
+		// its own (by another worker's packet resend) and answer alone.
+		answers = packets
+	}
+	if err := s.postRecvs(st, answers); err != nil {
+		return err
+	}
 	var err error
 	if ss, ok := st.qp.(verbs.StagedSender); ok {
 		_, err = ss.PostSendStaged(wrs)

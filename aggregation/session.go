@@ -48,11 +48,13 @@ var (
 	ErrBroken = errors.New("session broken by an earlier failure")
 )
 
-// recvDepth is the number of receive WRs kept posted per QP: one for the
-// result in flight plus room for duplicates (a unicast answer to a
-// retransmission racing the multicast result), which are dropped and
-// reposted.
-const recvDepth = 8
+// recvBase is the number of receive WRs posted per QP before anything is
+// sent. Every answer the switch sends a worker answers one of its
+// transmissions, so each transmission posts a receive for each answer it
+// can bring (send.go, transmit) before it is sent, instead of reposting
+// one as each answer is polled, which left a burst of duplicate answers to
+// resends with no receive (swml_nic_drops_total{reason="no_recv_wr"}).
+const recvBase = 8
 
 // Session is one worker's membership in a job: its QPs to the switch, its
 // registered buffer and its lease with the controller. AllReduce and
@@ -79,7 +81,7 @@ type Session struct {
 	watchDone chan struct{}
 	stopWatch chan struct{}
 
-	recvDepth int // receive WRs kept posted per QP
+	recvDepth int // the receive queue's capacity per QP (MaxRecvWR)
 
 	mu     sync.Mutex // held by AllReduce and Close
 	broken error      // sticky, guarded by mu
@@ -123,24 +125,26 @@ func (s *Session) open(ctx context.Context) error {
 	if s.mr, err = s.pd.AllocMR(3*q*s.msgBytes, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return fmt.Errorf("aggregation: register a %d-byte buffer on %s: %w", 3*q*s.msgBytes, dev.Name(), err)
 	}
-	depth := recvDepth
+	// The receive queue holds the answers of four transmissions of a
+	// message (the first and resends racing each other's answers) beyond
+	// the base; each answer is one receive.
+	answers := 1
 	sendDepth := 64
 	if ppm := cfg.PacketsPerMessage; cfg.perPacketRecovery() {
 		s.eng.pktBits = uint(bits.Len(uint(ppm - 1)))
 		s.eng.pktWRs = make([]verbs.SendWR, 0, ppm)
 		// A packet write or a resend is up to ppm one-packet messages,
-		// each answered by a one-packet result, and a resend's answers
-		// can race the results of the first transmission.
-		depth += 2 * ppm
+		// each answered by a one-packet result.
+		answers = ppm
 		sendDepth += 2 * ppm
 	}
+	depth := recvBase + 8*answers
+	s.eng.recvWRs = make([]verbs.RecvWR, max(answers, recvBase))
 	s.recvDepth = depth
 	if s.cq, err = dev.CreateCQ(q*(depth+sendDepth) + 256); err != nil {
 		return fmt.Errorf("aggregation: create CQ on %s: %w", dev.Name(), err)
 	}
 	s.eng.wcs = make([]verbs.Completion, 64)
-	s.eng.win = timing.NewWindow(q)
-	s.eng.parked = make([]*qpState, 0, q)
 	qpns := make([]uint32, q)
 	psns := make([]uint32, q)
 	for i := range q {
@@ -204,10 +208,8 @@ func (s *Session) open(ctx context.Context) error {
 		}
 		// Results can arrive as soon as any worker sends: receives go in
 		// before this worker sends anything.
-		for range depth {
-			if err := s.postRecv(st); err != nil {
-				return err
-			}
+		if err := s.postRecvs(st, recvBase); err != nil {
+			return err
 		}
 	}
 	return nil

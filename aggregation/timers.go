@@ -157,8 +157,7 @@ func (s *Session) timers(now time.Time) (time.Time, error) {
 
 // sampleResult feeds the estimates with the time to st's result r, which
 // came back now, when that time is unambiguous, and tells a spurious
-// resend (the result answered an earlier transmission) to RACK and the
-// congestion window.
+// resend (the result answered an earlier transmission) to RACK.
 func (s *Session) sampleResult(st *qpState, r resultKind, now time.Time) {
 	t := &st.timer
 	if s.spurious(st, r, now) {
@@ -167,7 +166,6 @@ func (s *Session) sampleResult(st *qpState, r resultKind, now time.Time) {
 		// one the estimate needs most, since it outlasted a timeout.
 		s.stats.spurious.Add(1)
 		s.eng.rack.spurious()
-		s.eng.win.Spurious(t.sent)
 		s.sampleRTT(st, now.Sub(t.sent), t.sent)
 		return
 	}
@@ -333,12 +331,6 @@ func (s *Session) retransmit(st *qpState, now time.Time) error {
 		// waits in each time.
 		t.rto = min(2*t.rto, s.cfg.MaxRetransmitTimeout)
 	}
-	if s.eng.lastResult.After(t.xmit) {
-		// Other results came back since: the path works, this message
-		// (or a contribution to it) was lost. That is congestion; a
-		// silence is not.
-		s.eng.win.Loss(t.xmit, now)
-	}
 	return s.resend(st, now)
 }
 
@@ -349,7 +341,6 @@ func (s *Session) fastRetransmit(st *qpState, now time.Time) error {
 		return nil // as retransmit; its send completion wakes the engine
 	}
 	s.stats.fastRetransmissions.Add(1)
-	s.eng.win.Loss(st.timer.xmit, now)
 	return s.resend(st, now)
 }
 

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
@@ -187,7 +186,6 @@ func TestPacketWriteTimer(t *testing.T) {
 		MaxRetransmitTimeout: time.Second, BackoffAfter: 1, QPs: 1}, msgBytes: ppm * 256, mr: mr,
 		qps: []*qpState{{index: 0}}}
 	s.eng.pktBits, s.eng.pktWrites = 4, true
-	s.eng.win = timing.NewWindow(1)
 	st := s.qps[0]
 	st.qp = qp
 	st.pkts.got = make([]uint64, 1)
@@ -220,8 +218,8 @@ func TestPacketWriteTimer(t *testing.T) {
 			t.Fatalf("expiry %d with nothing back: timeout %v, want %v", i, st.timer.rto, want)
 		}
 	}
-	if s.eng.win.Size() != 1 || s.stats.retransmissions.Load() != 3 {
-		t.Fatalf("window %d, %d resends", s.eng.win.Size(), s.stats.retransmissions.Load())
+	if s.stats.retransmissions.Load() != 3 {
+		t.Fatalf("%d resends, want 3", s.stats.retransmissions.Load())
 	}
 	// 15 of 16 come back after the latest resend: the next expiry resends
 	// packet 15 alone at the base pace; the one after, with nothing new,
@@ -277,90 +275,5 @@ func TestPacketWriteLossEvidence(t *testing.T) {
 	st.timer.xmit = now.Add(5 * time.Millisecond) // resent after the last result
 	if _, ok := s.lostAt(st); ok {
 		t.Fatal("evidence from results that came back before the latest resend")
-	}
-}
-
-// TestCongestionWindow: with a window smaller than the QPs, the messages
-// that do not fit are parked and go, in the call's order, as results free
-// room; a parked message older than every message in flight goes at once,
-// so that workers whose windows differ never wait on each other's parked
-// messages for ever; a loss halves the window once per episode, and a
-// spurious one is undone.
-func TestCongestionWindow(t *testing.T) {
-	const q = 4
-	s := &Session{cfg: Config{PacketSize: 256, PacketsPerMessage: 1, RetransmitTimeout: time.Millisecond,
-		MaxRetransmitTimeout: time.Second, BackoffAfter: 1, QPs: q}, msgBytes: 256, mr: &fakeMR{buf: make([]byte, 3*q*256)}}
-	posted := make([]*postCounter, q)
-	for i := range q {
-		posted[i] = &postCounter{}
-		st := &qpState{qp: posted[i], index: i}
-		st.pkts.got = make([]uint64, 1)
-		s.qps = append(s.qps, st)
-	}
-	s.eng.win = timing.NewWindow(q)
-	now := time.Unix(1, 0)
-	s.eng.win.Loss(now, now) // 4 → 2
-	c := &call{i: make([]int32, 64*12), n: 64 * 12, vals: 64, msgs: 12}
-	sent := func() (n []int) {
-		for _, p := range posted {
-			n = append(n, len(p.posted))
-		}
-		return n
-	}
-	for _, st := range s.qps {
-		st.next, st.msg.cur = st.index, -1
-		if more, err := s.launch(c, st, false, 0, now); !more || err != nil {
-			t.Fatal(more, err)
-		}
-	}
-	if got := sent(); !slices.Equal(got, []int{1, 1, 0, 0}) || s.eng.inflight != 2 || len(s.eng.parked) != 2 {
-		t.Fatalf("window 2 of 4 QPs: sends per QP %v, %d in flight, %d parked", got, s.eng.inflight, len(s.eng.parked))
-	}
-	// QP 1's result: room for one, QP 2 (message 2) goes, QP 1's next
-	// (message 5) parks behind QP 3 (message 3).
-	finish := func(i int) {
-		st := s.qps[i]
-		st.msg.busy = false
-		s.eng.inflight--
-		if _, err := s.launch(c, st, false, 0, now); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.releaseParked(c, now); err != nil {
-			t.Fatal(err)
-		}
-	}
-	finish(1)
-	if got := sent(); !slices.Equal(got, []int{1, 1, 1, 0}) || s.qps[1].next != 5 {
-		t.Fatalf("after QP 1's result: sends per QP %v", got)
-	}
-	if len(s.eng.parked) != 2 || s.eng.parked[0].index != 3 || s.eng.parked[1].index != 1 {
-		t.Fatalf("parked in the wrong order: %v", s.eng.parked)
-	}
-	// A loss in a new episode shrinks the window to 1, with messages 0
-	// and 2 in flight. Message 0's result frees no room: message 4 parks
-	// behind 3, which waits (2, in flight, is older).
-	s.eng.win.Loss(now.Add(time.Millisecond), now.Add(time.Millisecond))
-	if s.eng.win.Size() != 1 {
-		t.Fatalf("window %d, want 1", s.eng.win.Size())
-	}
-	finish(0) // message 4 of QP 0 parks
-	if got := sent(); !slices.Equal(got, []int{1, 1, 1, 0}) {
-		t.Fatalf("full window sent anyway: %v", got)
-	}
-	// Message 2's result: message 3 goes.
-	finish(2)
-	if got := sent(); !slices.Equal(got, []int{1, 1, 1, 1}) || s.qps[3].msg.key != 3 {
-		t.Fatalf("after message 2: %v", got)
-	}
-	// The oldest rule: window 1, parked 4 (QP 0), 5 (QP 1), 6 (QP 2). Had
-	// QP 3's message in flight been 7 instead of 3, parked message 4
-	// would be older than everything in flight: it goes past the full
-	// window (another worker may be waiting for it with 7 parked).
-	s.qps[3].msg.key = 7
-	if err := s.releaseParked(c, now); err != nil {
-		t.Fatal(err)
-	}
-	if got := sent(); !slices.Equal(got, []int{2, 1, 1, 1}) || s.eng.inflight != 2 {
-		t.Fatalf("oldest parked message held back by a full window: %v, %d in flight", got, s.eng.inflight)
 	}
 }
