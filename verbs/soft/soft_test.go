@@ -513,6 +513,7 @@ var _ = binary.BigEndian
 // completions to once per batch, in the order first touched.
 func TestRxWakesOncePerCQ(t *testing.T) {
 	a, b := newCQ(nil, 4), newCQ(nil, 4)
+	_, _ = a.RequestNotify(), b.RequestNotify()
 	var w rxWakes
 	for _, c := range []*CQ{a, a, b, a, b} {
 		w.add(c)
