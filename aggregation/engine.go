@@ -194,14 +194,11 @@ func (s *Session) AllReduce(ctx context.Context, x []float32) error {
 	if len(x) == 0 {
 		return errors.New("aggregation: AllReduce of an empty tensor: pass at least one element")
 	}
-	if _, err := quant.BlockExponent(x); err != nil {
-		var nf *quant.NonFiniteError
-		if errors.As(err, &nf) {
-			return fmt.Errorf("aggregation: AllReduce: element %d is %v: gradients must be finite (nothing was sent; the other workers wait for this one until their PeerTimeout): %w", nf.Index, nf.Value, err)
-		}
-		return fmt.Errorf("aggregation: AllReduce: %w", err)
+	c := call{f: x, n: len(x)}
+	if err := s.checkInput(&c); err != nil {
+		return err
 	}
-	return s.run(ctx, x, nil)
+	return s.runCall(ctx, c)
 }
 
 // AllReduceInt32 replaces x, on every worker, by the element-wise sum of the
@@ -214,16 +211,18 @@ func (s *Session) AllReduceInt32(ctx context.Context, x []int32) error {
 	if len(x) == 0 {
 		return errors.New("aggregation: AllReduceInt32 of an empty tensor: pass at least one element")
 	}
-	return s.run(ctx, nil, x)
+	return s.runCall(ctx, call{i: x, n: len(x)})
 }
 
 // call is the tensor of one AllReduce.
 type call struct {
 	f    []float32
 	i    []int32
-	n    int // elements
-	vals int // elements per message
-	msgs int // messages
+	h    []uint16     // 16-bit floats (calltensor.go)
+	half quant.Format // h's format
+	n    int          // elements
+	vals int          // elements per message
+	msgs int          // messages
 }
 
 func (c *call) span(j int) (lo, hi int) {
@@ -231,7 +230,7 @@ func (c *call) span(j int) (lo, hi int) {
 	return lo, min(lo+c.vals, c.n)
 }
 
-func (s *Session) run(ctx context.Context, f []float32, iv []int32) error {
+func (s *Session) runCall(ctx context.Context, c call) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("aggregation: AllReduce not started: %w", err)
 	}
@@ -250,7 +249,7 @@ func (s *Session) run(ctx context.Context, f []float32, iv []int32) error {
 	}
 	stop := context.AfterFunc(ctx, s.wake.Stop)
 	defer stop()
-	c := call{f: f, i: iv, n: len(f) + len(iv), vals: s.msgBytes / 4}
+	c.vals = s.msgBytes / 4
 	c.msgs = (c.n + c.vals - 1) / c.vals
 	if err := s.drive(ctx, &c); err != nil {
 		s.broken = err
@@ -272,7 +271,7 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 			continue // every worker leaves the same QPs idle
 		}
 		var err error
-		if c.f != nil {
+		if c.float() {
 			err = s.sendExponents(c, st, now)
 		} else {
 			_, err = s.sendNext(c, st, 0, now)
@@ -544,11 +543,11 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 	if st.cur >= 0 {
 		lo, hi := c.span(st.cur)
 		off := s.recvOff(st.set, qi)
-		res := s.mr.Bytes()[off : off+uint64(4*(hi-lo))]
-		if c.f != nil {
-			quant.Dequantize(c.f[lo:hi], res, st.scale)
-		} else {
-			quant.DecodeInt32(c.i[lo:hi], res)
+		c.dequantize(lo, hi, s.mr.Bytes()[off:off+uint64(4*(hi-lo))], st.scale)
+	} else {
+		off := s.recvOff(st.set, qi)
+		if err := s.checkLengthHeader(s.mr.Bytes()[off:off+lengthHeaderBytes], c.n); err != nil {
+			return false, err
 		}
 	}
 	sent, err := s.sendNext(c, st, maxE, now)
@@ -560,6 +559,7 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 func (s *Session) sendExponents(c *call, st *qpState, now time.Time) error {
 	buf := s.mr.Bytes()[st.sendOff : st.sendOff+uint64(s.msgBytes)]
 	clear(buf)
+	putLengthHeader(buf, c.n)
 	e0, err := s.exponent(c, st.next)
 	if err != nil {
 		return err
@@ -575,7 +575,7 @@ func (s *Session) exponent(c *call, j int) (int8, error) {
 		return quant.MinExponent, nil
 	}
 	lo, hi := c.span(j)
-	e, err := quant.BlockExponent(c.f[lo:hi])
+	e, err := c.blockExponent(lo, hi, s.cfg.PropagateNonFinite)
 	if err != nil {
 		return 0, fmt.Errorf("aggregation: AllReduce: the tensor changed during the call: %w", err)
 	}
@@ -592,12 +592,12 @@ func (s *Session) sendNext(c *call, st *qpState, maxE int8, now time.Time) (bool
 	lo, hi := c.span(j)
 	buf := s.mr.Bytes()[st.sendOff : st.sendOff+uint64(s.msgBytes)]
 	var e0 int8
-	if c.f != nil {
+	if c.float() {
 		sc, err := quant.NewScale(s.cfg.Workers, maxE)
 		if err != nil {
 			return false, fmt.Errorf("aggregation: %v: %w", s, err)
 		}
-		if err := quant.Quantize(buf, c.f[lo:hi], sc); err != nil {
+		if err := c.quantize(buf, lo, hi, sc); err != nil {
 			return false, fmt.Errorf("aggregation: AllReduce: the tensor changed during the call: %w", err)
 		}
 		st.scale = sc
