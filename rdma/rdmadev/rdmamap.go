@@ -145,8 +145,8 @@ func DeviceForNetdev(root, netdev string) (string, error) {
 // CounterCollector exports the port counters of every RDMA device under
 // root as Prometheus metrics, read at each scrape:
 //
-//	swml_rdma_hw_counter{device, port, counter}    hw_counters (rxe, mlx5, …)
-//	swml_rdma_port_counter{device, port, counter}  counters (InfiniBand PMA: ConnectX)
+//	swml_rdma_hw_counters_total{device, port, counter}    hw_counters (rxe, mlx5, …)
+//	swml_rdma_port_counters_total{device, port, counter}  counters (InfiniBand PMA: ConnectX)
 //
 // Both are counters in Prometheus' sense (monotonic, reset when the driver
 // is reloaded) except rxe's lifespan (a cache setting in ms), which is left
@@ -162,9 +162,9 @@ func NewCounterCollector(root string) *CounterCollector {
 	labels := []string{"device", "port", "counter"}
 	return &CounterCollector{
 		root: root,
-		hw: prometheus.NewDesc("swml_rdma_hw_counter", "An RDMA device port's hw_counters entry (sysfs class/infiniband/<device>/ports/<port>/hw_counters/<counter>): rxe's rcvd_pkts, sent_pkts, duplicate_request, …; a ConnectX's out_of_buffer, …",
+		hw: prometheus.NewDesc("swml_rdma_hw_counters_total", "An RDMA device port's hw_counters entry (sysfs class/infiniband/<device>/ports/<port>/hw_counters/<counter>): rxe's rcvd_pkts, sent_pkts, duplicate_request, …; a ConnectX's out_of_buffer, …",
 			labels, nil),
-		port: prometheus.NewDesc("swml_rdma_port_counter", "An RDMA device port's InfiniBand port counter (sysfs …/ports/<port>/counters/<counter>; port_xmit_data and port_rcv_data count 4-byte words)",
+		port: prometheus.NewDesc("swml_rdma_port_counters_total", "An RDMA device port's InfiniBand port counter (sysfs …/ports/<port>/counters/<counter>; port_xmit_data and port_rcv_data count 4-byte words)",
 			labels, nil),
 	}
 }

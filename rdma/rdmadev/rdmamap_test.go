@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -60,8 +61,8 @@ func TestPortCountersBoth(t *testing.T) {
 		t.Fatalf("PortCounters = %+v, %v; want %+v", c, err, want)
 	}
 	m := gather(t, NewCounterCollector(root))
-	if m[`swml_rdma_port_counter{counter="port_xmit_data",device="mlx5_0",port="1"}`] != 4096 ||
-		m[`swml_rdma_hw_counter{counter="out_of_buffer",device="mlx5_0",port="1"}`] != 7 {
+	if m[`swml_rdma_port_counters_total{counter="port_xmit_data",device="mlx5_0",port="1"}`] != 4096 ||
+		m[`swml_rdma_hw_counters_total{counter="out_of_buffer",device="mlx5_0",port="1"}`] != 7 {
 		t.Fatalf("metrics %v", m)
 	}
 }
@@ -84,6 +85,9 @@ func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if problems, err := promlint.NewWithMetricFamilies(mfs).Lint(); err != nil || len(problems) > 0 {
+		t.Fatalf("promlint: %v %v", problems, err)
 	}
 	m := map[string]float64{}
 	for _, mf := range mfs {
@@ -109,7 +113,7 @@ func TestCounterCollectorFixture(t *testing.T) {
 		t.Fatal(err)
 	}
 	for n, v := range hw {
-		key := `swml_rdma_hw_counter{counter="` + n + `",device="rxe0",port="1"}`
+		key := `swml_rdma_hw_counters_total{counter="` + n + `",device="rxe0",port="1"}`
 		got, ok := m[key]
 		if n == "lifespan" {
 			if ok {
@@ -184,7 +188,7 @@ func TestHostMatchesOwnReader(t *testing.T) {
 	for _, d := range own {
 		for _, p := range d.Ports {
 			for n := range p.Counters.HW {
-				key := fmt.Sprintf(`swml_rdma_hw_counter{counter="%s",device="%s",port="%d"}`, n, d.Name, p.Number)
+				key := fmt.Sprintf(`swml_rdma_hw_counters_total{counter="%s",device="%s",port="%d"}`, n, d.Name, p.Number)
 				if _, ok := m[key]; !ok && n != "lifespan" {
 					t.Errorf("metric %s missing", key)
 				}
