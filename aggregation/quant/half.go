@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"sync"
 )
 
 // Format is a 16-bit floating-point element format: the gradients of
@@ -182,15 +183,34 @@ func Quantize16(dst []byte, src []uint16, f Format, s Scale) error {
 			binary.BigEndian.PutUint32(dst[4*i:], quantizeOne(math.Float32frombits(uint32(h)<<16), factor, limit))
 		}
 	} else {
+		tab := float16Table()
 		for i, h := range src {
 			m = max(m, h&0x7FFF)
-			binary.BigEndian.PutUint32(dst[4*i:], quantizeOne(Float16.ToFloat32(h), factor, limit))
+			binary.BigEndian.PutUint32(dst[4*i:], quantizeOne(tab[h], factor, limit))
 		}
 	}
 	if m >= inf {
 		return f.firstNonFinite16(src)
 	}
 	return nil
+}
+
+var (
+	f16Once sync.Once
+	f16Tab  *[1 << 16]float32
+)
+
+// float16Table is ToFloat32 for every float16 pattern (256 KiB, built on
+// first use): a load instead of the branches per element.
+func float16Table() *[1 << 16]float32 {
+	f16Once.Do(func() {
+		t := new([1 << 16]float32)
+		for h := range t {
+			t[h] = Float16.ToFloat32(uint16(h))
+		}
+		f16Tab = t
+	})
+	return f16Tab
 }
 
 // quantizeOne is one value of quantizeGeneric.
