@@ -65,14 +65,14 @@ func (s *Session) checkInput(c *call) error {
 		return nil
 	}
 	_, err := c.blockExponent(0, c.n, false)
-	var nf *quant.NonFiniteError
+	if err == nil {
+		return nil
+	}
+	var nf *quant.NonFiniteError // here only: it escapes
 	if errors.As(err, &nf) {
 		return fmt.Errorf("aggregation: AllReduce: element %d is %v: gradients must be finite (nothing was sent; the other workers wait for this one until their PeerTimeout; Config.PropagateNonFinite sends such blocks back as NaN instead): %w", nf.Index, nf.Value, err)
 	}
-	if err != nil {
-		return fmt.Errorf("aggregation: AllReduce: %w", err)
-	}
-	return nil
+	return fmt.Errorf("aggregation: AllReduce: %w", err)
 }
 
 // AllReduce16 is AllReduce for a tensor of 16-bit floats in format f
