@@ -17,7 +17,7 @@ mode=test
 if [ "${1:-}" = bench ]; then mode=bench; shift; fi
 
 if [ -z "${SWML_IN_NETNS:-}" ]; then
-	if ! "$PY" -c 'import torch, pytest, setuptools, wheel' 2>/dev/null; then
+	if ! "$PY" -c 'import torch, pytest, setuptools, wheel, pip' 2>/dev/null; then
 		if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 			echo "==> installing python3-torch python3-pytest python3-setuptools python3-wheel python3-venv"
 			export DEBIAN_FRONTEND=noninteractive
@@ -25,9 +25,9 @@ if [ -z "${SWML_IN_NETNS:-}" ]; then
 			apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
 				python3-torch python3-pytest python3-setuptools python3-wheel python3-venv python3-pip >/dev/null
 		fi
-		if ! "$PY" -c 'import torch, pytest, setuptools, wheel' 2>/dev/null; then
+		if ! "$PY" -c 'import torch, pytest, setuptools, wheel, pip' 2>/dev/null; then
 			if [ -n "${CI:-}" ]; then
-				echo "FAIL: $PY cannot import torch, pytest, setuptools and wheel (apt-get install python3-torch python3-pytest python3-setuptools python3-wheel)"; exit 1
+				echo "FAIL: $PY cannot import torch, pytest, setuptools, wheel and pip (apt-get install python3-torch python3-pytest python3-setuptools python3-wheel python3-pip)"; exit 1
 			fi
 			echo "SKIP-NOTE: $PY lacks torch or pytest (apt-get install python3-torch python3-pytest): PyTorch tests skipped"; exit 0
 		fi
