@@ -27,6 +27,8 @@ func (c *call) float() bool { return c.f != nil || c.h != nil }
 // non-finite block gives quant.NonFiniteExponent instead of an error.
 func (c *call) blockExponent(lo, hi int, marked bool) (int8, error) {
 	switch {
+	case !c.float():
+		return 0, nil // int32: no scale; round 0 carries only the length
 	case c.h != nil && marked:
 		return quant.MarkedBlockExponent16(c.h[lo:hi], c.half), nil
 	case c.h != nil:

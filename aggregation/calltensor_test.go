@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/quant"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
 
 // TestSoftAllReduce16: bfloat16 and float16 tensors through the software
@@ -157,5 +158,21 @@ func TestSoftLengthMismatch(t *testing.T) {
 			t.Logf("rank %d: %v", r, err)
 		}
 		j.close(t)
+	}
+	// int32 calls have round 0 too, for the length alone.
+	cfg := softConfig(9, 256, 2, 2)
+	cfg.DType = wire.Int32
+	cfg.PeerTimeout = 30 * time.Second
+	j := openJob(t, c.ctlAddr, 2, cfg, c.device(50))
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, w := range j.workers {
+		wg.Go(func() { errs[r] = w.sess.AllReduceInt32(context.Background(), make([]int32, 700+r)) })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if !errors.Is(err, ErrLengthMismatch) || !strings.Contains(err.Error(), "the other worker's") {
+			t.Fatalf("int32, lengths 700 and 701: rank %d: %v, want ErrLengthMismatch", r, err)
+		}
 	}
 }

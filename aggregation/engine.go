@@ -270,13 +270,9 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 		if st.next >= c.msgs {
 			continue // every worker leaves the same QPs idle
 		}
-		var err error
-		if c.float() {
-			err = s.sendExponents(c, st, now)
-		} else {
-			_, err = s.sendNext(c, st, 0, now)
-		}
-		if err != nil {
+		// Round 0 on every QP: the look-ahead exponent (float) and the
+		// call's length (every type), calltensor.go.
+		if err := s.sendExponents(c, st, now); err != nil {
 			return err
 		}
 		active++

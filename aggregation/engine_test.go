@@ -445,7 +445,7 @@ func TestToySwitchGone(t *testing.T) {
 // (and the unicast MIDDLE(1)… of the rest of its resend), and rank 0's next
 // resend must get the whole message in order. Whole-message resends (the
 // per-packet ones are single-packet messages, immune by construction) and
-// int32 (no exponent round), one message on one QP.
+// int32 (round 0 then one tensor message, on one QP).
 func TestToyResultOrder(t *testing.T) {
 	c := newToyCluster(t, 0)
 	cfg := toyConfig(40)
