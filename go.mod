@@ -3,6 +3,7 @@ module github.com/swml-rdma/swml-rdma
 go 1.26.0
 
 require (
+	github.com/Mellanox/rdmamap v1.1.0
 	github.com/jsimonetti/rtnetlink/v2 v2.0.2
 	github.com/mdlayher/netlink v1.7.2
 	github.com/p4lang/p4runtime v1.5.0
@@ -26,6 +27,8 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
+	github.com/vishvananda/netlink v1.1.0 // indirect
+	github.com/vishvananda/netns v0.0.0-20191106174202-0a2b9b5464df // indirect
 	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect

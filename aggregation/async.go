@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/quant"
 )
 
 // Asynchronous all-reduces.
@@ -91,6 +93,8 @@ type asyncCall struct {
 	ctx context.Context
 	f   []float32
 	i   []int32
+	x16 []uint16     // AllReduce16Async
+	f16 quant.Format // x16's format
 	h   *Handle
 }
 
@@ -160,7 +164,9 @@ func (s *Session) runAsync() {
 		q.mu.Unlock()
 		if ok {
 			var err error
-			if c.f != nil {
+			if c.x16 != nil {
+				err = s.AllReduce16(c.ctx, c.x16, c.f16)
+			} else if c.f != nil {
 				err = s.AllReduce(c.ctx, c.f)
 			} else {
 				err = s.AllReduceInt32(c.ctx, c.i)

@@ -112,6 +112,15 @@ type Config struct {
 	// keep-alive stream breaks.
 	PeerTimeout time.Duration
 
+	// PropagateNonFinite sends a message whose float input holds a NaN or
+	// ±Inf with the non-finite marker as its block exponent
+	// (quant.NonFiniteExponent) instead of failing the all-reduce: the
+	// switch's max carries the marker, and that message comes back NaN on
+	// every worker (what fp16 mixed precision's loss scaling expects, to
+	// skip the step). Off, a non-finite input fails AllReduce before
+	// anything is sent (the CLI's bench and worker keep it off).
+	PropagateNonFinite bool
+
 	// WholeMessageResend resends whole messages, as p4app-switchML's
 	// workers do, instead of the packets whose results are missing one by
 	// one (per-packet recovery, docs/protocol.md "Loss recovery"). Set it

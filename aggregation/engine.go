@@ -50,7 +50,7 @@ type qpState struct {
 	// messages on QP i, so they agree on both without talking.
 	msg struct {
 		busy    bool            // sent, no result yet
-		cur     int             // tensor message; -1 for an exponent-only round
+		cur     int             // tensor message; -1 for round 0 (length, exponents)
 		set     uint8           // which of the slot's two sets
 		id      uint16          // wire message id
 		e0      int8            // the look-ahead exponent it carries
@@ -146,10 +146,11 @@ func (s *Session) AllReduce(ctx context.Context, x []float32) error {
 	if len(x) == 0 {
 		return fmt.Errorf("aggregation: AllReduce: %w", ErrEmpty)
 	}
-	if _, err := quant.BlockExponent(x); err != nil {
-		return fmt.Errorf("aggregation: AllReduce, nothing sent: %w", err)
+	c := call{f: x, n: len(x)}
+	if err := s.checkInput(&c); err != nil {
+		return err
 	}
-	return s.run(ctx, x, nil)
+	return s.runCall(ctx, c)
 }
 
 // AllReduceInt32 replaces x, on every worker, by the element-wise sum of the
@@ -162,16 +163,18 @@ func (s *Session) AllReduceInt32(ctx context.Context, x []int32) error {
 	if len(x) == 0 {
 		return fmt.Errorf("aggregation: AllReduceInt32: %w", ErrEmpty)
 	}
-	return s.run(ctx, nil, x)
+	return s.runCall(ctx, call{i: x, n: len(x)})
 }
 
 // call is the tensor of one AllReduce.
 type call struct {
 	f    []float32
 	i    []int32
-	n    int // elements
-	vals int // elements per message
-	msgs int // messages
+	h    []uint16     // 16-bit floats (calltensor.go)
+	half quant.Format // h's format
+	n    int          // elements
+	vals int          // elements per message
+	msgs int          // messages
 }
 
 func (c *call) span(j int) (lo, hi int) {
@@ -179,7 +182,7 @@ func (c *call) span(j int) (lo, hi int) {
 	return lo, min(lo+c.vals, c.n)
 }
 
-func (s *Session) run(ctx context.Context, f []float32, iv []int32) error {
+func (s *Session) runCall(ctx context.Context, c call) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("aggregation: AllReduce not started: %w", err)
 	}
@@ -198,7 +201,7 @@ func (s *Session) run(ctx context.Context, f []float32, iv []int32) error {
 	}
 	stop := context.AfterFunc(ctx, s.wake.Fire)
 	defer stop()
-	c := call{f: f, i: iv, n: len(f) + len(iv), vals: s.msgBytes / 4}
+	c.vals = s.msgBytes / 4
 	c.msgs = (c.n + c.vals - 1) / c.vals
 	if err := s.drive(ctx, &c); err != nil {
 		s.broken = err
@@ -289,13 +292,9 @@ func (s *Session) start(c *call) (int, error) {
 		if st.next >= c.msgs {
 			continue
 		}
-		var err error
-		if c.f != nil {
-			err = s.sendExponents(c, st, now)
-		} else {
-			_, err = s.sendNext(c, st, 0, now)
-		}
-		if err != nil {
+		// Round 0 on every QP: the look-ahead exponent (float) and the
+		// call's length (every type), calltensor.go.
+		if err := s.sendExponents(c, st, now); err != nil {
 			return 0, err
 		}
 		active++

@@ -414,8 +414,15 @@ func (p *tcpProxy) kill() {
 	p.lis.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
+	// The workers' ends first, then the controller's: closing them pair
+	// by pair let the controller see rank 0 go and tell rank 1 that the
+	// job ended, through rank 1's still open pair, before the switch was
+	// gone for rank 1 too (a flake under load).
+	for i := 0; i < len(p.conns); i += 2 {
+		p.conns[i].Close()
+	}
+	for i := 1; i < len(p.conns); i += 2 {
+		p.conns[i].Close()
 	}
 	p.conns = nil
 }
@@ -457,8 +464,8 @@ func TestToySwitchGone(t *testing.T) {
 // LAST(3) complete the message rank 0 already holds the start of, and the
 // unicast answers to the rest of its resend (behind a closed stream) are
 // skipped too. One resend is enough. Whole-message resends (the per-packet
-// ones are single-packet messages, immune by construction) and int32 (no
-// exponent round), one message on one QP.
+// ones are single-packet messages, immune by construction) and int32 (round
+// 0, then one tensor message), on one QP.
 func TestToyResultOrder(t *testing.T) {
 	c := newToyCluster(t, 0)
 	cfg := toyConfig(40)

@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/swml-rdma/swml-rdma/aggregation/quant"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
@@ -101,7 +100,9 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 	s.sampleResult(st, r, now)
 	st.msg.busy = false
 	st.msg.joining = false
-	s.deliver(c, st)
+	if err := s.deliver(c, st); err != nil {
+		return false, err
+	}
 	maxE := wire.Imm(wc.Imm).E0()
 	if r == resultPackets {
 		maxE = st.pkts.resE0
@@ -161,17 +162,14 @@ func (s *Session) match(st *qpState, wc *verbs.Completion, now time.Time) result
 }
 
 // deliver dequantizes (or decodes) st's result into the caller's tensor.
-// The exponent-only round delivers nothing.
-func (s *Session) deliver(c *call, st *qpState) {
+// Round 0 delivers nothing: its result carries the call's length, checked
+// to be the same on every worker (calltensor.go).
+func (s *Session) deliver(c *call, st *qpState) error {
+	off := s.recvOff(st.msg.set, st.index)
 	if st.msg.cur < 0 {
-		return
+		return s.checkLengthHeader(s.mr.Bytes()[off:off+lengthHeaderBytes], c.n)
 	}
 	lo, hi := c.span(st.msg.cur)
-	off := s.recvOff(st.msg.set, st.index)
-	res := s.mr.Bytes()[off : off+uint64(4*(hi-lo))]
-	if c.f != nil {
-		quant.Dequantize(c.f[lo:hi], res, st.msg.scale)
-	} else {
-		quant.DecodeInt32(c.i[lo:hi], res)
-	}
+	c.dequantize(lo, hi, s.mr.Bytes()[off:off+uint64(4*(hi-lo))], st.msg.scale)
+	return nil
 }

@@ -3,7 +3,8 @@ package aggregation
 // Outbound flow: how one message leaves a worker.
 //
 //  1. A QP is handed its next tensor message: at the start of a call
-//     (drive's start: an exponent-only round first, sendExponents) or
+//     (drive's start: round 0 first, sendExponents, carrying the call's
+//     length and the first look-ahead exponent) or
 //     when its previous message's result came back (receive.go,
 //     complete → sendNext).
 //  2. sendNext quantizes the message's elements into the QP's staging
@@ -32,11 +33,13 @@ import (
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
 
-// sendExponents starts a float32 call on st: a message of zeros whose only
-// content is the look-ahead exponent of the QP's first tensor message.
+// sendExponents starts a call on st with round 0: a message of zeros but
+// for the call's length (calltensor.go, every type) and, for a float call,
+// the look-ahead exponent of the QP's first tensor message.
 func (s *Session) sendExponents(c *call, st *qpState, now time.Time) error {
 	buf := s.mr.Bytes()[st.sendOff : st.sendOff+uint64(s.msgBytes)]
 	clear(buf)
+	putLengthHeader(buf, c.n)
 	e0, err := s.exponent(c, st.next)
 	if err != nil {
 		return err
@@ -52,7 +55,7 @@ func (s *Session) exponent(c *call, j int) (int8, error) {
 		return quant.MinExponent, nil
 	}
 	lo, hi := c.span(j)
-	e, err := quant.BlockExponent(c.f[lo:hi])
+	e, err := c.blockExponent(lo, hi, s.cfg.PropagateNonFinite)
 	if err != nil {
 		return 0, fmt.Errorf("aggregation: AllReduce: tensor changed during the call: %w", err)
 	}
@@ -69,12 +72,12 @@ func (s *Session) sendNext(c *call, st *qpState, maxE int8, now time.Time) (bool
 	lo, hi := c.span(j)
 	buf := s.mr.Bytes()[st.sendOff : st.sendOff+uint64(s.msgBytes)]
 	var e0 int8
-	if c.f != nil {
+	if c.float() {
 		sc, err := quant.NewScale(s.cfg.Workers, maxE)
 		if err != nil {
 			return false, fmt.Errorf("aggregation: %v: %w", s.who(), err)
 		}
-		if err := quant.Quantize(buf, c.f[lo:hi], sc); err != nil {
+		if err := c.quantize(buf, lo, hi, sc); err != nil {
 			return false, fmt.Errorf("aggregation: AllReduce: tensor changed during the call: %w", err)
 		}
 		st.msg.scale = sc

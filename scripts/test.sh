@@ -121,9 +121,14 @@ else
 	testbed/soft-roce/qemu/harness.sh all
 fi
 
-# --- PyTorch (python/swml): train through the switch, 2 and 4 ranks ---------
-# Installs Debian's python3-torch when root; under CI a missing torch fails.
-step "PyTorch: swml backend vs gloo, 2 and 4 ranks, a killed rank, fork (python/tests/run.sh)"
+# --- PyTorch (python/swml): pip install ./python, then pytest ----------------
+# Installs Debian's python3-torch, python3-pytest, setuptools and wheel when
+# root; under CI a missing torch fails. pip builds libswml.so into the
+# package (offline: --no-build-isolation --no-index) in build/pyvenv, and
+# pytest runs python/tests from outside the tree: 2 and 4 ranks vs Gloo,
+# the DDP hook, bf16/fp16, an overflow step, a length mismatch, a killed
+# rank, no switch, fork, and the documented env launcher.
+step "PyTorch: pip install ./python, pytest python/tests (python/tests/run.sh)"
 python/tests/run.sh
 
 # --- Network lab (testbed/netlab, `swml-rdma lab`, docs/netlab.md) -----------

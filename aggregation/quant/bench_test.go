@@ -143,3 +143,44 @@ func BenchmarkInt32(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHalf: Quantize16 and Dequantize16 (scalar Go) for both 16-bit
+// formats. size is the 16-bit tensor's bytes (the wire payload is twice
+// that); copy() moves the tensor's bytes, so x-copy compares the quantizer
+// with copying the tensor once.
+func BenchmarkHalf(b *testing.B) {
+	for _, sz := range benchSizes {
+		for _, f := range []Format{BFloat16, Float16} {
+			x := make([]uint16, sz.bytes/2)
+			for i := range x {
+				x[i] = f.FromFloat32(float32(i%1000-500) / 7)
+			}
+			e, err := BlockExponent16(x, f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := NewScale(8, e)
+			if err != nil {
+				b.Fatal(err)
+			}
+			q := make([]byte, 2*sz.bytes)
+			if err := Quantize16(q, x, f, s); err != nil {
+				b.Fatal(err)
+			}
+			other := make([]byte, sz.bytes)
+			xb := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), sz.bytes)
+			b.Run(fmt.Sprintf("Quantize/%v/%s", f, sz.name), func(b *testing.B) {
+				runVsCopy(b, sz.bytes, other, xb, func() { _ = Quantize16(q, x, f, s) })
+			})
+			b.Run(fmt.Sprintf("Dequantize/%v/%s", f, sz.name), func(b *testing.B) {
+				runVsCopy(b, sz.bytes, xb, other, func() { Dequantize16(x, q, f, s) })
+			})
+			b.Run(fmt.Sprintf("BlockExponent/%v/%s", f, sz.name), func(b *testing.B) {
+				b.SetBytes(int64(sz.bytes))
+				for range b.N {
+					_, _ = BlockExponent16(x, f)
+				}
+			})
+		}
+	}
+}

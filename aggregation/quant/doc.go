@@ -28,6 +28,18 @@
 //
 // Non-finite input (NaN, ±Inf) is never quantized silently: [BlockExponent]
 // and [Quantize] return a *[NonFiniteError] naming the first bad element.
+// Where an overflow must reach every worker instead (fp16 loss scaling),
+// [MarkedBlockExponent] gives [NonFiniteExponent], the largest int8, which
+// no finite block reaches and the switch's max carries unchanged; a Scale
+// built for it quantizes to zeros and dequantizes to NaN.
+//
+// # 16-bit inputs
+//
+// bfloat16 and float16 tensors ([Format]) are quantized straight into the
+// same int32 wire ([BlockExponent16], [Quantize16], [Dequantize16]): each
+// value widens to float32 exactly and is quantized as float32 would be; the
+// result is rounded back to the format ([Scale.ErrorBound16]). This code is
+// scalar Go.
 //
 // # Implementation
 //

@@ -13,10 +13,20 @@ const (
 	// subnormals) are clamped up to it too; 2^e ≥ max|x| still holds.
 	MinExponent int8 = math.MinInt8
 
-	// MaxExponent is the largest block exponent the int8 wire field holds.
-	// A block with max|x| > 2^127 (float32 values in (2^127, MaxFloat32])
-	// is clamped down to it; such values saturate in Quantize.
-	MaxExponent int8 = math.MaxInt8
+	// MaxExponent is the largest block exponent of finite input. A block
+	// with max|x| > 2^126 (float32 values in (2^126, MaxFloat32]) is
+	// clamped down to it; such values saturate in Quantize. The one int8
+	// value above it is NonFiniteExponent.
+	MaxExponent int8 = math.MaxInt8 - 1
+
+	// NonFiniteExponent marks a block that holds a NaN or ±Inf
+	// (MarkedBlockExponent). It is the largest int8, so the switch's
+	// max-exponent rule carries it unchanged to every worker, and no finite
+	// block reaches it (MaxExponent is one below). A Scale built for it
+	// quantizes to zeros and dequantizes to NaN: the block comes back
+	// non-finite on every worker (fp16 mixed precision relies on that to
+	// skip the step).
+	NonFiniteExponent int8 = math.MaxInt8
 
 	// MaxWorkers is the largest n NewScale accepts. It keeps the factor a
 	// normal float32 for every exponent (2^31/(2^16·2^127) = 2^-112), which
@@ -97,6 +107,10 @@ func (s Scale) Workers() int { return int(s.n) }
 // Exponent is the block exponent the scale was built for.
 func (s Scale) Exponent() int8 { return s.e }
 
+// NonFinite reports whether the scale was built for NonFiniteExponent: a
+// block that some worker's non-finite input marked.
+func (s Scale) NonFinite() bool { return s.e == NonFiniteExponent && s.n > 0 }
+
 // ErrorBound bounds the error of one element of an all-reduce: if each of the
 // Workers() workers holds a finite x_i with |x_i| ≤ 2^Exponent(), quantizes it
 // with s, the int32 values are summed exactly, and the sum is dequantized
@@ -154,6 +168,17 @@ func BlockExponent(x []float32) (int8, error) {
 	return exponentOfBits(m), nil
 }
 
+// MarkedBlockExponent is BlockExponent, except that a block holding a NaN
+// or ±Inf gives NonFiniteExponent instead of an error: the exponent to send
+// when overflow must propagate through the switch.
+func MarkedBlockExponent(x []float32) int8 {
+	m := maxAbsBits(x)
+	if m >= infBits {
+		return NonFiniteExponent
+	}
+	return exponentOfBits(m)
+}
+
 // exponentOfBits is the block exponent of the non-negative finite float32
 // with bits m.
 func exponentOfBits(m uint32) int8 {
@@ -184,10 +209,16 @@ func exponentOfBits(m uint32) int8 {
 // ties to even. Values with |x| > 2^e saturate at ±L instead of wrapping.
 //
 // If src holds a NaN or ±Inf, Quantize returns a *NonFiniteError naming the
-// first one; dst is then fully written but must not be sent.
+// first one; dst is then fully written but must not be sent. With a
+// NonFinite scale, Quantize writes zeros and returns nil: the marker in the
+// exponent already says what the result is.
 func Quantize(dst []byte, src []float32, s Scale) error {
 	if len(dst) < 4*len(src) {
 		panic(fmt.Sprintf("quant: Quantize: %d-byte destination for %d values", len(dst), len(src)))
+	}
+	if s.NonFinite() {
+		clear(dst[:4*len(src)])
+		return nil
 	}
 	if quantize(dst[:4*len(src)], src, s.factor, s.limit) >= infBits {
 		return firstNonFinite(src)
@@ -198,10 +229,18 @@ func Quantize(dst []byte, src []float32, s Scale) error {
 // Dequantize writes dst[i] = float32(sum_i)·s.Inverse(), where sum_i is the
 // big-endian int32 at src[4i:4i+4]: an exact int32 → float32 conversion
 // rounded to nearest even, then one float32 multiplication. src must hold at
-// least 4·len(dst) bytes and may have any alignment.
+// least 4·len(dst) bytes and may have any alignment. With a NonFinite
+// scale every dst[i] is NaN.
 func Dequantize(dst []float32, src []byte, s Scale) {
 	if len(src) < 4*len(dst) {
 		panic(fmt.Sprintf("quant: Dequantize: %d-byte source for %d values", len(src), len(dst)))
+	}
+	if s.NonFinite() {
+		nan := float32(math.NaN())
+		for i := range dst {
+			dst[i] = nan
+		}
+		return
 	}
 	dequantize(dst, src[:4*len(dst)], s.inv)
 }

@@ -31,8 +31,8 @@ func TestBlockExponent(t *testing.T) {
 		{"half", []float32{0.5}, -1},
 		{"max of mixed signs", []float32{3, -5, 4}, 3},
 		{"2^126", []float32{0x1p126}, 126},
-		{"just above 2^126", []float32{math.Nextafter32(0x1p126, math.MaxFloat32)}, 127},
-		{"2^127", []float32{0x1p127}, 127},
+		{"just above 2^126 clamps", []float32{math.Nextafter32(0x1p126, math.MaxFloat32)}, MaxExponent},
+		{"2^127 clamps", []float32{0x1p127}, MaxExponent},
 		{"MaxFloat32 clamps", []float32{math.MaxFloat32}, MaxExponent},
 		{"-MaxFloat32 clamps", []float32{-math.MaxFloat32}, MaxExponent},
 		{"smallest normal", []float32{0x1p-126}, -126},
@@ -154,7 +154,7 @@ func TestNewScale(t *testing.T) {
 		{"factor capped", 1, -100, MaxFactor, 2147483520},
 		{"n=1 e=-96 capped", 1, -96, MaxFactor, 2147483520},
 		{"n=1 e=-95 not capped", 1, -95, 0x1p126, 2147483520},
-		{"largest", MaxWorkers, MaxExponent, float32(float64(maxInt32) / 0x1p143), 32767},
+		{"largest", MaxWorkers, MaxExponent, float32(float64(maxInt32) / 0x1p142), 32767},
 	}
 	for _, tc := range tests {
 		s, err := NewScale(tc.n, tc.e)
@@ -192,7 +192,7 @@ func testScales(t *testing.T) []Scale {
 	for _, c := range []struct {
 		n int
 		e int8
-	}{{1, 0}, {2, 3}, {4, -7}, {3, 0}, {7, 10}, {33, -3}, {1, -120}, {5, 127}, {MaxWorkers, 127}, {1000, -128}} {
+	}{{1, 0}, {2, 3}, {4, -7}, {3, 0}, {7, 10}, {33, -3}, {1, -120}, {5, MaxExponent}, {MaxWorkers, MaxExponent}, {1000, -128}} {
 		s, err := NewScale(c.n, c.e)
 		if err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -41,9 +42,17 @@ const (
 	codeHandle   = -7
 	codeFork     = -8
 	codeFail     = -9
+	codeMismatch = -10
 
-	dtypeFloat32 = 0
-	dtypeInt32   = 1
+	dtypeFloat32  = 0
+	dtypeInt32    = 1
+	dtypeBFloat16 = 2 // through the float32 session (quant.BFloat16)
+	dtypeFloat16  = 3 // through the float32 session (quant.Float16)
+
+	// defaultConnectTimeout is how long swml_open waits for the
+	// controller to accept connections ($SWML_CONNECT_TIMEOUT), as the
+	// CLI's --connect-timeout.
+	defaultConnectTimeout = 30 * time.Second
 
 	// int32Session is or-ed into the session id of the int32 half of a
 	// job: a job is two switch sessions, one per element type.
@@ -63,6 +72,8 @@ func code(err error) int {
 	switch {
 	case errors.As(err, &ae):
 		return ae.code
+	case errors.Is(err, aggregation.ErrLengthMismatch):
+		return codeMismatch
 	case errors.Is(err, aggregation.ErrClosed):
 		return codeClosed
 	case errors.Is(err, aggregation.ErrBroken):
@@ -284,12 +295,15 @@ func open(o openArgs) (int64, error) {
 		return 0, fmt.Errorf("swml: %w", err)
 	}
 	s := &session{rank: o.rank, workers: o.workers, dev: dev}
-	if err := join.WaitForController(ctx, o.controller, o.timeout, nil); err != nil {
+	if err := waitForController(ctx, o); err != nil {
 		dev.Close()
-		return 0, &abiError{codeTimeout, fmt.Sprintf("swml: %v; or set SWML_CONTROLLER", err)}
+		return 0, err
 	}
+	// Non-finite gradients come back NaN on every rank (fp16 loss
+	// scaling skips the step) instead of failing the job.
 	cfg := aggregation.Config{Device: dev, ControllerAddr: o.controller, Rank: o.rank, Workers: o.workers,
-		QPs: o.qps, PacketSize: o.packet, PacketsPerMessage: o.msgSize / o.packet, PeerTimeout: o.peerTimeout, Writes: o.writes}
+		QPs: o.qps, PacketSize: o.packet, PacketsPerMessage: o.msgSize / o.packet, PeerTimeout: o.peerTimeout, Writes: o.writes,
+		PropagateNonFinite: true}
 	// Every rank opens the float32 session, then the int32 one: each Open
 	// waits for every rank of its session.
 	if o.dtypes&1 != 0 {
@@ -354,8 +368,17 @@ func allReduceAsync(sid int64, ptr unsafe.Pointer, count int64, dtype int) (int6
 			return 0, inval("swml: int32 all-reduce on a session opened without int32 (dtypes bit 1)")
 		}
 		h = s.i32.AllReduceInt32Async(context.Background(), unsafe.Slice((*int32)(ptr), count))
+	case dtypeBFloat16, dtypeFloat16:
+		if s.f32 == nil {
+			return 0, inval("swml: 16-bit float all-reduce on a session opened without float32 (dtypes bit 0), whose wire it uses")
+		}
+		f := quant.BFloat16
+		if dtype == dtypeFloat16 {
+			f = quant.Float16
+		}
+		h = s.f32.AllReduce16Async(context.Background(), unsafe.Slice((*uint16)(ptr), count), f)
 	default:
-		return 0, inval("swml: dtype %d: use SWML_FLOAT32 (0) or SWML_INT32 (1)", dtype)
+		return 0, inval("swml: dtype %d: use SWML_FLOAT32 (0), SWML_INT32 (1), SWML_BFLOAT16 (2) or SWML_FLOAT16 (3)", dtype)
 	}
 	tabMu.Lock()
 	id := nextID
@@ -416,4 +439,22 @@ func closeSession(id int64, reason string) error {
 	}
 	errs = append(errs, s.dev.Close())
 	return errors.Join(errs...)
+}
+
+// waitForController waits up to $SWML_CONNECT_TIMEOUT (default 30 s) for
+// the controller to accept connections, saying so on stderr once, as the
+// CLI's worker does; then it fails naming the address.
+func waitForController(ctx context.Context, o openArgs) error {
+	timeout, err := envDuration("SWML_CONNECT_TIMEOUT")
+	if err != nil {
+		return err
+	}
+	if timeout == 0 {
+		timeout = defaultConnectTimeout
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("rank", o.rank)
+	if err := join.WaitForController(ctx, o.controller, timeout, log); err != nil {
+		return &abiError{codeTimeout, fmt.Sprintf("swml: rank %d: %v (SWML_CONTROLLER sets the address, SWML_CONNECT_TIMEOUT the wait)", o.rank, err)}
+	}
+	return nil
 }

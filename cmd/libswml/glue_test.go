@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
@@ -70,6 +71,7 @@ func TestCodes(t *testing.T) {
 		{fmt.Errorf("x: %w", control.ErrJobEnded), codePeer},
 		{fmt.Errorf("x: %w", aggregation.ErrSwitchGone), codePeer},
 		{context.DeadlineExceeded, codeTimeout},
+		{fmt.Errorf("x: %w", aggregation.ErrLengthMismatch), codeMismatch},
 		{fmt.Errorf("other"), codeFail},
 	} {
 		if got := code(c.err); got != c.want {
@@ -87,5 +89,22 @@ func TestHandlesAndSessions(t *testing.T) {
 	}
 	if err := closeSession(12345, ""); code(err) != codeHandle {
 		t.Errorf("close of an unknown session: %v", err)
+	}
+}
+
+// TestConnectTimeout: with no controller, joining waits
+// $SWML_CONNECT_TIMEOUT (not the caller's whole timeout, e.g. torch's
+// 30 minutes) and then fails naming the address and what to start.
+func TestConnectTimeout(t *testing.T) {
+	t.Setenv("SWML_CONNECT_TIMEOUT", "300ms")
+	o := openArgs{controller: "127.0.0.1:1", rank: 0, timeout: time.Hour}
+	err := waitForController(context.Background(), o)
+	if code(err) != codeTimeout || !strings.Contains(err.Error(), "127.0.0.1:1") || !strings.Contains(err.Error(), "start `swml-rdma switch") ||
+		!strings.Contains(err.Error(), "SWML_CONNECT_TIMEOUT") {
+		t.Fatalf("no controller: %v (code %d)", err, code(err))
+	}
+	t.Setenv("SWML_CONNECT_TIMEOUT", "soon")
+	if err := waitForController(context.Background(), o); code(err) != codeInval || !strings.Contains(err.Error(), "SWML_CONNECT_TIMEOUT") {
+		t.Fatalf("SWML_CONNECT_TIMEOUT=soon: %v", err)
 	}
 }

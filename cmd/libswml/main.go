@@ -40,10 +40,14 @@ package main
 #define SWML_EHANDLE   -7
 #define SWML_EFORK     -8
 #define SWML_EFAIL     -9
+#define SWML_EMISMATCH -10
+
 
 // Element types of swml_allreduce_async.
 #define SWML_FLOAT32 0
 #define SWML_INT32   1
+#define SWML_BFLOAT16 2
+#define SWML_FLOAT16  3
 */
 import "C"
 

@@ -25,6 +25,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/benchmark"
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/join"
+	"github.com/swml-rdma/swml-rdma/rdma/rdmadev"
 	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
@@ -143,6 +144,9 @@ func runWorker(c *cli.Context) error {
 			return cli.Exit(err.Error(), 2)
 		}
 		reg := newMetricsRegistry()
+		if cfg.nic == "ibverbs" { // the RDMA devices' hw_counters and counters (swml_rdma_…)
+			reg.MustRegister(rdmadev.NewCounterCollector(rdmadev.SysfsRoot))
+		}
 		m, err := startMetricsServer("metrics-addr", addr, reg, log)
 		if err != nil {
 			return cli.Exit(err.Error(), 1)

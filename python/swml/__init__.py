@@ -1,8 +1,7 @@
 """swml: PyTorch on swml-rdma's in-network aggregation (docs/pytorch.md).
 
-    import swml, torch.distributed as dist
-    swml.register()                         # the "swml" backend
-    dist.init_process_group("swml")         # torchrun's RANK, WORLD_SIZE, MASTER_ADDR
+    import swml, torch.distributed as dist  # importing swml registers "swml"
+    dist.init_process_group("swml")         # RANK, WORLD_SIZE, MASTER_ADDR/PORT
     model = torch.nn.parallel.DistributedDataParallel(model)
 
 or, with any backend, the DDP hook:
@@ -12,7 +11,8 @@ or, with any backend, the DDP hook:
 Never call swml from a forked child of a process that loaded it: use spawn.
 """
 
-from ._lib import FLOAT32, INT32, ForkError, Session, SwmlError, load  # noqa: F401
+from ._lib import (BFLOAT16, FLOAT16, FLOAT32, INT32, ForkError, Session,  # noqa: F401
+                   SwmlError, load)
 
 
 def init(**kwargs):
@@ -22,8 +22,22 @@ def init(**kwargs):
     return Session(**kwargs)
 
 
+def _register_if_torch():
+    # Third-party backends register on import (oneCCL's bindings do): with
+    # torch installed, init_process_group("swml") works after `import swml`.
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return
+    if dist.is_available():
+        from . import backend
+        backend.register()
+
+
+_register_if_torch()
+
+
 def __getattr__(name):
-    # The torch parts import torch only when used.
     if name in ("register", "ProcessGroupSwml", "allreduce_hook", "HookState", "process_group"):
         from . import backend
         return getattr(backend, name)

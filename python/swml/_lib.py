@@ -15,9 +15,14 @@ EBROKEN = -6
 EHANDLE = -7
 EFORK = -8
 EFAIL = -9
+EMISMATCH = -10
 
+# Element types (SWML_FLOAT32 …): the 16-bit floats use the float32 session's
+# wire, quantized straight from 16 bits (docs/quantization.md).
 FLOAT32 = 0
 INT32 = 1
+BFLOAT16 = 2
+FLOAT16 = 3
 
 _CODE_NAMES = {
     EINVAL: "invalid argument",
@@ -29,6 +34,7 @@ _CODE_NAMES = {
     EHANDLE: "no such handle",
     EFORK: "called after fork",
     EFAIL: "failed",
+    EMISMATCH: "length mismatch",
 }
 
 
@@ -108,7 +114,8 @@ def load(path=None):
         else:
             raise SwmlError(
                 EINVAL,
-                "cannot load libswml.so (" + "; ".join(errors) + "): build it with `make libswml` "
+                "cannot load libswml.so (" + "; ".join(errors) + "): install the package with "
+                "`pip install ./python` (it builds the library), or build it with `make libswml` "
                 "and set SWML_LIB=/path/to/bin/libswml.so",
             )
         i64, i64p = ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)

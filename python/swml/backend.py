@@ -5,6 +5,7 @@ import collections
 import os
 import random
 import signal
+import sys
 import threading
 
 import torch
@@ -14,35 +15,114 @@ from torch._C._distributed_c10d import _create_work_from_future
 
 from . import _lib
 
-_DTYPES = {torch.float32: _lib.FLOAT32, torch.int32: _lib.INT32}
+_DTYPES = {torch.float32: _lib.FLOAT32, torch.int32: _lib.INT32,
+           torch.bfloat16: _lib.BFLOAT16, torch.float16: _lib.FLOAT16}
 
 
-# torch 1.13 crashes (SIGSEGV in the reducer) when the Future of a Work
-# that DDP waits for holds an exception. So a failed all-reduce completes its
-# Future with the tensors as they are (not reduced) and the error is raised
-# in the main thread as soon as it runs Python again (right after
-# loss.backward() or work.wait() returns), through a SIGUSR1 handler that
-# this module installs when SIGUSR1 has none. Every later all-reduce raises
-# the same error at once.
+def _torch_version(v=torch.__version__):
+    """(major, minor) of a torch version string ("1.13.0a0", "2.1.0+cpu")."""
+    parts = v.split("+")[0].split(".")
+    return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
+
+
+# torch 1.x (tested: Debian 12's 1.13.1) crashes (SIGSEGV in DDP's reducer)
+# when the Future of a Work that DDP waits for holds an exception. There, a
+# failed all-reduce completes its Future with the tensors as they are (not
+# reduced) and the error is raised as swml.SwmlError in the main thread as
+# soon as it runs the user's Python again (right after loss.backward() or
+# work.wait() returns), through a SIGUSR1 handler installed when the first
+# swml group or hook starts, if SIGUSR1 has no handler. The handler raises
+# only in the user's own code: raised in torch's or this package's Python,
+# which torch's C++ may have called (DDP's reducer calls allreduce), the
+# error would reach the user as torch's RuntimeError("Cannot extract
+# tensors from value: …"), not as SwmlError; there it is raised at the next
+# line of the user's code that runs (a line trace on the user's frame, unless
+# a debugger or coverage tool traces already: then it signals again 20 ms
+# later). Every later all-reduce fails the same way. torch 2.x takes an
+# exception in a Work's Future: there the Future carries it (SIGNAL_PATH is
+# False; not tested here).
+SIGNAL_PATH = _torch_version() < (2, 0)
+
 _failure = None
+_retry = None  # the pending re-signal
+
+
+def _library_frame(frame):
+    f = frame.f_code.co_filename if frame is not None else ""
+    return f.startswith(_TORCH_DIR) or f.startswith(_SWML_DIR) or f.startswith("<")
+
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_SWML_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _raise_failure(signum, frame):
-    if _failure is not None:
+    if _failure is None:
+        return
+    if not _library_frame(frame):
         raise _failure
+    # In torch's or this package's code: raise at the next line the user's
+    # own code runs (the caller's frame, through a line trace), else retry.
+    user = frame
+    while user is not None and _library_frame(user):
+        user = user.f_back
+    if user is not None and sys.gettrace() is None:
+        _arm_trace(user)
+        return
+    _retry_later()
+
+
+def _retry_later():
+    global _retry
+    if _retry is None or not _retry.is_alive():
+        _retry = threading.Timer(0.02, _signal_main)
+        _retry.daemon = True
+        _retry.start()
+
+
+def _arm_trace(user):
+    def local(fr, event, arg):
+        if _failure is None:
+            return None
+        if event == "line" and not _library_frame(fr):
+            sys.settrace(None)
+            fr.f_trace = None
+            raise _failure
+        if event == "return" and fr.f_back is not None:
+            fr.f_back.f_trace = local  # the user's frame returned: its caller
+            fr.f_back.f_trace_lines = True
+        return local
+
+    def new_frames(fr, event, arg):
+        return None  # tracing on, new frames untraced
+
+    user.f_trace = local
+    user.f_trace_lines = True
+    sys.settrace(new_frames)
 
 
 def _install_handler():
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
+    if (SIGNAL_PATH and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None)):
         signal.signal(signal.SIGUSR1, _raise_failure)
+
+
+def _signal_main():
+    if signal.getsignal(signal.SIGUSR1) is _raise_failure:
+        _thread.interrupt_main(signal.SIGUSR1)
 
 
 def _fail(err):
     global _failure
     if _failure is None:
         _failure = err
-        if signal.getsignal(signal.SIGUSR1) is _raise_failure:
-            _thread.interrupt_main(signal.SIGUSR1)
+        _signal_main()
+
+
+def _done_future(tensors):
+    fut = torch.futures.Future()
+    fut.set_result(tensors)
+    return fut
 
 
 class _Completer:
@@ -59,10 +139,16 @@ class _Completer:
         self.thread.start()
 
     def submit(self, tensors):
-        """Start an all-reduce of every tensor (contiguous, CPU, float32 or
-        int32), in order; returns a Future completed with tensors."""
+        """Start an all-reduce of every tensor (contiguous, CPU, float32,
+        int32, bfloat16 or float16), in order; returns a Future completed
+        with tensors."""
         if _failure is not None:
-            raise _failure
+            if not SIGNAL_PATH:
+                raise _failure
+            # Raising here would reach the user as torch's RuntimeError:
+            # complete at once and raise SwmlError in the main thread.
+            _signal_main()
+            return _done_future(tensors)
         fut = torch.futures.Future()
         handles = []
         try:
@@ -95,7 +181,10 @@ class _Completer:
                     err = err or e
             if err is not None:
                 _fail(err)
-            fut.set_result(tensors)  # never an exception: see _failure
+                if not SIGNAL_PATH:
+                    fut.set_exception(err)
+                    continue
+            fut.set_result(tensors)  # torch 1.x: never an exception, see _failure
 
     def stop(self):
         with self.cv:
@@ -110,8 +199,8 @@ def _swml_ok(tensor, op):
 
 
 class ProcessGroupSwml(dist.ProcessGroup):
-    """all_reduce SUM of contiguous CPU float32/int32 tensors goes through
-    the switch; everything else (other ops and dtypes, broadcast, allgather,
+    """all_reduce SUM of contiguous CPU float32/int32/bfloat16/float16
+    tensors goes through the switch; everything else (other ops and dtypes, broadcast, allgather,
     barrier, …) goes to an inner Gloo group on the same store."""
 
     def __init__(self, store, rank, size, timeout, session=None):
@@ -243,5 +332,5 @@ def allreduce_hook(state, bucket):
     t = bucket.buffer()
     t.div_(state.session.world_size)
     if not _swml_ok(t, dist.ReduceOp.SUM):
-        raise _lib.SwmlError(_lib.EINVAL, f"allreduce_hook: bucket of {t.dtype} on {t.device}: the switch sums contiguous CPU float32 or int32")
+        raise _lib.SwmlError(_lib.EINVAL, f"allreduce_hook: bucket of {t.dtype} on {t.device}: the switch sums contiguous CPU float32, int32, bfloat16 or float16")
     return state.completer.submit([t]).then(lambda f: f.value()[0])

@@ -1,5 +1,5 @@
 """swml backend vs Gloo: time per all-reduce and ATE/s at 4 ranks on
-loopback (run through run.sh bench, which starts the switch).
+loopback (run through run.sh bench; it starts its own switch).
 
     bench_torch.py [--ranks 4] [--sizes 4,16,64] [--rounds 3] [--iters 5]
 
@@ -50,6 +50,11 @@ def worker(rank, world, port, sizes, rounds, iters, out):
 
 
 def main():
+    with common.start_switch():
+        bench()
+
+
+def bench():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--sizes", default="4,16,64")

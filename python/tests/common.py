@@ -1,17 +1,27 @@
 """Shared set-up of the PyTorch tests and benchmark: each rank is a spawned
 process (never fork: see docs/pytorch.md) that joins the job at the switch
-started by run.sh."""
+the test session started (conftest.py; run.sh for the benchmark)."""
 
+import contextlib
+import multiprocessing
 import os
-import sys
+import queue
+import random
+import socket
+import subprocess
+import tempfile
+import time
+import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Bound the waits on child processes (hang detection, not performance).
+HANG_S = float(os.environ.get("SWML_TEST_HANG_S", "240"))
 
 
 def rank_env(rank, world, net, master_port):
-    """The environment torchrun would give, plus where the switch is: the
-    switch at 127.<net>.1, rank r's NIC at 127.<net>.(2+r)."""
+    """The environment a launcher gives (RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT), plus this rank's NIC address 127.<net>.(2+rank)."""
     os.environ.update(
         RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port),
@@ -24,3 +34,94 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _run(target, rank, world, port, out, args):
+    rank_env(rank, world, os.environ["SWML_NET"], port)
+    try:
+        res = target(rank, world, *args) or {}
+        out.put({"rank": rank, **res})
+        if res.get("exit_now"):
+            # A peer is dead: skip interpreter shutdown, where Gloo and the
+            # process group would wait for it. Flush the queue first.
+            out.close()
+            out.join_thread()
+            os._exit(0)
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        out.put({"rank": rank, "error": traceback.format_exc()})
+        raise
+
+
+def launch(world, target, *args, want=None):
+    """Run target(rank, world, *args) in world spawned ranks (a fresh
+    session id, so the runs of one switch never share a job); returns the
+    dicts the ranks returned, by rank. A rank that raises fails the test.
+    want: how many ranks must report (default all)."""
+    os.environ["SWML_SESSION_ID"] = str(random.randrange(1, 1 << 31))
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_run, args=(target, r, world, port, out, args)) for r in range(world)]
+    for p in procs:
+        p.start()
+    want = world if want is None else want
+    results = {}
+    deadline = time.monotonic() + HANG_S
+    try:
+        while len(results) < want:
+            try:
+                r = out.get(timeout=max(1.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"only ranks {sorted(results)} of {world} reported within {HANG_S} s (hang)")
+            if "error" in r:
+                raise AssertionError(f"rank {r['rank']} failed:\n{r['error']}")
+            results[r["rank"]] = r
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    return [results[k] for k in sorted(results)]
+
+
+def _wait_port(host, port, proc, log, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"swml-rdma switch exited ({proc.returncode}):\n{open(log).read()}")
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"swml-rdma switch did not listen on {host}:{port} within {timeout} s:\n{open(log).read()}")
+
+
+@contextlib.contextmanager
+def start_switch():
+    """Run `swml-rdma switch` ($SWML_BIN, else the repository's
+    bin/swml-rdma) at 127.<net>.1 on a fresh loopback /16, ranks at
+    127.<net>.2…; sets SWML_NET and SWML_CONTROLLER for the ranks and
+    yields the controller's address."""
+    binary = os.environ.get("SWML_BIN", os.path.join(ROOT, "bin", "swml-rdma"))
+    if not os.path.exists(binary):
+        raise RuntimeError(f"{binary} missing: build it with `make build` or set SWML_BIN")
+    net = os.environ.get("SWML_NET") or f"{100 + random.randrange(100)}.{random.randrange(250)}"
+    host = f"127.{net}.1"
+    port = 20000 + random.randrange(20000)
+    log = tempfile.NamedTemporaryFile(prefix="swml-switch-", suffix=".log", delete=False).name
+    with open(log, "w") as out:
+        proc = subprocess.Popen([binary, "switch", "--addr", host, "--controller-addr", f"{host}:{port}",
+                                 "--log-level", "warn"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_port(host, port, proc, log)
+        os.environ.update(SWML_NET=net, SWML_CONTROLLER=f"{host}:{port}")
+        os.environ.setdefault("SWML_PEER_TIMEOUT", "10s")
+        yield f"{host}:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        os.unlink(log)

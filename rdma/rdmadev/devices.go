@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/Mellanox/rdmamap"
+
 	"github.com/swml-rdma/swml-rdma/rdma"
 )
 
@@ -62,6 +64,8 @@ type Port struct {
 	LinkLayer string     `json:"link_layer"` // "Ethernet" for RoCE, "InfiniBand"
 	Netdev    string     `json:"netdev,omitempty"`
 	GIDs      []GIDEntry `json:"gids"`
+	// Counters are the port's hw_counters and counters (PortCounters).
+	Counters Counters `json:"counters"`
 }
 
 // Active reports whether the port can carry traffic.
@@ -106,8 +110,12 @@ func ListDevices(root string) ([]DeviceInfo, error) {
 }
 
 // deviceNames lists root/class/infiniband, whose entries are symlinks to
-// the devices (plain directories in a copied tree).
+// the devices (plain directories in a copied tree); on the host, rdmamap's
+// list.
 func deviceNames(root string) ([]string, error) {
+	if onHost(root) {
+		return hostDeviceNames(), nil
+	}
 	ents, err := os.ReadDir(filepath.Join(root, classDir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -169,6 +177,7 @@ func ReadDevice(root, name string) (DeviceInfo, error) {
 		if p.Netdev == "" {
 			p.Netdev = d.Parent
 		}
+		p.Counters, _ = PortCounters(root, name, num) // none is no error: not every driver has them
 		d.Ports = append(d.Ports, p)
 	}
 	sort.Slice(d.Ports, func(i, j int) bool { return d.Ports[i].Number < d.Ports[j].Number })
@@ -257,37 +266,32 @@ func FindRoCEv2GID(p *Port, addr netip.Addr) (GIDEntry, error) {
 	return GIDEntry{}, fmt.Errorf("port %d: %s: %w; it has %s", p.Number, addr, ErrNoGID, strings.Join(have, ", "))
 }
 
-// HWCounters reads a port's hw_counters (rxe: rcvd_pkts, sent_pkts, …).
+// HWCounters reads a port's hw_counters (rxe: rcvd_pkts, sent_pkts, …);
+// on the host through rdmamap.
 func HWCounters(root, dev string, port int) (map[string]uint64, error) {
-	dir := filepath.Join(root, classDir, dev, portsDir, strconv.Itoa(port), hwCountersDir)
-	ents, err := os.ReadDir(dir)
+	if onHost(root) {
+		st, err := rdmamap.GetRdmaSysfsHwStats(dev, port)
+		if err != nil {
+			return nil, fmt.Errorf("rdmadev: %s port %d counters: %w", dev, port, err)
+		}
+		return statMap(st), nil
+	}
+	m, err := readCounterDir(filepath.Join(root, classDir, dev, portsDir, strconv.Itoa(port), hwCountersDir))
 	if err != nil {
 		return nil, fmt.Errorf("rdmadev: %s port %d counters: %w", dev, port, err)
-	}
-	m := make(map[string]uint64, len(ents))
-	for _, e := range ents {
-		if e.IsDir() {
-			continue
-		}
-		v, err := strconv.ParseUint(readTrim(filepath.Join(dir, e.Name())), 10, 64)
-		if err != nil {
-			continue
-		}
-		m[e.Name()] = v
 	}
 	return m, nil
 }
 
 // HWCounter reads one hw_counters entry.
 func HWCounter(root, dev string, port int, name string) (uint64, error) {
-	p := filepath.Join(root, classDir, dev, portsDir, strconv.Itoa(port), hwCountersDir, name)
-	b, err := os.ReadFile(p)
+	m, err := HWCounters(root, dev, port)
 	if err != nil {
-		return 0, fmt.Errorf("rdmadev: counter %s: %w", name, err)
+		return 0, err
 	}
-	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("rdmadev: counter %s: %w", name, err)
+	v, ok := m[name]
+	if !ok {
+		return 0, fmt.Errorf("rdmadev: %s port %d: no counter %s: %w", dev, port, name, fs.ErrNotExist)
 	}
 	return v, nil
 }

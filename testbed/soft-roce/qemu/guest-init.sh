@@ -123,7 +123,9 @@ run_one() { # scenario
 			cat /sys/class/infiniband/rxe0/ports/1/gids/0 /sys/class/infiniband/rxe0/ports/1/gids/1
 		;;
 	capture-sysfs) blob rxe-sysfs.tar.gz capture_sysfs ;;
-	devices) /bin/swml-rdma devices && /bin/swml-rdma devices --json ;;
+	devices) /bin/swml-rdma devices && /bin/swml-rdma devices --json >/tmp/devices.json && cat /tmp/devices.json &&
+		grep -q '"rcvd_pkts"' /tmp/devices.json ;;
+	rdmadev) /bin/rdmadev.test -test.v -test.run 'TestHostMatchesOwnReader|TestListDevicesHost' ;;
 	lab-script)
 		# The host lab script must tear down and rebuild this very lab,
 		# idempotently, and leave it working.

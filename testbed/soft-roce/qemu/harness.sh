@@ -43,6 +43,7 @@ ALL_SCENARIOS=(
 	soft-to-rxe-ipv4 soft-to-rxe-ipv6
 	bad-icrc rxe-uc-truncated
 	allreduce-ibverbs allreduce-mixed allreduce-ibverbs-loss allreduce-packet-writes worker-killed
+	rdmadev
 )
 EXTRA_SCENARIOS=(smoke capture-sysfs devices lab-script)
 
@@ -237,6 +238,10 @@ mkdir -p "$work/extra/bin"
 	die "go build -tags ibverbs ./internal/interop/cmd/interop failed"
 (cd "$REPO" && CGO_ENABLED=1 timeout 600 go build -tags ibverbs -o "$work/extra/bin/swml-rdma" ./cmd/swml-rdma) ||
 	log "note: cmd/swml-rdma does not build; the 'devices' scenario will fail"
+# rdma/rdmadev's host tests (rdmamap against the package's own sysfs reader)
+# run on the guest's real rxe sysfs in the rdmadev scenario.
+(cd "$REPO" && timeout 600 go test -c -o "$work/extra/bin/rdmadev.test" ./rdma/rdmadev) ||
+	log "note: rdma/rdmadev's tests do not build; the 'rdmadev' scenario will fail"
 install -m 0755 "$HERE/../lab.sh" "$work/extra/bin/lab.sh"
 install -m 0755 "$HERE/allreduce.sh" "$work/extra/bin/allreduce.sh"
 for b in "$work"/extra/bin/*; do

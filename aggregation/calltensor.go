@@ -1,0 +1,151 @@
+package aggregation
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/quant"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+)
+
+// This file is what a call's tensor is to the engine beyond float32 and
+// int32: 16-bit floats (bfloat16, float16) quantized straight into the same
+// int32 wire, the non-finite marker (Config.PropagateNonFinite), and the
+// length check of the exponent round.
+
+// ErrLengthMismatch: the workers of a job called an all-reduce with tensors
+// of different lengths.
+var ErrLengthMismatch = errors.New("length mismatch")
+
+// float reports whether the call is block floating point (float32 or a
+// 16-bit format): it has an exponent round and a scale per message.
+func (c *call) float() bool { return c.f != nil || c.h != nil }
+
+// blockExponent is the block exponent of elements [lo, hi); with marked, a
+// non-finite block gives quant.NonFiniteExponent instead of an error.
+func (c *call) blockExponent(lo, hi int, marked bool) (int8, error) {
+	switch {
+	case !c.float():
+		return 0, nil // int32: no scale; round 0 carries only the length
+	case c.h != nil && marked:
+		return quant.MarkedBlockExponent16(c.h[lo:hi], c.half), nil
+	case c.h != nil:
+		return quant.BlockExponent16(c.h[lo:hi], c.half)
+	case marked:
+		return quant.MarkedBlockExponent(c.f[lo:hi]), nil
+	}
+	return quant.BlockExponent(c.f[lo:hi])
+}
+
+// quantize writes elements [lo, hi) into buf with sc.
+func (c *call) quantize(buf []byte, lo, hi int, sc quant.Scale) error {
+	if c.h != nil {
+		return quant.Quantize16(buf, c.h[lo:hi], c.half, sc)
+	}
+	return quant.Quantize(buf, c.f[lo:hi], sc)
+}
+
+// dequantize writes the sums in res back to elements [lo, hi) (int32
+// calls: decodes them).
+func (c *call) dequantize(lo, hi int, res []byte, sc quant.Scale) {
+	switch {
+	case c.h != nil:
+		quant.Dequantize16(c.h[lo:hi], res, c.half, sc)
+	case c.f != nil:
+		quant.Dequantize(c.f[lo:hi], res, sc)
+	default:
+		quant.DecodeInt32(c.i[lo:hi], res)
+	}
+}
+
+// checkInput is AllReduce's check before anything is sent: without
+// Config.PropagateNonFinite, a NaN or ±Inf fails the call.
+func (s *Session) checkInput(c *call) error {
+	if s.cfg.PropagateNonFinite {
+		return nil
+	}
+	_, err := c.blockExponent(0, c.n, false)
+	if err == nil {
+		return nil
+	}
+	var nf *quant.NonFiniteError // here only: it escapes
+	if errors.As(err, &nf) {
+		return fmt.Errorf("aggregation: AllReduce: element %d is %v: gradients must be finite (nothing was sent; the other workers wait for this one until their PeerTimeout; Config.PropagateNonFinite sends such blocks back as NaN instead): %w", nf.Index, nf.Value, err)
+	}
+	return fmt.Errorf("aggregation: AllReduce: %w", err)
+}
+
+// AllReduce16 is AllReduce for a tensor of 16-bit floats in format f
+// (quant.BFloat16 or quant.Float16, as raw bits): each is quantized straight
+// into the float32 session's block-floating-point wire, and the result is
+// rounded back to f (docs/quantization.md, "16-bit inputs"). The session
+// must have been opened with DType wire.Float32; workers may mix float32
+// and 16-bit calls only in the same order and with the same lengths.
+func (s *Session) AllReduce16(ctx context.Context, x []uint16, f quant.Format) error {
+	if s.cfg.DType != wire.Float32 {
+		return fmt.Errorf("aggregation: AllReduce16 on an %v session: open the session with DType wire.Float32", s.cfg.DType)
+	}
+	if f != quant.BFloat16 && f != quant.Float16 {
+		return fmt.Errorf("aggregation: AllReduce16: format %v: use quant.BFloat16 or quant.Float16", f)
+	}
+	if len(x) == 0 {
+		return errors.New("aggregation: AllReduce16 of an empty tensor: pass at least one element")
+	}
+	c := call{h: x, half: f, n: len(x)}
+	if err := s.checkInput(&c); err != nil {
+		return err
+	}
+	return s.runCall(ctx, c)
+}
+
+// AllReduce16Async queues AllReduce16(ctx, x, f) and returns at once.
+// Otherwise as AllReduceAsync.
+func (s *Session) AllReduce16Async(ctx context.Context, x []uint16, f quant.Format) *Handle {
+	return s.enqueue(asyncCall{ctx: ctx, x16: x, f16: f})
+}
+
+// The exponent round's payload carries the call's length, so workers
+// that called with different lengths find out at once instead of after
+// the peer timeout. Each worker writes the length's lengthLimbs bytes l_k
+// as int32 pairs (l_k, l_k²); the switch sums them. Every worker then holds
+// Σl_k and Σl_k² over the W workers, and all lengths are equal exactly when,
+// for every k, Σl_k = W·l_k and Σl_k² = W·l_k² (Cauchy–Schwarz: equality
+// only for equal l_k), so every worker sees a mismatch, not only those
+// whose length differs from the mean. No sum can wrap: W ≤ 2^16 and
+// l_k² < 2^16.
+const lengthLimbs = 6 // lengths below 2^48
+
+// lengthHeaderBytes is the header's size: it fits the smallest packet.
+const lengthHeaderBytes = 4 * 2 * lengthLimbs
+
+func putLengthHeader(buf []byte, n int) {
+	for k := range lengthLimbs {
+		l := uint32(n>>(8*k)) & 0xFF
+		binary.BigEndian.PutUint32(buf[8*k:], l)
+		binary.BigEndian.PutUint32(buf[8*k+4:], l*l)
+	}
+}
+
+// checkLengthHeader checks the summed header res of an exponent round.
+func (s *Session) checkLengthHeader(res []byte, n int) error {
+	w := uint32(s.cfg.Workers)
+	other := 0 // the other worker's length when there are two
+	bad := false
+	for k := range lengthLimbs {
+		l := uint32(n>>(8*k)) & 0xFF
+		sum, sq := binary.BigEndian.Uint32(res[8*k:]), binary.BigEndian.Uint32(res[8*k+4:])
+		if sum != w*l || sq != w*l*l {
+			bad = true
+		}
+		other |= int(sum-l) << (8 * k)
+	}
+	if !bad {
+		return nil
+	}
+	if w == 2 {
+		return fmt.Errorf("aggregation: %v: %w: this worker's all-reduce has %d elements, the other worker's %d: every worker must pass a tensor of the same length, in the same order of calls", s, ErrLengthMismatch, n, other)
+	}
+	return fmt.Errorf("aggregation: %v: %w: this worker's all-reduce has %d elements and at least one other worker's a different number: every worker must pass a tensor of the same length, in the same order of calls", s, ErrLengthMismatch, n)
+}
