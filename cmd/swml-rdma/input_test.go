@@ -96,8 +96,8 @@ func TestFlagErrors(t *testing.T) {
 		want []string
 	}{
 		{"bench writes", []string{"bench", "--writes", "whole"}, []string{"--writes", `"whole"`, "auto", "message", "packet"}},
-		{"bench packet writes past the packet id", []string{"bench", "--writes", "packet", "--msg-size", "128KiB"}, []string{"--writes packet", "128 packets", "64 packets", "--msg-size 64 KiB or less", "--writes auto"}},
-		{"bench msg-size past the packet limit", []string{"bench", "--msg-size", "1GiB"}, []string{"--msg-size 1 GiB", "at most 16384 packets", "give --msg-size 16 MiB or less"}},
+		{"bench packet writes past the packet id", []string{"bench", "--writes", "packet", "--msg-size", "128KiB"}, []string{"--msg-size 128 KiB (128 packets of --packet-size 1024) with --writes packet", "64 packets", "--msg-size 64 KiB or less", "--writes auto"}},
+		{"bench msg-size past the packet limit", []string{"bench", "--msg-size", "1GiB"}, []string{"--msg-size 1 GiB (1048576 packets", "at most 16384 packets", "give --msg-size 16 MiB or less"}},
 		{"bench msg-size small packets", []string{"bench", "--packet-size", "256", "--msg-size", "256MiB"}, []string{"--msg-size", "--packet-size 256", "4 MiB or less"}},
 		{"worker msg-size past the packet limit", append(w, "--msg-size", "1GiB"), []string{"--msg-size 1 GiB", "at most 16384 packets"}},
 		{"bench qps too many", []string{"bench", "--qps", "5000"}, []string{"--qps 5000", "1 to 4096"}},
