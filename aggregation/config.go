@@ -310,5 +310,24 @@ func (c *Config) perPacketRecovery() bool {
 	return c.PacketsPerMessage > 1 && c.PacketsPerMessage <= 1<<wire.MaxPacketIDBits && !c.WholeMessageResend
 }
 
+// RegisteredBytes is the registered memory Open allocates for c (zero
+// fields: the defaults): per QP, a receive region for each of the two sets
+// and a send staging region, one message each (docs/protocol.md "Buffer
+// layout"). A front end checks it against the memory it has before it
+// opens a session.
+func (c Config) RegisteredBytes() int {
+	qps, pkt, ppm := c.QPs, c.PacketSize, c.PacketsPerMessage
+	if qps == 0 {
+		qps = DefaultQPs
+	}
+	if pkt == 0 {
+		pkt = DefaultPacketSize
+	}
+	if ppm == 0 {
+		ppm = DefaultPacketsPerMessage
+	}
+	return 3 * qps * pkt * ppm
+}
+
 // messageBytes is the payload of one message.
 func (c *Config) messageBytes() int { return c.PacketSize * c.PacketsPerMessage }

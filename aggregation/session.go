@@ -130,8 +130,8 @@ func (s *Session) open(ctx context.Context) error {
 	}
 	// Layout (docs/protocol.md "Buffer layout"): receive regions for set 0
 	// and set 1 of every QP, then the send staging region of every QP.
-	if s.mr, err = s.pd.AllocMR(3*q*s.msgBytes, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
-		return fmt.Errorf("aggregation: register a %d-byte buffer on %s: %w", 3*q*s.msgBytes, dev.Name(), err)
+	if s.mr, err = s.pd.AllocMR(cfg.RegisteredBytes(), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return fmt.Errorf("aggregation: register a %d-byte buffer on %s: %w", cfg.RegisteredBytes(), dev.Name(), err)
 	}
 	depth := recvDepth
 	sendDepth := 64

@@ -139,8 +139,11 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 		}
 		return func() { cfg.Step(label) }
 	}
+	// The ring reuses SwitchML's buffers: one set of tensors besides the
+	// inputs, as docs/operations.md's memory model counts.
+	bufs := new(Buffers)
 	run, err := Run(ctx, reducers, Config{Inputs: in, Warmup: cfg.Warmup, Iters: cfg.Iters, Bound: QuantizationBound,
-		Step: step(fmt.Sprintf("SwitchML, %d workers", cfg.Workers))})
+		Step: step(fmt.Sprintf("SwitchML, %d workers", cfg.Workers)), Buffers: bufs})
 	if err != nil {
 		return EmbeddedResult{}, err
 	}
@@ -190,7 +193,7 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 		reducers[r] = rg.Rank(r)
 	}
 	run, err = Run(ctx, reducers, Config{Inputs: in, Warmup: cfg.Warmup, Iters: cfg.Iters, Bound: Float32Bound,
-		Step: step(fmt.Sprintf("ring, %d workers", cfg.Workers))})
+		Step: step(fmt.Sprintf("ring, %d workers", cfg.Workers)), Buffers: bufs})
 	if err != nil {
 		return EmbeddedResult{}, fmt.Errorf("ring baseline: %w", err)
 	}

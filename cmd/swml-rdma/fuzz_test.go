@@ -153,7 +153,7 @@ var flagCommands = []struct {
 			if err != nil {
 				return err
 			}
-			if d := c.Int("tx-depth"); d < 1 || uint64(cfg.size)*uint64(d) > 4<<20 || cfg.client == cfg.server {
+			if d := cfg.depth; d < 1 || uint64(cfg.size)*uint64(d) > 4<<20 || cfg.client == cfg.server {
 				return fmt.Errorf("INVARIANT: accepted --size %d --tx-depth %d", cfg.size, d)
 			}
 			return nil

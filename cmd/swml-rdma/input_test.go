@@ -106,7 +106,7 @@ func TestFlagErrors(t *testing.T) {
 		{"bench one worker with the ring", []string{"bench", "--workers", "1"}, []string{"--workers 1 with --baseline ring", "--baseline none"}},
 		{"bench one worker in a sweep with the ring", []string{"bench", "--workers", "1,2"}, []string{"--workers 1 with --baseline ring"}},
 		{"write-bw message past the socket buffer", []string{"write-bw", "--size", "16MiB"}, []string{"--size 16 MiB", "4 MiB socket buffer", "give --size 4 MiB or less"}},
-		{"write-bw window past the socket buffer", []string{"write-bw", "--size", "1MiB"}, []string{"--size 1 MiB × --tx-depth 32", "give --tx-depth 4 or less"}},
+		{"write-bw window past the socket buffer", []string{"write-bw", "--size", "1MiB", "--tx-depth", "32"}, []string{"--size 1 MiB × --tx-depth 32", "give --tx-depth 4 or less"}},
 		{"write-bw tx-depth zero", []string{"write-bw", "--tx-depth", "0"}, []string{"--tx-depth 0", "give 1 to 4096"}},
 		{"write-bw tx-depth negative", []string{"write-bw", "--tx-depth", "-3"}, []string{"--tx-depth -3"}},
 		{"bench iters not a number", []string{"bench", "--iters", "abc"}, []string{"--iters", `"abc"`, "swml-rdma bench --help"}},
@@ -177,7 +177,7 @@ func TestMemoryModel(t *testing.T) {
 	if err := checkBench(cfg); err != nil {
 		t.Fatalf("bench 1 GiB × 4 workers with 16 GiB: %v", err)
 	}
-	if err := checkSwitchPool(100000000); err == nil || !strings.Contains(err.Error(), "--pool-size 100000000 needs about 771.9 GiB") {
+	if err := checkSwitchPool(100000000); err == nil || !strings.Contains(err.Error(), "--pool-size 100000000 needs about 770.5 GiB") {
 		t.Fatalf("pool of 10^8 slots with 16 GiB: %v", err)
 	}
 	if err := checkSwitchPool(switchmodel.DefaultPoolSize); err != nil {

@@ -134,10 +134,12 @@ func checkBench(cfg benchConfig) error {
 	w, size := uint64(cfg.workers), uint64(cfg.size)
 	need.add(2*w*size, "%d workers × 2 × %s: each worker's input and its all-reduce buffer", w, approxBytes(size))
 	need.add(w*nicBytes, "%d NICs × %s", w, approxBytes(nicBytes))
-	mr := sessionMRBytes(cfg.qps, cfg.msgSize)
+	mr := uint64(cfg.session().RegisteredBytes())
 	need.add(w*mr, "%d × %s registered messages", w, approxBytes(mr))
 	if cfg.baseline == "ring" {
-		rb := 2 * uint64(ringWindow(cfg.msgSize)) * uint64(cfg.msgSize)
+		// The ring all-reduces in the SwitchML run's buffers
+		// (benchmark.Buffers): only its registered memory is added.
+		rb := uint64(ring.RegisteredBytes(cfg.msgSize, 0))
 		need.add(w*rb, "%d ring ranks × %s", w, approxBytes(rb))
 	}
 	need.add(switchmodel.DefaultPoolSize*switchSlotBytes, "%s switch pool", approxBytes(switchmodel.DefaultPoolSize*switchSlotBytes))
@@ -152,7 +154,7 @@ func checkWorkerJob(cfg *workerConfig) error {
 	w, size := uint64(cfg.workers), uint64(cfg.size)
 	need.add(w*size, "%d × %s: every rank's input, to verify the result", w, approxBytes(size))
 	need.add(size, "%s all-reduce buffer", approxBytes(size))
-	mr := sessionMRBytes(cfg.qps, cfg.msgSize)
+	mr := uint64(cfg.session().RegisteredBytes())
 	need.add(nicBytes+mr+baseBytes, "%s NIC, registered messages and process", approxBytes(nicBytes+mr+baseBytes))
 	return need.check(fmt.Sprintf("--size %s with --workers %d", approxBytes(size), w), "lower --size")
 }
@@ -165,12 +167,3 @@ func checkSwitchPool(pool uint32) error {
 	return need.check(fmt.Sprintf("--pool-size %d", pool),
 		fmt.Sprintf("lower --pool-size (the default %d takes %s)", switchmodel.DefaultPoolSize, approxBytes(switchmodel.DefaultPoolSize*switchSlotBytes)))
 }
-
-// ringWindow is the ring baseline's default window in messages
-// (ring.DefaultWindow); each rank's MR holds 2 × window messages.
-func ringWindow(msgSize int) int { return ring.DefaultWindow(msgSize) }
-
-// sessionMRBytes is a worker session's memory region (aggregation.Open):
-// per QP, a receive region for each of the two sets and a send staging
-// region, one message each (docs/protocol.md "Buffer layout").
-func sessionMRBytes(qps, msgSize int) uint64 { return 3 * uint64(qps) * uint64(msgSize) }

@@ -2,8 +2,8 @@ package main
 
 import (
 	"net"
-	"os"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
