@@ -162,7 +162,12 @@ func distributedBenchFlags() []cli.Flag {
 	flags := jobMemberFlags(distributedCategory)
 	for _, f := range flags {
 		if sf, ok := f.(*cli.StringFlag); ok && sf.Name == "controller" {
-			sf.Usage = "run as one worker of a multi-process/multi-host job at the controller `ADDR` (host:port of `swml-rdma switch`) instead of the embedded switch; needs --rank (or $OMPI_COMM_WORLD_RANK/$RANK)"
+			sf.Usage = "run as one worker of a multi-process/multi-host job at the controller `ADDR` (host:port of `swml-rdma switch`) instead of the embedded switch; needs --rank (or $SWML_RANK, $OMPI_COMM_WORLD_RANK, $RANK)"
+			// Only the flag makes bench a worker: an SWML_CONTROLLER exported
+			// for a job's workers (docs/operations.md) must not turn a plain
+			// `bench` into one, silently waiting for a rank.
+			sf.EnvVars = nil
+			sf.Value = ""
 		}
 	}
 	return flags
@@ -191,11 +196,16 @@ func runBench(c *cli.Context) error {
 	}
 	for _, f := range []string{"rank", "session-id", "nic", "device", "addr", "gid-index", "connect-timeout", "metrics-addr"} {
 		if c.IsSet(f) {
-			return cli.Exit(fmt.Sprintf("--%s applies to one worker of a distributed job: pass --controller ADDR too, or drop it for the embedded bench", f), 2)
+			return cli.Exit(fmt.Sprintf("--%s applies to one worker of a distributed job%s: pass --controller ADDR too, or drop it for the embedded bench", f, envSource(f)), 2)
 		}
 	}
 	cfg, err := benchFlags(c)
 	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	// The embedded bench logs nothing, but takes only the levels switch and
+	// worker take (one validator, parseLogLevel).
+	if _, err := parseLogLevel(c.String("log-level")); err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
 	if path := c.String("cpuprofile"); path != "" {
@@ -208,6 +218,7 @@ func runBench(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	prog := newProgress(c.App.ErrWriter, benchSteps(cfg))
+	defer prog.tick(time.Second)()
 	report := benchReport{SchemaVersion: benchSchemaVersion}
 	for _, w := range cfg.sweep {
 		cfg.workers = w
@@ -217,12 +228,20 @@ func runBench(c *cli.Context) error {
 			run, err := runEmbeddedBench(ctx, cfg, prog)
 			if err != nil {
 				prog.clear()
+				if len(report.Runs) > 0 {
+					// The rows finished before the failure or the interrupt
+					// are measurements: print them (the table or the JSON
+					// document), then say why the rest is missing.
+					if perr := printBench(c.App.Writer, report, c.Bool("json")); perr != nil {
+						return cli.Exit("bench: "+perr.Error(), 1)
+					}
+				}
 				if ctx.Err() != nil && c.Context.Err() == nil {
 					// Everything the run opened (switch, controller, NICs,
 					// sessions) is closed by now: runEmbeddedBench defers it.
-					return cli.Exit(fmt.Sprintf("bench (%d workers, loss %g): interrupted (SIGINT or SIGTERM); nothing left running", w, l), exitInterrupted)
+					return cli.Exit(fmt.Sprintf("bench (%d workers, loss %g): interrupted (SIGINT or SIGTERM); nothing left running%s", w, l, finishedRows(len(report.Runs))), exitInterrupted)
 				}
-				return cli.Exit(fmt.Sprintf("bench (%d workers, loss %g): %v", w, l, err), 1)
+				return cli.Exit(fmt.Sprintf("bench (%d workers, loss %g): %v%s%s", w, l, err, remedy(err), finishedRows(len(report.Runs))), 1)
 			}
 			if l == 0 {
 				lossFree = &run
@@ -245,6 +264,23 @@ func runBench(c *cli.Context) error {
 		}
 	}
 	return printBench(c.App.Writer, report, c.Bool("json"))
+}
+
+// envSource says that flag's value came from its SWML_ variable, if that
+// is set: exported for a job's workers, it is easy to forget.
+func envSource(flag string) string {
+	if env := "SWML_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_")); os.Getenv(env) != "" {
+		return fmt.Sprintf(" (here from $%s: unset it for the embedded bench)", env)
+	}
+	return ""
+}
+
+// finishedRows says that the rows finished before a failure were printed.
+func finishedRows(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (the %d finished rows are printed)", n)
 }
 
 // benchSteps is the number of all-reduces the whole run does (progress).
@@ -332,7 +368,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (ben
 	res, err := benchmark.Embedded(ctx, benchmark.EmbeddedConfig{
 		Workers: cfg.workers, SwitchAddr: cfg.switchAddr, Loss: cfg.loss, Offload: cfg.offload,
 		Session: cfg.session(), Elements: cfg.elements(), Warmup: cfg.warmup, Iters: cfg.iters,
-		Ring: cfg.baseline == "ring", Step: prog.step,
+		Ring: cfg.baseline == "ring", Step: prog.step, Phase: prog.phase,
 	})
 	if errors.Is(err, syscall.EADDRINUSE) {
 		return benchRun{}, fmt.Errorf("%w (the switch is at --switch-addr %v, the workers at the next addresses: pick another --switch-addr if something holds them)", err, cfg.switchAddr)

@@ -191,11 +191,21 @@ func (s controlSecurity) apply(cfg *control.Config, listen string, log *slog.Log
 	}
 }
 
+// hostPortExamples are the example of each host:port flag: its own
+// default port, never another endpoint's.
+var hostPortExamples = map[string]string{
+	"metrics-addr": "127.0.0.1:9100",
+}
+
 // checkHostPort checks that a flag holds host:port.
 func checkHostPort(flag, addr string) error {
 	// An empty host means every interface, which net.Listen accepts.
 	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-		return fmt.Errorf("--%s %q: give host:port, e.g. 127.0.0.1:50099", flag, addr)
+		example, ok := hostPortExamples[flag]
+		if !ok {
+			example = control.DefaultAddr
+		}
+		return fmt.Errorf("--%s %q: give host:port, e.g. %s", flag, addr, example)
 	}
 	return nil
 }
