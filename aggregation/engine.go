@@ -237,6 +237,7 @@ func (s *Session) run(ctx context.Context, f []float32, iv []int32) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	start := time.Now()
 	if s.broken != nil {
 		if s.broken == ErrClosed {
 			return ErrClosed
@@ -257,6 +258,7 @@ func (s *Session) run(ctx context.Context, f []float32, iv []int32) error {
 		return err
 	}
 	s.stats.allReduces.Add(1)
+	s.stats.callTimes.observe(time.Since(start))
 	return nil
 }
 

@@ -361,6 +361,7 @@ type Stats struct {
 
 type counters struct {
 	allReduces, messages, packets, retransmissions, timeouts, fastRetransmissions, results, stale, bytesSent, bytesReceived, packetWriteCalls atomic.Uint64
+	callTimes                                                                                                                                 callHistogram // completed calls (metrics.go)
 }
 
 // Stats returns the session's counters. Safe for concurrent use.

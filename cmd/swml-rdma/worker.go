@@ -311,19 +311,9 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 		}
 	}()
 	log.Info("joined job", "job", sess.JobID(), "session", cfg.sessionID)
-	var hist prometheus.Histogram
 	if cfg.registry != nil {
-		hist = prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "swml_worker_allreduce_duration_seconds",
-			Help: "Time of one all-reduce call of this worker, warm-up included.",
-			ConstLabels: prometheus.Labels{
-				"job_id": strconv.FormatUint(uint64(sess.JobID()), 10), "rank": strconv.Itoa(cfg.rank)},
-			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 18), // 100 µs … 13 s
-		})
+		// swml_worker_…, the all-reduce duration histogram included.
 		if err := cfg.registry.Register(aggregation.NewCollector(sess)); err != nil {
-			return workerResult{}, fmt.Errorf("register worker metrics: %w", err)
-		}
-		if err := cfg.registry.Register(hist); err != nil {
 			return workerResult{}, fmt.Errorf("register worker metrics: %w", err)
 		}
 	}
@@ -331,9 +321,6 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 	n := cfg.elements()
 	rcfg := benchmark.Config{Workers: cfg.workers, Ranks: []int{cfg.rank}, Elements: n, DType: cfg.dtype, Warmup: cfg.warmup, Iters: cfg.iters,
 		Bound: benchmark.QuantizationBound, Label: fmt.Sprintf("job %d", sess.JobID())}
-	if hist != nil {
-		rcfg.Observe = func(d time.Duration) { hist.Observe(d.Seconds()) }
-	}
 	run, err := benchmark.Run(ctx, []benchmark.AllReducer{sess}, rcfg)
 	if err != nil {
 		if errors.Is(err, benchmark.ErrMismatch) {
