@@ -55,27 +55,57 @@ func TestBenchJSON(t *testing.T) {
 	}
 }
 
-// checkBenchSchema checks the documented JSON keys (docs/bench.md), so a
-// renamed field fails here and not in someone's script.
+// docBenchKeys are the keys of docs/bench.md's JSON example: the
+// document's, its first run's and that run's baseline's.
+func docBenchKeys(t *testing.T) (top, run, baseline []string) {
+	t.Helper()
+	md, err := os.ReadFile("../../docs/bench.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(md), "## JSON")
+	if ok {
+		_, after, ok = strings.Cut(after, "```json\n")
+	}
+	example, _, ok2 := strings.Cut(after, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/bench.md has no ```json example under \"## JSON\"")
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(example), &doc); err != nil {
+		t.Fatalf("docs/bench.md's JSON example does not parse: %v", err)
+	}
+	var runs []map[string]json.RawMessage
+	if err := json.Unmarshal(doc["runs"], &runs); err != nil || len(runs) == 0 {
+		t.Fatalf("docs/bench.md's example has no runs: %v", err)
+	}
+	var b map[string]json.RawMessage
+	if err := json.Unmarshal(runs[0]["baseline"], &b); err != nil {
+		t.Fatalf("docs/bench.md's example run has no baseline object: %v", err)
+	}
+	return sortedKeys(doc), sortedKeys(runs[0]), sortedKeys(b)
+}
+
+// checkBenchSchema checks that the output has the keys of docs/bench.md's
+// JSON example, so a renamed field fails here and not in someone's
+// script, and the document cannot drift from the output.
 func checkBenchSchema(t *testing.T, out string, withBaseline bool) {
 	t.Helper()
+	topKeys, runKeys, baseKeys := docBenchKeys(t)
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if got := sortedKeys(doc); !slices.Equal(got, []string{"runs", "schema_version"}) {
-		t.Fatalf("top-level keys %v", got)
+	if got := sortedKeys(doc); !slices.Equal(got, topKeys) {
+		t.Fatalf("top-level keys %v, docs/bench.md shows %v", got, topKeys)
 	}
 	var runs []map[string]json.RawMessage
 	if err := json.Unmarshal(doc["runs"], &runs); err != nil {
 		t.Fatal(err)
 	}
-	runKeys := []string{"ate_per_s", "ate_ratio", "baseline", "dtype", "elements", "gbit_per_s", "iters", "loss", "loss_inflation", "max_ns", "median_ns",
-		"message_size", "min_ns", "packet_size", "packet_write_calls", "packets", "qps", "retransmissions", "retransmissions_per_message", "switch_drops", "tensor_bytes", "verified", "warmup", "workers", "writes"}
-	baseKeys := []string{"ate_per_s", "gbit_per_s", "loss_inflation", "max_ns", "median_ns", "min_ns", "name", "packets", "retransmissions", "verified", "window_messages"}
 	for _, r := range runs {
 		if got := sortedKeys(r); !slices.Equal(got, runKeys) {
-			t.Fatalf("run keys %v, want %v", got, runKeys)
+			t.Fatalf("run keys %v, docs/bench.md shows %v", got, runKeys)
 		}
 		if !withBaseline {
 			if string(r["baseline"]) != "null" || string(r["ate_ratio"]) != "null" {
@@ -88,7 +118,7 @@ func checkBenchSchema(t *testing.T, out string, withBaseline bool) {
 			t.Fatal(err)
 		}
 		if got := sortedKeys(b); !slices.Equal(got, baseKeys) {
-			t.Fatalf("baseline keys %v, want %v", got, baseKeys)
+			t.Fatalf("baseline keys %v, docs/bench.md shows %v", got, baseKeys)
 		}
 	}
 }
