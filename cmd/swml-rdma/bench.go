@@ -196,7 +196,7 @@ func runBench(c *cli.Context) error {
 	}
 	for _, f := range []string{"rank", "session-id", "nic", "device", "addr", "gid-index", "connect-timeout", "metrics-addr"} {
 		if c.IsSet(f) {
-			return cli.Exit(fmt.Sprintf("--%s applies to one worker of a distributed job%s: pass --controller ADDR too, or drop it for the embedded bench", f, envSource(f)), 2)
+			return cli.Exit(fmt.Sprintf("--%s%s applies to one worker of a distributed job: pass --controller ADDR too, or drop it (unset the variable) for the embedded bench", f, envSource(f, c.String(f))), 2)
 		}
 	}
 	cfg, err := benchFlags(c)
@@ -267,10 +267,11 @@ func runBench(c *cli.Context) error {
 }
 
 // envSource says that flag's value came from its SWML_ variable, if that
-// is set: exported for a job's workers, it is easy to forget.
-func envSource(flag string) string {
-	if env := "SWML_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_")); os.Getenv(env) != "" {
-		return fmt.Sprintf(" (here from $%s: unset it for the embedded bench)", env)
+// is set to value: a variable exported for a job's workers is easy to
+// forget when a message names only the flag.
+func envSource(flag, value string) string {
+	if env := "SWML_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_")); value != "" && os.Getenv(env) == value {
+		return fmt.Sprintf(" (from $%s)", env)
 	}
 	return ""
 }
@@ -299,7 +300,7 @@ func benchFlags(c *cli.Context) (benchConfig, error) {
 		return cfg, err
 	}
 	if cfg.sweep, err = parseWorkers(c.String("workers")); err != nil {
-		return cfg, err
+		return cfg, fmt.Errorf("%w%s", err, envSource("workers", c.String("workers")))
 	}
 	cfg.workers = slices.Max(cfg.sweep)
 	if cfg.losses, err = parseLosses(c.String("loss")); err != nil {

@@ -463,15 +463,20 @@ func TestBenchEdges(t *testing.T) {
 		// the command's flag objects, which every app of this package's
 		// tests shares.
 		t.Setenv("SWML_NIC", "ibverbs")
-		if got := envSource("nic"); !strings.Contains(got, "from $SWML_NIC") {
+		if got := envSource("nic", "ibverbs"); got != " (from $SWML_NIC)" {
 			t.Fatalf("envSource(nic) = %q with SWML_NIC exported", got)
 		}
-		t.Setenv("SWML_NIC", "")
-		if got := envSource("nic"); got != "" {
-			t.Fatalf("envSource(nic) = %q without SWML_NIC", got)
+		if got := envSource("nic", "soft"); got != "" {
+			t.Fatalf("envSource(nic, soft) = %q: the flag's value is not the variable's", got)
 		}
 	})
-}
+	t.Run("SWML_WORKERS not a number", func(t *testing.T) {
+		t.Setenv("SWML_WORKERS", "x")
+		_, err := parseWorkers("x")
+		if err == nil || !strings.Contains(fmt.Sprintf("%v%s", err, envSource("workers", "x")), `--workers "x": "x" is not a number; give a count such as 4 or a comma list such as 2,4,8,16 (from $SWML_WORKERS)`) {
+			t.Fatalf("parseWorkers(x): %v", err)
+		}
+	})}
 
 // TestProgressPhase: a phase draws at once, before its first step ends.
 func TestProgressPhase(t *testing.T) {
