@@ -57,8 +57,8 @@ func TestSessionCollector(t *testing.T) {
 			"swml_worker_allreduces_total/" + rank + "/": 2,
 			// The call-duration histogram counts the same calls.
 			"swml_worker_allreduce_duration_seconds/" + rank + "/": 2,
-			"swml_worker_messages_total/" + rank + "/":   st.Messages,
-			"swml_worker_results_total/" + rank + "/":    st.Results,
+			"swml_worker_messages_total/" + rank + "/":             st.Messages,
+			"swml_worker_results_total/" + rank + "/":              st.Results,
 		} {
 			if v, ok := got[name]; !ok || v != float64(want) {
 				t.Errorf("%s = %v (present %v), want %d", name, v, ok, want)

@@ -476,7 +476,8 @@ func TestBenchEdges(t *testing.T) {
 		if err == nil || !strings.Contains(fmt.Sprintf("%v%s", err, envSource("workers", "x")), `--workers "x": "x" is not a number; give a count such as 4 or a comma list such as 2,4,8,16 (from $SWML_WORKERS)`) {
 			t.Fatalf("parseWorkers(x): %v", err)
 		}
-	})}
+	})
+}
 
 // TestProgressPhase: a phase draws at once, before its first step ends.
 func TestProgressPhase(t *testing.T) {
