@@ -166,7 +166,7 @@ func ParseWrites(s string) (Writes, error) {
 			return w, nil
 		}
 	}
-	return 0, fmt.Errorf("%q: use auto (message writes until loss is seen), message (one multi-packet WRITE per message) or packet (one WRITE per packet)", s)
+	return 0, fmt.Errorf("writes %q: use auto, message or packet", s)
 }
 
 // ErrConfig is wrapped by every configuration error Open returns.

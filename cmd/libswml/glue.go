@@ -269,7 +269,7 @@ func (o *openArgs) protocol() error {
 	}
 	if w := getenv("SWML_WRITES"); w != "" {
 		if o.writes, err = aggregation.ParseWrites(w); err != nil {
-			return inval("swml: SWML_WRITES %v", err)
+			return inval("swml: SWML_WRITES: %v", err)
 		}
 	}
 	if err := o.config().Validate(); err != nil {

@@ -87,7 +87,7 @@ func parseJobFlags(c *cli.Context, workers int) (jobSpec, error) {
 		return j, fmt.Errorf("--dtype: %v", err)
 	}
 	if j.writes, err = aggregation.ParseWrites(c.String("writes")); err != nil {
-		return j, fmt.Errorf("--writes %v", err)
+		return j, fmt.Errorf("--%v", err)
 	}
 	switch {
 	case j.iters < 1:
