@@ -306,7 +306,7 @@ func open(o openArgs) (int64, error) {
 	s := &session{rank: o.rank, workers: o.workers, dev: dev}
 	if err := join.WaitForController(ctx, o.controller, o.timeout, nil); err != nil {
 		dev.Close()
-		return 0, &abiError{codeTimeout, fmt.Sprintf("swml: %v; start `swml-rdma switch` first, or set SWML_CONTROLLER or SWML_CONNECT_TIMEOUT", err)}
+		return 0, &abiError{codeTimeout, fmt.Sprintf("swml: %v; start `swml-rdma switch` first, or set SWML_CONTROLLER", err)}
 	}
 	cfg := o.config()
 	cfg.Device = dev
