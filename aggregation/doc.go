@@ -39,10 +39,15 @@
 // sent after it, on another QP, is back and a reordering window has passed
 // (RACK, RFC 8985: the QPs of a worker share one path through one switch,
 // so that is evidence of loss), or else when its QP's timer expires: the
-// timeout adapts to the measured time to result (smoothed RTT + 4 × its
-// variation, never below RetransmitTimeout) and doubles after BackoffAfter
-// consecutive timeouts, up to MaxRetransmitTimeout. After PeerTimeout without a
-// result, AllReduce fails with ErrPeerTimeout; when the controller aborts
+// timeout adapts to the measured time to result, queueing included (RFC
+// 6298: smoothed RTT + 4 × its variation, never below RetransmitTimeout,
+// at most 4 × the standing time to result of the last round trip or two)
+// and doubles on every expiry of the same message that brought no news
+// (after BackoffAfter of them), up to MaxRetransmitTimeout
+// (docs/protocol.md "Loss recovery" and "Congestion").
+// After PeerTimeout without a
+// result, AllReduce fails with a *PeerTimeoutError wrapping ErrPeerTimeout
+// (and ErrHeavyLoss when other QPs kept getting results); when the controller aborts
 // the job (another worker's connection broke, or it aborted), AllReduce fails
 // at once with an error wrapping control.ErrJobEnded. Either failure, and a
 // cancelled context, leaves this worker out of step with the others: the
@@ -54,7 +59,9 @@
 //
 // A Session is safe for concurrent use, but AllReduce calls are serialised:
 // one runs at a time. Each runs on the caller's goroutine, which drives the
-// completion queue itself; no goroutine is started per call or per packet,
+// completion queue itself (engine.go: poll → complete → timers → doorbell →
+// wait; send.go, receive.go and timers.go follow one message out, back,
+// and through loss); no goroutine is started per call or per packet,
 // and the steady state allocates nothing per message. The registered
 // buffer is 3 × QPs × message bytes (two receive regions and a send staging
 // region per QP), independent of the tensor size; the tensor itself is read

@@ -17,6 +17,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/internal/testutil"
 	"github.com/swml-rdma/swml-rdma/verbs"
+	"github.com/swml-rdma/swml-rdma/verbs/soft"
 	"github.com/swml-rdma/swml-rdma/verbs/verbstest"
 )
 
@@ -109,7 +110,7 @@ func TestToyAllReduceInt32(t *testing.T) {
 		noErrors(t, j.allReduceInt32(context.Background(), out))
 		checkInt32(t, in, out)
 	}
-	if err := j.workers[0].sess.AllReduce(context.Background(), []float32{1}); err == nil || !strings.Contains(err.Error(), "AllReduceInt32") {
+	if err := j.workers[0].sess.AllReduce(context.Background(), []float32{1}); !errors.Is(err, ErrDType) {
 		t.Errorf("AllReduce on an int32 session: %v", err)
 	}
 }
@@ -288,10 +289,11 @@ func TestConfigErrors(t *testing.T) {
 // can never recover; resending the missing packets one by one must, with
 // results bit-identical to a loss-free run.
 func TestToyStarvation(t *testing.T) {
+	t.Parallel()
 	b := newLossBench(t, 20, 5, 64*16*7)
 	c, cfg, in, n := b.c, b.cfg, b.in, lossBenchWorkers
 
-	c.sw.setLoss(
+	c.setLoss(
 		func(rank, qp, k, pkts int) bool { return rank == 0 && qp == 0 && pkts > 1 && k == 1 },
 		func(rank, qp, _, pkts int) bool { return rank == 1 && qp == 1 && pkts > 1 },
 	)
@@ -300,7 +302,7 @@ func TestToyStarvation(t *testing.T) {
 	whole.SessionID = 21
 	whole.WholeMessageResend = true
 	whole.PeerTimeout = 400 * time.Millisecond
-	starved := openJob(t, c.ctlAddr, n, whole, c.device(2))
+	starved := openJob(t, c.ctlAddr, n, whole, c.device(10))
 	for r, err := range starved.allReduce(context.Background(), clone2(in)) {
 		if !errors.Is(err, ErrPeerTimeout) {
 			t.Fatalf("whole-message resends, rank %d: %v; want ErrPeerTimeout (the pattern lets no whole message through)", r, err)
@@ -308,7 +310,7 @@ func TestToyStarvation(t *testing.T) {
 	}
 
 	cfg.SessionID = 22
-	lossy := openJob(t, c.ctlAddr, n, cfg, c.device(3))
+	lossy := openJob(t, c.ctlAddr, n, cfg, c.device(20))
 	b.check(t, lossy, 2, "per-packet recovery")
 	for r, w := range lossy.workers {
 		if st := w.sess.Stats(); (r == 0 || r == 1) && st.Retransmissions == 0 {
@@ -317,45 +319,56 @@ func TestToyStarvation(t *testing.T) {
 	}
 }
 
-// TestDeadPeerTexts: when a message gives up, the error says what was
-// seen, and tells heavy loss (the switch keeps answering) from a gone peer
-// or switch (nothing comes back).
-func TestDeadPeerTexts(t *testing.T) {
+// TestPeerTimeoutError: when a message gives up, the error is short,
+// typed with what was seen, and tells heavy loss (the switch keeps
+// answering) from a gone peer or switch (nothing comes back).
+func TestPeerTimeoutError(t *testing.T) {
 	now := time.Now()
 	newSession := func() *Session {
-		s := &Session{cfg: Config{PeerTimeout: 10 * time.Second, PacketsPerMessage: 16, Workers: 4, QPs: 8, PacketSize: 1024},
+		s := &Session{cfg: Config{PeerTimeout: 10 * time.Second, PacketsPerMessage: 16, Workers: 4, QPs: 8, PacketSize: 1024, Rank: 2},
 			assign: &control.Assignment{JobID: 7, SwitchAddr: addr4(10, 0, 0, 1)}}
+		s.eng.pktBits = 4
 		s.stats.messages.Store(200)
 		s.stats.retransmissions.Store(50)
-		s.callStart = now.Add(-12 * time.Second)
+		s.eng.callStart = now.Add(-12 * time.Second)
 		return s
 	}
-	st := &qpState{index: 3, cur: 41, sent: now.Add(-10 * time.Second), resends: 37, timeouts: 5, ngot: 12}
+	st := &qpState{index: 3}
+	st.msg.cur = 41
+	st.timer.sent, st.timer.resends, st.timer.timeouts = now.Add(-10*time.Second), 37, 5
+	st.pkts.n = 12
 
-	s := newSession()
-	s.lastResult = now.Add(-20 * time.Millisecond)
-	err := s.deadPeer(st, now)
-	if !errors.Is(err, ErrPeerTimeout) || !errors.Is(err, ErrHeavyLoss) {
-		t.Fatalf("heavy loss: %v, want ErrPeerTimeout and ErrHeavyLoss", err)
-	}
-	for _, want := range []string{"message 41 on QP 3", "37 resends (5 after a timeout)", "12 of its 16 packets", "until 20ms ago", "drops too much", "50 of 200 messages, 25%"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("heavy loss text lacks %q:\n%v", want, err)
-		}
-	}
-
-	s = newSession()
-	s.lastResult = now.Add(-8 * time.Second)
-	s.ctlLost.Store(now.Add(-9 * time.Second).UnixNano())
-	st.ngot = 0
-	err = s.deadPeer(st, now)
-	if !errors.Is(err, ErrPeerTimeout) || errors.Is(err, ErrHeavyLoss) {
-		t.Fatalf("gone: %v, want ErrPeerTimeout only", err)
-	}
-	for _, want := range []string{"no result from the switch on any QP for 8s", "keep-alive stream to the controller broke", "stopped calling AllReduce", "10.0.0.1"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("gone text lacks %q:\n%v", want, err)
-		}
+	for _, tc := range []struct {
+		name       string
+		lastResult time.Duration
+		ctlLost    bool
+		heavy      bool
+		text       string
+	}{
+		{"heavy loss", 20 * time.Millisecond, false, true, "aggregation: job 7 rank 2: QP 3 message 41: no result from the switch for 10s: heavy loss"},
+		{"gone", 8 * time.Second, true, false, "aggregation: job 7 rank 2: QP 3 message 41: no result from the switch for 10s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSession()
+			s.eng.lastResult = now.Add(-tc.lastResult)
+			if tc.ctlLost {
+				s.ctlLost.Store(now.Add(-9 * time.Second).UnixNano())
+			}
+			err := fmt.Errorf("wrapped: %w", s.deadPeer(st, now))
+			var pe *PeerTimeoutError
+			if !errors.As(err, &pe) || !errors.Is(err, ErrPeerTimeout) || errors.Is(err, ErrHeavyLoss) != tc.heavy {
+				t.Fatalf("%v: want a *PeerTimeoutError wrapping ErrPeerTimeout (and ErrHeavyLoss: %v)", err, tc.heavy)
+			}
+			want := PeerTimeoutError{Job: 7, Rank: 2, QP: 3, Message: 41, Waited: 10 * time.Second, Resends: 37, Timeouts: 5,
+				PacketsBack: 12, Packets: 16, LastResult: tc.lastResult, HeavyLoss: tc.heavy, KeepAliveBroken: tc.ctlLost,
+				Switch: addr4(10, 0, 0, 1), Messages: 200, Retransmissions: 50}
+			if *pe != want {
+				t.Errorf("got  %+v\nwant %+v", *pe, want)
+			}
+			if got := pe.Error(); got != tc.text || len(got) > 100 {
+				t.Errorf("text %q (%d characters), want %q", got, len(got), tc.text)
+			}
+		})
 	}
 }
 
@@ -437,15 +450,15 @@ func TestToySwitchGone(t *testing.T) {
 
 // TestToyResultOrder meets the switch's per-QP result ordering rule
 // (switchmodel.RDMASender, docs/protocol.md): rank 1's packets 2 and 3 reach
-// the switch only after the first packet of rank 0's resend, so the switch
-// answers that packet with a unicast FIRST(0) to rank 0 and then completes
-// slots 2 and 3 with a broadcast MIDDLE(2), LAST(3). Sent to rank 0 they
-// would follow FIRST(0) with consecutive PSNs and complete a message with
-// packet 1 missing and packets shifted; the switch must skip them for rank 0
-// (and the unicast MIDDLE(1)… of the rest of its resend), and rank 0's next
-// resend must get the whole message in order. Whole-message resends (the
-// per-packet ones are single-packet messages, immune by construction) and
-// int32 (no exponent round), one message on one QP.
+// the switch only after the first packet of rank 0's resend, so rank 0's
+// resend arrives while the broadcast of the message to rank 0 is open at
+// packet 1. The switch must not cut into it (issue 24): the unicast answers
+// FIRST(0) and MIDDLE(1) are skipped for rank 0, the broadcast MIDDLE(2),
+// LAST(3) complete the message rank 0 already holds the start of, and the
+// unicast answers to the rest of its resend (behind a closed stream) are
+// skipped too. One resend is enough. Whole-message resends (the per-packet
+// ones are single-packet messages, immune by construction) and int32 (no
+// exponent round), one message on one QP.
 func TestToyResultOrder(t *testing.T) {
 	c := newToyCluster(t, 0)
 	cfg := toyConfig(40)
@@ -466,11 +479,169 @@ func TestToyResultOrder(t *testing.T) {
 	sw, skipped := c.sw.counters()
 	st := j.workers[0].sess.Stats()
 	t.Logf("switch: %d result packets, %d skipped for order, %d unicasts; rank 0: %d retransmissions", sw.ResultPackets, skipped, sw.Unicasts, st.Retransmissions)
-	// At least MIDDLE(2) and LAST(3) of the broadcast are skipped for rank 0.
+	// At least the unicast FIRST(0) and MIDDLE(1) are skipped for rank 0.
 	if skipped < 2 || uint64(skipped) != sw.ResultsSkipped {
 		t.Fatalf("%d result packets skipped for order (model counts %d), want at least 2: the interleaving did not meet the rule", skipped, sw.ResultsSkipped)
 	}
-	if st.Retransmissions < 2 {
-		t.Errorf("rank 0 resent %d times; the skipped results need a second resend", st.Retransmissions)
+	if st.Retransmissions != 1 {
+		t.Errorf("rank 0 resent %d times, want 1: the open broadcast completes the message", st.Retransmissions)
+	}
+}
+
+// doorbellLog records how a session's sends reach the NIC through
+// stagedDevice.
+type doorbellLog struct {
+	mu      sync.Mutex
+	pending []stagedPost
+	rings   []int // work-request batches staged before each doorbell
+	direct  int   // PostSend calls that bypassed staging
+}
+
+type stagedPost struct {
+	qp  verbs.QP
+	wrs []verbs.SendWR
+}
+
+// stagedDevice wraps a device so that its QPs stage sends
+// (verbs.StagedSender) and post them on Doorbell, the way verbs/soft does.
+type stagedDevice struct {
+	verbs.Device
+	log *doorbellLog
+}
+
+type stagedPD struct {
+	verbs.PD
+	log *doorbellLog
+}
+
+type stagedQP struct {
+	verbs.QP
+	log *doorbellLog
+}
+
+func (d stagedDevice) AllocPD() (verbs.PD, error) {
+	pd, err := d.Device.AllocPD()
+	return stagedPD{pd, d.log}, err
+}
+
+func (p stagedPD) CreateUCQP(cfg verbs.QPConfig) (verbs.QP, error) {
+	qp, err := p.PD.CreateUCQP(cfg)
+	return stagedQP{qp, p.log}, err
+}
+
+var _ verbs.StagedSender = stagedQP{}
+
+func (q stagedQP) PostSend(wrs []verbs.SendWR) (int, error) {
+	q.log.mu.Lock()
+	q.log.direct++
+	q.log.mu.Unlock()
+	return q.QP.PostSend(wrs)
+}
+
+func (q stagedQP) PostSendStaged(wrs []verbs.SendWR) (int, error) {
+	q.log.mu.Lock()
+	defer q.log.mu.Unlock()
+	q.log.pending = append(q.log.pending, stagedPost{q.QP, append([]verbs.SendWR(nil), wrs...)})
+	return len(wrs), nil
+}
+
+func (q stagedQP) Doorbell() error {
+	q.log.mu.Lock()
+	defer q.log.mu.Unlock()
+	q.log.rings = append(q.log.rings, len(q.log.pending))
+	for _, p := range q.log.pending {
+		if _, err := p.qp.PostSend(p.wrs); err != nil {
+			return err
+		}
+	}
+	q.log.pending = q.log.pending[:0]
+	return nil
+}
+
+// TestOneDoorbellPerPass: the engine stages the messages of every QP and
+// rings the doorbell once per pass of its loop: the first pass sends every
+// QP's first message with one doorbell, no doorbell rings for nothing, and
+// no send bypasses staging (a QP type that lost the StagedSender methods
+// would cost a system call per QP).
+func TestOneDoorbellPerPass(t *testing.T) {
+	c := newToyCluster(t, 0)
+	cfg := toyConfig(31)
+	cfg.QPs = 4
+	logs := make([]*doorbellLog, 2)
+	j := openJob(t, c.ctlAddr, 2, cfg, func(r int) (verbs.Device, error) {
+		d, err := c.device(31)(r)
+		logs[r] = &doorbellLog{}
+		return stagedDevice{d, logs[r]}, err
+	})
+	defer j.close(t)
+	in := gradients(31, 2, 64*cfg.QPs*cfg.PacketSize/4)
+	out := clone2(in)
+	noErrors(t, j.allReduce(context.Background(), out))
+	checkSums(t, in, out, cfg.PacketSize*cfg.PacketsPerMessage/4)
+	for r, l := range logs {
+		l.mu.Lock()
+		if l.direct != 0 {
+			t.Errorf("rank %d: %d sends bypassed staging", r, l.direct)
+		}
+		if len(l.rings) == 0 || l.rings[0] != cfg.QPs {
+			t.Errorf("rank %d: first doorbell sent %v batches, want all %d QPs' first messages", r, l.rings[:min(1, len(l.rings))], cfg.QPs)
+		}
+		for i, n := range l.rings {
+			if n == 0 {
+				t.Errorf("rank %d: doorbell %d rang with nothing staged", r, i)
+			}
+		}
+		l.mu.Unlock()
+	}
+}
+
+// TestSoftNoRecvWRDrops: every answer the switch sends finds a posted
+// receive, however many resends (and so duplicate answers) loss causes:
+// each transmission posts the receives for its own answers before it is
+// sent (swml_nic_drops_total{reason="no_recv_wr"} stays 0; it was 16–96
+// per clean run when receives were reposted only as answers were polled).
+func TestSoftNoRecvWRDrops(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		net    byte
+		loss   float64
+		writes Writes
+	}{
+		{"clean", 70, 0, AdaptiveWrites},
+		{"loss message writes", 71, 0.05, MessageWrites},
+		{"loss packet writes", 72, 0.05, PacketWrites},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newSoftCluster(t, inMemory, tc.net, tc.loss, tc.loss)
+			cfg := softConfig(1, 256, 16, 4)
+			cfg.RetransmitTimeout = time.Millisecond // many spurious resends on a loaded host: many duplicate answers
+			cfg.Writes = tc.writes
+			devs := make([]*soft.Device, 3)
+			j := openJob(t, c.ctlAddr, 3, cfg, func(r int) (verbs.Device, error) {
+				d, err := c.device(2)(r)
+				if err == nil {
+					devs[r] = d.(*soft.Device)
+				}
+				return d, err
+			})
+			defer j.close(t)
+			in := gradients(7, 3, 1<<16)
+			var retx uint64
+			for range 4 {
+				out := clone2(in)
+				noErrors(t, j.allReduce(context.Background(), out))
+				checkSums(t, in, out, 256*16/4)
+			}
+			for r, d := range devs {
+				retx += j.workers[r].sess.Stats().Retransmissions
+				if st := d.Stats(); st.RxNoRecvWR != 0 || st.CQOverrun != 0 {
+					t.Errorf("rank %d: %d answers found no receive, %d completions overran the CQ", r, st.RxNoRecvWR, st.CQOverrun)
+				}
+			}
+			if tc.loss > 0 && retx == 0 {
+				t.Fatal("no resends under loss: the test tests nothing")
+			}
+			t.Logf("%d resends", retx)
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +21,9 @@ var (
 	// ErrClosed is returned by calls on a closed Session.
 	ErrClosed = errors.New("aggregation: session closed")
 	// ErrPeerTimeout is wrapped by AllReduce when a message got no result
-	// within Config.PeerTimeout: the switch or another worker is gone.
+	// within Config.PeerTimeout: the switch or another worker is gone, or
+	// the network drops too much (ErrHeavyLoss). The error is a
+	// *PeerTimeoutError.
 	ErrPeerTimeout = errors.New("no result from the switch")
 	// ErrHeavyLoss is wrapped, with ErrPeerTimeout, when a message got no
 	// result within Config.PeerTimeout although other QPs kept getting
@@ -32,6 +35,12 @@ var (
 	// (switchGoneAfter): the switch daemon, which runs the controller, is
 	// gone.
 	ErrSwitchGone = errors.New("switch gone")
+	// ErrDType is wrapped by AllReduce on an Int32 session and by
+	// AllReduceInt32 on a Float32 one: call the other, or open the
+	// session with the other Config.DType.
+	ErrDType = errors.New("wrong element type for this session")
+	// ErrEmpty is wrapped by an all-reduce of an empty tensor.
+	ErrEmpty = errors.New("empty tensor")
 	// ErrBroken is wrapped by every call after an AllReduce failed midway:
 	// this worker's QPs are no longer in step with the other workers', so
 	// the session cannot be used again. Close it and open a new one (a new
@@ -39,11 +48,13 @@ var (
 	ErrBroken = errors.New("session broken by an earlier failure")
 )
 
-// recvDepth is the number of receive WRs kept posted per QP: one for the
-// result in flight plus room for duplicates (a unicast answer to a
-// retransmission racing the multicast result), which are dropped and
-// reposted.
-const recvDepth = 8
+// recvBase is the number of receive WRs posted per QP before anything is
+// sent. Every answer the switch sends a worker answers one of its
+// transmissions, so each transmission posts a receive for each answer it
+// can bring (send.go, transmit) before it is sent, instead of reposting
+// one as each answer is polled, which left a burst of duplicate answers to
+// resends with no receive (swml_nic_drops_total{reason="no_recv_wr"}).
+const recvBase = 8
 
 // Session is one worker's membership in a job: its QPs to the switch, its
 // registered buffer and its lease with the controller. AllReduce and
@@ -70,30 +81,11 @@ type Session struct {
 	watchDone chan struct{}
 	stopWatch chan struct{}
 
-	recvDepth int // receive WRs kept posted per QP
+	recvDepth int // the receive queue's capacity per QP (MaxRecvWR)
 
 	mu     sync.Mutex // held by AllReduce and Close
 	broken error      // sticky, guarded by mu
-	wcs    []verbs.Completion
-	recvWR [1]verbs.RecvWR
-	// Times to result (guarded by mu): of messages in the middle of a
-	// call, and of each QP's first message of a call.
-	rtt, joinRTT timing.RTT
-	rack         rackState
-	// pktBits > 0 enables per-packet recovery (engine.go, resend): the
-	// packet index bits of wire.PacketMsgID; pktWRs is its scratch.
-	pktBits uint
-	pktWRs  []verbs.SendWR
-	// pktWrites: the running call sends packet writes (Config.Writes;
-	// engine.go, chooseWrites), guarded by mu.
-	pktWrites  bool
-	adapt      adaptState
-	lastResult time.Time // when any result last arrived (guarded by mu)
-	callStart  time.Time // when the running call started (guarded by mu)
-	lastPass   time.Time // the engine loop's last pass (guarded by mu)
-	// doorbell is set when messages are staged on a QP and not yet sent
-	// (engine.go: transmit, ringDoorbell); guarded by mu.
-	doorbell stagedSender
+	eng    engine     // the engine's state (engine.go), guarded by mu
 
 	stats counters
 
@@ -133,22 +125,26 @@ func (s *Session) open(ctx context.Context) error {
 	if s.mr, err = s.pd.AllocMR(cfg.RegisteredBytes(), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return fmt.Errorf("aggregation: register a %d-byte buffer on %s: %w", cfg.RegisteredBytes(), dev.Name(), err)
 	}
-	depth := recvDepth
+	// The receive queue holds the answers of four transmissions of a
+	// message (the first and resends racing each other's answers) beyond
+	// the base; each answer is one receive.
+	answers := 1
 	sendDepth := 64
 	if ppm := cfg.PacketsPerMessage; cfg.perPacketRecovery() {
-		s.pktBits = uint(bits.Len(uint(ppm - 1)))
-		s.pktWRs = make([]verbs.SendWR, 0, ppm)
+		s.eng.pktBits = uint(bits.Len(uint(ppm - 1)))
+		s.eng.pktWRs = make([]verbs.SendWR, 0, ppm)
 		// A packet write or a resend is up to ppm one-packet messages,
-		// each answered by a one-packet result, and a resend's answers
-		// can race the results of the first transmission.
-		depth += 2 * ppm
+		// each answered by a one-packet result.
+		answers = ppm
 		sendDepth += 2 * ppm
 	}
+	depth := recvBase + 8*answers
+	s.eng.recvWRs = make([]verbs.RecvWR, max(answers, recvBase))
 	s.recvDepth = depth
 	if s.cq, err = dev.CreateCQ(q*(depth+sendDepth) + 256); err != nil {
 		return fmt.Errorf("aggregation: create CQ on %s: %w", dev.Name(), err)
 	}
-	s.wcs = make([]verbs.Completion, 64)
+	s.eng.wcs = make([]verbs.Completion, 64)
 	qpns := make([]uint32, q)
 	psns := make([]uint32, q)
 	for i := range q {
@@ -156,8 +152,10 @@ func (s *Session) open(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("aggregation: create UC QP %d of %d on %s: %w", i, q, dev.Name(), err)
 		}
-		st := &qpState{qp: qp, index: i, sendOff: uint64((2*q + i) * s.msgBytes), set: 1, msgID: wire.MsgIDMask,
-			got: make([]uint64, (cfg.PacketsPerMessage+63)/64)}
+		st := &qpState{qp: qp, index: i, sendOff: uint64((2*q + i) * s.msgBytes)}
+		// The first message goes in set 0 with id 0.
+		st.msg.set, st.msg.id = 1, wire.MsgIDMask
+		st.pkts.got = make([]uint64, (cfg.PacketsPerMessage+63)/64)
 		s.qps = append(s.qps, st)
 		if err := qp.Init(verbs.AccessRemoteWrite); err != nil {
 			return fmt.Errorf("aggregation: QP %d to INIT: %w", i, err)
@@ -184,6 +182,7 @@ func (s *Session) open(ctx context.Context) error {
 		QPNs:        qpns,
 		PSNs:        psns,
 		DType:       cfg.DType,
+		TensorBytes: uint64(cfg.TensorBytes),
 	})
 	if err != nil {
 		return fmt.Errorf("aggregation: join session %d as rank %d of %d: %w", cfg.SessionID, cfg.Rank, cfg.Workers, err)
@@ -210,10 +209,8 @@ func (s *Session) open(ctx context.Context) error {
 		}
 		// Results can arrive as soon as any worker sends: receives go in
 		// before this worker sends anything.
-		for range depth {
-			if err := s.postRecv(st); err != nil {
-				return err
-			}
+		if err := s.postRecvs(st, recvBase); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -233,7 +230,7 @@ func (s *Session) watch() {
 		// aggregating.
 		err := s.assign.Err()
 		if errors.Is(err, control.ErrJobEnded) {
-			s.wake.Stop()
+			s.wake.Fire()
 		} else if errors.Is(err, control.ErrControllerLost) {
 			// The data path decides: a running AllReduce fails if no
 			// result comes back soon (engine.go, interrupted).
@@ -277,7 +274,7 @@ func (s *Session) end(abortReason string) error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.closing.Store(true)
-		s.wake.Stop()
+		s.wake.Fire()
 		s.mu.Lock()
 		broken := s.broken
 		s.broken = ErrClosed
@@ -347,6 +344,9 @@ type Stats struct {
 	Retransmissions     uint64
 	Timeouts            uint64
 	FastRetransmissions uint64
+	// SpuriousRetransmissions counts resent messages whose result turned
+	// out to answer an earlier transmission: resends that were not needed.
+	SpuriousRetransmissions uint64
 	// Results counts results used; StaleResults those dropped by the
 	// message-id check (duplicates of results already used).
 	Results      uint64
@@ -360,26 +360,36 @@ type Stats struct {
 }
 
 type counters struct {
-	allReduces, messages, packets, retransmissions, timeouts, fastRetransmissions, results, stale, bytesSent, bytesReceived, packetWriteCalls atomic.Uint64
-	callTimes                                                                                                                                 callHistogram // completed calls (metrics.go)
+	allReduces, messages, packets, retransmissions, timeouts, fastRetransmissions, spurious, results, stale, bytesSent, bytesReceived, packetWriteCalls atomic.Uint64
+	callTimes                                                                                                                                           callHistogram // completed calls (metrics.go)
 }
 
 // Stats returns the session's counters. Safe for concurrent use.
 func (s *Session) Stats() Stats {
 	c := &s.stats
 	return Stats{
-		AllReduces:          c.allReduces.Load(),
-		Messages:            c.messages.Load(),
-		Packets:             c.packets.Load(),
-		Retransmissions:     c.retransmissions.Load(),
-		Timeouts:            c.timeouts.Load(),
-		FastRetransmissions: c.fastRetransmissions.Load(),
-		Results:             c.results.Load(),
-		StaleResults:        c.stale.Load(),
-		BytesSent:           c.bytesSent.Load(),
-		BytesReceived:       c.bytesReceived.Load(),
-		PacketWriteCalls:    c.packetWriteCalls.Load(),
+		AllReduces:              c.allReduces.Load(),
+		Messages:                c.messages.Load(),
+		Packets:                 c.packets.Load(),
+		Retransmissions:         c.retransmissions.Load(),
+		Timeouts:                c.timeouts.Load(),
+		FastRetransmissions:     c.fastRetransmissions.Load(),
+		SpuriousRetransmissions: c.spurious.Load(),
+		Results:                 c.results.Load(),
+		StaleResults:            c.stale.Load(),
+		BytesSent:               c.bytesSent.Load(),
+		BytesReceived:           c.bytesReceived.Load(),
+		PacketWriteCalls:        c.packetWriteCalls.Load(),
 	}
+}
+
+// who names the session in errors: "job 7 rank 1".
+func (s *Session) who() string {
+	id := uint32(0)
+	if s.assign != nil {
+		id = s.assign.JobID
+	}
+	return fmt.Sprintf("job %d rank %d", id, s.cfg.Rank)
 }
 
 // String describes a session for logs.
@@ -410,4 +420,60 @@ func checkUCTruncation(dev verbs.Device, cfg *Config) error {
 		"(Linux rxe_resp.c, class D1 errors; docs/testbed.md \"Known limits\"), and with %v writes this job may get results as %d-packet messages: "+
 		"send packet writes on every worker of the job (--writes packet; Config.Writes PacketWrites), or one packet per message (--msg-size %d, equal to --packet-size; Config.PacketsPerMessage 1)",
 		dev.Name(), cfg.Writes, ppm, cfg.PacketSize)
+}
+
+// PeerTimeoutError is AllReduce's error when a message had no result for
+// Config.PeerTimeout. It wraps ErrPeerTimeout, and ErrHeavyLoss when other
+// QPs kept getting results (the switch and the workers are there, the
+// network drops too much); otherwise another worker stopped calling
+// AllReduce, or the switch is gone or unreachable. docs/operations.md
+// ("Errors you may meet") says what to do about each, for front ends to
+// render. Inspect it with errors.As.
+type PeerTimeoutError struct {
+	Job  uint32
+	Rank int
+	QP   int
+	// Message is the tensor message that waited; -1 for the exponent
+	// round that starts a float32 call.
+	Message int
+	// Waited is how long it went without a result; Resends how often it
+	// was resent, Timeouts how many of those were timer expiries.
+	Waited            time.Duration
+	Resends, Timeouts int
+	// PacketsBack of Packets came back one by one (per-packet recovery;
+	// both 0 without it).
+	PacketsBack, Packets int
+	// LastResult is how long ago any QP got a result, 0 if none did in
+	// this call.
+	LastResult time.Duration
+	// HeavyLoss: results kept coming on other QPs.
+	HeavyLoss bool
+	// KeepAliveBroken: the keep-alive stream to the controller broke.
+	KeepAliveBroken bool
+	// Switch is the switch's RoCE address.
+	Switch netip.Addr
+	// Messages and Retransmissions are the session's counts so far.
+	Messages, Retransmissions uint64
+}
+
+func (e *PeerTimeoutError) Error() string {
+	what := "exponent round"
+	if e.Message >= 0 {
+		what = fmt.Sprintf("message %d", e.Message)
+	}
+	loss := ""
+	if e.HeavyLoss {
+		loss = ": " + ErrHeavyLoss.Error()
+	}
+	return fmt.Sprintf("aggregation: job %d rank %d: QP %d %s: %v for %v%s",
+		e.Job, e.Rank, e.QP, what, ErrPeerTimeout, e.Waited.Round(time.Millisecond), loss)
+}
+
+// Unwrap gives ErrPeerTimeout, and ErrHeavyLoss when the network dropped
+// too much.
+func (e *PeerTimeoutError) Unwrap() []error {
+	if e.HeavyLoss {
+		return []error{ErrPeerTimeout, ErrHeavyLoss}
+	}
+	return []error{ErrPeerTimeout}
 }

@@ -18,11 +18,12 @@ import (
 // a loss-free run. Every 16th request of rank 0 on QP 0 is lost, and every
 // 16th result packet to rank 1.
 func TestPacketWrites(t *testing.T) {
+	t.Parallel()
 	b := newLossBench(t, 40, 11, 256*16*5)
 	c, cfg := b.c, b.cfg
 
 	var multi, lostIn, lostOut atomic.Int64
-	c.sw.setLoss(
+	c.setLoss(
 		func(rank, qp, k, pkts int) bool {
 			if pkts > 1 {
 				multi.Add(1)
@@ -32,11 +33,11 @@ func TestPacketWrites(t *testing.T) {
 		},
 		func(rank, qp, k, pkts int) bool { return rank == 1 && lostOut.Add(1)%16 == 6 },
 	)
-	defer c.sw.setLoss(nil, nil)
+	defer c.setLoss(nil, nil)
 
 	cfg.SessionID = 41
 	cfg.Writes = PacketWrites
-	lossy := openJob(t, c.ctlAddr, lossBenchWorkers, cfg, c.device(2))
+	lossy := openJob(t, c.ctlAddr, lossBenchWorkers, cfg, c.device(10))
 	b.check(t, lossy, 2, "packet writes under loss")
 	if m := multi.Load(); m != 0 {
 		t.Errorf("the switch saw %d multi-packet requests from workers sending packet writes", m)
@@ -59,15 +60,16 @@ func TestPacketWrites(t *testing.T) {
 // way round; the switch's per-destination ordering rule and per-packet
 // recovery sort it out.
 func TestMixedWrites(t *testing.T) {
+	t.Parallel()
 	b := newLossBench(t, 42, 12, 256*16*5)
 	c, cfg := b.c, b.cfg
 
 	var seen atomic.Int64
-	c.sw.setLoss(
+	c.setLoss(
 		func(rank, qp, k, pkts int) bool { return seen.Add(1)%97 == 0 },
 		func(rank, qp, k, pkts int) bool { return seen.Add(1)%89 == 0 },
 	)
-	defer c.sw.setLoss(nil, nil)
+	defer c.setLoss(nil, nil)
 
 	cfg.SessionID = 43
 	writes := []Writes{PacketWrites, MessageWrites, AdaptiveWrites, PacketWrites}
@@ -75,7 +77,7 @@ func TestMixedWrites(t *testing.T) {
 		cfg := cfg
 		cfg.Writes = writes[rank]
 		return cfg
-	}, c.device(2))
+	}, c.device(10))
 	b.check(t, j, 3, fmt.Sprintf("mixed job (%v writes)", writes))
 }
 
@@ -84,12 +86,13 @@ func TestMixedWrites(t *testing.T) {
 // that found more, a probe with message writes every 16th packet-write
 // call, and back to packet writes if the probe saw loss.
 func TestChooseWrites(t *testing.T) {
-	s := &Session{pktBits: 4}
+	s := &Session{}
+	s.eng.pktBits = 4
 	call := func(msgs, fast uint64) bool {
 		s.stats.messages.Add(msgs)
 		s.stats.fastRetransmissions.Add(fast)
-		s.pktWrites = s.chooseWrites()
-		return s.pktWrites
+		s.eng.pktWrites = s.chooseWrites()
+		return s.eng.pktWrites
 	}
 	if call(0, 0) {
 		t.Fatal("the first call sends packet writes")
@@ -125,7 +128,8 @@ func TestChooseWrites(t *testing.T) {
 		pktBits uint
 		want    bool
 	}{{PacketWrites, 4, true}, {MessageWrites, 4, false}, {PacketWrites, 0, false}, {AdaptiveWrites, 0, false}} {
-		s := &Session{cfg: Config{Writes: tc.w}, pktBits: tc.pktBits}
+		s := &Session{cfg: Config{Writes: tc.w}}
+		s.eng.pktBits = tc.pktBits
 		s.stats.messages.Add(64)
 		s.stats.fastRetransmissions.Add(64)
 		s.chooseWrites()
@@ -169,20 +173,24 @@ func (q *postCounter) PostSend(wrs []verbs.SendWR) (int, error) {
 	return len(wrs), nil
 }
 
-// TestPacketWriteTimer: with packet writes, an expiry backs off only while
-// none of the message's results is back (its slots wait for a slow peer);
-// once some are, the missing ones were lost, and each expiry resends just
-// them at the pace of the estimate, however often a resend is lost again
-// (at 20 % loss a third of the time) and whatever backoff came before.
+// TestPacketWriteTimer: with packet writes, an expiry backs off while none
+// of the message's results is back (it is lost, queued, or its slots wait
+// for a slow peer: resending the whole message again would add its copy to
+// the queue); once some are, the missing ones were lost, and each expiry
+// resends just them, one packet each, at the pace of the estimate, however
+// often a resend is lost again (at 20 % loss a third of the time) and
+// whatever backoff came before.
 func TestPacketWriteTimer(t *testing.T) {
 	const ppm = 16
 	qp := &postCounter{}
 	mr := &fakeMR{buf: make([]byte, 3*ppm*256)}
 	s := &Session{cfg: Config{PacketSize: 256, PacketsPerMessage: ppm, RetransmitTimeout: time.Millisecond,
 		MaxRetransmitTimeout: time.Second, BackoffAfter: 1, QPs: 1}, msgBytes: ppm * 256, mr: mr,
-		pktBits: 4, pktWrites: true, qps: []*qpState{{index: 0, got: make([]uint64, 1)}}}
+		qps: []*qpState{{index: 0}}}
+	s.eng.pktBits, s.eng.pktWrites = 4, true
 	st := s.qps[0]
 	st.qp = qp
+	st.pkts.got = make([]uint64, 1)
 	now := time.Now()
 	if err := s.post(st, 0, now); err != nil {
 		t.Fatal(err)
@@ -191,33 +199,37 @@ func TestPacketWriteTimer(t *testing.T) {
 		t.Fatalf("a packet-write message posted %d batches, first of %d WRs; want 1 of %d", len(qp.posted), len(qp.posted[0]), ppm)
 	}
 	for k, wr := range qp.posted[0] {
-		if wr.Local.Length != 256 || wr.Signaled != (k == ppm-1) || wire.Imm(wr.Imm).MsgID() != wire.PacketMsgID(st.msgID, k, 4) {
+		if wr.Local.Length != 256 || wr.Signaled != (k == ppm-1) || wire.Imm(wr.Imm).MsgID() != wire.PacketMsgID(st.msg.id, k, 4) {
 			t.Fatalf("packet %d: %+v", k, wr)
 		}
 	}
-	base := st.rto
+	base := st.timer.rto
+	expire := func() []verbs.SendWR {
+		t.Helper()
+		st.queued = 0
+		now = now.Add(st.timer.rto)
+		if err := s.retransmit(st, now); err != nil {
+			t.Fatal(err)
+		}
+		return qp.posted[len(qp.posted)-1]
+	}
 	// Nothing back: each expiry doubles the timeout.
 	for i := 1; i <= 3; i++ {
-		st.queued = 0
-		now = now.Add(st.rto)
-		if err := s.retransmit(st, now); err != nil {
-			t.Fatal(err)
-		}
-		if want := base << i; st.rto != want {
-			t.Fatalf("expiry %d with nothing back: timeout %v, want %v", i, st.rto, want)
+		expire()
+		if want := base << i; st.timer.rto != want {
+			t.Fatalf("expiry %d with nothing back: timeout %v, want %v", i, st.timer.rto, want)
 		}
 	}
+	if s.stats.retransmissions.Load() != 3 {
+		t.Fatalf("%d resends, want 3", s.stats.retransmissions.Load())
+	}
 	// 15 of 16 back: each expiry resends packet 15 alone, at the base pace.
-	st.got[0], st.ngot = 1<<15-1, 15
+	st.pkts.got[0], st.pkts.n = 1<<15-1, 15
 	for i := range 5 {
-		st.queued = 0
-		now = now.Add(st.rto)
-		if err := s.retransmit(st, now); err != nil {
-			t.Fatal(err)
-		}
-		last := qp.posted[len(qp.posted)-1]
-		if st.rto != base || len(last) != 1 || wire.Imm(last[0].Imm).MsgID() != wire.PacketMsgID(st.msgID, 15, 4) || !last[0].Signaled {
-			t.Fatalf("expiry %d with 15 of 16 back: timeout %v (want %v), resent %+v", i, st.rto, base, last)
+		want := base
+		last := expire()
+		if st.timer.rto != want || len(last) != 1 || wire.Imm(last[0].Imm).MsgID() != wire.PacketMsgID(st.msg.id, 15, 4) || !last[0].Signaled {
+			t.Fatalf("expiry %d with 15 of 16 back: timeout %v (want %v), resent %+v", i, st.timer.rto, want, last)
 		}
 	}
 }
@@ -238,28 +250,30 @@ func (m *fakeMR) LKey() uint32  { return 1 }
 // such evidence.
 func TestPacketWriteLossEvidence(t *testing.T) {
 	now := time.Now()
-	s := &Session{pktWrites: true}
-	s.rack.curMin = 4 * time.Millisecond // reordering window 1 ms
-	st := &qpState{xmit: now}
+	s := &Session{}
+	s.eng.pktWrites = true
+	s.eng.rack.curMin = 4 * time.Millisecond // reordering window 1 ms
+	st := &qpState{}
+	st.timer.xmit = now
 	if _, ok := s.lostAt(st); ok {
 		t.Fatal("evidence of loss before any result")
 	}
-	st.lastPkt, st.ngot = now.Add(3*time.Millisecond), 15
+	st.pkts.last, st.pkts.n = now.Add(3*time.Millisecond), 15
 	if at, ok := s.lostAt(st); !ok || !at.Equal(now.Add(4*time.Millisecond)) {
 		t.Fatalf("15 of 16 back 3 ms after sending: lost at %v (%v), want +4ms", at.Sub(now), ok)
 	}
 	// A later message's result gives the earlier of the two times.
-	s.rack.xmit, s.rack.rtt = now.Add(time.Millisecond), time.Millisecond
+	s.eng.rack.xmit, s.eng.rack.rtt = now.Add(time.Millisecond), time.Millisecond
 	if at, _ := s.lostAt(st); !at.Equal(now.Add(2 * time.Millisecond)) {
 		t.Fatalf("with RACK evidence: lost at %v, want +2ms", at.Sub(now))
 	}
-	s.rack.xmit = time.Time{}
-	s.pktWrites = false
+	s.eng.rack.xmit = time.Time{}
+	s.eng.pktWrites = false
 	if _, ok := s.lostAt(st); ok {
 		t.Fatal("message writes: evidence from packet results")
 	}
-	s.pktWrites = true
-	st.xmit = now.Add(5 * time.Millisecond) // resent after the last result
+	s.eng.pktWrites = true
+	st.timer.xmit = now.Add(5 * time.Millisecond) // resent after the last result
 	if _, ok := s.lostAt(st); ok {
 		t.Fatal("evidence from results that came back before the latest resend")
 	}

@@ -339,13 +339,65 @@ func (c *Completion) Err() error {
 	return fmt.Errorf("verbs: completion wr_id %d on QP %d: %s", c.WRID, c.QPN, c.Status)
 }
 
-// CQ is a completion queue. Poll and Wait may be called from one goroutine at
-// a time.
+// CQ is a completion queue. Poll, RequestNotify and Wait may be called from
+// one goroutine at a time; Notifications from any.
+//
+// Completion notification is libibverbs': RequestNotify arms the CQ
+// (ibv_req_notify_cq), and the next completion added to it afterwards puts
+// one event on Notifications (the completion channel, ibv_get_cq_event). A
+// completion that was already in the CQ raises no event, so a waiter arms,
+// polls once more, and only then blocks (Await does this).
 type CQ interface {
 	// Poll moves up to len(wcs) completions into wcs without blocking.
 	Poll(wcs []Completion) (int, error)
+	// RequestNotify arms the completion notification for the next
+	// completion (any, not only solicited ones). One event per arming.
+	RequestNotify() error
+	// Notifications is the CQ's completion channel. It holds at most one
+	// event; an event can be stale (its completions already polled), so
+	// a receiver polls after each and re-arms before blocking again.
+	Notifications() <-chan struct{}
 	// Wait blocks until at least one completion is available (then polls it
 	// like Poll) or ctx is done (then returns ctx.Err()).
 	Wait(ctx context.Context, wcs []Completion) (int, error)
 	Close() error
+}
+
+// Await polls cq into wcs; if it is empty, it arms the completion
+// notification, polls once more, and blocks until an event arrives (and
+// polls again) or wake is ready, which returns 0, nil. It allocates
+// nothing: an engine calls it with a resettable event as wake, a caller
+// with a context passes ctx.Done() (CQ.Wait is that).
+func Await(cq CQ, wcs []Completion, wake <-chan struct{}) (int, error) {
+	for {
+		if n, err := cq.Poll(wcs); n > 0 || err != nil {
+			return n, err
+		}
+		if err := cq.RequestNotify(); err != nil {
+			return 0, err
+		}
+		if n, err := cq.Poll(wcs); n > 0 || err != nil {
+			return n, err
+		}
+		select {
+		case <-cq.Notifications():
+		case <-wake:
+			return 0, nil
+		}
+	}
+}
+
+// StagedSender is implemented by QPs whose sends can be staged and sent
+// later together with the other QPs' of the same device (verbs/soft.QP):
+// PostSendStaged builds and queues the packets of wrs, and Doorbell sends
+// everything staged on the device, by any of its QPs, in as few system
+// calls as possible. A caller that drives many QPs stages every message
+// that is ready and rings the doorbell once per pass; without it, every
+// PostSend is a system call of its own.
+type StagedSender interface {
+	// PostSendStaged is PostSend without the doorbell. Signaled
+	// completions come after the packets are sent.
+	PostSendStaged(wrs []SendWR) (int, error)
+	// Doorbell sends every packet staged on the QP's device.
+	Doorbell() error
 }

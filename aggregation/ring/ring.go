@@ -411,7 +411,7 @@ func (r *Ring) Close() error {
 		for _, rr := range r.ranks {
 			if rr.waker != nil {
 				rr.closing.Store(true)
-				rr.waker.Stop()
+				rr.waker.Fire()
 			}
 		}
 		for _, rr := range r.ranks {
@@ -482,9 +482,9 @@ func (rr *Rank) do(ctx context.Context, f []float32, iv []int32) error {
 		return rr.engineGone()
 	case rr.reqs <- c:
 	}
-	rr.waker.Stop()
+	rr.waker.Fire()
 	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, rr.waker.Stop)
+		stop := context.AfterFunc(ctx, rr.waker.Fire)
 		defer stop()
 	}
 	select {
@@ -563,9 +563,9 @@ func (rr *Rank) engine() {
 		k, err := rr.cq.Poll(e.wcs)
 		if err == nil && k == 0 {
 			rr.waker.Arm(wake.Sub(now))
-			k, err = rr.cq.Wait(rr.waker, e.wcs)
-			if errors.Is(err, timing.ErrWoken) {
-				continue
+			k, err = verbs.Await(rr.cq, e.wcs, rr.waker.C())
+			if err == nil && k == 0 {
+				continue // woken
 			}
 		}
 		if err != nil {

@@ -28,14 +28,14 @@ func (j jobSpec) elements() int { return j.size / 4 }
 
 // session is the part of a worker's aggregation.Config the job flags set.
 func (j jobSpec) session() aggregation.Config {
-	return aggregation.Config{QPs: j.qps, PacketSize: j.packetSize, PacketsPerMessage: j.msgSize / j.packetSize, DType: j.dtype, Writes: j.writes, PeerTimeout: j.peerTimeout}
+	return aggregation.Config{QPs: j.qps, PacketSize: j.packetSize, PacketsPerMessage: j.msgSize / j.packetSize, DType: j.dtype, Writes: j.writes, PeerTimeout: j.peerTimeout, TensorBytes: j.size}
 }
 
 // configFlags name the flag that sets each aggregation.Config field, for
 // the errors of Config.Validate (aggregation.FieldError).
 var configFlags = map[string]string{
 	"Workers": "--workers", "Rank": "--rank", "QPs": "--qps", "PacketSize": "--packet-size",
-	"PacketsPerMessage": "--msg-size", "DType": "--dtype", "Writes": "--writes", "PeerTimeout": "--peer-timeout",
+	"PacketsPerMessage": "--msg-size", "DType": "--dtype", "Writes": "--writes", "PeerTimeout": "--peer-timeout", "TensorBytes": "--size",
 }
 
 // flagError renders a Config error in the terms of the flags: the flag of

@@ -13,6 +13,12 @@
 // memory owned by the QP or CQ; PostSend posts a whole chain and Poll drains
 // a whole batch with one cgo call each.
 //
+// Each CQ has its own completion channel (ibv_comp_channel). One goroutine
+// per CQ waits for its events in the Go runtime's poller (the channel's fd,
+// non-blocking), acknowledges each and forwards it to CQ.Notifications: a
+// blocked waiter holds no thread and no timer, and wakes when the NIC
+// completes work, not on a polling interval.
+//
 // The GID index a QP sends from is looked up in sysfs (gid_attrs/types =
 // "RoCE v2" and the GID equal to the device's address, IPv4-mapped for
 // IPv4); it is never assumed.

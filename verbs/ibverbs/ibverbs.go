@@ -70,11 +70,40 @@ static struct ibv_mr *swml_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t len
 	return mr;
 }
 
-static struct ibv_cq *swml_create_cq(struct ibv_context *ctx, int n, int *err) {
+// swml_create_cq creates a CQ with its own completion channel.
+static struct ibv_cq *swml_create_cq(struct ibv_context *ctx, int n, struct ibv_comp_channel **ch, int *err) {
 	errno = 0;
-	struct ibv_cq *cq = ibv_create_cq(ctx, n, NULL, NULL, 0);
-	*err = cq ? 0 : errno;
+	*ch = ibv_create_comp_channel(ctx);
+	if (!*ch) {
+		*err = errno;
+		return NULL;
+	}
+	struct ibv_cq *cq = ibv_create_cq(ctx, n, NULL, *ch, 0);
+	if (!cq) {
+		*err = errno;
+		ibv_destroy_comp_channel(*ch);
+		*ch = NULL;
+		return NULL;
+	}
+	*err = 0;
 	return cq;
+}
+
+static int swml_req_notify(struct ibv_cq *cq) { return ibv_req_notify_cq(cq, 0); }
+
+// swml_get_event takes one event off the completion channel (whose fd is
+// non-blocking) and acknowledges it: 0, or -1 with *err = errno (EAGAIN:
+// no event yet).
+static int swml_get_event(struct ibv_comp_channel *ch, int *err) {
+	struct ibv_cq *cq;
+	void *cq_ctx;
+	errno = 0;
+	if (ibv_get_cq_event(ch, &cq, &cq_ctx) != 0) {
+		*err = errno;
+		return -1;
+	}
+	ibv_ack_cq_events(cq, 1);
+	return 0;
 }
 
 static struct ibv_qp *swml_create_uc_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq, int max_send, int max_recv, int *err) {
@@ -186,10 +215,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -414,18 +443,81 @@ func (d *Device) CreateCQ(entries int) (verbs.CQ, error) {
 		return nil, err
 	}
 	var e C.int
-	cq := C.swml_create_cq(ctx, C.int(entries), &e)
+	var ch *C.struct_ibv_comp_channel
+	cq := C.swml_create_cq(ctx, C.int(entries), &ch, &e)
 	if cq == nil {
 		return nil, fmt.Errorf("verbs/ibverbs: create CQ(%d) on %s: %w", entries, d.name, syscall.Errno(e))
 	}
 	const batch = 64
-	return &CQ{
-		dev:   d,
-		cq:    cq,
-		batch: batch,
-		wc:    (*C.struct_ibv_wc)(C.calloc(batch, C.size_t(unsafe.Sizeof(C.struct_ibv_wc{})))),
-		out:   (*C.struct_swml_wc)(C.calloc(batch, C.size_t(unsafe.Sizeof(C.struct_swml_wc{})))),
-	}, nil
+	c := &CQ{
+		dev:    d,
+		cq:     cq,
+		ch:     ch,
+		notify: make(chan struct{}, 1),
+		batch:  batch,
+		wc:     (*C.struct_ibv_wc)(C.calloc(batch, C.size_t(unsafe.Sizeof(C.struct_ibv_wc{})))),
+		out:    (*C.struct_swml_wc)(C.calloc(batch, C.size_t(unsafe.Sizeof(C.struct_swml_wc{})))),
+	}
+	if err := c.startEvents(); err != nil {
+		C.ibv_destroy_cq(cq)
+		C.ibv_destroy_comp_channel(ch)
+		C.free(unsafe.Pointer(c.wc))
+		C.free(unsafe.Pointer(c.out))
+		return nil, fmt.Errorf("verbs/ibverbs: completion channel of a CQ on %s: %w", d.name, err)
+	}
+	return c, nil
+}
+
+// startEvents puts the completion channel's fd in the Go runtime's poller
+// (a non-blocking duplicate, so that closing it leaves the channel's own fd
+// to ibv_destroy_comp_channel) and starts the goroutine that turns its
+// events into Notifications. Blocked, that goroutine is parked in the
+// poller: it holds no thread and no timer.
+func (c *CQ) startEvents() error {
+	fd, err := unix.FcntlInt(uintptr(c.ch.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	if err := unix.SetNonblock(fd, true); err != nil { // shared with the channel's fd: ibv_get_cq_event returns EAGAIN
+		unix.Close(fd)
+		return err
+	}
+	c.events = os.NewFile(uintptr(fd), "ibv_comp_channel")
+	rc, err := c.events.SyscallConn()
+	if err != nil {
+		c.events.Close()
+		return err
+	}
+	c.eventsDone = make(chan struct{})
+	go c.readEvents(rc)
+	return nil
+}
+
+// readEvents takes each completion event off the channel, acknowledges it
+// and passes it on, until the channel's file is closed.
+func (c *CQ) readEvents(rc syscall.RawConn) {
+	defer close(c.eventsDone)
+	for {
+		var failed bool
+		err := rc.Read(func(uintptr) bool {
+			var e C.int
+			if C.swml_get_event(c.ch, &e) == 0 {
+				return true
+			}
+			if syscall.Errno(e) == syscall.EAGAIN {
+				return false // wait in the poller
+			}
+			failed = true
+			return true
+		})
+		if err != nil || failed {
+			return // closed (or the channel failed: Poll reports the CQ's state)
+		}
+		select {
+		case c.notify <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // PD is a protection domain.
@@ -554,13 +646,21 @@ func (m *MR) Close() error {
 
 // CQ is a completion queue. Poll drains up to a batch per cgo call into C
 // memory owned by the CQ.
+//
+// Its completion channel (ibv_comp_channel) is read by one goroutine parked
+// in the runtime poller on the channel's fd, which acknowledges each event
+// and forwards it to Notifications.
 type CQ struct {
-	dev   *Device
-	mu    sync.Mutex
-	cq    *C.struct_ibv_cq
-	batch int
-	wc    *C.struct_ibv_wc
-	out   *C.struct_swml_wc
+	dev        *Device
+	mu         sync.Mutex
+	cq         *C.struct_ibv_cq
+	ch         *C.struct_ibv_comp_channel
+	events     *os.File // the channel's fd, duplicated, in the poller
+	eventsDone chan struct{}
+	notify     chan struct{}
+	batch      int
+	wc         *C.struct_ibv_wc
+	out        *C.struct_swml_wc
 }
 
 var _ verbs.CQ = (*CQ)(nil)
@@ -615,36 +715,31 @@ func wcOpcode(op uint32) verbs.WCOpcode {
 	return verbs.WCOpcode(op)
 }
 
-// Wait polls until a completion arrives or ctx is done, backing off from a
-// busy poll to 1 ms sleeps (no completion channel: a CQ is polled from one
-// goroutine, and the worker engine keeps it busy).
-func (c *CQ) Wait(ctx context.Context, wcs []verbs.Completion) (int, error) {
-	backoff := time.Duration(0)
-	for {
-		n, err := c.Poll(wcs)
-		if n > 0 || err != nil {
-			return n, err
-		}
-		if err := ctx.Err(); err != nil {
-			return 0, err
-		}
-		switch {
-		case backoff == 0:
-			backoff = time.Microsecond
-		case backoff < time.Millisecond:
-			backoff *= 2
-		}
-		if backoff < 16*time.Microsecond {
-			continue // spin a little before sleeping
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, ctx.Err()
-		case <-t.C:
-		}
+// RequestNotify arms the CQ (ibv_req_notify_cq): the next completion
+// sends an event on Notifications.
+func (c *CQ) RequestNotify() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cq == nil {
+		return fmt.Errorf("verbs/ibverbs: arm CQ: %w", verbs.ErrClosed)
 	}
+	if rc := C.swml_req_notify(c.cq); rc != 0 {
+		return fmt.Errorf("verbs/ibverbs: ibv_req_notify_cq on %s: %w", c.dev.name, syscall.Errno(rc))
+	}
+	return nil
+}
+
+// Notifications is the CQ's completion channel.
+func (c *CQ) Notifications() <-chan struct{} { return c.notify }
+
+// Wait blocks on the completion channel until a completion arrives or ctx
+// is done.
+func (c *CQ) Wait(ctx context.Context, wcs []verbs.Completion) (int, error) {
+	n, err := verbs.Await(c, wcs, ctx.Done())
+	if n == 0 && err == nil {
+		return 0, ctx.Err()
+	}
+	return n, err
 }
 
 // Close destroys the CQ. Idempotent.
@@ -654,8 +749,16 @@ func (c *CQ) Close() error {
 	if c.cq == nil {
 		return nil
 	}
+	// The event reader first: ibv_destroy_cq waits for every event to be
+	// acknowledged, and the channel must outlive its reader.
+	c.events.Close()
+	<-c.eventsDone
 	rc := C.ibv_destroy_cq(c.cq)
 	c.cq = nil
+	if e := C.ibv_destroy_comp_channel(c.ch); e != 0 && rc == 0 {
+		rc = e
+	}
+	c.ch = nil
 	C.free(unsafe.Pointer(c.wc))
 	C.free(unsafe.Pointer(c.out))
 	c.wc, c.out = nil, nil

@@ -12,13 +12,17 @@ import (
 // CQ is a completion queue: a bounded ring filled by the NIC and drained by
 // Poll or Wait. A full CQ drops completions and counts CQOverrun (a hardware
 // CQ overrun is a fatal asynchronous error; here it is reported by Poll).
+// Notification is libibverbs': an armed CQ (RequestNotify) sends one event
+// on its channel for the next completion; an unarmed CQ costs the NIC no
+// channel operation per completion.
 type CQ struct {
 	dev    *Device
 	mu     sync.Mutex
 	ring   []verbs.Completion
 	head   int
 	n      int
-	notify chan struct{}
+	notify chan struct{} // the completion channel: one event at most
+	armed  atomic.Bool
 	over   bool
 	closed atomic.Bool
 }
@@ -38,8 +42,11 @@ func (c *CQ) push(wc *verbs.Completion) bool {
 	return true
 }
 
-// wake wakes a waiter, if one is waiting.
+// wake sends the completion event if the CQ is armed.
 func (c *CQ) wake() {
+	if !c.armed.Load() || !c.armed.CompareAndSwap(true, false) { // Load: no locked instruction per completion while unarmed
+		return
+	}
 	select {
 	case c.notify <- struct{}{}:
 	default:
@@ -83,11 +90,31 @@ func (c *CQ) Poll(wcs []verbs.Completion) (int, error) {
 	return k, nil
 }
 
-// Wait blocks until a completion is available or ctx is done.
+// RequestNotify arms the CQ: the next completion sends an event on
+// Notifications.
+func (c *CQ) RequestNotify() error {
+	if c.closed.Load() {
+		return fmt.Errorf("soft: arm CQ: %w", verbs.ErrClosed)
+	}
+	c.armed.Store(true)
+	return nil
+}
+
+// Notifications is the CQ's completion channel.
+func (c *CQ) Notifications() <-chan struct{} { return c.notify }
+
+// Wait blocks until a completion is available, ctx is done or the device
+// is closed.
 func (c *CQ) Wait(ctx context.Context, wcs []verbs.Completion) (int, error) {
 	for {
 		n, err := c.Poll(wcs)
 		if n > 0 || err != nil {
+			return n, err
+		}
+		if err := c.RequestNotify(); err != nil {
+			return 0, err
+		}
+		if n, err := c.Poll(wcs); n > 0 || err != nil {
 			return n, err
 		}
 		select {

@@ -488,7 +488,8 @@ func (q *QP) Close() error {
 // (a real CQ overrun puts the QPs in error; tests size CQs generously).
 type CQ struct {
 	capacity int
-	notify   chan struct{}
+	notify   chan struct{} // the completion channel
+	armed    atomic.Bool
 
 	mu      sync.Mutex
 	entries []verbs.Completion
@@ -504,9 +505,11 @@ func (c *CQ) push(wc verbs.Completion) {
 		c.overrun++
 	}
 	c.mu.Unlock()
-	select {
-	case c.notify <- struct{}{}:
-	default:
+	if c.armed.CompareAndSwap(true, false) {
+		select {
+		case c.notify <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -528,18 +531,27 @@ func (c *CQ) Poll(wcs []verbs.Completion) (int, error) {
 	return n, nil
 }
 
-func (c *CQ) Wait(ctx context.Context, wcs []verbs.Completion) (int, error) {
-	for {
-		n, err := c.Poll(wcs)
-		if n > 0 || err != nil {
-			return n, err
-		}
-		select {
-		case <-c.notify:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
+// RequestNotify arms the CQ: the next completion sends an event on
+// Notifications.
+func (c *CQ) RequestNotify() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("verbstest: arm CQ: %w", verbs.ErrClosed)
 	}
+	c.armed.Store(true)
+	return nil
+}
+
+// Notifications is the CQ's completion channel; Close sends an event too.
+func (c *CQ) Notifications() <-chan struct{} { return c.notify }
+
+func (c *CQ) Wait(ctx context.Context, wcs []verbs.Completion) (int, error) {
+	n, err := verbs.Await(c, wcs, ctx.Done())
+	if n == 0 && err == nil {
+		return 0, ctx.Err()
+	}
+	return n, err
 }
 
 func (c *CQ) Close() error {

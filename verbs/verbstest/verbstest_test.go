@@ -122,3 +122,63 @@ func TestQPStateChecks(t *testing.T) {
 		t.Fatal("duplicate address accepted")
 	}
 }
+
+// TestCQNotification: the fake CQ's completion channel follows
+// libibverbs: an event only for a completion after RequestNotify, one per
+// arming; verbs.Await blocks on it and returns the completion, or 0 when
+// woken.
+func TestCQNotification(t *testing.T) {
+	n := verbstest.NewNetwork()
+	defer n.Close()
+	a := newEnd(t, n, netip.MustParseAddr("10.0.0.1"))
+	b := newEnd(t, n, netip.MustParseAddr("10.0.0.2"))
+	connect(t, a, b)
+	write := func(id uint64) {
+		t.Helper()
+		if _, err := b.qp.PostRecv([]verbs.RecvWR{{ID: id}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.qp.PostSend([]verbs.SendWR{{ID: id, Opcode: verbs.WRRDMAWriteWithImm, Local: verbs.SGE{Addr: 0, Length: 8, LKey: a.mr.LKey()}, RKey: b.mr.RKey()}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	event := func() bool {
+		select {
+		case <-b.cq.Notifications():
+			return true
+		default:
+			return false
+		}
+	}
+	wcs := make([]verbs.Completion, 4)
+	write(1)
+	if k, err := verbs.Await(b.cq, wcs, nil); k != 1 || err != nil || wcs[0].WRID != 1 {
+		t.Fatalf("Await = %d, %v", k, err)
+	}
+	if event() {
+		t.Fatal("an event for a completion that came before the CQ was armed")
+	}
+	if err := b.cq.RequestNotify(); err != nil {
+		t.Fatal(err)
+	}
+	write(2)
+	select {
+	case <-b.cq.Notifications():
+	case <-time.After(10 * time.Second): // a hang bound: delivery is asynchronous
+		t.Fatal("no event for a completion of an armed CQ")
+	}
+	write(3)
+	got := 0
+	for deadline := time.Now().Add(10 * time.Second); got < 2 && time.Now().Before(deadline); {
+		k, _ := b.cq.Poll(wcs[got:])
+		got += k
+	}
+	if got != 2 || event() {
+		t.Fatalf("%d completions polled (want 2), or two events for one arming", got)
+	}
+	wake := make(chan struct{}, 1)
+	wake <- struct{}{}
+	if k, err := verbs.Await(b.cq, wcs, wake); k != 0 || err != nil {
+		t.Fatalf("woken Await = %d, %v; want 0, nil", k, err)
+	}
+}

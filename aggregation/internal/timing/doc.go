@@ -2,9 +2,10 @@
 // the SwitchML worker engine (package aggregation) and the ring all-reduce
 // (package aggregation/ring) share:
 //
-//   - Waker, the context an engine goroutine passes to verbs.CQ.Wait so
-//     that the wait ends at its next timer deadline or when something
-//     outside the engine needs it (a new call, a cancelled context, Close);
+//   - Waker, the resettable event an engine goroutine blocks on together
+//     with its completion queue (verbs.Await), set at its next timer
+//     deadline or when something outside the engine needs it (a new call,
+//     a cancelled context, Close);
 //   - RTT, RFC 6298's smoothed round-trip time and variation, and the
 //     retransmission timeout derived from them within a floor and a ceiling.
 //
@@ -12,6 +13,6 @@
 // stays in that engine.
 //
 // Concurrency: a Waker's methods are safe for concurrent use (that is its
-// purpose: Stop and Fire come from other goroutines). An RTT is owned by
+// purpose: Fire comes from other goroutines). An RTT is owned by
 // one goroutine.
 package timing

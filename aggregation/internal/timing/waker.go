@@ -1,116 +1,61 @@
 package timing
 
-import (
-	"context"
-	"errors"
-	"sync"
-	"time"
-)
+import "time"
 
-// ErrWoken is what a Waker's Err says after it fired: not a failure, the
-// engine just has a timer to look at or an event to check.
-var ErrWoken = errors.New("timing: engine woken")
-
-// Waker is the context an engine passes to verbs.CQ.Wait. Its Done channel
-// closes when the engine's next deadline passes (Arm), or when something
-// outside the engine needs it (Stop: a new call, the caller's context is
-// done, Close). The engine re-arms it after every wake-up, so the channel
-// and the timer are reused and a wait allocates nothing unless the waker
-// actually fired. Spurious wake-ups are harmless: the engine re-checks
-// everything after each one.
+// Waker is an engine's resettable wake-up event: the engine blocks on C
+// together with its completion queue's notifications (verbs.Await), and
+// the event is set when the engine's next deadline passes (Arm) or when
+// something outside the engine needs it (Fire: a new call, a cancelled
+// context, Close, a lost controller).
 //
-// The protocol: the engine calls Reset, then checks its external
-// conditions, then Arm, then waits. A Stop at any point after Reset keeps
-// Done closed until the next Reset, so an event that comes after the check
-// and before the wait is never missed. All methods are safe for concurrent
-// use.
+// The event holds one token: a Fire while the engine is busy is not lost,
+// it makes the next wait return at once. The protocol that makes this
+// enough: whoever fires first makes its reason visible (a flag, a closed
+// channel, a cancelled context), then fires; the engine, woken, checks
+// every reason. Reset clears the event before such a check, never after.
+// A wake-up whose reason was already handled (a timer that fired while
+// the engine was awake) is spurious and harmless: the engine re-checks
+// and waits again.
+//
+// All methods are safe for concurrent use; Arm, Reset and a receive from C
+// allocate nothing.
 type Waker struct {
-	mu      sync.Mutex
-	ch      chan struct{}
-	fired   bool
-	stopped bool // sticky until Reset: Arm must not reopen the channel
-	timer   *time.Timer
+	c     chan struct{}
+	timer *time.Timer
 }
 
-var _ context.Context = (*Waker)(nil)
-
-// NewWaker returns a waker that is neither armed nor fired.
+// NewWaker returns a waker whose event is clear and whose timer is not
+// armed.
 func NewWaker() *Waker {
-	w := &Waker{ch: make(chan struct{})}
+	w := &Waker{c: make(chan struct{}, 1)}
 	w.timer = time.AfterFunc(time.Hour, w.Fire)
 	w.timer.Stop()
 	return w
 }
 
-// Fire wakes the engine once, as the timer does: the next Arm forgets it.
+// C is the event: a receive from it consumes the token.
+func (w *Waker) C() <-chan struct{} { return w.c }
+
+// Fire sets the event (idempotent while it is set).
 func (w *Waker) Fire() {
-	w.mu.Lock()
-	w.fireLocked()
-	w.mu.Unlock()
-}
-
-// Stop wakes the engine and keeps it awake until Reset.
-func (w *Waker) Stop() {
-	w.mu.Lock()
-	w.stopped = true
-	w.fireLocked()
-	w.mu.Unlock()
-}
-
-// fireLocked closes the wake channel once; the caller holds w.mu.
-func (w *Waker) fireLocked() {
-	if !w.fired {
-		w.fired = true
-		close(w.ch)
+	select {
+	case w.c <- struct{}{}:
+	default:
 	}
 }
 
-// Reset forgets earlier wake-ups, Stop's included: the caller re-checks its
-// own conditions after Reset.
+// Reset clears the event; the caller then checks its reasons.
 func (w *Waker) Reset() {
-	w.mu.Lock()
-	w.stopped = false
-	if w.fired {
-		w.ch = make(chan struct{})
-		w.fired = false
+	select {
+	case <-w.c:
+	default:
 	}
-	w.mu.Unlock()
 }
 
-// Arm makes Done close after d (at once if d ≤ 0), unless Stop was called
-// since the last Reset, in which case Done stays closed.
-func (w *Waker) Arm(d time.Duration) {
-	w.mu.Lock()
-	if w.fired && !w.stopped {
-		w.ch = make(chan struct{})
-		w.fired = false
-	}
-	w.mu.Unlock()
-	w.timer.Reset(max(d, 0))
-}
+// Arm sets the event after d (at once if d ≤ 0), replacing the deadline of
+// an earlier Arm. It never clears the event: a Fire since the engine's
+// last check must still wake it.
+func (w *Waker) Arm(d time.Duration) { w.timer.Reset(max(d, 0)) }
 
 // Halt stops the timer; the waker stays usable.
 func (w *Waker) Halt() { w.timer.Stop() }
-
-// Deadline reports no deadline: the waker closes Done itself.
-func (w *Waker) Deadline() (time.Time, bool) { return time.Time{}, false }
-
-// Value carries nothing.
-func (w *Waker) Value(any) any { return nil }
-
-// Done closes when the waker fires or is stopped.
-func (w *Waker) Done() <-chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.ch
-}
-
-// Err is ErrWoken once Done is closed, nil before.
-func (w *Waker) Err() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.fired {
-		return ErrWoken
-	}
-	return nil
-}

@@ -1,25 +1,24 @@
 package timing
 
 import (
-	"errors"
 	"testing"
 	"time"
 )
 
-func closed(w *Waker) bool {
+func set(w *Waker) bool {
 	select {
-	case <-w.Done():
+	case <-w.C():
 		return true
 	default:
 		return false
 	}
 }
 
-// waitDone bounds a hang; the timers under test are 0 or an hour.
-func waitDone(t *testing.T, w *Waker) {
+// waitSet bounds a hang; the timers under test are 0 or an hour.
+func waitSet(t *testing.T, w *Waker) {
 	t.Helper()
 	select {
-	case <-w.Done():
+	case <-w.C():
 	case <-time.After(10 * time.Second):
 		t.Fatal("waker did not fire")
 	}
@@ -28,69 +27,55 @@ func waitDone(t *testing.T, w *Waker) {
 func TestWaker(t *testing.T) {
 	w := NewWaker()
 	defer w.Halt()
-	if closed(w) || w.Err() != nil {
-		t.Fatal("new waker already fired")
+	if set(w) {
+		t.Fatal("new waker is set")
 	}
 
 	w.Arm(0)
-	waitDone(t, w)
-	if !errors.Is(w.Err(), ErrWoken) {
-		t.Fatalf("Err after the timer fired = %v, want ErrWoken", w.Err())
+	waitSet(t, w)
+	if set(w) {
+		t.Fatal("the timer's event was consumed, yet the waker is still set")
 	}
 
-	// A timer wake-up is forgotten by the next Arm.
-	w.Arm(time.Hour)
-	if closed(w) || w.Err() != nil {
-		t.Fatal("Arm did not reopen a waker the timer had fired")
-	}
-
-	// Stop is sticky: Arm must not reopen, or the event would be missed.
-	w.Stop()
-	w.Arm(time.Hour)
-	if !closed(w) || !errors.Is(w.Err(), ErrWoken) {
-		t.Fatal("Arm reopened a stopped waker")
-	}
-
-	// Reset forgets Stop.
-	w.Reset()
-	w.Arm(time.Hour)
-	if closed(w) {
-		t.Fatal("waker still closed after Reset and Arm")
-	}
-
-	// Fire (a one-off wake-up from outside) closes Done until the next Arm.
+	// A Fire while the engine is busy wakes its next wait, whatever Arm
+	// says: the event is not lost.
 	w.Fire()
-	if !closed(w) {
-		t.Fatal("Fire did not close Done")
-	}
-	w.Fire() // idempotent while fired
+	w.Fire() // idempotent while set
 	w.Arm(time.Hour)
-	if closed(w) {
-		t.Fatal("Arm did not reopen after Fire")
+	if !set(w) {
+		t.Fatal("Arm cleared a Fire")
+	}
+	if set(w) {
+		t.Fatal("two Fires left two tokens")
 	}
 
-	// Halt stops the timer: a short deadline halted never fires.
+	// Reset clears the event.
+	w.Fire()
 	w.Reset()
-	w.Arm(time.Hour)
-	w.Halt()
-	if closed(w) {
-		t.Fatal("halted waker fired")
+	if set(w) {
+		t.Fatal("Reset did not clear the event")
 	}
-	if d, ok := w.Deadline(); ok || !d.IsZero() || w.Value("k") != nil {
-		t.Fatal("waker reports a deadline or a value")
+
+	// Halt stops the timer: a deadline halted never fires.
+	w.Arm(20 * time.Millisecond)
+	w.Halt()
+	select {
+	case <-w.C():
+		t.Fatal("halted waker fired")
+	case <-time.After(100 * time.Millisecond):
 	}
 }
 
-// TestWakerAllocs: re-arming a waker that did not fire allocates nothing
-// (the engine does it on every wait).
+// TestWakerAllocs: re-arming a waker and consuming its event allocate
+// nothing (the engine does both on every wait).
 func TestWakerAllocs(t *testing.T) {
 	w := NewWaker()
 	defer w.Halt()
 	if n := testing.AllocsPerRun(100, func() {
 		w.Reset()
 		w.Arm(time.Hour)
-		_ = w.Done()
-		_ = w.Err()
+		w.Fire()
+		<-w.C()
 	}); n != 0 {
 		t.Fatalf("%v allocations per re-arm, want 0", n)
 	}

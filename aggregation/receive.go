@@ -1,0 +1,177 @@
+package aggregation
+
+// Inbound flow: how one result comes back to a worker.
+//
+//  1. The switch, once every worker's contribution to a slot is in, writes
+//     the sum to each worker as an RDMA WRITE WITH IMMEDIATE to the
+//     receive region the request named (its set and QP). The NIC places
+//     it and consumes one posted receive, whose completion drive polls.
+//  2. complete (one completion) notes the time: any answer, even a
+//     duplicate, shows the switch is there. Its receive was posted by
+//     the transmission it answers (send.go, transmit → postRecvs).
+//  3. match decides what the result is to the message in flight: its
+//     result (whole, or the last of its packets' results with per-packet
+//     recovery), one more packet result, or stale (a duplicate answer to
+//     a resend, or a message id that is not the one in flight).
+//  4. sampleResult feeds the round-trip estimates with the result's time
+//     when it surely answers a known transmission (timers.go).
+//  5. deliver dequantizes the sum from the receive region into the
+//     caller's tensor.
+//  6. sendNext hands the QP its next message (send.go), quantized with the
+//     maximum exponent this result carried; a QP with none left is done.
+//
+// A send completion only says the NIC has put a message on the wire
+// (st.queued, which keeps the timers from stacking copies behind it).
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/quant"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/verbs"
+)
+
+// postRecvs posts a receive on st's QP for each of n answers that a
+// transmission about to be sent can bring. Answers that never come (lost)
+// leave their receive posted; the queue's capacity (Session.recvDepth)
+// bounds those, and a full queue has a receive for every answer still
+// possible.
+func (s *Session) postRecvs(st *qpState, n int) error {
+	n = min(n, s.recvDepth-st.recvs, len(s.eng.recvWRs))
+	if n <= 0 {
+		return nil
+	}
+	wrs := s.eng.recvWRs[:n]
+	for i := range wrs {
+		wrs[i] = verbs.RecvWR{ID: wrID(st.index, wrRecv)}
+	}
+	k, err := st.qp.PostRecv(wrs)
+	st.recvs += k
+	if err != nil {
+		return fmt.Errorf("aggregation: post receive on QP %d: %w", st.index, err)
+	}
+	return nil
+}
+
+// completeAll handles wcs and returns how many QPs finished.
+func (s *Session) completeAll(c *call, wcs []verbs.Completion) (int, error) {
+	finished := 0
+	for i := range wcs {
+		done, err := s.complete(c, &wcs[i])
+		if err != nil {
+			return finished, err
+		}
+		if done {
+			finished++
+		}
+	}
+	return finished, nil
+}
+
+// complete handles one completion; done is true when its QP has nothing
+// more to send in this call.
+func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error) {
+	qi := int(wc.WRID >> 32)
+	if qi >= len(s.qps) {
+		return false, fmt.Errorf("aggregation: %v: completion of unknown work request %#x", s.who(), wc.WRID)
+	}
+	st := s.qps[qi]
+	if wc.Status != verbs.WCSuccess {
+		return false, fmt.Errorf("aggregation: %v: QP %d: %w", s.who(), qi, wc.Err())
+	}
+	if wc.Opcode != verbs.WCRecvRDMAWithImm {
+		// A send completed: the NIC has put it on the wire.
+		st.queued = max(st.queued-1, 0)
+		return false, nil
+	}
+	st.recvs--
+	now := time.Now()
+	s.eng.lastResult = now
+	r := s.match(st, wc, now)
+	switch r {
+	case resultStale:
+		s.stats.stale.Add(1)
+		return false, nil
+	case resultPacket:
+		return false, nil
+	}
+	s.stats.results.Add(1)
+	s.stats.bytesReceived.Add(uint64(s.msgBytes))
+	s.sampleResult(st, r, now)
+	st.msg.busy = false
+	st.msg.joining = false
+	s.deliver(c, st)
+	maxE := wire.Imm(wc.Imm).E0()
+	if r == resultPackets {
+		maxE = st.pkts.resE0
+	}
+	sent, err := s.sendNext(c, st, maxE, now)
+	return !sent, err
+}
+
+// resultKind is what a received result is to the message in flight.
+type resultKind int
+
+const (
+	resultStale   resultKind = iota // not an answer to the message in flight
+	resultPacket                    // one more of its packet results, more to come
+	resultWhole                     // its whole result
+	resultPackets                   // the last of its packet results
+)
+
+// match classifies wc's result for st's message in flight and records a
+// packet result.
+func (s *Session) match(st *qpState, wc *verbs.Completion, now time.Time) resultKind {
+	if !st.msg.busy || !wc.HasImm {
+		return resultStale
+	}
+	id := wire.Imm(wc.Imm).MsgID()
+	if id&wire.PacketMsgIDFlag == 0 {
+		// A whole-message result; another id is a duplicate answer to a
+		// retransmission of a message whose result this worker used.
+		if id != st.msg.id {
+			return resultStale
+		}
+		return resultWhole
+	}
+	// One packet of the message, answered alone (per-packet recovery):
+	// the message is complete when all of them are.
+	bits, ppm := s.eng.pktBits, s.cfg.PacketsPerMessage
+	if bits == 0 {
+		return resultStale
+	}
+	k := wire.PacketIndex(id, bits)
+	p := &st.pkts
+	if k >= ppm || id != wire.PacketMsgID(st.msg.id, k, bits) || p.got[k>>6]&(1<<(k&63)) != 0 {
+		return resultStale
+	}
+	p.got[k>>6] |= 1 << (k & 63)
+	p.last = now
+	if p.n++; p.n == 1 && st.timer.resends == 0 {
+		p.first = now
+	}
+	if k == ppm-1 {
+		p.resE0 = wire.Imm(wc.Imm).E0()
+	}
+	if p.n < ppm {
+		return resultPacket
+	}
+	return resultPackets
+}
+
+// deliver dequantizes (or decodes) st's result into the caller's tensor.
+// The exponent-only round delivers nothing.
+func (s *Session) deliver(c *call, st *qpState) {
+	if st.msg.cur < 0 {
+		return
+	}
+	lo, hi := c.span(st.msg.cur)
+	off := s.recvOff(st.msg.set, st.index)
+	res := s.mr.Bytes()[off : off+uint64(4*(hi-lo))]
+	if c.f != nil {
+		quant.Dequantize(c.f[lo:hi], res, st.msg.scale)
+	} else {
+		quant.DecodeInt32(c.i[lo:hi], res)
+	}
+}

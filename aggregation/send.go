@@ -1,0 +1,251 @@
+package aggregation
+
+// Outbound flow: how one message leaves a worker.
+//
+//  1. A QP is handed its next tensor message: at the start of a call
+//     (drive's start: an exponent-only round first, sendExponents) or
+//     when its previous message's result came back (receive.go,
+//     complete → sendNext).
+//  2. sendNext quantizes the message's elements into the QP's staging
+//     region of the registered buffer, with the scale the switch's
+//     maximum exponent for it gives (the look-ahead of the previous
+//     message on this QP), and notes the look-ahead exponent of the QP's
+//     next message.
+//  3. post gives it the QP's next set and message id and builds its work
+//     request: one RDMA WRITE WITH IMMEDIATE of the whole message to the
+//     switch (message writes), or one per packet (packet writes,
+//     chooseWrites). It starts the message's timer (timers.go).
+//  4. transmit stages the work requests on the QP (verbs.StagedSender):
+//     the NIC builds the packets but does not send them yet.
+//  5. At the end of the engine's pass, ringDoorbell sends everything
+//     staged by every QP in one system call (drive, step 4).
+//
+// A resend (timers.go) re-enters at step 4 with the same work request, so
+// the switch sees an identical message.
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/quant"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/verbs"
+)
+
+// sendExponents starts a float32 call on st: a message of zeros whose only
+// content is the look-ahead exponent of the QP's first tensor message.
+func (s *Session) sendExponents(c *call, st *qpState, now time.Time) error {
+	buf := s.mr.Bytes()[st.sendOff : st.sendOff+uint64(s.msgBytes)]
+	clear(buf)
+	e0, err := s.exponent(c, st.next)
+	if err != nil {
+		return err
+	}
+	st.msg.cur = -1
+	return s.post(st, e0, now)
+}
+
+// exponent is the block exponent of tensor message j, or MinExponent (the
+// identity of the switch's max) if there is no such message.
+func (s *Session) exponent(c *call, j int) (int8, error) {
+	if j >= c.msgs {
+		return quant.MinExponent, nil
+	}
+	lo, hi := c.span(j)
+	e, err := quant.BlockExponent(c.f[lo:hi])
+	if err != nil {
+		return 0, fmt.Errorf("aggregation: AllReduce: tensor changed during the call: %w", err)
+	}
+	return e, nil
+}
+
+// sendNext sends the QP's next tensor message, quantized with the maximum
+// exponent maxE the switch returned for it; false if the QP is done.
+func (s *Session) sendNext(c *call, st *qpState, maxE int8, now time.Time) (bool, error) {
+	j := st.next
+	if j >= c.msgs {
+		return false, nil
+	}
+	lo, hi := c.span(j)
+	buf := s.mr.Bytes()[st.sendOff : st.sendOff+uint64(s.msgBytes)]
+	var e0 int8
+	if c.f != nil {
+		sc, err := quant.NewScale(s.cfg.Workers, maxE)
+		if err != nil {
+			return false, fmt.Errorf("aggregation: %v: %w", s.who(), err)
+		}
+		if err := quant.Quantize(buf, c.f[lo:hi], sc); err != nil {
+			return false, fmt.Errorf("aggregation: AllReduce: tensor changed during the call: %w", err)
+		}
+		st.msg.scale = sc
+		if e0, err = s.exponent(c, j+len(s.qps)); err != nil {
+			return false, err
+		}
+	} else {
+		quant.EncodeInt32(buf, c.i[lo:hi])
+	}
+	// The last message of a tensor is padded with zeros: the switch adds
+	// whole packets, and zeros change no sum.
+	clear(buf[4*(hi-lo):])
+	st.msg.cur = j
+	st.next = j + len(s.qps)
+	return true, s.post(st, e0, now)
+}
+
+// post sends a new message from st's staging region: next set, next
+// message id, look-ahead exponent e0.
+func (s *Session) post(st *qpState, e0 int8, now time.Time) error {
+	m := &st.msg
+	m.set ^= 1
+	m.id = (m.id + 1) & wire.MsgIDMask
+	m.e0 = e0
+	m.busy = true
+	m.wr[0] = verbs.SendWR{
+		ID:         wrID(st.index, wrSend),
+		Opcode:     verbs.WRRDMAWriteWithImm,
+		Local:      verbs.SGE{Addr: st.sendOff, Length: uint32(s.msgBytes), LKey: s.mr.LKey()},
+		RemoteAddr: s.recvOff(m.set, st.index),
+		RKey:       uint32(st.pool | wire.PoolIndex(m.set)),
+		Imm:        uint32(wire.MakeImm(m.id, e0, 0)),
+		Signaled:   true,
+	}
+	if st.pkts.n > 0 {
+		clear(st.pkts.got)
+		st.pkts.n = 0
+	}
+	st.pkts.first = time.Time{}
+	s.startTimer(st, now)
+	s.stats.messages.Add(1)
+	if s.eng.pktWrites {
+		return s.transmitPackets(st)
+	}
+	return s.transmit(st, m.wr[:], s.cfg.PacketsPerMessage)
+}
+
+// transmit posts wrs (packets packets in all) on st's QP: staged, if the
+// QP can (verbs.StagedSender), for the pass's doorbell. The receives for
+// the answers it can bring are posted first.
+func (s *Session) transmit(st *qpState, wrs []verbs.SendWR, packets int) error {
+	answers := len(wrs)
+	if s.eng.pktBits > 0 {
+		// With per-packet recovery every packet's slot can complete on
+		// its own (by another worker's packet resend) and answer alone.
+		answers = packets
+	}
+	if err := s.postRecvs(st, answers); err != nil {
+		return err
+	}
+	var err error
+	if ss, ok := st.qp.(verbs.StagedSender); ok {
+		_, err = ss.PostSendStaged(wrs)
+		s.eng.doorbell = ss
+	} else {
+		_, err = st.qp.PostSend(wrs)
+	}
+	if err != nil {
+		return fmt.Errorf("aggregation: %v: send on QP %d: %w", s.who(), st.index, err)
+	}
+	for i := range wrs {
+		if wrs[i].Signaled {
+			st.queued++
+		}
+	}
+	s.stats.packets.Add(uint64(packets))
+	s.stats.bytesSent.Add(uint64(packets * s.cfg.PacketSize))
+	return nil
+}
+
+// transmitPackets sends each packet of st's message whose result is not
+// back as a one-packet WRITE ONLY WITH IMMEDIATE: packet k goes to pool
+// index pool+2k with the packet message id of k, lands at its own offset of
+// the receive region, and is answered by a one-packet result. Only the
+// last work request is signaled: its completion stands for all of them
+// (st.queued counts one).
+func (s *Session) transmitPackets(st *qpState) error {
+	ps := s.cfg.PacketSize
+	m := &st.msg
+	recv := s.recvOff(m.set, st.index)
+	wrs := s.eng.pktWRs[:0]
+	for k := range s.cfg.PacketsPerMessage {
+		if st.pkts.got[k>>6]&(1<<(k&63)) != 0 {
+			continue
+		}
+		off := uint64(k * ps)
+		wrs = append(wrs, verbs.SendWR{
+			ID:         wrID(st.index, wrSend),
+			Opcode:     verbs.WRRDMAWriteWithImm,
+			Local:      verbs.SGE{Addr: st.sendOff + off, Length: uint32(ps), LKey: s.mr.LKey()},
+			RemoteAddr: recv + off,
+			RKey:       uint32(st.pool.Add(k) | wire.PoolIndex(m.set)),
+			Imm:        uint32(wire.MakeImm(wire.PacketMsgID(m.id, k, s.eng.pktBits), m.e0, 0)),
+		})
+	}
+	s.eng.pktWRs = wrs
+	if len(wrs) == 0 {
+		return nil
+	}
+	wrs[len(wrs)-1].Signaled = true
+	return s.transmit(st, wrs, len(wrs))
+}
+
+// ringDoorbell sends the messages staged since the last call.
+func (s *Session) ringDoorbell() error {
+	d := s.eng.doorbell
+	if d == nil {
+		return nil
+	}
+	s.eng.doorbell = nil
+	if err := d.Doorbell(); err != nil {
+		return fmt.Errorf("aggregation: %v: send: %w", s.who(), err)
+	}
+	return nil
+}
+
+// adaptState is AdaptiveWrites' memory between calls (chooseWrites): the
+// session's message and fast-retransmission counts when the last call
+// started, and how many calls in a row have sent packet writes.
+type adaptState struct {
+	msgs, fast  uint64
+	packetCalls int
+}
+
+const (
+	// lossyFastRetransmits: a call in which RACK found at least one message
+	// in this many lost has seen loss (not reordering: without loss RACK
+	// fires for a few messages in 10⁴ here, see docs/benchmarks.md).
+	lossyFastRetransmits = 64
+	// probeMessageWrites: in a run of packet-write calls, every this many
+	// calls goes back to message writes to see whether the loss is over.
+	probeMessageWrites = 16
+)
+
+// chooseWrites decides whether the call starting now sends packet writes
+// (Config.Writes). AdaptiveWrites: message writes cost the least CPU and
+// are the right choice without loss; once a call shows loss, the next ones
+// send packet writes, and every probeMessageWrites-th of them tries message
+// writes again. Workers decide alone; a call in which they disagree is
+// slower, not wrong (docs/protocol.md "Message writes and packet writes").
+func (s *Session) chooseWrites() bool {
+	e := &s.eng
+	if e.pktBits == 0 {
+		return false
+	}
+	switch s.cfg.Writes {
+	case PacketWrites:
+		return true
+	case MessageWrites:
+		return false
+	}
+	a := &e.adapt
+	msgs, fast := s.stats.messages.Load(), s.stats.fastRetransmissions.Load()
+	lossy := msgs > a.msgs && (fast-a.fast)*lossyFastRetransmits >= msgs-a.msgs
+	a.msgs, a.fast = msgs, fast
+	if !e.pktWrites {
+		a.packetCalls = 0
+		return lossy
+	}
+	// Packet writes lose little to loss, and RACK's count under them
+	// says little about it: probe with message writes now and then.
+	a.packetCalls++
+	return a.packetCalls%probeMessageWrites != 0
+}

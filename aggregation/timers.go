@@ -1,0 +1,389 @@
+package aggregation
+
+// Timer flow: what the engine does for a message whose result does not
+// come (docs/protocol.md "Loss recovery").
+//
+//  1. post starts the message's timer (startTimer): its timeout is the
+//     round-trip estimate's (rto), the deadline one timeout away.
+//  2. Every result that surely answers a known transmission feeds the
+//     estimates (sampleResult): RFC 6298's smoothed time and variation,
+//     the windowed minimum, and RACK's latest delivered transmission.
+//  3. Every pass of the loop runs timers: for each message in flight,
+//     a. after Config.PeerTimeout without a result, the call fails with a
+//        *PeerTimeoutError (deadPeer);
+//     b. past its deadline, it is resent (retransmit), and its timeout
+//        backs off unless the path shows it works;
+//     c. with evidence of loss before that — a message sent after it has
+//        its result back (RACK, RFC 8985), or some of its own packets'
+//        results came and the rest did not follow — it is resent once the
+//        reordering window has passed (fastRetransmit).
+//  4. resend re-stages the message as it was (send.go, transmit), or with
+//     per-packet recovery only the packets whose results are missing, and
+//     restarts the timer.
+//
+// timers returns the earliest time at which one of these can happen, and
+// the loop sleeps until then at most.
+
+import (
+	"time"
+)
+
+// rackState is RACK's (RFC 8985) view of the session's QPs taken together:
+// the latest transmission time among messages whose result arrived, and
+// that message's time to result. A message still waiting that was
+// transmitted before it, by more than the reordering window, has been
+// lost (its request or its result): every QP's messages take the same
+// path through the same switch, so a result that overtook it is
+// evidence, the way a later acknowledgement is for TCP. Loss is then
+// repaired in about one round trip instead of a retransmission timeout.
+type rackState struct {
+	xmit time.Time
+	rtt  time.Duration
+	// curMin and prevMin are the smallest times to result of this call
+	// and of the one before: minRTT follows the host's load within a call
+	// or two instead of keeping an idle moment's minimum forever.
+	curMin, prevMin time.Duration
+	// reoMult scales the reordering window (RFC 8985 section 6.2.4): each
+	// spurious resend widens it by min_RTT/4, up to the smoothed round
+	// trip; reoCalls counts the calls since the last widening, and after
+	// reoResetCalls of them it narrows again.
+	reoMult, reoCalls int
+}
+
+// reoResetCalls is how many calls without a spurious resend narrow the
+// reordering window back (RFC 8985: 16 loss recoveries).
+const reoResetCalls = 16
+
+// spurious widens the reordering window after a spurious resend.
+func (r *rackState) spurious() {
+	r.reoMult++
+	r.reoCalls = 0
+}
+
+// sampleMin folds a time to result into the windowed minimum.
+func (r *rackState) sampleMin(d time.Duration) {
+	if r.curMin == 0 || d < r.curMin {
+		r.curMin = d
+	}
+}
+
+// minRTT is the smallest time to result of this call and the last; 0
+// before any.
+func (r *rackState) minRTT() time.Duration {
+	if r.prevMin > 0 && (r.curMin == 0 || r.prevMin < r.curMin) {
+		return r.prevMin
+	}
+	return r.curMin
+}
+
+// newCall starts the next window of the minimum.
+func (r *rackState) newCall() {
+	if r.curMin > 0 {
+		r.prevMin, r.curMin = r.curMin, 0
+	}
+	if r.reoCalls++; r.reoCalls >= reoResetCalls {
+		r.reoMult, r.reoCalls = 0, 0
+	}
+}
+
+// reoWnd is how much later than its successor a result may come before
+// the message is taken for lost (RFC 8985: min_RTT / 4 × reoMult, at most
+// srtt). Results of different QPs are reordered when workers send them in
+// different orders, and more so behind a queue; a spurious resend costs a
+// message of bandwidth and widens the window.
+func (r *rackState) reoWnd(srtt time.Duration) time.Duration {
+	w := r.minRTT() / 4 * time.Duration(1+r.reoMult)
+	if srtt > 0 {
+		w = min(w, srtt)
+	}
+	return w
+}
+
+// startTimer starts the timer of st's new message, sent now.
+func (s *Session) startTimer(st *qpState, now time.Time) {
+	t := &st.timer
+	t.sent, t.xmit = now, now
+	t.rto = s.rto(st)
+	t.deadline = now.Add(t.rto)
+	t.timeouts, t.resends, t.silent = 0, 0, 0
+}
+
+// timers runs step 3 of the timer flow for every message in flight and
+// returns when the loop must look again at the latest.
+func (s *Session) timers(now time.Time) (time.Time, error) {
+	e := &s.eng
+	if gap := now.Sub(e.lastPass); gap > s.cfg.PeerTimeout/2 {
+		// This process was not running (stopped, or starved of CPU): the
+		// silence is ours, not the peers'. Restart the waits; if the job
+		// ended meanwhile, the controller's event says so.
+		for _, st := range s.qps {
+			if st.msg.busy {
+				st.timer.sent, st.timer.deadline = st.timer.sent.Add(gap), now
+			}
+		}
+	}
+	e.lastPass = now
+	// Wake at least four times per PeerTimeout, so that a longer gap
+	// between passes can only mean this process was not running.
+	wakeAt := now.Add(s.cfg.PeerTimeout / 4)
+	if t, ok := s.switchGoneAt(); ok {
+		wakeAt = minTime(wakeAt, t)
+	}
+	for _, st := range s.qps {
+		if !st.msg.busy {
+			continue
+		}
+		t := &st.timer
+		if now.Sub(t.sent) >= s.cfg.PeerTimeout {
+			return wakeAt, s.deadPeer(st, now)
+		}
+		if !now.Before(t.deadline) {
+			if err := s.retransmit(st, now); err != nil {
+				return wakeAt, err
+			}
+		} else if lostAt, ok := s.lostAt(st); ok {
+			if !now.Before(lostAt) {
+				if err := s.fastRetransmit(st, now); err != nil {
+					return wakeAt, err
+				}
+			} else {
+				wakeAt = minTime(wakeAt, lostAt)
+			}
+		}
+		wakeAt = minTime(wakeAt, minTime(t.deadline, t.sent.Add(s.cfg.PeerTimeout)))
+	}
+	return wakeAt, nil
+}
+
+// sampleResult feeds the estimates with the time to st's result r, which
+// came back now, when that time is unambiguous, and tells a spurious
+// resend (the result answered an earlier transmission) to RACK.
+func (s *Session) sampleResult(st *qpState, r resultKind, now time.Time) {
+	t := &st.timer
+	if s.spurious(st, r, now) {
+		// The result answers the first transmission: its time is a sample
+		// after all (RFC 4015's response to a spurious timeout), and the
+		// one the estimate needs most, since it outlasted a timeout.
+		s.stats.spurious.Add(1)
+		s.eng.rack.spurious()
+		s.sampleRTT(st, now.Sub(t.sent), t.sent)
+		return
+	}
+	switch {
+	case r == resultPackets && !st.pkts.first.IsZero():
+		// Packet results: the first one came back before any resend, so
+		// it answers the first transmission, and unlike the last one it
+		// does not wait for another worker's resend of a lost packet.
+		// Under heavy loss hardly any message gets all its packets back
+		// at the first try: without this the estimate would have no
+		// samples, and with the last result's time every loss would
+		// lengthen the next timeouts.
+		s.sampleRTT(st, st.pkts.first.Sub(t.sent), t.sent)
+	case t.resends == 0 || (r == resultWhole && s.eng.pktBits > 0):
+		// Karn's rule: only a result that surely answers the first
+		// transmission gives an unambiguous time: the message was sent
+		// once, or (per-packet recovery) it was resent packet by packet,
+		// whose answers carry packet ids, and this whole-message result
+		// answers the first transmission. Without the second case, the
+		// late results that fired a timer would never be sampled, and
+		// the estimate would keep too short a timeout on a loaded host.
+		s.sampleRTT(st, now.Sub(t.sent), t.xmit)
+	default:
+		rack := &s.eng.rack
+		if d := now.Sub(t.xmit); d >= rack.minRTT() && t.xmit.After(rack.xmit) {
+			// A resent message: the result can be taken for the answer to
+			// its latest transmission only if it took at least the
+			// smallest time to result since (RFC 8985, section 6.2).
+			rack.xmit, rack.rtt = t.xmit, d
+		}
+	}
+}
+
+// spurious reports whether st's message, resent, got the result of an
+// earlier transmission: with per-packet recovery a whole-message result
+// can only answer the first transmission (resends go packet by packet);
+// otherwise a result faster than the smallest time to result since the
+// latest resend answers an earlier one.
+func (s *Session) spurious(st *qpState, r resultKind, now time.Time) bool {
+	t := &st.timer
+	if t.resends == 0 || r != resultWhole {
+		return false
+	}
+	if s.eng.pktBits > 0 {
+		return true
+	}
+	return now.Sub(t.xmit) < s.eng.rack.minRTT()
+}
+
+// sampleRTT folds a time to result r of a transmission of st's message at
+// xmit into the estimates: the timer's (the joining one for a QP's first
+// message of the call), the windowed minimum, and RACK's latest delivered
+// transmission.
+func (s *Session) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
+	e := &s.eng
+	if st.msg.joining {
+		e.joinRTT.Sample(r)
+	} else {
+		e.rtt.Sample(r)
+	}
+	e.rack.sampleMin(r)
+	e.standing.Sample(xmit.Add(r), r, e.rtt.SRTT())
+	if xmit.After(e.rack.xmit) {
+		e.rack.xmit, e.rack.rtt = xmit, r
+	}
+}
+
+// lostAt is when st's message is taken for lost without a timeout, if
+// there is evidence: a result of a message sent after it is back (RACK),
+// or, with packet writes, some of its own packets' results came back after
+// its latest transmission and the rest did not follow within the
+// reordering window (every worker sends a message's packets together, so
+// its results come back together).
+func (s *Session) lostAt(st *qpState) (time.Time, bool) {
+	rack := &s.eng.rack
+	xmit := st.timer.xmit
+	reo := rack.reoWnd(s.eng.rtt.SRTT())
+	var t time.Time
+	ok := false
+	if xmit.Before(rack.xmit) {
+		t, ok = xmit.Add(rack.rtt+reo), true
+	}
+	if s.eng.pktWrites && st.pkts.last.After(xmit) {
+		if u := st.pkts.last.Add(reo); !ok || u.Before(t) {
+			t, ok = u, true
+		}
+	}
+	return t, ok
+}
+
+// rto is the first timeout of st's new message: RFC 6298 over the measured
+// times to result (queueing included: every message sent once is
+// sampled), never below Config.RetransmitTimeout. A QP's first message of
+// a call has its own estimate: its result waits for the last worker to
+// join the call, which on a busy host can take longer than a round trip
+// (that wait is not loss, and resending does not shorten it).
+func (s *Session) rto(st *qpState) time.Duration {
+	e := &s.eng
+	floor, ceil := s.cfg.RetransmitTimeout, s.cfg.MaxRetransmitTimeout
+	if st.msg.joining {
+		return e.joinRTT.RTO(floor, ceil)
+	}
+	if m := e.standing.Get(); m > 0 {
+		// Under loss, a message sent once can still wait for another
+		// worker's resend before its slot completes, and that wait feeds
+		// the RTT estimate, which lengthens every timer, which lengthens
+		// the waits. Bounding the timeout by a multiple of the standing
+		// time to result — the smallest of the last round trip or two,
+		// which a queue raises for every message and one message's wait
+		// does not — breaks that loop without firing under queueing (a
+		// bound by the all-time minimum did: docs/benchmarks.md "On a
+		// link with a queue").
+		k := time.Duration(rtoStandingRTTs)
+		if e.pktWrites {
+			k = rtoStandingRTTsPacketWrites
+		}
+		ceil = min(ceil, max(floor, k*m))
+	}
+	return e.rtt.RTO(floor, ceil)
+}
+
+// rtoStandingRTTs bounds the retransmission timeout, in standing times to
+// result (see rto).
+const rtoStandingRTTs = 4
+
+// rtoStandingRTTsPacketWrites is rtoStandingRTTs for packet writes: their
+// samples are times to the first packet result, which do not wait for
+// another worker's resend, so the loop the bound breaks is weaker, while a
+// tight bound fires for slow peers (docs/benchmarks.md "A/B runs behind
+// the loss design": at 32 workers, 8 instead of 4 sent 29–33 k instead of
+// 52 k spurious resends without loss).
+const rtoStandingRTTsPacketWrites = 8
+
+// retransmit resends st's message unchanged after a timeout. The switch's
+// bitmaps make that idempotent: a contribution already counted is not
+// added again, and a resend into a completed slot gets the result back.
+func (s *Session) retransmit(st *qpState, now time.Time) error {
+	t := &st.timer
+	if st.queued > 0 {
+		// The NIC has not yet sent what was posted before: another copy
+		// would only queue behind it (a slow NIC, rxe under emulation,
+		// then sends stale resends long after the worker moved on, and
+		// the resends of the message that matters wait behind them).
+		t.deadline = now.Add(t.rto)
+		return nil
+	}
+	t.timeouts++
+	s.stats.timeouts.Add(1)
+	if st.pkts.n > 0 {
+		// Some of the message's own packet results are back (every
+		// worker sends a message's packets together, so their results
+		// come back together): the missing ones were lost, and only they
+		// are resent, one packet each, which adds next to no load. Resend
+		// at the pace of the estimate, undoing any backoff: it would
+		// only make the wait for a lost resend longer (at 20 % loss the
+		// resend of the last packet is lost again a third of the time).
+		t.silent = 0
+		t.rto = s.rto(st)
+	} else if t.silent++; t.silent%s.cfg.BackoffAfter == 0 {
+		// Nothing of it came back: it was lost, or it waits in a queue
+		// or for a slow peer, or the switch is gone. Back off (RFC 6298
+		// 5.5) whatever other QPs get, so that a timer that fired early
+		// does not fire at the same pace again, adding a copy of the
+		// whole message to the queue it waits in each time.
+		t.rto = min(2*t.rto, s.cfg.MaxRetransmitTimeout)
+	}
+	return s.resend(st, now)
+}
+
+// fastRetransmit resends st's message because RACK found it lost (a
+// result of a message sent after it is back); the timer restarts.
+func (s *Session) fastRetransmit(st *qpState, now time.Time) error {
+	if st.queued > 0 {
+		return nil // as retransmit; its send completion wakes the engine
+	}
+	s.stats.fastRetransmissions.Add(1)
+	return s.resend(st, now)
+}
+
+func (s *Session) resend(st *qpState, now time.Time) error {
+	t := &st.timer
+	t.resends++
+	t.xmit = now
+	t.deadline = now.Add(t.rto)
+	s.stats.retransmissions.Add(1)
+	if s.eng.pktBits == 0 {
+		return s.transmit(st, st.msg.wr[:], s.cfg.PacketsPerMessage)
+	}
+	// Per-packet recovery: resend each packet whose result is not back as
+	// a message of its own (WRITE ONLY WITH IMMEDIATE, to the packet's own
+	// slot and buffer offset). With UC, one lost packet loses its whole
+	// message, so resending whole messages needs every packet of a resend
+	// and of its answer to get through at once: at 5 % loss, 19 % of the
+	// tries with 16 packets. Packet by packet, each try repairs 90 % of
+	// what is missing. The switch treats each as a one-packet message.
+	return s.transmitPackets(st)
+}
+
+// deadPeer is the error of a message that had no result for
+// Config.PeerTimeout: what was seen, typed (docs/operations.md says what
+// to do about each case).
+func (s *Session) deadPeer(st *qpState, now time.Time) error {
+	e := &s.eng
+	t := &st.timer
+	err := &PeerTimeoutError{
+		Job: s.assign.JobID, Rank: s.cfg.Rank, QP: st.index, Message: st.msg.cur,
+		Waited: now.Sub(t.sent), Resends: t.resends, Timeouts: t.timeouts,
+		Switch: s.assign.SwitchAddr, KeepAliveBroken: s.ctlLost.Load() != 0,
+		Messages: s.stats.messages.Load(), Retransmissions: s.stats.retransmissions.Load(),
+	}
+	if e.pktBits > 0 {
+		err.PacketsBack, err.Packets = st.pkts.n, s.cfg.PacketsPerMessage
+	}
+	if e.lastResult.After(e.callStart) {
+		err.LastResult = now.Sub(e.lastResult)
+	}
+	// Other QPs got results within half a PeerTimeout: the switch and the
+	// workers are there, the network drops too much.
+	err.HeavyLoss = !e.lastResult.IsZero() && now.Sub(e.lastResult) < s.cfg.PeerTimeout/2
+	return err
+}
