@@ -18,7 +18,8 @@ var remedies = []struct {
 	{join.ErrControllerUnreachable, "start `swml-rdma switch` first, check --controller, or raise --connect-timeout"},
 	{verbs.ErrNotSupported, "use --nic soft (no RDMA hardware needed), or a binary built with -tags ibverbs (cgo, libibverbs-dev)"},
 	{verbs.ErrNoDevice, "use --nic soft, or add a Soft-RoCE device: modprobe rdma_rxe && rdma link add rxe0 type rxe netdev DEV (docs/testbed.md); `swml-rdma devices` lists what there is"},
-	{aggregation.ErrPeerTimeout, "if a worker is merely slow to reach its next call, raise --peer-timeout"},
+	{aggregation.ErrHeavyLoss, "the network drops too much: check the links' drop counters (swml_nic_drops_total, the switch's drops, ip -s link), or raise --peer-timeout"},
+	{aggregation.ErrPeerTimeout, "check that every rank makes the same calls and that the switch runs; if a worker is merely slow to reach its next call, raise --peer-timeout"},
 }
 
 // remedy is "; " and the fix for err, or "" if it has none.
