@@ -3,7 +3,7 @@ package aggregation
 import (
 	"errors"
 	"fmt"
-	"math/bits"
+	"strconv"
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
@@ -181,11 +181,49 @@ func ParseWrites(s string) (Writes, error) {
 			return w, nil
 		}
 	}
-	return 0, fmt.Errorf("%q: use auto (message writes until loss is seen), message (one multi-packet WRITE per message) or packet (one WRITE per packet)", s)
+	return 0, fmt.Errorf("writes %q: use auto, message or packet", s)
 }
 
 // ErrConfig is wrapped by every configuration error Open returns.
 var ErrConfig = errors.New("invalid configuration")
+
+// FieldError is a Config field whose value Open refuses; it wraps
+// ErrConfig. A front end renders it in its own terms (errors.As), e.g. a
+// command-line flag or an environment variable for Field.
+type FieldError struct {
+	Field  string // the Config field: "QPs", "PacketsPerMessage", …
+	Value  any    // its value, defaults filled in
+	Reason string // what a valid value is
+	// Max is the largest valid value where the reason is a limit, else 0.
+	Max int
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("aggregation: %v: Config.%s is %v: %s", ErrConfig, e.Field, e.Value, e.Reason)
+}
+
+// Unwrap returns ErrConfig.
+func (e *FieldError) Unwrap() error { return ErrConfig }
+
+func fieldError(field string, value any, format string, args ...any) error {
+	return &FieldError{Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
+}
+
+// packetSizeList is wire.PacketSizes in words: "256, 512, … and 4096".
+func packetSizeList() string {
+	s := ""
+	for i, n := range wire.PacketSizes {
+		switch {
+		case i == 0:
+		case i == len(wire.PacketSizes)-1:
+			s += " and "
+		default:
+			s += ", "
+		}
+		s += strconv.Itoa(n)
+	}
+	return s
+}
 
 func configError(format string, args ...any) error {
 	return fmt.Errorf("aggregation: %w: "+format, append([]any{ErrConfig}, args...)...)
@@ -194,7 +232,7 @@ func configError(format string, args ...any) error {
 // Validate checks c as Open does, but for the Device, which may be nil:
 // a job's parameters can be checked before a NIC is opened (every worker of
 // a job, or a launcher, checking its flags). Zero fields stand for their
-// defaults. Errors wrap ErrConfig and name the Config field.
+// defaults. Errors are *FieldError.
 func (c Config) Validate() error {
 	_, err := c.defaults()
 	return err
@@ -203,52 +241,50 @@ func (c Config) Validate() error {
 // withDefaults fills the zero fields and validates the whole Config.
 func (c Config) withDefaults() (Config, error) {
 	if c.Device == nil {
-		return c, configError("Config.Device is nil: open an RDMA device (soft.Open for the userspace NIC, ibverbs.Open for a real one) and pass it")
+		return c, fieldError("Device", "nil", "open an RDMA device (soft.Open, ibverbs.Open)")
 	}
 	c, err := c.defaults()
 	if err != nil {
 		return c, err
 	}
 	if !c.Device.Addr().IsValid() {
-		return c, configError("device %s has no address: bring its network interface up with an IP", c.Device.Name())
+		return c, fieldError("Device", c.Device.Name(), "it has no IP address")
 	}
 	return c, nil
 }
 
 // defaults fills the zero fields and validates all but the Device.
 func (c Config) defaults() (Config, error) {
-	if c.Workers < 1 {
-		return c, configError("Config.Workers is %d: pass the number of workers of the job (at least 1)", c.Workers)
-	}
-	if c.Workers > quant.MaxWorkers {
-		return c, configError("Config.Workers is %d: at most %d workers fit the int32 quantization", c.Workers, quant.MaxWorkers)
+	if c.Workers < 1 || c.Workers > quant.MaxWorkers {
+		return c, &FieldError{Field: "Workers", Value: c.Workers, Max: quant.MaxWorkers, Reason: fmt.Sprintf("a job has 1 to %d workers", quant.MaxWorkers)}
 	}
 	if c.Rank < 0 || c.Rank >= c.Workers {
-		return c, configError("Config.Rank is %d: ranks of a %d-worker job are 0..%d", c.Rank, c.Workers, c.Workers-1)
+		return c, fieldError("Rank", c.Rank, "ranks of a %d-worker job are 0..%d", c.Workers, c.Workers-1)
 	}
 	if c.TensorBytes < 0 || c.TensorBytes%4 != 0 {
-		return c, configError("Config.TensorBytes is %d: give the tensor's length in bytes (4 per element), or 0 when it varies per call", c.TensorBytes)
+		return c, fieldError("TensorBytes", c.TensorBytes, "give the tensor's length in bytes (4 per element), or 0 when it varies")
 	}
 	if c.QPs == 0 {
 		c.QPs = DefaultQPs
 	}
 	if c.QPs < 0 || c.QPs > MaxQPs {
-		return c, configError("Config.QPs is %d: use 1 to %d queue pairs (0 for the default %d)", c.QPs, MaxQPs, DefaultQPs)
+		return c, &FieldError{Field: "QPs", Value: c.QPs, Max: MaxQPs, Reason: fmt.Sprintf("use 1 to %d queue pairs", MaxQPs)}
 	}
 	if c.PacketSize == 0 {
 		c.PacketSize = DefaultPacketSize
 	}
 	if err := wire.CheckPacketSize(c.PacketSize); err != nil {
-		return c, configError("Config.PacketSize: %v", err)
+		return c, fieldError("PacketSize", c.PacketSize, "use %s bytes", packetSizeList())
 	}
 	if c.PacketsPerMessage == 0 {
 		c.PacketsPerMessage = DefaultPacketsPerMessage
 	}
-	if c.PacketsPerMessage < 0 || bits.OnesCount(uint(c.PacketsPerMessage)) != 1 || c.PacketsPerMessage > MaxPacketsPerMessage {
-		return c, configError("Config.PacketsPerMessage is %d: use a power of two from 1 to %d (0 for the default %d)", c.PacketsPerMessage, MaxPacketsPerMessage, DefaultPacketsPerMessage)
+	if !wire.IsPowerOfTwo(c.PacketsPerMessage) || c.PacketsPerMessage > MaxPacketsPerMessage {
+		return c, &FieldError{Field: "PacketsPerMessage", Value: c.PacketsPerMessage, Max: MaxPacketsPerMessage,
+			Reason: fmt.Sprintf("use a power of two, at most %d packets", MaxPacketsPerMessage)}
 	}
 	if c.DType != wire.Float32 && c.DType != wire.Int32 {
-		return c, configError("Config.DType is %v: use wire.Float32 or wire.Int32", c.DType)
+		return c, fieldError("DType", c.DType, "use wire.Float32 or wire.Int32")
 	}
 	if c.RetransmitTimeout == 0 {
 		c.RetransmitTimeout = DefaultRetransmitTimeout
@@ -264,21 +300,22 @@ func (c Config) defaults() (Config, error) {
 	}
 	switch {
 	case c.Writes < AdaptiveWrites || c.Writes > PacketWrites:
-		return c, configError("Config.Writes is %v: use AdaptiveWrites, MessageWrites or PacketWrites", c.Writes)
+		return c, fieldError("Writes", c.Writes, "use AdaptiveWrites, MessageWrites or PacketWrites")
 	case c.Writes == PacketWrites && c.WholeMessageResend:
-		return c, configError("Config.Writes is PacketWrites with WholeMessageResend: packet writes are answered packet by packet, which a switch that echoes its stored message id (the reason for WholeMessageResend) cannot do; use MessageWrites")
+		return c, fieldError("Writes", c.Writes, "a WholeMessageResend switch cannot answer packet writes; use MessageWrites")
 	case c.Writes == PacketWrites && c.PacketsPerMessage > 1<<wire.MaxPacketIDBits:
-		return c, configError("Config.Writes is PacketWrites with %d packets per message: a packet message id names at most %d packets; use PacketsPerMessage ≤ %d or MessageWrites", c.PacketsPerMessage, 1<<wire.MaxPacketIDBits, 1<<wire.MaxPacketIDBits)
+		return c, &FieldError{Field: "PacketsPerMessage", Value: c.PacketsPerMessage, Max: 1 << wire.MaxPacketIDBits,
+			Reason: fmt.Sprintf("packet writes name at most %d packets of a message", 1<<wire.MaxPacketIDBits)}
 	}
 	switch {
 	case c.RetransmitTimeout < 0:
-		return c, configError("Config.RetransmitTimeout is %v: pass a positive duration of a few round trips (0 for %v)", c.RetransmitTimeout, DefaultRetransmitTimeout)
+		return c, fieldError("RetransmitTimeout", c.RetransmitTimeout, "use a positive duration of a few round trips")
 	case c.MaxRetransmitTimeout < c.RetransmitTimeout:
-		return c, configError("Config.MaxRetransmitTimeout %v is below RetransmitTimeout %v", c.MaxRetransmitTimeout, c.RetransmitTimeout)
+		return c, fieldError("MaxRetransmitTimeout", c.MaxRetransmitTimeout, "below RetransmitTimeout %v", c.RetransmitTimeout)
 	case c.BackoffAfter < 0:
-		return c, configError("Config.BackoffAfter is %d: pass a positive count (0 for %d)", c.BackoffAfter, DefaultBackoffAfter)
+		return c, fieldError("BackoffAfter", c.BackoffAfter, "use a positive count")
 	case c.PeerTimeout < c.RetransmitTimeout:
-		return c, configError("Config.PeerTimeout %v is below RetransmitTimeout %v: a peer would be declared dead before the first retransmission", c.PeerTimeout, c.RetransmitTimeout)
+		return c, fieldError("PeerTimeout", c.PeerTimeout, "below RetransmitTimeout %v: a peer would be taken for dead before the first resend", c.RetransmitTimeout)
 	}
 	return c, nil
 }
@@ -289,6 +326,25 @@ func (c Config) defaults() (Config, error) {
 // the request's id (not WholeMessageResend).
 func (c *Config) perPacketRecovery() bool {
 	return c.PacketsPerMessage > 1 && c.PacketsPerMessage <= 1<<wire.MaxPacketIDBits && !c.WholeMessageResend
+}
+
+// RegisteredBytes is the registered memory Open allocates for c (zero
+// fields: the defaults): per QP, a receive region for each of the two sets
+// and a send staging region, one message each (docs/protocol.md "Buffer
+// layout"). A front end checks it against the memory it has before it
+// opens a session.
+func (c Config) RegisteredBytes() int {
+	qps, pkt, ppm := c.QPs, c.PacketSize, c.PacketsPerMessage
+	if qps == 0 {
+		qps = DefaultQPs
+	}
+	if pkt == 0 {
+		pkt = DefaultPacketSize
+	}
+	if ppm == 0 {
+		ppm = DefaultPacketsPerMessage
+	}
+	return 3 * qps * pkt * ppm
 }
 
 // messageBytes is the payload of one message.

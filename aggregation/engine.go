@@ -188,6 +188,7 @@ func (s *Session) runCall(ctx context.Context, c call) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	start := time.Now()
 	if s.broken != nil {
 		if s.broken == ErrClosed {
 			return ErrClosed
@@ -208,6 +209,7 @@ func (s *Session) runCall(ctx context.Context, c call) error {
 		return err
 	}
 	s.stats.allReduces.Add(1)
+	s.stats.callTimes.observe(time.Since(start))
 	return nil
 }
 

@@ -91,9 +91,15 @@ func ExampleConfig_Validate() {
 	err := aggregation.Config{Workers: 4, Rank: 0, PacketSize: 1000}.Validate()
 	fmt.Println(errors.Is(err, aggregation.ErrConfig))
 	fmt.Println(err)
+	// A front end names the field in its own terms: a flag, a variable.
+	var fe *aggregation.FieldError
+	if errors.As(err, &fe) {
+		fmt.Printf("--%s %v: %s\n", map[string]string{"PacketSize": "packet-size"}[fe.Field], fe.Value, fe.Reason)
+	}
 	fmt.Println(aggregation.Config{Workers: 4, Rank: 3}.Validate())
 	// Output:
 	// true
-	// aggregation: invalid configuration: Config.PacketSize: packet size 1000: supported payload sizes are 256, 512, 1024, 2048 and 4096 bytes
+	// aggregation: invalid configuration: Config.PacketSize is 1000: use 256, 512, 1024, 2048 and 4096 bytes
+	// --packet-size 1000: use 256, 512, 1024, 2048 and 4096 bytes
 	// <nil>
 }

@@ -1,10 +1,44 @@
 package aggregation
 
 import (
+	"sort"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// callBuckets are the upper bounds, in seconds, of
+// swml_worker_allreduce_duration_seconds: 100 µs … 13 s, doubling.
+var callBuckets = prometheus.ExponentialBuckets(100e-6, 2, numCallBuckets)
+
+const numCallBuckets = 18
+
+// callHistogram counts the durations of a session's completed all-reduce
+// calls by bucket: the engine bumps atomics (no allocation, no lock), the
+// collector reads them at scrape time.
+type callHistogram struct {
+	counts [numCallBuckets + 1]atomic.Uint64 // the last is +Inf
+	sumNs  atomic.Uint64
+}
+
+func (h *callHistogram) observe(d time.Duration) {
+	h.counts[sort.SearchFloat64s(callBuckets, d.Seconds())].Add(1)
+	h.sumNs.Add(uint64(max(d, 0)))
+}
+
+// metric is the histogram as Prometheus takes it: cumulative counts.
+func (h *callHistogram) metric(d *prometheus.Desc) prometheus.Metric {
+	buckets := make(map[float64]uint64, numCallBuckets)
+	var n uint64
+	for i, le := range callBuckets {
+		n += h.counts[i].Load()
+		buckets[le] = n
+	}
+	n += h.counts[numCallBuckets].Load()
+	return prometheus.MustNewConstHistogram(d, n, time.Duration(h.sumNs.Load()).Seconds(), buckets)
+}
 
 // sessionCollector reads Session.Stats at scrape time: the data path only
 // bumps the session's atomics.
@@ -12,6 +46,7 @@ type sessionCollector struct {
 	s *Session
 
 	allReduces, messages, packets, retransmissions, timeouts, fast, results, stale, bytes, packetWriteCalls *prometheus.Desc
+	callDuration                                                                                            *prometheus.Desc
 }
 
 // NewCollector returns a Prometheus collector of s's counters
@@ -38,11 +73,12 @@ func NewCollector(s *Session) prometheus.Collector {
 		stale:            d("stale_results_total", "Result messages dropped by the message-id check (duplicates of results already used)."),
 		bytes:            d("bytes_total", "RDMA payload bytes sent (out) to and received (in) from the switch.", "direction"),
 		packetWriteCalls: d("packet_write_calls_total", "All-reduce calls that sent one RDMA WRITE per packet instead of one per message (Config.Writes)."),
+		callDuration:     d("allreduce_duration_seconds", "Time of one completed all-reduce call of this worker, from taking the session to its return."),
 	}
 }
 
 func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.allReduces, c.messages, c.packets, c.retransmissions, c.timeouts, c.fast, c.results, c.stale, c.bytes, c.packetWriteCalls} {
+	for _, d := range []*prometheus.Desc{c.allReduces, c.messages, c.packets, c.retransmissions, c.timeouts, c.fast, c.results, c.stale, c.bytes, c.packetWriteCalls, c.callDuration} {
 		ch <- d
 	}
 }
@@ -63,4 +99,5 @@ func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.bytes, st.BytesSent, "out")
 	counter(c.bytes, st.BytesReceived, "in")
 	counter(c.packetWriteCalls, st.PacketWriteCalls)
+	ch <- c.s.stats.callTimes.metric(c.callDuration)
 }

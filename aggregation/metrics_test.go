@@ -4,9 +4,11 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // TestSessionCollector runs a two-worker job on the in-memory network and
@@ -40,6 +42,9 @@ func TestSessionCollector(t *testing.T) {
 			}
 			key += "/" + labels["rank"] + "/" + labels["direction"]
 			got[key] = m.GetCounter().GetValue()
+			if h := m.GetHistogram(); h != nil {
+				got[key] = float64(h.GetSampleCount())
+			}
 		}
 	}
 	for r, w := range j.workers {
@@ -50,8 +55,10 @@ func TestSessionCollector(t *testing.T) {
 		// and result counts of a finished job.
 		for name, want := range map[string]uint64{
 			"swml_worker_allreduces_total/" + rank + "/": 2,
-			"swml_worker_messages_total/" + rank + "/":   st.Messages,
-			"swml_worker_results_total/" + rank + "/":    st.Results,
+			// The call-duration histogram counts the same calls.
+			"swml_worker_allreduce_duration_seconds/" + rank + "/": 2,
+			"swml_worker_messages_total/" + rank + "/":             st.Messages,
+			"swml_worker_results_total/" + rank + "/":              st.Results,
 		} {
 			if v, ok := got[name]; !ok || v != float64(want) {
 				t.Errorf("%s = %v (present %v), want %d", name, v, ok, want)
@@ -80,5 +87,29 @@ func TestSessionCollector(t *testing.T) {
 	}
 	for _, p := range problems {
 		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// TestCallHistogram: observations land in their bucket, cumulatively, with
+// no allocation on the engine's side.
+func TestCallHistogram(t *testing.T) {
+	var h callHistogram
+	for _, d := range []time.Duration{50 * time.Microsecond, 150 * time.Microsecond, time.Minute} {
+		h.observe(d)
+	}
+	if n := testing.AllocsPerRun(100, func() { h.observe(time.Millisecond) }); n != 0 {
+		t.Errorf("observe allocates %v times", n)
+	}
+	var m dto.Metric
+	if err := h.metric(prometheus.NewDesc("x", "x", nil, nil)).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	hm := m.GetHistogram()
+	if hm.GetSampleCount() != 104 { // 3, and AllocsPerRun's 100 runs and its warm-up
+		t.Fatalf("count %d, want 104", hm.GetSampleCount())
+	}
+	b := hm.GetBucket()
+	if b[0].GetUpperBound() != 100e-6 || b[0].GetCumulativeCount() != 1 || b[1].GetCumulativeCount() != 2 || b[len(b)-1].GetCumulativeCount() != 103 {
+		t.Fatalf("buckets %v", b)
 	}
 }

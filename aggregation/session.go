@@ -122,8 +122,8 @@ func (s *Session) open(ctx context.Context) error {
 	}
 	// Layout (docs/protocol.md "Buffer layout"): receive regions for set 0
 	// and set 1 of every QP, then the send staging region of every QP.
-	if s.mr, err = s.pd.AllocMR(3*q*s.msgBytes, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
-		return fmt.Errorf("aggregation: register a %d-byte buffer on %s: %w", 3*q*s.msgBytes, dev.Name(), err)
+	if s.mr, err = s.pd.AllocMR(cfg.RegisteredBytes(), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return fmt.Errorf("aggregation: register a %d-byte buffer on %s: %w", cfg.RegisteredBytes(), dev.Name(), err)
 	}
 	// The receive queue holds the answers of four transmissions of a
 	// message (the first and resends racing each other's answers) beyond
@@ -361,6 +361,7 @@ type Stats struct {
 
 type counters struct {
 	allReduces, messages, packets, retransmissions, timeouts, fastRetransmissions, spurious, results, stale, bytesSent, bytesReceived, packetWriteCalls atomic.Uint64
+	callTimes                                                                                                                                           callHistogram // completed calls (metrics.go)
 }
 
 // Stats returns the session's counters. Safe for concurrent use.

@@ -45,6 +45,10 @@ type EmbeddedConfig struct {
 	// algorithm and worker count ("SwitchML, 4 workers", "ring, 4
 	// workers"): progress.
 	Step func(label string)
+	// Phase, if set, is called when a phase starts, before its first
+	// all-reduce ends ("starting 4 workers", "SwitchML, 4 workers", "ring,
+	// 4 workers"): the first all-reduce of a large job can take a minute.
+	Phase func(label string)
 }
 
 // EmbeddedResult is what Embedded measured; every result was verified.
@@ -95,6 +99,12 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 	if cfg.Ring && cfg.Workers < 2 {
 		return EmbeddedResult{}, fmt.Errorf("benchmark: a ring of %d worker sends nothing: give 2 workers or more, or no ring", cfg.Workers)
 	}
+	phase := func(label string) {
+		if cfg.Phase != nil {
+			cfg.Phase(label)
+		}
+	}
+	phase(fmt.Sprintf("starting %d workers", cfg.Workers))
 	in, err := NewInputs(cfg.Session.DType, cfg.Workers, cfg.Elements)
 	if err != nil {
 		return EmbeddedResult{}, err
@@ -139,8 +149,12 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 		}
 		return func() { cfg.Step(label) }
 	}
+	// The ring reuses SwitchML's buffers: one set of tensors besides the
+	// inputs, as docs/operations.md's memory model counts.
+	bufs := new(Buffers)
+	phase(fmt.Sprintf("SwitchML, %d workers", cfg.Workers))
 	run, err := Run(ctx, reducers, Config{Inputs: in, Warmup: cfg.Warmup, Iters: cfg.Iters, Bound: QuantizationBound,
-		Step: step(fmt.Sprintf("SwitchML, %d workers", cfg.Workers))})
+		Step: step(fmt.Sprintf("SwitchML, %d workers", cfg.Workers)), Buffers: bufs})
 	if err != nil {
 		return EmbeddedResult{}, err
 	}
@@ -189,8 +203,9 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 	for r := range reducers {
 		reducers[r] = rg.Rank(r)
 	}
+	phase(fmt.Sprintf("ring, %d workers", cfg.Workers))
 	run, err = Run(ctx, reducers, Config{Inputs: in, Warmup: cfg.Warmup, Iters: cfg.Iters, Bound: Float32Bound,
-		Step: step(fmt.Sprintf("ring, %d workers", cfg.Workers))})
+		Step: step(fmt.Sprintf("ring, %d workers", cfg.Workers)), Buffers: bufs})
 	if err != nil {
 		return EmbeddedResult{}, fmt.Errorf("ring baseline: %w", err)
 	}

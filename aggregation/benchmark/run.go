@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -92,6 +93,42 @@ type Config struct {
 	Observe func(time.Duration)
 	// Step, if set, is called after every verified all-reduce (progress).
 	Step func()
+	// Buffers, if set, holds the buffers the reducers all-reduce in (one
+	// tensor per reducer), kept for the next Run with the same Buffers:
+	// two runs of one job, one after the other (SwitchML, then the ring
+	// baseline), then hold one set of tensors instead of the first run's
+	// left for the garbage collector beside the second's. nil: Run
+	// allocates its own.
+	Buffers *Buffers
+}
+
+// Buffers are the tensors Run all-reduces in, reused between runs. Not
+// safe for concurrent use: one Run at a time.
+type Buffers struct {
+	f [][]float32
+	i [][]int32
+}
+
+// get returns n reducers' buffers of elements elements of dtype, reusing
+// what b holds when it fits.
+func (b *Buffers) get(dtype wire.DType, n, elements int) ([][]float32, [][]int32) {
+	fits := func(l int) bool { return l == n }
+	if dtype == wire.Int32 {
+		if !fits(len(b.i)) || len(b.i[0]) != elements {
+			b.f, b.i = nil, make([][]int32, n) // drop the other type's first
+			for k := range b.i {
+				b.i[k] = make([]int32, elements)
+			}
+		}
+		return make([][]float32, n), b.i
+	}
+	if !fits(len(b.f)) || len(b.f[0]) != elements {
+		b.i, b.f = nil, make([][]float32, n)
+		for k := range b.f {
+			b.f[k] = make([]float32, elements)
+		}
+	}
+	return b.f, make([][]int32, n)
 }
 
 // Result is what Run measured and checked.
@@ -138,15 +175,11 @@ func Run(ctx context.Context, reducers []AllReducer, cfg Config) (Result, error)
 	n := in.Elements()
 	// One buffer per reducer, refilled from its rank's input before each
 	// call.
-	bufs := make([][]float32, len(reducers))
-	bufsI := make([][]int32, len(reducers))
-	for i := range reducers {
-		if in.dtype == wire.Int32 {
-			bufsI[i] = make([]int32, n)
-		} else {
-			bufs[i] = make([]float32, n)
-		}
+	b := cfg.Buffers
+	if b == nil {
+		b = new(Buffers)
 	}
+	bufs, bufsI := b.get(in.dtype, len(reducers), n)
 	call := func(i int) error {
 		if in.dtype == wire.Int32 {
 			return reducers[i].AllReduceInt32(ctx, bufsI[i])
@@ -205,13 +238,11 @@ func Run(ctx context.Context, reducers []AllReducer, cfg Config) (Result, error)
 			cfg.Step()
 		}
 	}
-	h := sha256.New()
 	if in.dtype == wire.Int32 {
-		_ = binary.Write(h, binary.LittleEndian, bufsI[0])
+		res.ResultSHA256 = resultSHA256(len(bufsI[0]), func(k int) uint32 { return uint32(bufsI[0][k]) })
 	} else {
-		_ = binary.Write(h, binary.LittleEndian, bufs[0])
+		res.ResultSHA256 = resultSHA256(len(bufs[0]), func(k int) uint32 { return math.Float32bits(bufs[0][k]) })
 	}
-	res.ResultSHA256 = hex.EncodeToString(h.Sum(nil))
 	return res, nil
 }
 
@@ -236,4 +267,21 @@ func Summarize(times []time.Duration, elements int) Summary {
 	s.ATEPerSec = float64(elements) / med
 	s.Gbps = float64(elements) * 4 * 8 / med / 1e9
 	return s
+}
+
+// resultSHA256 is the SHA-256 of n 4-byte elements, little-endian, hashed
+// through a small buffer: encoding the whole tensor at once (binary.Write)
+// would allocate a copy of it.
+func resultSHA256(n int, elem func(int) uint32) string {
+	h := sha256.New()
+	buf := make([]byte, 0, 64<<10)
+	for k := range n {
+		buf = binary.LittleEndian.AppendUint32(buf, elem(k))
+		if len(buf) == cap(buf) {
+			h.Write(buf)
+			buf = buf[:0]
+		}
+	}
+	h.Write(buf)
+	return hex.EncodeToString(h.Sum(nil))
 }

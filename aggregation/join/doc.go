@@ -2,12 +2,21 @@
 // an ML framework's integration as much as for `swml-rdma worker`:
 //
 //   - Member resolves the process's rank and the job's size (and the local
-//     rank on its host) from explicit values or the launcher's environment
-//     (Open MPI's OMPI_COMM_WORLD_*, torchrun's RANK/WORLD_SIZE/LOCAL_RANK);
+//     rank on its host) from explicit values or the environment (SWML_RANK
+//     and SWML_WORKERS, then Open MPI's OMPI_COMM_WORLD_*, then torchrun's
+//     RANK/WORLD_SIZE/LOCAL_RANK): the one rule of the CLI and libswml,
+//     which passes C's getenv (Explicit.Getenv);
+//   - DefaultSoftAddr is a rank's soft NIC address on one host, and
+//     JobSessions the two switch sessions (float32, int32) of a job;
 //   - OpenNIC opens the worker's NIC: the userspace RoCEv2 NIC (soft) or an
 //     RDMA device through libibverbs, the device and GID chosen by the
 //     worker's IP address (never a GID table index);
 //   - WaitForController waits for the controller to accept connections.
+//
+// Errors are short and wrap this package's sentinels (ErrMembership,
+// ErrNICAddr, ErrControllerUnreachable, …) or the verbs ones
+// (verbs.ErrNotSupported, verbs.ErrNoDevice); what to do about them is for
+// the front end to say in its own terms (a flag, a variable).
 //
 // The verified benchmark loop that `swml-rdma worker` runs on top of these
 // is aggregation/benchmark.

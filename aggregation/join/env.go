@@ -1,6 +1,7 @@
 package join
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -8,13 +9,20 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/quant"
 )
 
-// Environment variables Member reads, in order of precedence after the
-// explicit values.
+// Environment variables Member reads after the explicit values, in order of
+// precedence: ours, then Open MPI's, then torchrun's. Open MPI's come
+// before torchrun's so that under mpirun a stray RANK (left over from a
+// torchrun shell, or set by a wrapper) does not pick a different rank than
+// the launcher gave.
 var (
-	RankEnv      = []string{"OMPI_COMM_WORLD_RANK", "RANK"}
-	WorldSizeEnv = []string{"OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"}
+	RankEnv      = []string{"SWML_RANK", "OMPI_COMM_WORLD_RANK", "RANK"}
+	WorldSizeEnv = []string{"SWML_WORKERS", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"}
 	LocalRankEnv = []string{"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"}
 )
+
+// ErrMembership is wrapped by every error of Member: a rank or job size
+// that is missing, not a number or out of range.
+var ErrMembership = errors.New("job membership")
 
 // Membership is one process's place in a job.
 type Membership struct {
@@ -23,7 +31,7 @@ type Membership struct {
 	// (OMPI_COMM_WORLD_LOCAL_RANK, LOCAL_RANK), -1 when unknown.
 	LocalRank int
 	// RankFrom and WorkersFrom name where each value came from, for
-	// messages: "explicit", "$OMPI_COMM_WORLD_RANK", "$RANK", …
+	// messages: "--rank", "$OMPI_COMM_WORLD_RANK", "$RANK", …
 	RankFrom, WorkersFrom string
 }
 
@@ -34,14 +42,16 @@ type Explicit struct {
 	// RankName and WorkersName are how messages name the explicit values,
 	// e.g. "--rank"; default "rank", "workers".
 	RankName, WorkersName string
-	// RankHint and WorkersHint say how to give them when missing, e.g.
-	// "--rank N"; default the names.
-	RankHint, WorkersHint string
+	// Getenv reads one environment variable ("" for unset); nil is
+	// os.Getenv. A library loaded into a host program passes C's getenv,
+	// which sees what the host set after the process started.
+	Getenv func(string) string
 }
 
 // Member resolves rank and job size: the explicit values when given, else
-// Open MPI's variables, else torchrun's; and the local rank from the
-// environment. It fails naming the source of a missing, malformed or
+// the first set variable of RankEnv and WorldSizeEnv (SWML_*, then Open
+// MPI's, then torchrun's); and the local rank from LocalRankEnv. Errors wrap
+// ErrMembership and name the source of a missing, malformed or
 // out-of-range value.
 func Member(e Explicit) (Membership, error) {
 	m := Membership{LocalRank: -1}
@@ -51,38 +61,35 @@ func Member(e Explicit) (Membership, error) {
 	if e.WorkersName == "" {
 		e.WorkersName = "workers"
 	}
-	if e.RankHint == "" {
-		e.RankHint = e.RankName
-	}
-	if e.WorkersHint == "" {
-		e.WorkersHint = e.WorkersName
+	if e.Getenv == nil {
+		e.Getenv = os.Getenv
 	}
 	var err error
-	if m.Rank, m.RankFrom, err = fromEnv(e.Rank, e.RankName, RankEnv); err != nil {
+	if m.Rank, m.RankFrom, err = fromEnv(e.Getenv, e.Rank, e.RankName, RankEnv); err != nil {
 		return m, err
 	}
 	if m.RankFrom == "" {
-		return m, fmt.Errorf("no rank: pass %s, or launch with mpirun (OMPI_COMM_WORLD_RANK) or torchrun (RANK)", e.RankHint)
+		return m, fmt.Errorf("%w: no rank (%s, $SWML_RANK, $OMPI_COMM_WORLD_RANK or $RANK)", ErrMembership, e.RankName)
 	}
-	if m.Workers, m.WorkersFrom, err = fromEnv(e.Workers, e.WorkersName, WorldSizeEnv); err != nil {
+	if m.Workers, m.WorkersFrom, err = fromEnv(e.Getenv, e.Workers, e.WorkersName, WorldSizeEnv); err != nil {
 		return m, err
 	}
 	if m.WorkersFrom == "" {
-		return m, fmt.Errorf("no worker count: pass %s, or launch with mpirun (OMPI_COMM_WORLD_SIZE) or torchrun (WORLD_SIZE)", e.WorkersHint)
+		return m, fmt.Errorf("%w: no worker count (%s, $SWML_WORKERS, $OMPI_COMM_WORLD_SIZE or $WORLD_SIZE)", ErrMembership, e.WorkersName)
 	}
 	if m.Workers < 1 || m.Workers > quant.MaxWorkers {
-		return m, fmt.Errorf("%s %d: a job has 1 to %d workers", m.WorkersFrom, m.Workers, quant.MaxWorkers)
+		return m, fmt.Errorf("%w: %s %d: a job has 1 to %d workers", ErrMembership, m.WorkersFrom, m.Workers, quant.MaxWorkers)
 	}
 	if m.Rank < 0 || m.Rank >= m.Workers {
-		return m, fmt.Errorf("%s %d with %s %d: ranks of a %d-worker job are 0 … %d", m.RankFrom, m.Rank, m.WorkersFrom, m.Workers, m.Workers, m.Workers-1)
+		return m, fmt.Errorf("%w: %s %d with %s %d: ranks are 0 … %d", ErrMembership, m.RankFrom, m.Rank, m.WorkersFrom, m.Workers, m.Workers-1)
 	}
-	lr, from, err := fromEnv(nil, "", LocalRankEnv)
+	lr, from, err := fromEnv(e.Getenv, nil, "", LocalRankEnv)
 	if err != nil {
 		return m, err
 	}
 	if from != "" {
 		if lr < 0 || lr > m.Rank {
-			return m, fmt.Errorf("%s %d: a local rank is 0 … the rank (%d)", from, lr, m.Rank)
+			return m, fmt.Errorf("%w: %s %d: a local rank is 0 … the rank (%d)", ErrMembership, from, lr, m.Rank)
 		}
 		m.LocalRank = lr
 	}
@@ -91,18 +98,18 @@ func Member(e Explicit) (Membership, error) {
 
 // fromEnv returns *v (from name) if v is set, else the first non-empty
 // variable of envs; from is "" when none was set.
-func fromEnv(v *int, name string, envs []string) (n int, from string, err error) {
+func fromEnv(getenv func(string) string, v *int, name string, envs []string) (n int, from string, err error) {
 	if v != nil {
 		return *v, name, nil
 	}
 	for _, e := range envs {
-		s := os.Getenv(e)
+		s := getenv(e)
 		if s == "" {
 			continue
 		}
 		n, err := strconv.Atoi(s)
 		if err != nil {
-			return 0, "", fmt.Errorf("%s=%q in the environment is not a number: unset it or give the value explicitly", e, s)
+			return 0, "", fmt.Errorf("%w: $%s %q is not a number", ErrMembership, e, s)
 		}
 		return n, "$" + e, nil
 	}

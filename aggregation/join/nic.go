@@ -23,6 +23,16 @@ const (
 	NICIbverbs = "ibverbs" // an RDMA device through libibverbs (verbs/ibverbs, -tags ibverbs)
 )
 
+// Errors of OpenNIC's arguments.
+var (
+	ErrNICAddr = errors.New("not a usable address")
+	ErrNICKind = errors.New("unknown NIC kind")
+)
+
+// ErrControllerUnreachable is wrapped by WaitForController's error when
+// its timeout passes with the controller not accepting connections.
+var ErrControllerUnreachable = errors.New("unreachable")
+
 // NICConfig says which NIC a worker opens.
 type NICConfig struct {
 	Kind string // NICSoft or NICIbverbs
@@ -38,45 +48,42 @@ type NICConfig struct {
 	Registry prometheus.Registerer
 }
 
-// OpenNIC opens the worker's NIC. Errors name the flag-independent fix:
-// an ibverbs device that cannot be had says how to get one or to use soft.
+// OpenNIC opens the worker's NIC. An ibverbs device that cannot be had
+// wraps verbs.ErrNotSupported (a binary without -tags ibverbs, no
+// libibverbs) or verbs.ErrNoDevice; what to do about it is the caller's to
+// say (docs/operations.md "Errors").
 func OpenNIC(cfg NICConfig) (verbs.Device, error) {
 	if !cfg.Addr.IsValid() || cfg.Addr.IsUnspecified() {
-		return nil, fmt.Errorf("join: NIC address %v: give the worker's own IP address (its RoCE GID for ibverbs)", cfg.Addr)
+		return nil, fmt.Errorf("join: NIC address %v: %w", cfg.Addr, ErrNICAddr)
 	}
 	switch cfg.Kind {
 	case NICIbverbs:
 		d, err := ibverbs.Open(cfg.Device, cfg.Addr.Unmap())
-		if errors.Is(err, verbs.ErrNotSupported) || errors.Is(err, verbs.ErrNoDevice) {
-			return nil, fmt.Errorf("ibverbs NIC (device %q, address %v): %w\n"+
-				"  fixes: use the soft NIC (the userspace NIC needs no RDMA hardware); use a binary built with -tags ibverbs\n"+
-				"  (cgo, libibverbs-dev) if this one is not; or add a Soft-RoCE device: modprobe rdma_rxe &&\n"+
-				"  rdma link add rxe0 type rxe netdev <dev> (docs/testbed.md); `swml-rdma devices` lists what there is", cfg.Device, cfg.Addr, err)
-		}
 		if err != nil {
-			return nil, fmt.Errorf("ibverbs NIC (device %q, address %v): %w", cfg.Device, cfg.Addr, err)
+			return nil, fmt.Errorf("join: ibverbs NIC %q at %v: %w", cfg.Device, cfg.Addr, err)
 		}
 		return d, nil
 	case NICSoft:
 		d, err := soft.Open(soft.Config{Addr: cfg.Addr.Unmap(), Offload: cfg.Offload})
 		if err != nil {
-			return nil, fmt.Errorf("soft NIC at %v: %w", cfg.Addr, err)
+			return nil, fmt.Errorf("join: soft NIC at %v: %w", cfg.Addr, err)
 		}
 		if cfg.Registry != nil {
 			if err := cfg.Registry.Register(soft.NewCollector(d)); err != nil {
 				d.Close()
-				return nil, fmt.Errorf("register NIC metrics: %w", err)
+				return nil, fmt.Errorf("join: register NIC metrics: %w", err)
 			}
 		}
 		return d, nil
 	default:
-		return nil, fmt.Errorf("join: NIC kind %q: use %q (userspace NIC, no RDMA hardware needed) or %q", cfg.Kind, NICSoft, NICIbverbs)
+		return nil, fmt.Errorf("join: NIC kind %q: %w (%s or %s)", cfg.Kind, ErrNICKind, NICSoft, NICIbverbs)
 	}
 }
 
 // WaitForController polls the controller's TCP port until it accepts, ctx
-// ends or timeout passes: workers may start before the switch daemon. log
-// may be nil.
+// ends or timeout passes (the error wraps ErrControllerUnreachable and the
+// last dial error): workers may start before the switch daemon. log may be
+// nil.
 func WaitForController(ctx context.Context, addr string, timeout time.Duration, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -92,11 +99,10 @@ func WaitForController(ctx context.Context, addr string, timeout time.Duration, 
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("waiting for the controller %s: %w", addr, ctx.Err())
+			return fmt.Errorf("join: wait for the controller %s: %w", addr, ctx.Err())
 		}
 		if !time.Now().Before(deadline) {
-			return fmt.Errorf("controller %s unreachable after %v (%v): start `swml-rdma switch --controller-addr %s` first, check the controller address, or wait longer",
-				addr, timeout, err, addr)
+			return fmt.Errorf("join: controller %s: %w after %v: %w", addr, ErrControllerUnreachable, timeout, err)
 		}
 		if attempt == 0 {
 			log.Info("waiting for the controller", "controller", addr, "timeout", timeout)

@@ -1,9 +1,10 @@
-// Package local runs a SwitchML system in one process over loopback: the
-// software switch, its controller (gRPC on a loopback port) and one
-// userspace RoCEv2 NIC per worker, every endpoint on its own address and UDP
-// 4791, as on a real network (docs/architecture.md, "One host, many
-// endpoints"). It is what `swml-rdma bench` runs, and what the aggregation
-// tests and examples build their jobs on.
+// Package local runs a SwitchML system in one process: the software switch,
+// its controller (gRPC) and one userspace RoCEv2 NIC per worker, every
+// endpoint on its own address and UDP 4791, as on a real network
+// (docs/architecture.md, "One host, many endpoints"). It is what `swml-rdma
+// bench` runs over loopback, what the aggregation tests and examples build
+// their jobs on, and, with no workers, the switch daemon `swml-rdma switch`
+// serves on a host's addresses.
 //
 // Workers join a job the way they do on a real network: aggregation.Open
 // with Cluster.NICs[rank] and Cluster.ControllerAddr. The package does not
@@ -22,9 +23,11 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs/soft"
 )
 
@@ -73,9 +76,58 @@ type Cluster struct {
 	NICs []*soft.Device
 
 	cfg       Config
+	jobs      jobCounter
+	serveErr  chan error
 	closeOnce sync.Once
 	closeErr  error
 }
+
+// EndpointError is Start's error for an endpoint that could not take its
+// address: Endpoint is "switch" or "controller".
+type EndpointError struct {
+	Endpoint string
+	Addr     string
+	Err      error
+}
+
+func (e *EndpointError) Error() string {
+	return fmt.Sprintf("local: %s at %s: %v", e.Endpoint, e.Addr, e.Err)
+}
+
+func (e *EndpointError) Unwrap() error { return e.Err }
+
+// jobCounter counts the jobs the controller installs on the switch and
+// removes from it.
+type jobCounter struct {
+	*swswitch.Switch
+	added, removed atomic.Uint64
+}
+
+func (p *jobCounter) AddJob(ctx context.Context, job *wire.Job) error {
+	err := p.Switch.AddJob(ctx, job)
+	if err == nil {
+		p.added.Add(1)
+	}
+	return err
+}
+
+func (p *jobCounter) RemoveJob(ctx context.Context, id uint32) error {
+	err := p.Switch.RemoveJob(ctx, id)
+	if err == nil {
+		p.removed.Add(1)
+	}
+	return err
+}
+
+// Jobs are the jobs the controller installed on the switch and removed
+// from it so far. Safe for concurrent use.
+func (c *Cluster) Jobs() (started, ended uint64) {
+	return c.jobs.added.Load(), c.jobs.removed.Load()
+}
+
+// ServeDone receives the controller's Serve error when it stops serving:
+// after Close (an error that says only that), or when its listener fails.
+func (c *Cluster) ServeDone() <-chan error { return c.serveErr }
 
 // Start starts the switch and the controller, then opens cfg.Workers
 // worker NICs. Errors name the endpoint and its address; nothing is left
@@ -90,17 +142,18 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if cfg.ControllerListen == "" {
 		cfg.ControllerListen = "127.0.0.1:0"
 	}
-	c := &Cluster{cfg: cfg}
+	c := &Cluster{cfg: cfg, serveErr: make(chan error, 1)}
 	defer func() {
 		if err != nil {
 			c.Close()
 		}
 	}()
 	if c.Switch, err = swswitch.New(cfg.Switch); err != nil {
-		return nil, fmt.Errorf("local: switch at %v: %w", cfg.Switch.Addr, err)
+		return nil, &EndpointError{Endpoint: "switch", Addr: cfg.Switch.Addr.String(), Err: err}
 	}
+	c.jobs.Switch = c.Switch
 	ctlCfg := cfg.Controller
-	ctlCfg.Programmer = c.Switch
+	ctlCfg.Programmer = &c.jobs
 	ctlCfg.PoolSize = c.Switch.Config().Model.PoolSize
 	if ctlCfg.MaxWorkers == 0 {
 		ctlCfg.MaxWorkers = c.Switch.Config().Model.MaxWorkers
@@ -116,10 +169,10 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	var lc net.ListenConfig
 	lis, err := lc.Listen(ctx, "tcp", cfg.ControllerListen)
 	if err != nil {
-		return nil, fmt.Errorf("local: controller at %s: %w", cfg.ControllerListen, err)
+		return nil, &EndpointError{Endpoint: "controller", Addr: cfg.ControllerListen, Err: err}
 	}
 	c.ControllerAddr = lis.Addr().String()
-	go func() { _ = c.Controller.Serve(lis) }() // returns when Close closes the controller
+	go func() { c.serveErr <- c.Controller.Serve(lis) }() // returns when Close closes the controller
 	if c.NICs, err = c.OpenNICs(c.WorkerAddrs(cfg.Workers), cfg.NIC); err != nil {
 		return nil, err
 	}

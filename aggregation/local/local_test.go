@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs/soft"
 )
 
@@ -79,6 +80,57 @@ func TestStartErrors(t *testing.T) {
 	c.Close()
 	if _, err := Start(ctx, Config{Workers: -1}); err == nil {
 		t.Fatal("-1 workers accepted")
+	}
+	// The switch's and the controller's addresses: an *EndpointError
+	// naming which, for a front end to name its flag.
+	taken, err = soft.Open(soft.Config{Addr: netip.MustParseAddr("127.14.4.9")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	var ee *EndpointError
+	if _, err := Start(ctx, Config{Switch: swswitch.Config{Addr: netip.MustParseAddr("127.14.4.9")}}); !errors.As(err, &ee) || ee.Endpoint != "switch" {
+		t.Fatalf("switch address taken: %v, want an EndpointError for the switch", err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	if _, err := Start(ctx, Config{Switch: swswitch.Config{Addr: netip.MustParseAddr("127.14.4.10")}, ControllerListen: lis.Addr().String()}); !errors.As(err, &ee) || ee.Endpoint != "controller" {
+		t.Fatalf("controller address taken: %v, want an EndpointError for the controller", err)
+	}
+}
+
+// TestJobsAndServeDone: the cluster counts the jobs its controller starts
+// and ends, and ServeDone reports the end of serving after Close.
+// Addresses: 127.14.5.x.
+func TestJobsAndServeDone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := Start(ctx, Config{Switch: swswitch.Config{Addr: netip.MustParseAddr("127.14.5.1")}, Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The controller's Programmer is the counting one: what it installs
+	// through it is counted.
+	job := &wire.Job{ID: 7, PacketSize: 1024, PoolSlots: 1,
+		Workers: []wire.Worker{{Rank: 0, Addr: c.NICs[0].Addr(), QPNs: []uint32{0x100}, PSNs: []uint32{0}, SwitchQPNs: []uint32{0x200}}}}
+	if err := c.jobs.AddJob(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.jobs.RemoveJob(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	if started, ended := c.Jobs(); started != 1 || ended != 1 {
+		t.Fatalf("Jobs() = %d, %d; want 1, 1", started, ended)
+	}
+	c.Close()
+	select {
+	case <-c.ServeDone():
+	case <-ctx.Done():
+		t.Fatal("ServeDone did not report after Close")
 	}
 }
 

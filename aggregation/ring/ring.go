@@ -102,6 +102,16 @@ func DefaultWindow(messageSize int) int {
 	return min(max(ringWindowBytes/max(messageSize, 1), 4), 256)
 }
 
+// RegisteredBytes is one rank's registered memory for messages of
+// messageSize bytes and a window of window messages (0: DefaultWindow): a
+// send and a receive region of window messages each.
+func RegisteredBytes(messageSize, window int) int {
+	if window == 0 {
+		window = DefaultWindow(messageSize)
+	}
+	return 2 * window * messageSize
+}
+
 // Stats counts one rank's traffic (or, from Ring.Stats, all ranks').
 type Stats struct {
 	AllReduces      uint64 `json:"all_reduces"`
@@ -334,7 +344,7 @@ func (rr *Rank) open() error {
 	if rr.pd, err = rr.dev.AllocPD(); err != nil {
 		return err
 	}
-	if rr.mr, err = rr.pd.AllocMR(2*rr.window*rr.msgBytes, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+	if rr.mr, err = rr.pd.AllocMR(RegisteredBytes(rr.msgBytes, rr.window), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return err
 	}
 	rr.recvOff = uint64(rr.window * rr.msgBytes)

@@ -4,9 +4,10 @@ package main
 // sessions) and the handle tables. No cgo here, so it is tested with plain
 // Go tests.
 //
-// Joining a job repeats, in small, what cmd/swml-rdma/worker.go does (rank
-// and size from the environment, the soft or ibverbs NIC, waiting for the
-// controller): the two should share a library package.
+// Joining a job follows the rules cmd/swml-rdma/worker.go follows, from
+// one place, aggregation/join (rank and size, the soft NIC's default
+// address, the job's two sessions, the soft or ibverbs NIC, waiting for the
+// controller); aggregation.Config.Validate checks the rest.
 
 import (
 	"context"
@@ -53,10 +54,6 @@ const (
 	// controller to accept connections ($SWML_CONNECT_TIMEOUT), as the
 	// CLI's --connect-timeout.
 	defaultConnectTimeout = 30 * time.Second
-
-	// int32Session is or-ed into the session id of the int32 half of a
-	// job: a job is two switch sessions, one per element type.
-	int32Session = 1 << 31
 )
 
 // abiError is an error with its code.
@@ -125,19 +122,17 @@ var (
 // not what the host program (Python's os.environ, setenv) set since.
 var getenv = os.Getenv
 
-func envInt(name string, fallbacks ...string) (int, string, error) {
-	for _, e := range append([]string{name}, fallbacks...) {
-		v := getenv(e)
-		if v == "" {
-			continue
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return 0, e, inval("swml: %s=%q in the environment is not a number", e, v)
-		}
-		return n, e, nil
+// envInt reads a number from the environment; set is false when name is
+// unset.
+func envInt(name string) (n int, set bool, err error) {
+	v := getenv(name)
+	if v == "" {
+		return 0, false, nil
 	}
-	return 0, "", nil
+	if n, err = strconv.Atoi(v); err != nil {
+		return 0, false, inval("swml: %s=%q in the environment is not a number", name, v)
+	}
+	return n, true, nil
 }
 
 func envDuration(name string) (time.Duration, error) {
@@ -152,85 +147,50 @@ func envDuration(name string) (time.Duration, error) {
 	return d, nil
 }
 
-// resolve fills the zero fields of o from the environment and checks them.
+// configEnv names the environment variable of each aggregation.Config
+// field, for the errors of Config.Validate (aggregation.FieldError).
+var configEnv = map[string]string{
+	"Workers": "SWML_WORKERS", "Rank": "SWML_RANK", "QPs": "SWML_QPS", "PacketSize": "SWML_PACKET_SIZE",
+	"PacketsPerMessage": "SWML_MSG_SIZE", "PeerTimeout": "SWML_PEER_TIMEOUT", "Writes": "SWML_WRITES",
+}
+
+// firstSet is the first non-empty string.
+func firstSet(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// resolve fills the zero fields of o from the environment, then checks
+// them by the rules the CLI uses too: join.Member for rank and size,
+// join.DefaultSoftAddr, join.JobSessions, wire.MessagePackets and
+// aggregation.Config.Validate.
 func (o *openArgs) resolve() error {
-	if o.controller == "" {
-		o.controller = getenv("SWML_CONTROLLER")
-	}
-	if o.controller == "" {
-		o.controller = control.DefaultAddr
-	}
+	o.controller = firstSet(o.controller, getenv("SWML_CONTROLLER"), control.DefaultAddr)
 	if _, _, err := net.SplitHostPort(o.controller); err != nil {
-		return inval("swml: controller %q: give the controller's host:port, as passed to `swml-rdma switch --controller-addr`", o.controller)
+		return inval("swml: controller %q: give host:port, as passed to `swml-rdma switch --controller-addr`", o.controller)
 	}
 	if o.sessionID < 0 {
-		n, from, err := envInt("SWML_SESSION_ID")
+		n, set, err := envInt("SWML_SESSION_ID")
 		if err != nil {
 			return err
 		}
 		o.sessionID = 1
-		if from != "" {
+		if set {
 			o.sessionID = int64(n)
 		}
 	}
-	if o.sessionID < 0 || o.sessionID >= int32Session {
-		return inval("swml: session id %d: give 0 … %d (the int32 half of a job uses id | 1<<31)", o.sessionID, int32Session-1)
+	if _, _, err := join.JobSessions(o.sessionID); err != nil {
+		return inval("swml: %v", err)
 	}
-	if o.rank < 0 {
-		n, from, err := envInt("SWML_RANK", "RANK", "OMPI_COMM_WORLD_RANK")
-		if err != nil {
-			return err
-		}
-		if from == "" {
-			return inval("swml: no rank: pass one, or set RANK (torchrun sets it) or SWML_RANK")
-		}
-		o.rank = n
+	if err := o.member(); err != nil {
+		return err
 	}
-	if o.workers < 0 {
-		n, from, err := envInt("SWML_WORKERS", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE")
-		if err != nil {
-			return err
-		}
-		if from == "" {
-			return inval("swml: no world size: pass one, or set WORLD_SIZE (torchrun sets it) or SWML_WORKERS")
-		}
-		o.workers = n
-	}
-	if o.workers < 1 || o.workers > quant.MaxWorkers {
-		return inval("swml: world size %d: a job has 1 to %d workers", o.workers, quant.MaxWorkers)
-	}
-	if o.rank < 0 || o.rank >= o.workers {
-		return inval("swml: rank %d of a %d-worker job: ranks are 0 … %d", o.rank, o.workers, o.workers-1)
-	}
-	if o.nic == "" {
-		o.nic = getenv("SWML_NIC")
-	}
-	if o.nic == "" {
-		o.nic = "soft"
-	}
-	if o.addr == "" {
-		o.addr = getenv("SWML_ADDR")
-	}
-	if o.device == "" {
-		o.device = getenv("SWML_DEVICE")
-	}
-	switch o.nic {
-	case "soft":
-		if o.addr == "" {
-			if o.rank > 252 {
-				return inval("swml: rank %d: no default address past 127.0.0.254; set SWML_ADDR", o.rank)
-			}
-			o.addr = fmt.Sprintf("127.0.0.%d", 2+o.rank)
-		}
-	case "ibverbs":
-		if o.addr == "" {
-			return inval("swml: nic ibverbs needs an address (SWML_ADDR): the local IP whose RoCE v2 GID to use")
-		}
-	default:
-		return inval("swml: nic %q: use soft (userspace NIC) or ibverbs", o.nic)
-	}
-	if ip, err := netip.ParseAddr(o.addr); err != nil || ip.IsUnspecified() {
-		return inval("swml: address %q: give this worker's own IP, e.g. 127.0.0.2 on one host", o.addr)
+	if err := o.nicAddr(); err != nil {
+		return err
 	}
 	if o.dtypes == 0 {
 		o.dtypes = 3
@@ -241,6 +201,56 @@ func (o *openArgs) resolve() error {
 	if o.timeout <= 0 {
 		o.timeout = 60 * time.Second
 	}
+	return o.protocol()
+}
+
+// member resolves rank and size (join.Member: the arguments, then
+// SWML_RANK/SWML_WORKERS, Open MPI's variables, torchrun's).
+func (o *openArgs) member() error {
+	var e join.Explicit
+	if o.rank >= 0 {
+		e.Rank = &o.rank
+	}
+	if o.workers >= 0 {
+		e.Workers = &o.workers
+	}
+	e.RankName, e.WorkersName, e.Getenv = "rank", "world size", getenv
+	m, err := join.Member(e)
+	if err != nil {
+		return inval("swml: %v", err)
+	}
+	o.rank, o.workers = m.Rank, m.Workers
+	return nil
+}
+
+// nicAddr resolves the NIC kind, device and address (SWML_NIC, SWML_DEVICE,
+// SWML_ADDR; soft's default address by rank).
+func (o *openArgs) nicAddr() error {
+	o.nic = firstSet(o.nic, getenv("SWML_NIC"), join.NICSoft)
+	o.addr = firstSet(o.addr, getenv("SWML_ADDR"))
+	o.device = firstSet(o.device, getenv("SWML_DEVICE"))
+	switch {
+	case o.nic != join.NICSoft && o.nic != join.NICIbverbs:
+		return inval("swml: nic %q: use %s (userspace NIC) or %s", o.nic, join.NICSoft, join.NICIbverbs)
+	case o.addr == "" && o.nic == join.NICIbverbs:
+		return inval("swml: nic ibverbs needs an address (SWML_ADDR): the local IP whose RoCE v2 GID to use")
+	case o.addr == "":
+		a, err := join.DefaultSoftAddr(o.rank)
+		if err != nil {
+			return inval("swml: %v; set SWML_ADDR", err)
+		}
+		o.addr = a.String()
+	}
+	if ip, err := netip.ParseAddr(o.addr); err != nil || ip.IsUnspecified() {
+		return inval("swml: address %q: give this worker's own IP, e.g. 127.0.0.2 on one host", o.addr)
+	}
+	return nil
+}
+
+// protocol resolves the protocol's parameters (SWML_QPS, SWML_PACKET_SIZE,
+// SWML_MSG_SIZE, SWML_PEER_TIMEOUT, SWML_WRITES) and checks them as Open
+// will, naming the variable.
+func (o *openArgs) protocol() error {
 	var err error
 	if o.peerTimeout == 0 {
 		if o.peerTimeout, err = envDuration("SWML_PEER_TIMEOUT"); err != nil {
@@ -252,31 +262,42 @@ func (o *openArgs) resolve() error {
 		name string
 	}{{&o.qps, "SWML_QPS"}, {&o.packet, "SWML_PACKET_SIZE"}, {&o.msgSize, "SWML_MSG_SIZE"}} {
 		if *v.dst == 0 {
-			n, _, err := envInt(v.name)
-			if err != nil {
+			if *v.dst, _, err = envInt(v.name); err != nil {
 				return err
 			}
-			*v.dst = n
 		}
 	}
 	if o.packet == 0 {
 		o.packet = aggregation.DefaultPacketSize
 	}
 	if err := wire.CheckPacketSize(o.packet); err != nil {
-		return inval("swml: packet size: %v", err)
+		return inval("swml: SWML_PACKET_SIZE: %v", err)
 	}
 	if o.msgSize == 0 {
 		o.msgSize = o.packet * aggregation.DefaultPacketsPerMessage
 	}
-	if ppm := o.msgSize / o.packet; o.msgSize%o.packet != 0 || ppm&(ppm-1) != 0 {
-		return inval("swml: message size %d: must be the packet size (%d) times a power of two", o.msgSize, o.packet)
+	if _, err := wire.MessagePackets(o.msgSize, o.packet); err != nil {
+		return inval("swml: SWML_MSG_SIZE: %v", err)
 	}
 	if w := getenv("SWML_WRITES"); w != "" {
 		if o.writes, err = aggregation.ParseWrites(w); err != nil {
-			return inval("swml: SWML_WRITES %v", err)
+			return inval("swml: SWML_WRITES: %v", err)
 		}
 	}
+	if err := o.config().Validate(); err != nil {
+		var fe *aggregation.FieldError
+		if errors.As(err, &fe) && configEnv[fe.Field] != "" {
+			return inval("swml: %s: %v is %v: %s", configEnv[fe.Field], fe.Field, fe.Value, fe.Reason)
+		}
+		return inval("swml: %v", err)
+	}
 	return nil
+}
+
+// config is the part of the sessions' aggregation.Config o sets.
+func (o *openArgs) config() aggregation.Config {
+	return aggregation.Config{ControllerAddr: o.controller, Rank: o.rank, Workers: o.workers,
+		QPs: o.qps, PacketSize: o.packet, PacketsPerMessage: o.msgSize / o.packet, PeerTimeout: o.peerTimeout, Writes: o.writes}
 }
 
 // open joins the job; it returns the session's id.
@@ -289,7 +310,7 @@ func open(o openArgs) (int64, error) {
 	ip := netip.MustParseAddr(o.addr).Unmap()
 	dev, err := join.OpenNIC(join.NICConfig{Kind: o.nic, Addr: ip, Device: o.device})
 	if errors.Is(err, verbs.ErrNotSupported) {
-		err = fmt.Errorf("%w (for libswml: `make libswml-ibverbs` builds it with the ibverbs backend)", err)
+		err = fmt.Errorf("%w; set SWML_NIC=soft, or `make libswml-ibverbs` builds libswml with the ibverbs backend", err)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("swml: %w", err)
@@ -299,16 +320,17 @@ func open(o openArgs) (int64, error) {
 		dev.Close()
 		return 0, err
 	}
+	cfg := o.config()
+	cfg.Device = dev
 	// Non-finite gradients come back NaN on every rank (fp16 loss
 	// scaling skips the step) instead of failing the job.
-	cfg := aggregation.Config{Device: dev, ControllerAddr: o.controller, Rank: o.rank, Workers: o.workers,
-		QPs: o.qps, PacketSize: o.packet, PacketsPerMessage: o.msgSize / o.packet, PeerTimeout: o.peerTimeout, Writes: o.writes,
-		PropagateNonFinite: true}
+	cfg.PropagateNonFinite = true
+	f32ID, i32ID, _ := join.JobSessions(o.sessionID) // resolve checked the id
 	// Every rank opens the float32 session, then the int32 one: each Open
 	// waits for every rank of its session.
 	if o.dtypes&1 != 0 {
 		c := cfg
-		c.SessionID, c.DType = uint32(o.sessionID), wire.Float32
+		c.SessionID, c.DType = f32ID, wire.Float32
 		if s.f32, err = aggregation.Open(ctx, c); err != nil {
 			dev.Close()
 			return 0, fmt.Errorf("swml: join the float32 session %d at %s as rank %d of %d: %w", c.SessionID, o.controller, o.rank, o.workers, err)
@@ -316,7 +338,7 @@ func open(o openArgs) (int64, error) {
 	}
 	if o.dtypes&2 != 0 {
 		c := cfg
-		c.SessionID, c.DType = uint32(o.sessionID)|int32Session, wire.Int32
+		c.SessionID, c.DType = i32ID, wire.Int32
 		if s.i32, err = aggregation.Open(ctx, c); err != nil {
 			if s.f32 != nil {
 				_ = s.f32.Abort(err.Error()) // err is the one to report
@@ -454,7 +476,7 @@ func waitForController(ctx context.Context, o openArgs) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("rank", o.rank)
 	if err := join.WaitForController(ctx, o.controller, timeout, log); err != nil {
-		return &abiError{codeTimeout, fmt.Sprintf("swml: rank %d: %v (SWML_CONTROLLER sets the address, SWML_CONNECT_TIMEOUT the wait)", o.rank, err)}
+		return &abiError{codeTimeout, fmt.Sprintf("swml: rank %d: %v; start `swml-rdma switch` there first (SWML_CONTROLLER sets the address, SWML_CONNECT_TIMEOUT the wait)", o.rank, err)}
 	}
 	return nil
 }

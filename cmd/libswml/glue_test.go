@@ -26,6 +26,18 @@ func TestResolve(t *testing.T) {
 	if o.rank != 2 || o.workers != 4 || o.addr != "127.0.0.4" || o.nic != "soft" || o.controller != control.DefaultAddr || o.sessionID != 1 || o.dtypes != 3 {
 		t.Errorf("resolved %+v", o)
 	}
+	// Under mpirun a stray RANK loses to Open MPI's rank, as in the CLI
+	// (join.Member is the one rule); SWML_RANK wins over both.
+	t.Setenv("OMPI_COMM_WORLD_RANK", "3")
+	if o := (openArgs{sessionID: 1, rank: -1, workers: -1}); o.resolve() != nil || o.rank != 3 {
+		t.Errorf("RANK=2 with OMPI_COMM_WORLD_RANK=3 resolved to rank %d, want 3", o.rank)
+	}
+	t.Setenv("SWML_RANK", "1")
+	if o := (openArgs{sessionID: 1, rank: -1, workers: -1}); o.resolve() != nil || o.rank != 1 {
+		t.Errorf("SWML_RANK=1 resolved to rank %d", o.rank)
+	}
+	t.Setenv("SWML_RANK", "")
+	t.Setenv("OMPI_COMM_WORLD_RANK", "")
 	t.Setenv("SWML_WRITES", "packet")
 	if o := (openArgs{sessionID: 1, rank: 0, workers: 1}); o.resolve() != nil || o.writes != aggregation.PacketWrites {
 		t.Errorf("SWML_WRITES=packet resolved to %v", o.writes)
@@ -36,9 +48,13 @@ func TestResolve(t *testing.T) {
 		o    openArgs
 		want string
 	}{
-		{[2]string{"RANK", "x"}, openArgs{sessionID: 1, rank: -1, workers: 2}, `RANK="x"`},
-		{[2]string{}, openArgs{sessionID: 1, rank: 4, workers: 4}, "rank 4 of a 4-worker job"},
-		{[2]string{}, openArgs{sessionID: 1, rank: 0, workers: 0}, "world size 0"},
+		{[2]string{"RANK", "x"}, openArgs{sessionID: 1, rank: -1, workers: 2}, `$RANK "x" is not a number`},
+		{[2]string{"SWML_WORKERS", "x"}, openArgs{sessionID: 1, rank: 0, workers: -1}, `$SWML_WORKERS "x" is not a number`},
+		{[2]string{}, openArgs{sessionID: 1, rank: 4, workers: 4}, "rank 4 with world size 4: ranks are 0 … 3"},
+		{[2]string{}, openArgs{sessionID: 1, rank: 253, workers: 256}, "no default NIC address past 127.0.0.254; set SWML_ADDR"},
+		{[2]string{"SWML_MSG_SIZE", "3072"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "SWML_MSG_SIZE: message size 3072: not the packet size times a power of two"},
+		{[2]string{"SWML_QPS", "5000"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "SWML_QPS: QPs is 5000: use 1 to 4096"},
+		{[2]string{}, openArgs{sessionID: 1, rank: 0, workers: 0}, "world size 0: a job has 1 to"},
 		{[2]string{}, openArgs{sessionID: 1 << 31, rank: 0, workers: 1}, "session id"},
 		{[2]string{}, openArgs{sessionID: 1, rank: 0, workers: 1, nic: "tcp"}, `nic "tcp"`},
 		{[2]string{}, openArgs{sessionID: 1, rank: 0, workers: 1, nic: "ibverbs"}, "needs an address"},

@@ -64,6 +64,7 @@ func allReduceFlags(category string) []cli.Flag {
 		&cli.IntFlag{Name: "packet-size", Value: aggregation.DefaultPacketSize, Usage: "payload bytes per packet: 256, 512, 1024, 2048, 4096", EnvVars: []string{"SWML_PACKET_SIZE"}, Category: "protocol"},
 		&cli.IntFlag{Name: "qps", Value: aggregation.DefaultQPs, Usage: "UC queue pairs per worker", EnvVars: []string{"SWML_QPS"}, Category: "protocol"},
 		&cli.StringFlag{Name: "msg-size", Value: "16KiB", Usage: "message size: packet size × a power of two", EnvVars: []string{"SWML_MSG_SIZE"}, Category: "protocol"},
+		&cli.DurationFlag{Name: "peer-timeout", Value: aggregation.DefaultPeerTimeout, Usage: "fail an all-reduce when a message has had no result for this long: the switch or another worker is taken for dead", EnvVars: []string{"SWML_PEER_TIMEOUT"}, Category: "protocol"},
 		&cli.StringFlag{Name: "writes", Value: aggregation.AdaptiveWrites.String(), Usage: "how a message goes on the wire: auto (one multi-packet WRITE per message until loss is seen, then one WRITE per packet), message or packet (needed on rxe with --msg-size above --packet-size); docs/protocol.md", EnvVars: []string{"SWML_WRITES"}, Category: "protocol"},
 	}
 }
@@ -161,7 +162,12 @@ func distributedBenchFlags() []cli.Flag {
 	flags := jobMemberFlags(distributedCategory)
 	for _, f := range flags {
 		if sf, ok := f.(*cli.StringFlag); ok && sf.Name == "controller" {
-			sf.Usage = "run as one worker of a multi-process/multi-host job at the controller `ADDR` (host:port of `swml-rdma switch`) instead of the embedded switch; needs --rank (or $OMPI_COMM_WORLD_RANK/$RANK)"
+			sf.Usage = "run as one worker of a multi-process/multi-host job at the controller `ADDR` (host:port of `swml-rdma switch`) instead of the embedded switch; needs --rank (or $SWML_RANK, $OMPI_COMM_WORLD_RANK, $RANK)"
+			// Only the flag makes bench a worker: an SWML_CONTROLLER exported
+			// for a job's workers (docs/operations.md) must not turn a plain
+			// `bench` into one, silently waiting for a rank.
+			sf.EnvVars = nil
+			sf.Value = ""
 		}
 	}
 	return flags
@@ -190,11 +196,16 @@ func runBench(c *cli.Context) error {
 	}
 	for _, f := range []string{"rank", "session-id", "nic", "device", "addr", "gid-index", "connect-timeout", "metrics-addr"} {
 		if c.IsSet(f) {
-			return cli.Exit(fmt.Sprintf("--%s applies to one worker of a distributed job: pass --controller ADDR too, or drop it for the embedded bench", f), 2)
+			return cli.Exit(fmt.Sprintf("--%s%s applies to one worker of a distributed job: pass --controller ADDR too, or drop it (unset the variable) for the embedded bench", f, envSource(f, c.String(f))), 2)
 		}
 	}
 	cfg, err := benchFlags(c)
 	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	// The embedded bench logs nothing, but takes only the levels switch and
+	// worker take (one validator, parseLogLevel).
+	if _, err := parseLogLevel(c.String("log-level")); err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
 	if path := c.String("cpuprofile"); path != "" {
@@ -207,6 +218,7 @@ func runBench(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	prog := newProgress(c.App.ErrWriter, benchSteps(cfg))
+	defer prog.tick(time.Second)()
 	report := benchReport{SchemaVersion: benchSchemaVersion}
 	for _, w := range cfg.sweep {
 		cfg.workers = w
@@ -216,12 +228,20 @@ func runBench(c *cli.Context) error {
 			run, err := runEmbeddedBench(ctx, cfg, prog)
 			if err != nil {
 				prog.clear()
+				if len(report.Runs) > 0 {
+					// The rows finished before the failure or the interrupt
+					// are measurements: print them (the table or the JSON
+					// document), then say why the rest is missing.
+					if perr := printBench(c.App.Writer, report, c.Bool("json")); perr != nil {
+						return cli.Exit("bench: "+perr.Error(), 1)
+					}
+				}
 				if ctx.Err() != nil && c.Context.Err() == nil {
 					// Everything the run opened (switch, controller, NICs,
 					// sessions) is closed by now: runEmbeddedBench defers it.
-					return cli.Exit(fmt.Sprintf("bench (%d workers, loss %g): interrupted (SIGINT or SIGTERM); nothing left running", w, l), exitInterrupted)
+					return cli.Exit(fmt.Sprintf("bench (%d workers, loss %g): interrupted (SIGINT or SIGTERM); nothing left running%s", w, l, finishedRows(len(report.Runs))), exitInterrupted)
 				}
-				return cli.Exit(fmt.Sprintf("bench (%d workers, loss %g): %v", w, l, err), 1)
+				return cli.Exit(fmt.Sprintf("bench (%d workers, loss %g): %v%s%s", w, l, err, remedy(err), finishedRows(len(report.Runs))), 1)
 			}
 			if l == 0 {
 				lossFree = &run
@@ -246,6 +266,24 @@ func runBench(c *cli.Context) error {
 	return printBench(c.App.Writer, report, c.Bool("json"))
 }
 
+// envSource says that flag's value came from its SWML_ variable, if that
+// is set to value: a variable exported for a job's workers is easy to
+// forget when a message names only the flag.
+func envSource(flag, value string) string {
+	if env := "SWML_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_")); value != "" && os.Getenv(env) == value {
+		return fmt.Sprintf(" (from $%s)", env)
+	}
+	return ""
+}
+
+// finishedRows says that the rows finished before a failure were printed.
+func finishedRows(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (the %d finished rows are printed)", n)
+}
+
 // benchSteps is the number of all-reduces the whole run does (progress).
 func benchSteps(cfg benchConfig) int {
 	per := cfg.warmup + cfg.iters
@@ -262,7 +300,7 @@ func benchFlags(c *cli.Context) (benchConfig, error) {
 		return cfg, err
 	}
 	if cfg.sweep, err = parseWorkers(c.String("workers")); err != nil {
-		return cfg, err
+		return cfg, fmt.Errorf("%w%s", err, envSource("workers", c.String("workers")))
 	}
 	cfg.workers = slices.Max(cfg.sweep)
 	if cfg.losses, err = parseLosses(c.String("loss")); err != nil {
@@ -331,7 +369,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (ben
 	res, err := benchmark.Embedded(ctx, benchmark.EmbeddedConfig{
 		Workers: cfg.workers, SwitchAddr: cfg.switchAddr, Loss: cfg.loss, Offload: cfg.offload,
 		Session: cfg.session(), Elements: cfg.elements(), Warmup: cfg.warmup, Iters: cfg.iters,
-		Ring: cfg.baseline == "ring", Step: prog.step,
+		Ring: cfg.baseline == "ring", Step: prog.step, Phase: prog.phase,
 	})
 	if errors.Is(err, syscall.EADDRINUSE) {
 		return benchRun{}, fmt.Errorf("%w (the switch is at --switch-addr %v, the workers at the next addresses: pick another --switch-addr if something holds them)", err, cfg.switchAddr)

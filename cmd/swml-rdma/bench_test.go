@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/swml-rdma/swml-rdma/aggregation"
 )
 
 // Bench tests send traffic only to 127.13.2.1, 127.13.3.1 and
@@ -51,27 +55,57 @@ func TestBenchJSON(t *testing.T) {
 	}
 }
 
-// checkBenchSchema checks the documented JSON keys (docs/bench.md), so a
-// renamed field fails here and not in someone's script.
+// docBenchKeys are the keys of docs/bench.md's JSON example: the
+// document's, its first run's and that run's baseline's.
+func docBenchKeys(t *testing.T) (top, run, baseline []string) {
+	t.Helper()
+	md, err := os.ReadFile("../../docs/bench.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(md), "## JSON")
+	if ok {
+		_, after, ok = strings.Cut(after, "```json\n")
+	}
+	example, _, ok2 := strings.Cut(after, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/bench.md has no ```json example under \"## JSON\"")
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(example), &doc); err != nil {
+		t.Fatalf("docs/bench.md's JSON example does not parse: %v", err)
+	}
+	var runs []map[string]json.RawMessage
+	if err := json.Unmarshal(doc["runs"], &runs); err != nil || len(runs) == 0 {
+		t.Fatalf("docs/bench.md's example has no runs: %v", err)
+	}
+	var b map[string]json.RawMessage
+	if err := json.Unmarshal(runs[0]["baseline"], &b); err != nil {
+		t.Fatalf("docs/bench.md's example run has no baseline object: %v", err)
+	}
+	return sortedKeys(doc), sortedKeys(runs[0]), sortedKeys(b)
+}
+
+// checkBenchSchema checks that the output has the keys of docs/bench.md's
+// JSON example, so a renamed field fails here and not in someone's
+// script, and the document cannot drift from the output.
 func checkBenchSchema(t *testing.T, out string, withBaseline bool) {
 	t.Helper()
+	topKeys, runKeys, baseKeys := docBenchKeys(t)
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if got := sortedKeys(doc); !slices.Equal(got, []string{"runs", "schema_version"}) {
-		t.Fatalf("top-level keys %v", got)
+	if got := sortedKeys(doc); !slices.Equal(got, topKeys) {
+		t.Fatalf("top-level keys %v, docs/bench.md shows %v", got, topKeys)
 	}
 	var runs []map[string]json.RawMessage
 	if err := json.Unmarshal(doc["runs"], &runs); err != nil {
 		t.Fatal(err)
 	}
-	runKeys := []string{"ate_per_s", "ate_ratio", "baseline", "dtype", "elements", "gbit_per_s", "iters", "loss", "loss_inflation", "max_ns", "median_ns",
-		"message_size", "min_ns", "packet_size", "packet_write_calls", "packets", "qps", "retransmissions", "retransmissions_per_message", "switch_drops", "tensor_bytes", "verified", "warmup", "workers", "writes"}
-	baseKeys := []string{"ate_per_s", "gbit_per_s", "loss_inflation", "max_ns", "median_ns", "min_ns", "name", "packets", "retransmissions", "verified", "window_messages"}
 	for _, r := range runs {
 		if got := sortedKeys(r); !slices.Equal(got, runKeys) {
-			t.Fatalf("run keys %v, want %v", got, runKeys)
+			t.Fatalf("run keys %v, docs/bench.md shows %v", got, runKeys)
 		}
 		if !withBaseline {
 			if string(r["baseline"]) != "null" || string(r["ate_ratio"]) != "null" {
@@ -84,7 +118,7 @@ func checkBenchSchema(t *testing.T, out string, withBaseline bool) {
 			t.Fatal(err)
 		}
 		if got := sortedKeys(b); !slices.Equal(got, baseKeys) {
-			t.Fatalf("baseline keys %v, want %v", got, baseKeys)
+			t.Fatalf("baseline keys %v, docs/bench.md shows %v", got, baseKeys)
 		}
 	}
 }
@@ -370,5 +404,87 @@ func TestBenchLossSweepPlot(t *testing.T) {
 	}
 	if _, _, err := run(t, "bench", "--workers", "2,3", "--loss", "0,0.01", "--plot", svgPath); err == nil || !strings.Contains(err.Error(), "not both") {
 		t.Errorf("both sweeps with --plot: %v, want a refusal", err)
+	}
+}
+
+// TestBenchEdges: the rough edges of #23. Addresses: 127.13.50.x, 127.13.51.x.
+func TestBenchEdges(t *testing.T) {
+	clearLaunchEnv(t)
+	t.Run("log level", func(t *testing.T) {
+		// One validator: bench refuses what switch and worker refuse.
+		_, _, err := run(t, "bench", "--log-level", "loud")
+		if err == nil || !strings.Contains(err.Error(), `--log-level "loud": use debug, info, warn or error`) {
+			t.Fatalf("bench --log-level loud: %v", err)
+		}
+	})
+	t.Run("metrics addr example", func(t *testing.T) {
+		_, _, err := run(t, "worker", "--rank", "0", "--workers", "1", "--metrics-addr", "foo")
+		if err == nil || !strings.Contains(err.Error(), "e.g. 127.0.0.1:9100") || strings.Contains(err.Error(), "50099") {
+			t.Fatalf("--metrics-addr foo: %v, want the metrics port as the example, not the controller's", err)
+		}
+	})
+	t.Run("peer timeout flag", func(t *testing.T) {
+		_, _, err := run(t, "bench", "--peer-timeout", "0s")
+		if err == nil || !strings.Contains(err.Error(), "--peer-timeout 0s") {
+			t.Fatalf("bench --peer-timeout 0s: %v", err)
+		}
+		if !strings.Contains(remedy(fmt.Errorf("x: %w", aggregation.ErrPeerTimeout)), "--peer-timeout") {
+			t.Fatal("a peer timeout's remedy does not name --peer-timeout")
+		}
+	})
+	t.Run("exported SWML_CONTROLLER", func(t *testing.T) {
+		// A controller exported for a job's workers does not make a plain
+		// bench one of them: it runs the embedded bench.
+		t.Setenv("SWML_CONTROLLER", "127.0.0.1:1")
+		out, _, err := run(t, "bench", "--workers", "1", "--baseline", "none", "--size", "4KiB", "--iters", "1", "--warmup", "0", "--switch-addr", "127.13.50.1")
+		if err != nil || !strings.Contains(out, "SwitchML all-reduce on loopback") {
+			t.Fatalf("bench with SWML_CONTROLLER exported: %v\n%s", err, out)
+		}
+	})
+	t.Run("failed sweep keeps its rows", func(t *testing.T) {
+		// The 2-worker row needs 127.13.51.3, which this socket holds; the
+		// 1-worker row before it finished and is printed.
+		hold, err := net.ListenPacket("udp", "127.13.51.3:4791")
+		if err != nil {
+			t.Skipf("cannot hold the address: %v", err)
+		}
+		defer hold.Close()
+		out, _, err := run(t, "bench", "--workers", "1,2", "--baseline", "none", "--size", "4KiB", "--iters", "1", "--warmup", "0", "--switch-addr", "127.13.51.1", "--json")
+		if err == nil || !strings.Contains(err.Error(), "the 1 finished rows are printed") {
+			t.Fatalf("sweep with the second row failing: %v", err)
+		}
+		var rep benchReport
+		if jerr := json.Unmarshal([]byte(out), &rep); jerr != nil || len(rep.Runs) != 1 || rep.Runs[0].Workers != 1 {
+			t.Fatalf("stdout %q (%v), want the JSON report of the 1-worker row", out, jerr)
+		}
+	})
+	t.Run("exported SWML_NIC", func(t *testing.T) {
+		// Not through an app: a flag set from the environment stays set in
+		// the command's flag objects, which every app of this package's
+		// tests shares.
+		t.Setenv("SWML_NIC", "ibverbs")
+		if got := envSource("nic", "ibverbs"); got != " (from $SWML_NIC)" {
+			t.Fatalf("envSource(nic) = %q with SWML_NIC exported", got)
+		}
+		if got := envSource("nic", "soft"); got != "" {
+			t.Fatalf("envSource(nic, soft) = %q: the flag's value is not the variable's", got)
+		}
+	})
+	t.Run("SWML_WORKERS not a number", func(t *testing.T) {
+		t.Setenv("SWML_WORKERS", "x")
+		_, err := parseWorkers("x")
+		if err == nil || !strings.Contains(fmt.Sprintf("%v%s", err, envSource("workers", "x")), `--workers "x": "x" is not a number; give a count such as 4 or a comma list such as 2,4,8,16 (from $SWML_WORKERS)`) {
+			t.Fatalf("parseWorkers(x): %v", err)
+		}
+	})
+}
+
+// TestProgressPhase: a phase draws at once, before its first step ends.
+func TestProgressPhase(t *testing.T) {
+	var buf bytes.Buffer
+	p := newProgressTo(&buf, 4)
+	p.phase("starting 32 workers")
+	if s := buf.String(); !strings.Contains(s, "0/4") || !strings.Contains(s, "starting 32 workers") {
+		t.Fatalf("phase drew %q", s)
 	}
 }

@@ -100,9 +100,9 @@ var flagCommands = []struct {
 			switch {
 			case cfg.size < 4 || cfg.size%4 != 0 || cfg.size > maxSize:
 				return fmt.Errorf("INVARIANT: accepted --size %d", cfg.size)
-			case cfg.msgSize%cfg.packetSize != 0 || bits.OnesCount(uint(ppm)) != 1 || ppm > maxPacketsPerMessage:
+			case cfg.msgSize%cfg.packetSize != 0 || bits.OnesCount(uint(ppm)) != 1 || ppm > aggregation.MaxPacketsPerMessage:
 				return fmt.Errorf("INVARIANT: accepted --msg-size %d with --packet-size %d", cfg.msgSize, cfg.packetSize)
-			case cfg.qps < 1 || cfg.qps > maxQPs || cfg.qps*ppm > switchmodel.DefaultPoolSize:
+			case cfg.qps < 1 || cfg.qps > aggregation.MaxQPs || cfg.qps*ppm > switchmodel.DefaultPoolSize:
 				return fmt.Errorf("INVARIANT: accepted --qps %d × %d packets", cfg.qps, ppm)
 			case cfg.baseline == "ring" && cfg.workers < 2:
 				return fmt.Errorf("INVARIANT: accepted a ring of %d", cfg.workers)
@@ -117,7 +117,7 @@ var flagCommands = []struct {
 			if err != nil {
 				return err
 			}
-			if cfg.size < 4 || cfg.size%4 != 0 || cfg.size > maxSize || cfg.rank < 0 || cfg.rank >= cfg.workers || cfg.msgSize/cfg.packetSize > maxPacketsPerMessage {
+			if cfg.size < 4 || cfg.size%4 != 0 || cfg.size > maxSize || cfg.rank < 0 || cfg.rank >= cfg.workers || cfg.msgSize/cfg.packetSize > aggregation.MaxPacketsPerMessage {
 				return fmt.Errorf("INVARIANT: accepted %+v", cfg)
 			}
 			return nil
@@ -153,7 +153,7 @@ var flagCommands = []struct {
 			if err != nil {
 				return err
 			}
-			if d := c.Int("tx-depth"); d < 1 || uint64(cfg.size)*uint64(d) > 4<<20 || cfg.client == cfg.server {
+			if d := cfg.depth; d < 1 || uint64(cfg.size)*uint64(d) > 4<<20 || cfg.client == cfg.server {
 				return fmt.Errorf("INVARIANT: accepted --size %d --tx-depth %d", cfg.size, d)
 			}
 			return nil

@@ -100,8 +100,8 @@ func TestFlagErrors(t *testing.T) {
 		want []string
 	}{
 		{"bench writes", []string{"bench", "--writes", "whole"}, []string{"--writes", `"whole"`, "auto", "message", "packet"}},
-		{"bench packet writes past the packet id", []string{"bench", "--writes", "packet", "--msg-size", "128KiB"}, []string{"--writes packet", "128 packets", "64 packets", "--msg-size 64 KiB or less", "--writes auto"}},
-		{"bench msg-size past the packet limit", []string{"bench", "--msg-size", "1GiB"}, []string{"--msg-size 1 GiB", "at most 16384 packets", "give --msg-size 16 MiB or less"}},
+		{"bench packet writes past the packet id", []string{"bench", "--writes", "packet", "--msg-size", "128KiB"}, []string{"--msg-size 128 KiB (128 packets of --packet-size 1024) with --writes packet", "64 packets", "--msg-size 64 KiB or less", "--writes auto"}},
+		{"bench msg-size past the packet limit", []string{"bench", "--msg-size", "1GiB"}, []string{"--msg-size 1 GiB (1048576 packets", "at most 16384 packets", "give --msg-size 16 MiB or less"}},
 		{"bench msg-size small packets", []string{"bench", "--packet-size", "256", "--msg-size", "256MiB"}, []string{"--msg-size", "--packet-size 256", "4 MiB or less"}},
 		{"worker msg-size past the packet limit", append(w, "--msg-size", "1GiB"), []string{"--msg-size 1 GiB", "at most 16384 packets"}},
 		{"bench qps too many", []string{"bench", "--qps", "5000"}, []string{"--qps 5000", "1 to 4096"}},
@@ -110,7 +110,7 @@ func TestFlagErrors(t *testing.T) {
 		{"bench one worker with the ring", []string{"bench", "--workers", "1"}, []string{"--workers 1 with --baseline ring", "--baseline none"}},
 		{"bench one worker in a sweep with the ring", []string{"bench", "--workers", "1,2"}, []string{"--workers 1 with --baseline ring"}},
 		{"write-bw message past the socket buffer", []string{"write-bw", "--size", "16MiB"}, []string{"--size 16 MiB", "4 MiB socket buffer", "give --size 4 MiB or less"}},
-		{"write-bw window past the socket buffer", []string{"write-bw", "--size", "1MiB"}, []string{"--size 1 MiB × --tx-depth 32", "give --tx-depth 4 or less"}},
+		{"write-bw window past the socket buffer", []string{"write-bw", "--size", "1MiB", "--tx-depth", "32"}, []string{"--size 1 MiB × --tx-depth 32", "give --tx-depth 4 or less"}},
 		{"write-bw tx-depth zero", []string{"write-bw", "--tx-depth", "0"}, []string{"--tx-depth 0", "give 1 to 4096"}},
 		{"write-bw tx-depth negative", []string{"write-bw", "--tx-depth", "-3"}, []string{"--tx-depth -3"}},
 		{"bench iters not a number", []string{"bench", "--iters", "abc"}, []string{"--iters", `"abc"`, "swml-rdma bench --help"}},
@@ -181,7 +181,7 @@ func TestMemoryModel(t *testing.T) {
 	if err := checkBench(cfg); err != nil {
 		t.Fatalf("bench 1 GiB × 4 workers with 16 GiB: %v", err)
 	}
-	if err := checkSwitchPool(100000000); err == nil || !strings.Contains(err.Error(), "--pool-size 100000000 needs about 771.9 GiB") {
+	if err := checkSwitchPool(100000000); err == nil || !strings.Contains(err.Error(), "--pool-size 100000000 needs about 770.5 GiB") {
 		t.Fatalf("pool of 10^8 slots with 16 GiB: %v", err)
 	}
 	if err := checkSwitchPool(switchmodel.DefaultPoolSize); err != nil {

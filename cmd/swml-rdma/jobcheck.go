@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -11,14 +13,6 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
 
-// Limits of the all-reduce job flags: the library's (aggregation.Config),
-// checked here first so that the error names the flag instead of a Config
-// field, once instead of once per worker.
-const (
-	maxQPs               = aggregation.MaxQPs
-	maxPacketsPerMessage = aggregation.MaxPacketsPerMessage
-)
-
 // jobSpec is an all-reduce job's tensor and protocol (allReduceFlags): the
 // same for the embedded bench and for every worker of a job.
 type jobSpec struct {
@@ -26,6 +20,7 @@ type jobSpec struct {
 	packetSize, qps, msgSize int
 	dtype                    wire.DType
 	writes                   aggregation.Writes
+	peerTimeout              time.Duration
 }
 
 // elements is the tensor's length (4-byte elements).
@@ -33,15 +28,51 @@ func (j jobSpec) elements() int { return j.size / 4 }
 
 // session is the part of a worker's aggregation.Config the job flags set.
 func (j jobSpec) session() aggregation.Config {
-	return aggregation.Config{QPs: j.qps, PacketSize: j.packetSize, PacketsPerMessage: j.msgSize / j.packetSize, DType: j.dtype, Writes: j.writes, TensorBytes: j.size}
+	return aggregation.Config{QPs: j.qps, PacketSize: j.packetSize, PacketsPerMessage: j.msgSize / j.packetSize, DType: j.dtype, Writes: j.writes, PeerTimeout: j.peerTimeout, TensorBytes: j.size}
+}
+
+// configFlags name the flag that sets each aggregation.Config field, for
+// the errors of Config.Validate (aggregation.FieldError).
+var configFlags = map[string]string{
+	"Workers": "--workers", "Rank": "--rank", "QPs": "--qps", "PacketSize": "--packet-size",
+	"PacketsPerMessage": "--msg-size", "DType": "--dtype", "Writes": "--writes", "PeerTimeout": "--peer-timeout", "TensorBytes": "--size",
+}
+
+// flagError renders a Config error in the terms of the flags: the flag of
+// the field, then the library's reason; a message's packet count in bytes.
+func (j jobSpec) flagError(err error) error {
+	var fe *aggregation.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	flag, ok := configFlags[fe.Field]
+	if !ok {
+		return err
+	}
+	if fe.Field != "PacketsPerMessage" {
+		return fmt.Errorf("%s %v: %s", flag, fe.Value, fe.Reason)
+	}
+	msg := fmt.Sprintf("--msg-size %s (%v packets of --packet-size %d)", approxBytes(uint64(j.msgSize)), fe.Value, j.packetSize)
+	if j.writes == aggregation.PacketWrites {
+		msg += " with --writes packet"
+	}
+	msg += ": " + fe.Reason
+	if fe.Max > 0 {
+		msg += fmt.Sprintf("; give --msg-size %s or less", approxBytes(uint64(fe.Max*j.packetSize)))
+		if j.writes == aggregation.PacketWrites {
+			msg += ", or --writes auto"
+		}
+	}
+	return errors.New(msg)
 }
 
 // parseJobFlags validates the job flags (allReduceFlags) of a job of
-// workers workers, for bench and worker alike: each flag, then the job as
-// the library will (aggregation.Config.Validate), so that what the flags
-// accept is what Open accepts.
+// workers workers, for bench and worker alike: what each flag's syntax
+// needs, then the job as the library will (aggregation.Config.Validate,
+// whose errors name the flag), so that what the flags accept is what Open
+// accepts.
 func parseJobFlags(c *cli.Context, workers int) (jobSpec, error) {
-	j := jobSpec{iters: c.Int("iters"), warmup: c.Int("warmup"), packetSize: c.Int("packet-size"), qps: c.Int("qps")}
+	j := jobSpec{iters: c.Int("iters"), warmup: c.Int("warmup"), packetSize: c.Int("packet-size"), qps: c.Int("qps"), peerTimeout: c.Duration("peer-timeout")}
 	var err error
 	if j.size, err = parseSize(c.String("size")); err != nil {
 		return j, fmt.Errorf("--size: %v", err)
@@ -56,35 +87,28 @@ func parseJobFlags(c *cli.Context, workers int) (jobSpec, error) {
 		return j, fmt.Errorf("--dtype: %v", err)
 	}
 	if j.writes, err = aggregation.ParseWrites(c.String("writes")); err != nil {
-		return j, fmt.Errorf("--writes %v", err)
+		return j, fmt.Errorf("--%v", err)
 	}
 	switch {
 	case j.iters < 1:
 		return j, fmt.Errorf("--iters %d: give at least 1", j.iters)
 	case j.warmup < 0:
 		return j, fmt.Errorf("--warmup %d: must not be negative", j.warmup)
-	case j.qps < 1 || j.qps > maxQPs:
-		return j, fmt.Errorf("--qps %d: give 1 to %d queue pairs", j.qps, maxQPs)
+	case j.qps < 1: // 0 would be the library's default
+		return j, fmt.Errorf("--qps %d: give 1 to %d queue pairs", j.qps, aggregation.MaxQPs)
+	case j.peerTimeout <= 0:
+		return j, fmt.Errorf("--peer-timeout %v: give a positive duration, e.g. %v", j.peerTimeout, aggregation.DefaultPeerTimeout)
 	}
 	if err := wire.CheckPacketSize(j.packetSize); err != nil {
 		return j, fmt.Errorf("--packet-size: %v", err)
 	}
-	ppm := j.msgSize / j.packetSize
-	if j.msgSize%j.packetSize != 0 || ppm&(ppm-1) != 0 {
-		return j, fmt.Errorf("--msg-size %d: must be the packet size (%d) times a power of two, e.g. %d", j.msgSize, j.packetSize, 16*j.packetSize)
-	}
-	if ppm > maxPacketsPerMessage {
-		return j, fmt.Errorf("--msg-size %s is %d packets of --packet-size %d; a message has at most %d packets: give --msg-size %s or less",
-			approxBytes(uint64(j.msgSize)), ppm, j.packetSize, maxPacketsPerMessage, approxBytes(uint64(maxPacketsPerMessage*j.packetSize)))
-	}
-	if maxPkt := 1 << wire.MaxPacketIDBits; j.writes == aggregation.PacketWrites && ppm > maxPkt {
-		return j, fmt.Errorf("--writes packet with --msg-size %s (%d packets of --packet-size %d): a packet write's id names at most %d packets of a message; give --msg-size %s or less, or --writes auto",
-			approxBytes(uint64(j.msgSize)), ppm, j.packetSize, maxPkt, approxBytes(uint64(maxPkt*j.packetSize)))
+	if _, err := wire.MessagePackets(j.msgSize, j.packetSize); err != nil {
+		return j, fmt.Errorf("--msg-size %d: not --packet-size (%d) times a power of two, e.g. %d", j.msgSize, j.packetSize, 16*j.packetSize)
 	}
 	cfg := j.session()
 	cfg.Workers = workers
 	if err := cfg.Validate(); err != nil {
-		return j, fmt.Errorf("--qps, --packet-size, --msg-size, --dtype, --writes with %d workers: %v", workers, err)
+		return j, j.flagError(err)
 	}
 	return j, nil
 }
@@ -110,10 +134,12 @@ func checkBench(cfg benchConfig) error {
 	w, size := uint64(cfg.workers), uint64(cfg.size)
 	need.add(2*w*size, "%d workers × 2 × %s: each worker's input and its all-reduce buffer", w, approxBytes(size))
 	need.add(w*nicBytes, "%d NICs × %s", w, approxBytes(nicBytes))
-	mr := sessionMRBytes(cfg.qps, cfg.msgSize)
+	mr := uint64(cfg.session().RegisteredBytes())
 	need.add(w*mr, "%d × %s registered messages", w, approxBytes(mr))
 	if cfg.baseline == "ring" {
-		rb := 2 * uint64(ringWindow(cfg.msgSize)) * uint64(cfg.msgSize)
+		// The ring all-reduces in the SwitchML run's buffers
+		// (benchmark.Buffers): only its registered memory is added.
+		rb := uint64(ring.RegisteredBytes(cfg.msgSize, 0))
 		need.add(w*rb, "%d ring ranks × %s", w, approxBytes(rb))
 	}
 	need.add(switchmodel.DefaultPoolSize*switchSlotBytes, "%s switch pool", approxBytes(switchmodel.DefaultPoolSize*switchSlotBytes))
@@ -128,7 +154,7 @@ func checkWorkerJob(cfg *workerConfig) error {
 	w, size := uint64(cfg.workers), uint64(cfg.size)
 	need.add(w*size, "%d × %s: every rank's input, to verify the result", w, approxBytes(size))
 	need.add(size, "%s all-reduce buffer", approxBytes(size))
-	mr := sessionMRBytes(cfg.qps, cfg.msgSize)
+	mr := uint64(cfg.session().RegisteredBytes())
 	need.add(nicBytes+mr+baseBytes, "%s NIC, registered messages and process", approxBytes(nicBytes+mr+baseBytes))
 	return need.check(fmt.Sprintf("--size %s with --workers %d", approxBytes(size), w), "lower --size")
 }
@@ -141,12 +167,3 @@ func checkSwitchPool(pool uint32) error {
 	return need.check(fmt.Sprintf("--pool-size %d", pool),
 		fmt.Sprintf("lower --pool-size (the default %d takes %s)", switchmodel.DefaultPoolSize, approxBytes(switchmodel.DefaultPoolSize*switchSlotBytes)))
 }
-
-// ringWindow is the ring baseline's default window in messages
-// (ring.DefaultWindow); each rank's MR holds 2 × window messages.
-func ringWindow(msgSize int) int { return ring.DefaultWindow(msgSize) }
-
-// sessionMRBytes is a worker session's memory region (aggregation.Open):
-// per QP, a receive region for each of the two sets and a send staging
-// region, one message each (docs/protocol.md "Buffer layout").
-func sessionMRBytes(qps, msgSize int) uint64 { return 3 * uint64(qps) * uint64(msgSize) }

@@ -75,13 +75,21 @@ var flagName = regexp.MustCompile(`(^|[ :])-([a-z][a-z0-9-]*)`)
 // environment variable that does not parse ("for flag iters").
 var envFlagName = regexp.MustCompile(`for flag ([a-z][a-z0-9-]*)`)
 
+// strconvTail matches the strconv error urfave/cli appends to an
+// environment variable that does not parse (`: strconv.ParseInt: parsing
+// "abc": invalid syntax`): the rest of the message already says it.
+var strconvTail = regexp.MustCompile(`: strconv\.Parse\w+: parsing "(?:[^"\\]|\\.)*": [a-z ]+`)
+
 // usageError turns a flag that does not parse into one line naming the flag,
 // the value and where to look, with exit status 2, instead of the help text
-// and exit status 1.
+// and exit status 1. It rewrites the texts of the flag package and
+// urfave/cli (TestUsageErrorTexts pins each form, so that an upgrade that
+// changes them fails a test).
 func usageError(c *cli.Context, err error, isSubcommand bool) error {
 	msg := flagName.ReplaceAllString(err.Error(), "$1--$2")
 	msg = strings.Replace(msg, "for flag --", "for --", 1)
 	msg = envFlagName.ReplaceAllString(msg, "for --$1")
+	msg = strconvTail.ReplaceAllString(msg, "")
 	cmd := c.App.Name
 	if c.Command != nil && c.Command.Name != "" && c.Command.Name != cmd {
 		cmd += " " + c.Command.Name

@@ -9,24 +9,23 @@ import (
 	"strings"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
+	"github.com/swml-rdma/swml-rdma/verbs/soft"
 )
 
 // The memory model of the CLI's processes (docs/operations.md, "Memory"):
 // what a run allocates besides Go's own few MiB, so that a size that cannot
-// fit is refused before anything is allocated.
+// fit is refused before anything is allocated. The sizes of the parts come
+// from their owners: soft.DeviceBytes (a NIC), aggregation.Config.
+// RegisteredBytes (a session), ring.RegisteredBytes (a ring rank) and
+// switchmodel.Config.SlotBytes (a switch slot).
 const (
-	// nicBytes is one userspace NIC (verbs/soft), measured at 0.85 MiB of
-	// heap (pprof, 64 workers): the GRO buffers (4 × 64 KiB), the receive
-	// batch (64 × 4.4 KiB), the transmit queue (256 packets), the
-	// recvmmsg/sendmmsg headers and its QPs' queues; rounded up.
-	nicBytes = 1 << 20
-	// switchSlotBytes is one aggregation slot of the software switch: two
-	// sets of DefaultMaxPayload bytes of int32 sums, plus bitmaps, counters
-	// and exponents.
-	switchSlotBytes = 2*switchmodel.DefaultMaxPayload + 2*switchmodel.DefaultMaxWorkers/8 + 32
+	nicBytes = soft.DeviceBytes
 	// baseBytes is the process itself: runtime, gRPC, sockets.
 	baseBytes = 64 << 20
 )
+
+// switchSlotBytes is one slot of the software switch's default pipeline.
+var switchSlotBytes = switchmodel.Config{}.SlotBytes()
 
 // memoryNeed is an estimate of a run's memory and how it was made up, for
 // the error that refuses it.

@@ -20,6 +20,7 @@ type progress struct {
 	last  time.Time
 	width int // characters of the last line drawn, 0 if nothing is shown
 	start time.Time
+	label string // the phase running now
 }
 
 const progressInterval = 100 * time.Millisecond
@@ -38,6 +39,47 @@ func newProgressTo(w io.Writer, total int) *progress {
 	return &progress{w: w, total: total, start: time.Now()}
 }
 
+// phase names the phase that starts now (setting up the job, the first
+// all-reduce of an algorithm: the first all-reduce of a large job can take
+// a minute) and draws at once, so that the bar shows before its first
+// step.
+func (p *progress) phase(label string) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.label = label
+	p.draw(time.Now())
+}
+
+// tick redraws every interval, so that the elapsed time moves during a
+// long step, until stop is called.
+func (p *progress) tick(interval time.Duration) (stop func()) {
+	if p == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				p.mu.Lock()
+				if p.width > 0 { // not after clear
+					p.draw(now)
+				}
+				p.mu.Unlock()
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }) }
+}
+
 // step records one finished step of the phase named label and redraws if
 // the last drawing is old enough (or this was the last step).
 func (p *progress) step(label string) {
@@ -47,15 +89,21 @@ func (p *progress) step(label string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.done = min(p.done+1, p.total)
+	p.label = label
 	now := time.Now()
 	if now.Sub(p.last) < progressInterval && p.done < p.total {
 		return
 	}
+	p.draw(now)
+}
+
+// draw draws the bar; p.mu is held.
+func (p *progress) draw(now time.Time) {
 	p.last = now
 	const barWidth = 30
 	fill := barWidth * p.done / p.total
 	line := fmt.Sprintf("[%s%s] %3d%%  %d/%d  %s  %v", strings.Repeat("=", fill), strings.Repeat(" ", barWidth-fill),
-		100*p.done/p.total, p.done, p.total, label, now.Sub(p.start).Round(time.Second))
+		100*p.done/p.total, p.done, p.total, p.label, now.Sub(p.start).Round(time.Second))
 	pad := ""
 	if n := p.width - len([]rune(line)); n > 0 {
 		pad = strings.Repeat(" ", n)

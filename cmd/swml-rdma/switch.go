@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -22,9 +21,9 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/local"
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
-	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
@@ -220,11 +219,21 @@ func (s controlSecurity) apply(cfg *control.Config, listen string, log *slog.Log
 	}
 }
 
+// hostPortExamples are the example of each host:port flag: its own
+// default port, never another endpoint's.
+var hostPortExamples = map[string]string{
+	"metrics-addr": "127.0.0.1:9100",
+}
+
 // checkHostPort checks that a flag holds host:port.
 func checkHostPort(flag, addr string) error {
 	// An empty host means every interface, which net.Listen accepts.
 	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-		return fmt.Errorf("--%s %q: give host:port, e.g. 127.0.0.1:50099", flag, addr)
+		example, ok := hostPortExamples[flag]
+		if !ok {
+			example = control.DefaultAddr
+		}
+		return fmt.Errorf("--%s %q: give host:port, e.g. %s", flag, addr, example)
 	}
 	return nil
 }
@@ -241,38 +250,6 @@ func parseLogLevel(s string) (slog.Level, error) {
 // newLogger writes text log lines to w (stderr).
 func newLogger(w io.Writer, level slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
-}
-
-// jobCounter counts the jobs the controller installs and removes, for the
-// final report (the controller's own counters go with it when it closes).
-type jobCounter struct {
-	control.Programmer
-	added, removed atomic.Uint64
-}
-
-func (p *jobCounter) AddJob(ctx context.Context, job *wire.Job) error {
-	err := p.Programmer.AddJob(ctx, job)
-	if err == nil {
-		p.added.Add(1)
-	}
-	return err
-}
-
-func (p *jobCounter) RemoveJob(ctx context.Context, id uint32) error {
-	err := p.Programmer.RemoveJob(ctx, id)
-	if err == nil {
-		p.removed.Add(1)
-	}
-	return err
-}
-
-// JobPackets forwards the switch's per-job packet count, which the
-// controller watches for jobs without keep-alive streams (p4app workers).
-func (p *jobCounter) JobPackets(id uint32) (uint64, bool) {
-	if a, ok := p.Programmer.(control.ActivityReporter); ok {
-		return a.JobPackets(id)
-	}
-	return 0, false
 }
 
 func runSwitch(c *cli.Context) error {
@@ -292,9 +269,10 @@ func runSwitch(c *cli.Context) error {
 	return nil
 }
 
-// serveSwitch runs the daemon until ctx ends (stop is called then, so that
-// a second signal kills the process), shuts it down and prints the final
-// counters to out.
+// serveSwitch runs the daemon (local.Start with no workers: the switch and
+// its controller, as the embedded bench runs them) until ctx ends (stop is
+// called then, so that a second signal kills the process), shuts it down
+// and prints the final counters to out.
 func serveSwitch(ctx context.Context, stop func(), cfg switchConfig, log *slog.Logger, out io.Writer) (err error) {
 	start := time.Now()
 	var capture *udp.Capture
@@ -314,84 +292,70 @@ func serveSwitch(ctx context.Context, stop func(), cfg switchConfig, log *slog.L
 		}()
 	}
 	reg := newMetricsRegistry()
-	sw, err := swswitch.New(swswitch.Config{
-		Addr: cfg.addr, Model: switchmodel.Config{PoolSize: cfg.poolSize}, ICRC: cfg.icrc,
-		IngressLoss: cfg.loss, EgressLoss: cfg.loss, Seed: uint64(time.Now().UnixNano()),
-		Capture: capture, Registry: reg, Logger: log, Offload: cfg.offload,
-	})
-	if err != nil {
-		return fmt.Errorf("--addr %v: %w", cfg.addr, err)
-	}
-	swClosed := false
-	defer func() {
-		if !swClosed {
-			sw.Close()
-		}
-	}()
-	jobs := &jobCounter{Programmer: sw}
-	ccfg := control.Config{Programmer: jobs, PoolSize: sw.Config().Model.PoolSize, MaxWorkers: sw.Config().Model.MaxWorkers, SessionTimeout: cfg.sessionTimeout, Logger: log, Registry: reg}
-	cfg.security.apply(&ccfg, cfg.controllerAddr, log)
-	ccfg.IdleTimeout = cfg.idleTimeout
+	ccfg := control.Config{SessionTimeout: cfg.sessionTimeout, Logger: log, Registry: reg, IdleTimeout: cfg.idleTimeout}
 	if ccfg.IdleTimeout == 0 {
 		ccfg.IdleTimeout = -1 // the flag's 0 means never; the Config's 0 means the default
 	}
-	if cfg.addr.Is4() {
-		ccfg.SwitchIPv4 = cfg.addr
-	} else {
-		ccfg.SwitchIPv6 = cfg.addr
-	}
-	ctl, err := control.New(ccfg)
-	if err != nil {
+	cfg.security.apply(&ccfg, cfg.controllerAddr, log)
+	cl, err := local.Start(ctx, local.Config{
+		Switch: swswitch.Config{
+			Addr: cfg.addr, Model: switchmodel.Config{PoolSize: cfg.poolSize}, ICRC: cfg.icrc,
+			IngressLoss: cfg.loss, EgressLoss: cfg.loss, Seed: uint64(time.Now().UnixNano()),
+			Capture: capture, Registry: reg, Logger: log, Offload: cfg.offload,
+		},
+		Controller:       ccfg,
+		ControllerListen: cfg.controllerAddr,
+	})
+	var ee *local.EndpointError
+	switch {
+	case errors.As(err, &ee) && ee.Endpoint == "controller":
+		return listenError("controller-addr", cfg.controllerAddr, ee.Err)
+	case errors.As(err, &ee):
+		return fmt.Errorf("--addr %v: %w", cfg.addr, ee.Err)
+	case err != nil:
 		return err
 	}
-	ctlClosed := false
+	closed := false
 	defer func() {
-		if !ctlClosed {
-			ctl.Close()
+		if !closed {
+			cl.Close()
 		}
 	}()
-	lis, err := net.Listen("tcp", cfg.controllerAddr)
-	if err != nil {
-		return listenError("controller-addr", cfg.controllerAddr, err)
-	}
 	var metrics *metricsServer
 	if cfg.metricsAddr != "" {
 		if metrics, err = startMetricsServer("metrics-addr", cfg.metricsAddr, reg, log); err != nil {
-			lis.Close()
 			return err
 		}
 		defer metrics.Close()
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- ctl.Serve(lis) }()
-	log.Info("switch ready", "roce", sw.Addr().String(), "controller", lis.Addr().String(),
+	log.Info("switch ready", "roce", cl.Switch.Addr().String(), "controller", cl.ControllerAddr,
 		"pool", cfg.poolSize, "loss", cfg.loss, "pcap", cfg.pcap)
 
 	select {
 	case <-ctx.Done():
 		stop()
-		log.Info("shutting down: aborting running jobs", "jobs", len(ctl.Jobs()))
-	case err = <-serveErr:
+		log.Info("shutting down: aborting running jobs", "jobs", len(cl.Controller.Jobs()))
+	case err = <-cl.ServeDone():
 		stop()
 		if err == nil {
 			err = errors.New("the controller stopped serving")
 		}
 		log.Error("controller failed", "err", err)
 	}
-	ctl.Close() // aborts the jobs (workers get ENDED) and removes them from the switch
-	ctlClosed = true
-	if err == nil {
-		<-serveErr //nolint:errcheck // waits for Serve to return; after Close its error is only that
+	// The controller first: it aborts the jobs (workers get ENDED) and
+	// removes them from the switch; then the switch.
+	closed = true
+	if cerr := cl.Close(); cerr != nil {
+		log.Warn("closing the switch", "err", cerr)
 	}
 	metrics.Close()
-	sw.Close()
-	swClosed = true
-	printSwitchStats(out, sw, jobs, capture, cfg.pcap, time.Since(start))
+	started, ended := cl.Jobs()
+	printSwitchStats(out, cl.Switch, started, ended, capture, cfg.pcap, time.Since(start))
 	return err
 }
 
 // printSwitchStats writes the final counters.
-func printSwitchStats(out io.Writer, sw *swswitch.Switch, jobs *jobCounter, capture *udp.Capture, pcap string, uptime time.Duration) {
+func printSwitchStats(out io.Writer, sw *swswitch.Switch, jobsStarted, jobsEnded uint64, capture *udp.Capture, pcap string, uptime time.Duration) {
 	st := sw.Stats()
 	fmt.Fprintf(out, "switch %v stopped after %v: final counters\n", sw.Addr(), uptime.Round(time.Millisecond))
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -409,7 +373,7 @@ func printSwitchStats(out io.Writer, sw *swswitch.Switch, jobs *jobCounter, capt
 		reasons = append(reasons, fmt.Sprintf("%s=%d", r, st.Drops(r)))
 	}
 	fmt.Fprintf(w, "  drops\t%d\t(%s)\n", total, strings.Join(reasons, " "))
-	fmt.Fprintf(w, "  jobs\t%d\t(started; %d ended)\n", jobs.added.Load(), jobs.removed.Load())
+	fmt.Fprintf(w, "  jobs\t%d\t(started; %d ended)\n", jobsStarted, jobsEnded)
 	if capture != nil {
 		fmt.Fprintf(w, "  pcap\t%d\t(frames in %s)\n", capture.Packets(), pcap)
 	}

@@ -51,7 +51,9 @@ func workerCommand() *cli.Command {
 			"Rank and size come from --rank/--workers, else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (mpirun),\n" +
 			"else RANK/WORLD_SIZE (torchrun). SIGINT/SIGTERM aborts the job for every worker. See docs/operations.md.",
 		Flags: append(append(append([]cli.Flag{
-			&cli.IntFlag{Name: "workers", Usage: "workers of the job", DefaultText: "$OMPI_COMM_WORLD_SIZE, else $WORLD_SIZE", EnvVars: []string{"SWML_WORKERS"}, Category: "job"},
+			// No EnvVars: join.Member reads $SWML_WORKERS, then the launchers'
+			// variables, and names the variable in its errors.
+			&cli.IntFlag{Name: "workers", Usage: "workers of the job", DefaultText: "$SWML_WORKERS, else $OMPI_COMM_WORLD_SIZE, else $WORLD_SIZE", Category: "job"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON", EnvVars: []string{"SWML_JSON"}, Category: "output"},
 		}, allReduceFlags("bench")...), jobMemberFlags("")...), offloadFlag("nic"), logLevelFlag()),
 		Action: runWorker,
@@ -73,7 +75,7 @@ func jobMemberFlags(category string) []cli.Flag {
 		&cli.DurationFlag{Name: "connect-timeout", Value: defaultConnectTimeout, Usage: "how long to wait for the controller to accept connections", EnvVars: []string{"SWML_CONNECT_TIMEOUT"}, Category: cat("job")},
 		&cli.StringFlag{Name: "registration-token-file", Usage: "`FILE` holding the switch's registration token (first line), when it has one (`switch --registration-token-file`)", EnvVars: []string{"SWML_REGISTRATION_TOKEN_FILE"}, Category: cat("job")},
 		&cli.UintFlag{Name: "session-id", Value: 1, Usage: "the job's session id: the same for every worker of a job, distinct between concurrent jobs", EnvVars: []string{"SWML_SESSION_ID"}, Category: cat("job")},
-		&cli.IntFlag{Name: "rank", Usage: "this worker's rank, 0 … workers-1", DefaultText: "$OMPI_COMM_WORLD_RANK, else $RANK", EnvVars: []string{"SWML_RANK"}, Category: cat("job")},
+		&cli.IntFlag{Name: "rank", Usage: "this worker's rank, 0 … workers-1", DefaultText: "$SWML_RANK, else $OMPI_COMM_WORLD_RANK, else $RANK", Category: cat("job")},
 		&cli.StringFlag{Name: "nic", Value: "soft", Usage: "soft (userspace RoCEv2 NIC over UDP) or ibverbs (an RDMA device through libibverbs)", EnvVars: []string{"SWML_NIC"}, Category: cat("nic")},
 		&cli.StringFlag{Name: "device", Usage: "ibverbs device `NAME`, e.g. rxe0 or mlx5_0 (default: the one whose GID is --addr; ignored by soft)", EnvVars: []string{"SWML_DEVICE"}, Category: cat("nic")},
 		&cli.StringFlag{Name: "addr", Usage: "the worker's RoCE `IP`: soft binds it (default 127.0.0.<2+rank>); ibverbs uses the GID of this address", EnvVars: []string{"SWML_ADDR"}, Category: cat("nic")},
@@ -82,6 +84,8 @@ func jobMemberFlags(category string) []cli.Flag {
 	}
 }
 
+// logLevelFlag is --log-level of every command that logs; parseLogLevel is
+// its one validator.
 func logLevelFlag() cli.Flag {
 	return &cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error (logs go to stderr)", EnvVars: []string{"SWML_LOG_LEVEL"}, Category: "output"}
 }
@@ -103,7 +107,6 @@ type workerConfig struct {
 	jobSpec // tensor and protocol
 
 	// Optional.
-	peerTimeout       time.Duration         // 0: aggregation.DefaultPeerTimeout
 	retransmitTimeout time.Duration         // 0: aggregation.DefaultRetransmitTimeout
 	registry          prometheus.Registerer // gets swml_worker_… and swml_nic_… if set
 }
@@ -201,9 +204,9 @@ func workerFlags(c *cli.Context) (workerConfig, error) {
 	return cfg, nil
 }
 
-// rankAndSize resolves rank and worker count: flags (or SWML_RANK,
-// SWML_WORKERS) win, then Open MPI's variables, then torchrun's
-// (join.Member).
+// rankAndSize resolves rank and worker count: the flags win, then
+// SWML_RANK/SWML_WORKERS, Open MPI's variables and torchrun's (join.Member,
+// the rule libswml follows too).
 func rankAndSize(c *cli.Context) (rank, workers int, err error) {
 	var rp, wp *int
 	if c.IsSet("rank") {
@@ -222,8 +225,7 @@ func rankAndSize(c *cli.Context) (rank, workers int, err error) {
 			wp = &n
 		}
 	}
-	m, err := join.Member(join.Explicit{Rank: rp, Workers: wp,
-		RankName: "--rank", WorkersName: "--workers", RankHint: "--rank N (or SWML_RANK)", WorkersHint: "--workers N (or SWML_WORKERS)"})
+	m, err := join.Member(join.Explicit{Rank: rp, Workers: wp, RankName: "--rank", WorkersName: "--workers"})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -251,10 +253,11 @@ func nicFlags(c *cli.Context, cfg *workerConfig) error {
 			return fmt.Errorf("--gid-index %s with --nic soft: the userspace NIC has no GID table, its GID is --addr; drop --gid-index", gid)
 		}
 		if !cfg.addr.IsValid() {
-			if cfg.rank > 252 {
-				return fmt.Errorf("--rank %d: no default address past 127.0.0.254; pass --addr", cfg.rank)
+			a, err := join.DefaultSoftAddr(cfg.rank)
+			if err != nil {
+				return fmt.Errorf("--rank %d: %w; pass --addr", cfg.rank, err)
 			}
-			cfg.addr = netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + cfg.rank)})
+			cfg.addr = a
 		}
 	case "ibverbs":
 		if gid != "auto" {
@@ -274,7 +277,7 @@ func nicFlags(c *cli.Context, cfg *workerConfig) error {
 func openWorkerDevice(cfg workerConfig) (dev verbs.Device, closeDev func(), err error) {
 	d, err := join.OpenNIC(join.NICConfig{Kind: cfg.nic, Addr: cfg.addr, Device: cfg.device, Offload: cfg.offload, Registry: cfg.registry})
 	if err != nil {
-		return nil, nil, fmt.Errorf("--nic %s, --addr %v: %w", cfg.nic, cfg.addr, err)
+		return nil, nil, fmt.Errorf("--nic %s, --addr %v: %w%s", cfg.nic, cfg.addr, err, remedy(err))
 	}
 	return d, func() { d.Close() }, nil
 }
@@ -292,12 +295,12 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 	}
 	defer closeDev()
 	if err := join.WaitForController(ctx, cfg.controller, cfg.connectTimeout, log); err != nil {
-		return workerResult{}, fmt.Errorf("%w (flags: --controller, --connect-timeout)", err)
+		return workerResult{}, fmt.Errorf("%w%s", err, remedy(err))
 	}
 	log.Info("joining", "controller", cfg.controller, "session", cfg.sessionID, "workers", cfg.workers, "device", dev.Name())
 	scfg := cfg.session()
 	scfg.Device, scfg.ControllerAddr, scfg.SessionID, scfg.Rank, scfg.Workers = dev, cfg.controller, cfg.sessionID, cfg.rank, cfg.workers
-	scfg.PeerTimeout, scfg.RetransmitTimeout = cfg.peerTimeout, cfg.retransmitTimeout
+	scfg.RetransmitTimeout = cfg.retransmitTimeout
 	if cfg.registrationToken != "" {
 		cli, err := control.Dial(cfg.controller, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithPerRPCCredentials(control.RegistrationCredentials(cfg.registrationToken, false)))
@@ -328,19 +331,9 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 		}
 	}()
 	log.Info("joined job", "job", sess.JobID(), "session", cfg.sessionID)
-	var hist prometheus.Histogram
 	if cfg.registry != nil {
-		hist = prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "swml_worker_allreduce_duration_seconds",
-			Help: "Time of one all-reduce call of this worker, warm-up included.",
-			ConstLabels: prometheus.Labels{
-				"job_id": strconv.FormatUint(uint64(sess.JobID()), 10), "rank": strconv.Itoa(cfg.rank)},
-			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 18), // 100 µs … 13 s
-		})
+		// swml_worker_…, the all-reduce duration histogram included.
 		if err := cfg.registry.Register(aggregation.NewCollector(sess)); err != nil {
-			return workerResult{}, fmt.Errorf("register worker metrics: %w", err)
-		}
-		if err := cfg.registry.Register(hist); err != nil {
 			return workerResult{}, fmt.Errorf("register worker metrics: %w", err)
 		}
 	}
@@ -348,9 +341,6 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 	n := cfg.elements()
 	rcfg := benchmark.Config{Workers: cfg.workers, Ranks: []int{cfg.rank}, Elements: n, DType: cfg.dtype, Warmup: cfg.warmup, Iters: cfg.iters,
 		Bound: benchmark.QuantizationBound, Label: fmt.Sprintf("job %d", sess.JobID())}
-	if hist != nil {
-		rcfg.Observe = func(d time.Duration) { hist.Observe(d.Seconds()) }
-	}
 	run, err := benchmark.Run(ctx, []benchmark.AllReducer{sess}, rcfg)
 	if err != nil {
 		if errors.Is(err, benchmark.ErrMismatch) {

@@ -32,7 +32,7 @@ func writeBWCommand() *cli.Command {
 			&cli.IntFlag{Name: "iters", Value: 5000, Usage: "messages to send (0: run for --duration)", EnvVars: []string{"SWML_ITERS"}, Category: "traffic"},
 			&cli.DurationFlag{Name: "duration", Usage: "stop after this long (with --iters 0, or as a limit)", EnvVars: []string{"SWML_DURATION"}, Category: "traffic"},
 			&cli.IntFlag{Name: "mtu", Value: 1024, Usage: "path MTU: 256, 512, 1024, 2048 or 4096", EnvVars: []string{"SWML_MTU"}, Category: "traffic"},
-			&cli.IntFlag{Name: "tx-depth", Value: 32, Usage: "messages in flight (--size × --tx-depth at most the receiver's 4 MiB socket buffer)", EnvVars: []string{"SWML_TX_DEPTH"}, Category: "traffic"},
+			&cli.IntFlag{Name: "tx-depth", Usage: "messages in flight (--size × --tx-depth at most the receiver's 4 MiB socket buffer)", DefaultText: "32, fewer for messages over 128 KiB", EnvVars: []string{"SWML_TX_DEPTH"}, Category: "traffic"},
 			&cli.StringFlag{Name: "client-addr", Value: "127.0.0.2", Usage: "sender NIC address", EnvVars: []string{"SWML_CLIENT_ADDR"}, Category: "network"},
 			&cli.StringFlag{Name: "server-addr", Value: "127.0.0.3", Usage: "receiver NIC address", EnvVars: []string{"SWML_SERVER_ADDR"}, Category: "network"},
 			&cli.StringFlag{Name: "pcap", Usage: "write every packet the sender sends to this pcap file", EnvVars: []string{"SWML_PCAP"}, Category: "output"},
@@ -83,7 +83,7 @@ func runWriteBW(c *cli.Context) error {
 	}
 	res, err := perftest.WriteBW(ctx, perftest.Config{
 		Sender: tx, Receiver: rx, Size: size, Iters: c.Int("iters"), Duration: c.Duration("duration"),
-		MTU: mtu, Depth: c.Int("tx-depth"),
+		MTU: mtu, Depth: cfg.depth,
 	})
 	if err != nil && ctx.Err() == nil {
 		return cli.Exit(err.Error(), 1)
@@ -103,15 +103,28 @@ func runWriteBW(c *cli.Context) error {
 			Receiver string `json:"receiver"`
 		}{res, tx.Name(), rx.Name()})
 	}
-	fmt.Fprintf(out, "UC RDMA WRITE bandwidth: %s → %s, path MTU %d, %d messages in flight\n", tx.Name(), rx.Name(), mtu, c.Int("tx-depth"))
+	fmt.Fprintf(out, "UC RDMA WRITE bandwidth: %s → %s, path MTU %d, %d messages in flight\n", tx.Name(), rx.Name(), mtu, cfg.depth)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "#bytes\t#iterations\tlost\tBW [Gbit/s]\tpackets/s\tMsgRate [Mpps]\t")
 	fmt.Fprintf(w, "%d\t%d\t%d\t%.3f\t%.0f\t%.6f\t\n", size, res.Messages, res.Lost, res.Gbps, res.PacketRate, res.MsgRate/1e6)
 	return w.Flush()
 }
 
-// maxWriteBWTxDepth bounds --tx-depth (the CQs hold 2 × depth entries).
-const maxWriteBWTxDepth = 4096
+// maxWriteBWTxDepth bounds --tx-depth (the CQs hold 2 × depth entries);
+// defaultWriteBWTxDepth is its default where the window fits the
+// receiver's socket buffer (as many as fit where it does not).
+const (
+	maxWriteBWTxDepth     = 4096
+	defaultWriteBWTxDepth = 32
+)
+
+// writeBWDepth is --tx-depth, or its default for a message of size bytes.
+func writeBWDepth(c *cli.Context, size int) int {
+	if c.IsSet("tx-depth") {
+		return c.Int("tx-depth")
+	}
+	return max(1, min(defaultWriteBWTxDepth, udp.DefaultSocketBuffer/max(size, 1)))
+}
 
 // checkWriteBWWindow checks --tx-depth and that the bytes in flight fit the
 // receiving NIC's socket buffer: UC has no retransmission, so a window
@@ -136,7 +149,7 @@ func checkWriteBWWindow(size, depth int) error {
 
 // writeBWConfig is write-bw's validated flags.
 type writeBWConfig struct {
-	size           int
+	size, depth    int
 	mtu            verbs.MTU
 	client, server netip.Addr
 }
@@ -158,7 +171,8 @@ func writeBWFlags(c *cli.Context) (writeBWConfig, error) {
 	if d := c.Duration("duration"); d < 0 {
 		return cfg, fmt.Errorf("--duration %v: give a positive duration such as 10s", d)
 	}
-	if err := checkWriteBWWindow(cfg.size, c.Int("tx-depth")); err != nil {
+	cfg.depth = writeBWDepth(c, cfg.size)
+	if err := checkWriteBWWindow(cfg.size, cfg.depth); err != nil {
 		return cfg, err
 	}
 	for _, f := range []struct {

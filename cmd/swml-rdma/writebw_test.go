@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -69,5 +70,30 @@ func TestWriteBWBadFlags(t *testing.T) {
 				t.Fatalf("error %v, want it to mention %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestWriteBWDefaultDepth: README's `write-bw --size 1MiB --mtu 4096 --json`
+// runs with the default --tx-depth (as many 1 MiB messages as fit the
+// receiver's socket buffer), while an explicit depth that does not fit is
+// refused.
+func TestWriteBWDefaultDepth(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cmd = "`--size 1MiB --mtu 4096 --json`"
+	if !strings.Contains(string(readme), cmd) {
+		t.Fatalf("README.md no longer shows write-bw %s: update this test to what it shows", cmd)
+	}
+	out, _, err := run(t, "write-bw", "--size", "1MiB", "--mtu", "4096", "--json", "--iters", "8", "--client-addr", "127.13.1.22", "--server-addr", "127.13.1.23")
+	if err != nil {
+		t.Fatalf("README's write-bw: %v", err)
+	}
+	if !strings.Contains(out, `"gbit_per_s"`) {
+		t.Fatalf("not the JSON result:\n%s", out)
+	}
+	if _, _, err := run(t, "write-bw", "--size", "1MiB", "--tx-depth", "32"); err == nil || !strings.Contains(err.Error(), "give --tx-depth 4 or less") {
+		t.Fatalf("explicit --tx-depth 32 with 1 MiB messages: %v", err)
 	}
 }

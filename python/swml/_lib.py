@@ -161,8 +161,8 @@ class Session:
 
     Arguments left None come from the environment: controller
     ($SWML_CONTROLLER, else 127.0.0.1:50099), session_id ($SWML_SESSION_ID,
-    else 1), rank ($SWML_RANK, $RANK), world_size ($SWML_WORKERS,
-    $WORLD_SIZE), nic ($SWML_NIC, else soft), addr ($SWML_ADDR, else
+    else 1), rank ($SWML_RANK, $OMPI_COMM_WORLD_RANK, $RANK: the first
+    found), world_size ($SWML_WORKERS, $OMPI_COMM_WORLD_SIZE, $WORLD_SIZE), nic ($SWML_NIC, else soft), addr ($SWML_ADDR, else
     127.0.0.<2+rank> for soft), device ($SWML_DEVICE, ibverbs only).
     """
 
