@@ -45,7 +45,7 @@ ALL_SCENARIOS=(
 	allreduce-ibverbs allreduce-mixed allreduce-ibverbs-loss allreduce-packet-writes worker-killed
 	allreduce-p4app
 )
-EXTRA_SCENARIOS=(smoke capture-sysfs devices lab-script)
+EXTRA_SCENARIOS=(smoke capture-sysfs devices lab-script allreduce-p4app-loss)
 
 log() { printf 'harness: %s\n' "$*" >&2; }
 # skip MESSAGE: outside CI a skip is exit 0 with a clear message; with CI
@@ -256,7 +256,7 @@ p4app_unavailable() { # SKIP|FAIL reason
 	mkdir -p "$work/extra/opt/p4app"
 	echo "$1: $2" >"$work/extra/opt/p4app/unavailable"
 }
-if [[ " ${scenarios[*]} " == *" allreduce-p4app "* ]]; then
+if [[ " ${scenarios[*]} " == *" allreduce-p4app"[\ -]* ]]; then
 	if [ ! -x "$P4APP_DIR/build.sh" ]; then
 		p4app_unavailable SKIP "no p4app-switchML client sources at $P4APP_DIR (set SWML_P4APP_DIR; see docs/interop.md)"
 	else
