@@ -228,7 +228,7 @@ p4app_job() {
 		if ! grep -q 'Data verified successfully' $LOG/$tag.$r.log; then
 			bad=1
 			say "$tag rank $r (exit $([ $r = 0 ] && echo $rc0 || echo $rc1)) did not verify:"
-			grep -v '^\s*$' $LOG/$tag.$r.log | grep -v '^[IW][0-9]' | tail -8
+			{ grep -h 'Verification\|^F[0-9]' $LOG/$tag.$r.log || grep -v '^\s*$' $LOG/$tag.$r.log; } | sed -n '1,3p;$p'
 		fi
 	done
 	[ $bad = 0 ] || return 2
