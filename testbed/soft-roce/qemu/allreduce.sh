@@ -180,7 +180,7 @@ p4app_teardown() {
 # answers the resend with a duplicate result, and p4app's client, whose one
 # buffer per QP is both send source and result target, can send that result
 # as its next message's data: with 100 ms this scenario got wrong sums (the
-# same on both ranks) without any loss (docs/interop.md, "Known behaviour").
+# same on both ranks) without any loss (docs/interop.md, P3).
 # Returns 0 when both ranks verified, 1 when the switch refused rank 0's
 # registration (reason in $p4why), 2 otherwise (wrong sums, a crash or a
 # timeout; printed).

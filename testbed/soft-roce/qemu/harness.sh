@@ -26,7 +26,10 @@
 #                       one-packet messages; e.g. 16KiB for 16-packet ones)
 #   SWML_ARTIFACTS      directory where blobs printed by the guest
 #                       (e.g. the captured sysfs tree) are written
-#   XDG_CACHE_HOME      cache root (downloads, kernel, base initramfs)
+#   SWML_P4APP_DIR      p4app-switchML's client sources and build.sh for
+#                       allreduce-p4app (default ../shared/interop/p4app-switchml
+#                       beside the repository)
+#   XDG_CACHE_HOME      cache root (downloads, kernel, base initramfs, p4app build)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
