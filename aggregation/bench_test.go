@@ -13,7 +13,7 @@ func BenchmarkAllReduce(b *testing.B) {
 	for i, n := range []int{1, 2, 4} {
 		for _, l := range []int{1 << 10, 1 << 18} {
 			b.Run(fmt.Sprintf("n%d/%dKiB", n, 4*l>>10), func(b *testing.B) {
-				c := newSoftCluster(b, byte(100+2*i+l>>18), 0, 0)
+				c := newSoftCluster(b, sockets, byte(100+2*i+l>>18), 0, 0)
 				j := openJob(b, c.ctlAddr, n, softConfig(1, 1024, 16, 4), c.device(2))
 				in := gradients(1, n, l)
 				ctx := context.Background()

@@ -85,6 +85,12 @@ type Config struct {
 	// wire.Int32 (exact). AllReduce serves Float32 sessions,
 	// AllReduceInt32 Int32 sessions.
 	DType wire.DType
+	// TensorBytes, when the length of every call's tensor is fixed (the
+	// CLI's --size), is that length in bytes (4 per element). Open
+	// registers it and the controller refuses workers whose lengths
+	// differ, naming both, with an error wrapping control.ErrMismatch. 0:
+	// lengths vary per call and are not checked at registration.
+	TensorBytes int
 
 	// RetransmitTimeout is the smallest per-QP retransmission timeout
 	// (DefaultRetransmitTimeout if 0). A few round trips. The timeout of a
@@ -210,6 +216,9 @@ func (c Config) defaults() (Config, error) {
 	}
 	if c.Rank < 0 || c.Rank >= c.Workers {
 		return c, configError("Config.Rank is %d: ranks of a %d-worker job are 0..%d", c.Rank, c.Workers, c.Workers-1)
+	}
+	if c.TensorBytes < 0 || c.TensorBytes%4 != 0 {
+		return c, configError("Config.TensorBytes is %d: give the tensor's length in bytes (4 per element), or 0 when it varies per call", c.TensorBytes)
 	}
 	if c.QPs == 0 {
 		c.QPs = DefaultQPs

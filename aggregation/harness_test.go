@@ -12,8 +12,16 @@ import (
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/local"
 	"github.com/swml-rdma/swml-rdma/aggregation/quant"
+	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
+	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/internal/ucstream"
+	"github.com/swml-rdma/swml-rdma/rdma"
 	"github.com/swml-rdma/swml-rdma/verbs"
+	"github.com/swml-rdma/swml-rdma/verbs/soft"
+	"github.com/swml-rdma/swml-rdma/verbs/soft/udp/memlink"
 )
 
 // startControllerPool runs a real controller with a pool of pool slots on
@@ -265,11 +273,14 @@ func checkInt32(t testing.TB, in, out [][]int32) {
 
 func addr4(a, b, c, d byte) netip.Addr { return netip.AddrFrom4([4]byte{a, b, c, d}) }
 
-// lossBench is the set-up of the loss tests: a cluster on the model
-// switch, 4 workers with 2 QPs of 16-packet messages, their inputs and the
-// loss-free result (rank 0's) to compare lossy runs with, bit for bit.
+// lossBench is the set-up of the loss tests: the real switch and soft NICs
+// over an in-memory network whose links apply a deterministic loss pattern
+// (softCluster.setLoss), 4 workers with 2 QPs of 16-packet messages, their
+// inputs and the loss-free result (rank 0's, from a job at .2–.5) to
+// compare lossy runs with, bit for bit. Tests open their lossy jobs at
+// other addresses (device(10), device(20)).
 type lossBench struct {
-	c    *toyCluster
+	c    *softCluster
 	cfg  Config
 	in   [][]float32
 	want []float32
@@ -279,12 +290,12 @@ const lossBenchWorkers = 4
 
 func newLossBench(t *testing.T, session uint32, seed uint64, elements int) lossBench {
 	t.Helper()
-	c := newToyCluster(t, 0)
+	c := newSoftClusterWith(t, inMemory, byte(session), 0, 0, clusterOpts{qpns: control.QPNP4App})
 	cfg := toyConfig(session)
 	cfg.PacketsPerMessage = 16
 	cfg.QPs = 2
 	in := gradients(seed, lossBenchWorkers, elements)
-	clean := openJob(t, c.ctlAddr, lossBenchWorkers, cfg, c.device(1))
+	clean := openJob(t, c.ctlAddr, lossBenchWorkers, cfg, c.device(2))
 	want := clone2(in)
 	noErrors(t, clean.allReduce(context.Background(), want))
 	return lossBench{c: c, cfg: cfg, in: in, want: want[0]}
@@ -301,4 +312,247 @@ func (b lossBench) check(t *testing.T, j *job, calls int, what string) {
 			sameBits(t, fmt.Sprintf("rank %d %s vs loss-free", r, what), got[r], b.want)
 		}
 	}
+}
+
+// transport is how a test's NICs and switch exchange datagrams: one test,
+// two transports (as wireguard-go's genTestPair(tb, realSocket)).
+type transport int
+
+const (
+	// inMemory: a memlink.Network per cluster; no sockets, no addresses
+	// shared with other tests, links configurable (delay, rate, queue,
+	// loss), so such tests run in parallel.
+	inMemory transport = iota
+	// sockets: UDP on loopback, as deployed (GSO/GRO where the kernel has
+	// them); each test owns 127.88.<net>.0/24.
+	sockets
+)
+
+func (tr transport) String() string {
+	if tr == inMemory {
+		return "memory"
+	}
+	return "socket"
+}
+
+// forTransports runs f as the subtests "memory" (parallel when parallel is
+// set) and "socket".
+func forTransports(t *testing.T, parallel bool, f func(t *testing.T, tr transport)) {
+	for _, tr := range []transport{inMemory, sockets} {
+		t.Run(tr.String(), func(t *testing.T) {
+			if parallel && tr == inMemory {
+				t.Parallel()
+			}
+			f(t, tr)
+		})
+	}
+}
+
+// softCluster is the real switch and controller (a local.Cluster whose
+// workers the test opens itself: openJob, device) over one transport.
+type softCluster struct {
+	tr      transport
+	net     byte
+	sw      *swswitch.Switch
+	swAddr  netip.Addr
+	ctlAddr string
+	ingress float64
+	egress  float64
+	link    func(worker netip.Addr) memlink.LinkConfig // nil: instant links
+
+	// in memory
+	mem     *memlink.Network
+	mu      sync.Mutex
+	results ucstream.Checker // every packet the switch sent, in order
+	// setLoss's pattern: ranks by worker address, each stream's position.
+	ranks           map[netip.Addr]int
+	pos             map[lossStream]*lossPos
+	lossIn, lossOut func(rank, qp, k, pkts int) bool
+}
+
+// newSoftCluster starts the switch at 127.88.<net>.1, dropping the given
+// fractions of requests and results (over sockets the switch's drop
+// simulator, in memory the links to and from each worker), and its
+// controller.
+func newSoftCluster(t testing.TB, tr transport, net byte, ingressLoss, egressLoss float64) *softCluster {
+	return newSoftClusterWith(t, tr, net, ingressLoss, egressLoss, clusterOpts{})
+}
+
+// clusterOpts are the in-memory options of a softCluster.
+type clusterOpts struct {
+	// mem configures the network (its Tap and Seed are the cluster's).
+	mem memlink.Config
+	// link, when set, is each worker's link to and from the switch (both
+	// directions; the cluster's losses and loss pattern are added).
+	link func(worker netip.Addr) memlink.LinkConfig
+	// qpns is the controller's switch QPN scheme; setLoss needs
+	// control.QPNP4App to tell a request's QP index.
+	qpns control.QPNScheme
+}
+
+// newSoftClusterWith is newSoftCluster with options.
+func newSoftClusterWith(t testing.TB, tr transport, net byte, ingressLoss, egressLoss float64, o clusterOpts) *softCluster {
+	t.Helper()
+	c := &softCluster{tr: tr, net: net, swAddr: addr4(127, 88, net, 1), ingress: ingressLoss, egress: egressLoss, link: o.link,
+		ranks: map[netip.Addr]int{}, pos: map[lossStream]*lossPos{}}
+	sc := swswitch.Config{Addr: c.swAddr, IngressLoss: ingressLoss, EgressLoss: egressLoss, Seed: uint64(net)}
+	if tr == inMemory {
+		mc := o.mem
+		sc.IngressLoss, sc.EgressLoss = 0, 0
+		mc.Seed = uint64(net)
+		mc.Tap = func(src, dst netip.AddrPort, pkt []byte) {
+			if src.Addr() == c.swAddr {
+				c.mu.Lock()
+				c.results.Observe(dst.Addr(), pkt)
+				c.mu.Unlock()
+			}
+		}
+		mem, err := memlink.New(mc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.mem = mem
+		if sc.Endpoint, err = mem.Listen(netip.AddrPortFrom(c.swAddr, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl, err := local.Start(context.Background(), local.Config{
+		Switch:     sc,
+		Controller: control.Config{SessionTimeout: 20 * time.Second, AllowAddressMismatch: true, QPNScheme: o.qpns},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	c.sw, c.ctlAddr = cl.Switch, cl.ControllerAddr
+	return c
+}
+
+// device gives rank r of a job the NIC at 127.88.<net>.<first+r>.
+func (c *softCluster) device(first int) func(int) (verbs.Device, error) {
+	return func(r int) (verbs.Device, error) {
+		a := addr4(127, 88, c.net, byte(first+r))
+		if c.tr == sockets {
+			return soft.Open(soft.Config{Addr: a})
+		}
+		var lc memlink.LinkConfig
+		if c.link != nil {
+			lc = c.link(a)
+		}
+		up, down := lc, lc
+		up.Loss, down.Loss = c.ingress, c.egress
+		up.Drop, down.Drop = c.drop, c.drop
+		c.mu.Lock()
+		c.ranks[a] = r
+		c.mu.Unlock()
+		if err := c.mem.SetLink(a, c.swAddr, up); err != nil {
+			return nil, err
+		}
+		if err := c.mem.SetLink(c.swAddr, a, down); err != nil {
+			return nil, err
+		}
+		ep, err := c.mem.Listen(netip.AddrPortFrom(a, 0))
+		if err != nil {
+			return nil, err
+		}
+		return soft.Open(soft.Config{Endpoint: ep})
+	}
+}
+
+// lossStream is one direction of one QP's packets on the in-memory wire.
+type lossStream struct {
+	src, dst netip.Addr
+	qpn      uint32
+}
+
+// lossPos is where a stream stands: packet k of a pkts-packet message.
+type lossPos struct{ k, pkts int }
+
+// setLoss installs a deterministic loss pattern on an in-memory cluster's
+// links (nil: none): in says whether packet k of a pkts-packet request from
+// rank on QP index qp is lost before the switch sees it, out whether packet
+// k of a pkts-packet result to rank on QP index qp is lost after the switch
+// sent it. A request's QP index comes from its switch QPN (the cluster must
+// use control.QPNP4App), a result's from the worker QPN (a soft NIC
+// numbers a fresh device's QPs from 17, in the order the session creates
+// them). Positions count every packet, lost or not.
+func (c *softCluster) setLoss(in, out func(rank, qp, k, pkts int) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lossIn, c.lossOut = in, out
+}
+
+// drop is the links' Drop hook: setLoss's pattern. It runs under the
+// network's lock, so packets come one at a time in send order.
+func (c *softCluster) drop(src, dst netip.AddrPort, b []byte) bool {
+	var p rdma.Packet
+	if p.Parse(b) != nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := lossStream{src.Addr(), dst.Addr(), p.BTH.DestQP()}
+	pos := c.pos[key]
+	if pos == nil {
+		pos = &lossPos{}
+		c.pos[key] = pos
+	}
+	op := p.BTH.Opcode()
+	switch {
+	case op.IsFirst() && op.IsLast():
+		*pos = lossPos{0, 1}
+	case op.IsFirst():
+		*pos = lossPos{0, max(1, int(p.RETH.DMALen())/max(1, len(p.Payload)))}
+	default:
+		pos.k++
+	}
+	if src.Addr() == c.swAddr {
+		r, ok := c.ranks[dst.Addr()]
+		qp := int(p.BTH.DestQP()) - 17
+		return ok && c.lossOut != nil && qp >= 0 && c.lossOut(r, qp, pos.k, pos.pkts)
+	}
+	r, qp, ok := wire.P4AppQPNDecode(p.BTH.DestQP())
+	return ok && c.lossIn != nil && c.lossIn(r, qp, pos.k, pos.pkts)
+}
+
+// lost is the number of requests and results dropped on purpose so far.
+func (c *softCluster) lost() (requests, results uint64) {
+	st := c.sw.Stats()
+	requests, results = st.Drops(switchmodel.DropIngressLoss), st.Drops(switchmodel.DropEgressLoss)
+	if c.tr == inMemory {
+		up, down := c.linkStats()
+		requests += up.Lost
+		results += down.Lost
+	}
+	return requests, results
+}
+
+// linkStats sums the in-memory links of all workers, to the switch (up)
+// and from it (down).
+func (c *softCluster) linkStats() (up, down memlink.LinkStats) {
+	add := func(s *memlink.LinkStats, x memlink.LinkStats) {
+		s.Packets += x.Packets
+		s.Bytes += x.Bytes
+		s.Delivered += x.Delivered
+		s.Lost += x.Lost
+		s.QueueDrops += x.QueueDrops
+		s.Overflow += x.Overflow
+		s.NoEndpoint += x.NoEndpoint
+		s.TooBig += x.TooBig
+		s.MaxQueue = max(s.MaxQueue, x.MaxQueue)
+	}
+	for h := 2; h < 256; h++ {
+		a := addr4(127, 88, c.net, byte(h))
+		add(&up, c.mem.LinkStats(a, c.swAddr))
+		add(&down, c.mem.LinkStats(c.swAddr, a))
+	}
+	return up, down
+}
+
+// streamBreaks returns the breaks in the switch's result streams seen so
+// far (in memory; none is observed over sockets).
+func (c *softCluster) streamBreaks() (packets int, breaks []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.results.Packets, append([]string(nil), c.results.Breaks...)
 }

@@ -35,6 +35,12 @@ import (
 // unless a test asks for it (interleave): that is how TestToyResultOrder
 // meets the per-QP result ordering rule (switchmodel.ErrOutOfOrder).
 //
+// Tests with packet-level loss patterns run the real switch and the real
+// soft NICs over memlink instead (lossBench, softCluster.setLoss); what
+// stays here needs the message-level fake: the interleaving above, the
+// per-call hooks (sawRequest, waitCalls) and whole-message drops
+// (verbstest.Network.SetDrop).
+//
 // Concurrency: the pipeline runs on the network's delivery goroutine; AddJob
 // and RemoveJob come from the controller's goroutines; mu serialises them.
 type modelSwitch struct {
@@ -66,13 +72,6 @@ type modelSwitch struct {
 	requested map[jobRank]chan struct{}
 	seen      map[jobRank]bool
 
-	// Deterministic loss patterns (nil: none), at packet granularity.
-	// lossIn says whether packet k of a pkts-packet request from rank on
-	// QP index qp is lost before the switch sees it; lossOut whether
-	// packet k of a pkts-packet result to rank on QP index qp is lost
-	// after the switch sent it (so it used its PSN).
-	lossIn  func(rank, qp, k, pkts int) bool
-	lossOut func(rank, qp, k, pkts int) bool
 	// interleave, if set, reorders packets between two workers' messages
 	// once (see interleaving).
 	interleave *interleaving
@@ -100,9 +99,6 @@ type resultAssembly struct {
 	rkey    uint32
 	dmaLen  uint32
 	payload []byte
-	// k and pkts locate the next packet in its message for lossOut,
-	// whether or not earlier packets were lost.
-	k, pkts int
 }
 
 var _ control.Programmer = (*modelSwitch)(nil)
@@ -197,9 +193,6 @@ func (s *modelSwitch) handle(m *verbstest.Message) {
 		first, last := k == 0, k == pkts-1
 		psn := s.rxPSN[from]
 		s.rxPSN[from] = (psn + 1) & rdma.PSNMask
-		if known && s.lossIn != nil && s.lossIn(who.rank, who.qp, k, pkts) {
-			continue
-		}
 		f := rdma.PacketFields{
 			BTH: rdma.BTHFields{
 				Opcode: rdma.WriteOpcode(rdma.TransportUC, first, last, m.WithImm),
@@ -280,8 +273,8 @@ type heldPacket struct {
 	b   []byte
 }
 
-// egress applies lossOut to one result packet and feeds the worker QP's UC
-// receive side, which delivers a whole message on LAST/ONLY.
+// egress feeds one result packet to the worker QP's UC receive side, which
+// delivers a whole message on LAST/ONLY.
 func (s *modelSwitch) egress(dst netip.Addr, b []byte) {
 	var pkt rdma.Packet
 	if err := pkt.Parse(b); err != nil {
@@ -298,14 +291,6 @@ func (s *modelSwitch) egress(dst netip.Addr, b []byte) {
 		s.out[to] = a
 	}
 	op := pkt.BTH.Opcode()
-	if op.IsFirst() {
-		a.k, a.pkts = 0, max(1, int(pkt.RETH.DMALen())/len(pkt.Payload))
-	} else {
-		a.k++
-	}
-	if s.lossOut != nil && s.lossOut(who.rank, who.qp, a.k, a.pkts) {
-		return
-	}
 	psn := pkt.BTH.PSN()
 	switch {
 	case op.IsFirst():
@@ -382,12 +367,5 @@ func (s *modelSwitch) setInterleave(il *interleaving) {
 		il.sent = map[uint32]bool{}
 	}
 	s.interleave = il
-	s.mu.Unlock()
-}
-
-// setLoss installs the loss patterns (nil: none).
-func (s *modelSwitch) setLoss(in, out func(rank, qp, k, pkts int) bool) {
-	s.mu.Lock()
-	s.lossIn, s.lossOut = in, out
 	s.mu.Unlock()
 }

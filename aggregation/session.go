@@ -184,6 +184,7 @@ func (s *Session) open(ctx context.Context) error {
 		QPNs:        qpns,
 		PSNs:        psns,
 		DType:       cfg.DType,
+		TensorBytes: uint64(cfg.TensorBytes),
 	})
 	if err != nil {
 		return fmt.Errorf("aggregation: join session %d as rank %d of %d: %w", cfg.SessionID, cfg.Rank, cfg.Workers, err)

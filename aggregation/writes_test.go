@@ -18,11 +18,12 @@ import (
 // a loss-free run. Every 16th request of rank 0 on QP 0 is lost, and every
 // 16th result packet to rank 1.
 func TestPacketWrites(t *testing.T) {
+	t.Parallel()
 	b := newLossBench(t, 40, 11, 256*16*5)
 	c, cfg := b.c, b.cfg
 
 	var multi, lostIn, lostOut atomic.Int64
-	c.sw.setLoss(
+	c.setLoss(
 		func(rank, qp, k, pkts int) bool {
 			if pkts > 1 {
 				multi.Add(1)
@@ -32,11 +33,11 @@ func TestPacketWrites(t *testing.T) {
 		},
 		func(rank, qp, k, pkts int) bool { return rank == 1 && lostOut.Add(1)%16 == 6 },
 	)
-	defer c.sw.setLoss(nil, nil)
+	defer c.setLoss(nil, nil)
 
 	cfg.SessionID = 41
 	cfg.Writes = PacketWrites
-	lossy := openJob(t, c.ctlAddr, lossBenchWorkers, cfg, c.device(2))
+	lossy := openJob(t, c.ctlAddr, lossBenchWorkers, cfg, c.device(10))
 	b.check(t, lossy, 2, "packet writes under loss")
 	if m := multi.Load(); m != 0 {
 		t.Errorf("the switch saw %d multi-packet requests from workers sending packet writes", m)
@@ -59,15 +60,16 @@ func TestPacketWrites(t *testing.T) {
 // way round; the switch's per-destination ordering rule and per-packet
 // recovery sort it out.
 func TestMixedWrites(t *testing.T) {
+	t.Parallel()
 	b := newLossBench(t, 42, 12, 256*16*5)
 	c, cfg := b.c, b.cfg
 
 	var seen atomic.Int64
-	c.sw.setLoss(
+	c.setLoss(
 		func(rank, qp, k, pkts int) bool { return seen.Add(1)%97 == 0 },
 		func(rank, qp, k, pkts int) bool { return seen.Add(1)%89 == 0 },
 	)
-	defer c.sw.setLoss(nil, nil)
+	defer c.setLoss(nil, nil)
 
 	cfg.SessionID = 43
 	writes := []Writes{PacketWrites, MessageWrites, AdaptiveWrites, PacketWrites}
@@ -75,7 +77,7 @@ func TestMixedWrites(t *testing.T) {
 		cfg := cfg
 		cfg.Writes = writes[rank]
 		return cfg
-	}, c.device(2))
+	}, c.device(10))
 	b.check(t, j, 3, fmt.Sprintf("mixed job (%v writes)", writes))
 }
 

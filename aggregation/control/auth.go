@@ -8,9 +8,11 @@ import (
 	"net/netip"
 	"strings"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 )
 
 // jobTokenSize is the length of a job's secret: 128 random bits, as many
@@ -35,17 +37,63 @@ const operatorMetadataKey = "authorization"
 // isOperator reports whether the call carries the controller's operator
 // token. With no operator token configured nobody is an operator.
 func (c *Controller) isOperator(ctx context.Context) bool {
-	if c.cfg.OperatorToken == "" {
+	return carriesBearer(ctx, c.cfg.OperatorToken)
+}
+
+// mayRegister reports whether the call may create or join a job, or join a
+// Barrier or Broadcast: always without a registration token, otherwise
+// with it or the operator token.
+func (c *Controller) mayRegister(ctx context.Context) bool {
+	return c.cfg.RegistrationToken == "" || carriesBearer(ctx, c.cfg.RegistrationToken) || c.isOperator(ctx)
+}
+
+// errNoRegistrationToken is what a call without the registration token
+// gets.
+func errNoRegistrationToken(what string, sid uint32) error {
+	return status.Errorf(codes.Unauthenticated,
+		"%s (session %d): this controller requires its registration token: present it as \"authorization: Bearer <token>\" (control.RegistrationCredentials; the operator set it with --registration-token-file)", what, sid)
+}
+
+// carriesBearer reports whether the call's metadata holds "authorization:
+// Bearer <token>"; never for an empty token.
+func carriesBearer(ctx context.Context, token string) bool {
+	if token == "" {
 		return false
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, v := range md.Get(operatorMetadataKey) {
 		tok, ok := strings.CutPrefix(v, "Bearer ")
-		if ok && subtle.ConstantTimeCompare([]byte(tok), []byte(c.cfg.OperatorToken)) == 1 {
+		if ok && subtle.ConstantTimeCompare([]byte(tok), []byte(token)) == 1 {
 			return true
 		}
 	}
 	return false
+}
+
+// clientOf names the caller for the per-client pool share: the subject of
+// its verified TLS client certificate, else its IP address.
+func clientOf(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return "unknown"
+	}
+	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 && len(ti.State.VerifiedChains[0]) > 0 {
+		return "certificate " + ti.State.VerifiedChains[0][0].Subject.String()
+	}
+	switch a := p.Addr.(type) {
+	case nil:
+		return "unknown"
+	case *net.TCPAddr:
+		ip, _ := netip.AddrFromSlice(a.IP)
+		return ip.Unmap().String()
+	case *net.UnixAddr:
+		return "unix socket"
+	default:
+		if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+			return ap.Addr().Unmap().String()
+		}
+		return a.String()
+	}
 }
 
 // OperatorCredentials returns per-RPC credentials that present token as the
@@ -53,6 +101,14 @@ func (c *Controller) isOperator(ctx context.Context) bool {
 // With requireTLS, gRPC refuses to send it over a plaintext connection; pass
 // false only for a controller on loopback.
 func OperatorCredentials(token string, requireTLS bool) credentials.PerRPCCredentials {
+	return operatorCreds{token: token, requireTLS: requireTLS}
+}
+
+// RegistrationCredentials returns per-RPC credentials that present token
+// as the controller's registration token (Config.RegistrationToken), which
+// RdmaSession, Barrier and Broadcast then need. requireTLS as for
+// OperatorCredentials.
+func RegistrationCredentials(token string, requireTLS bool) credentials.PerRPCCredentials {
 	return operatorCreds{token: token, requireTLS: requireTLS}
 }
 

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
@@ -31,7 +33,58 @@ var (
 	// stream broke without an ENDED event: the controller died or the
 	// network between them failed. The switch may still hold the job.
 	ErrControllerLost = errors.New("lost the controller")
+	// ErrMismatch is wrapped by Client errors when the ranks of a session
+	// registered different parameters (tensor length, worker count, …) or
+	// the callers of Agree passed different values; errors.As to
+	// *MismatchError says which. Every rank that took part gets it.
+	ErrMismatch = errors.New("ranks disagree")
 )
+
+// ErrorReasonMismatch is the google.rpc.ErrorInfo reason of the
+// INVALID_ARGUMENT a controller returns when ranks disagree; its metadata
+// holds param, rank, value, first_rank and first_value (the fields of
+// MismatchError). Clients in other languages can match on it.
+const ErrorReasonMismatch = "PARAMETER_MISMATCH"
+
+// errorDomain is the ErrorInfo domain of the controller's errors.
+const errorDomain = "swml-rdma.control"
+
+// MismatchError says which parameter two ranks disagree on. Param is the
+// RdmaSessionRequest field ("tensor_bytes", "num_workers", "message_size",
+// "packet_size", "qps", "dtype", "request_style", "address_family"),
+// "rank" for a rank registered twice, or Agree's name. Values are as the
+// controller printed them.
+type MismatchError struct {
+	SessionID  uint32
+	Param      string
+	Rank       int
+	Value      string
+	FirstRank  int
+	FirstValue string
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("session %d: rank %d has %s %s but rank %d has %s", e.SessionID, e.Rank, e.Param, e.Value, e.FirstRank, e.FirstValue)
+}
+
+// Is makes errors.Is(err, ErrMismatch) true.
+func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
+
+// mismatchFrom rebuilds a MismatchError from a status's ErrorInfo.
+func mismatchFrom(st *status.Status) *MismatchError {
+	for _, d := range st.Details() {
+		info, ok := d.(*errdetails.ErrorInfo)
+		if !ok || info.GetReason() != ErrorReasonMismatch || info.GetDomain() != errorDomain {
+			continue
+		}
+		md := info.GetMetadata()
+		sid, _ := strconv.ParseUint(md["session"], 10, 32)
+		rank, _ := strconv.Atoi(md["rank"])
+		first, _ := strconv.Atoi(md["first_rank"])
+		return &MismatchError{SessionID: uint32(sid), Param: md["param"], Rank: rank, Value: md["value"], FirstRank: first, FirstValue: md["first_value"]}
+	}
+	return nil
+}
 
 // Client is a worker's connection to the controller. Safe for concurrent
 // use; Close it to release the connection and the KeepAlive streams of its
@@ -105,6 +158,11 @@ type Registration struct {
 	QPNs  []uint32
 	PSNs  []uint32
 	DType wire.DType
+	// TensorBytes is the length in bytes of the tensor every all-reduce of
+	// the job reduces, when it is fixed (the CLI's --size); the controller
+	// refuses ranks that register different lengths, naming both. 0: the
+	// length varies per call (not checked at registration; see Agree).
+	TensorBytes uint64
 	// NoKeepAlive skips the KeepAlive stream (a controller with liveness
 	// checks on aborts the job after its liveness timeout).
 	NoKeepAlive bool
@@ -177,6 +235,7 @@ func (c *Client) RegisterRDMA(ctx context.Context, r Registration) (*Assignment,
 		MessageSize:     uint32(r.MessageSize),
 		Qpns:            r.QPNs,
 		Psns:            r.PSNs,
+		TensorBytes:     r.TensorBytes,
 	}
 	switch r.PacketSize { // for p4app controllers, which know only the enum
 	case 256:
@@ -325,6 +384,21 @@ func (c *Client) Barrier(ctx context.Context, sessionID uint32, rank, numWorkers
 	return nil
 }
 
+// Agree returns when numWorkers workers of the session have called it with
+// the same value (a Barrier that checks, e.g., the length of the tensor
+// each rank is about to all-reduce). If a caller passes another value,
+// every caller waiting and that one fail at once with an error wrapping
+// ErrMismatch (a *MismatchError with Param name). Every rank must pass the
+// same name.
+func (c *Client) Agree(ctx context.Context, sessionID uint32, rank, numWorkers int, name string, value uint64) error {
+	r := uint32(rank)
+	_, err := c.sync.Barrier(ctx, &pb.BarrierRequest{NumWorkers: uint32(numWorkers), SessionId: sessionID, Rank: &r, AgreeValue: &value, AgreeName: name})
+	if err != nil {
+		return c.wrap("agree on "+name, err)
+	}
+	return nil
+}
+
 // Broadcast returns root's value to every worker once all numWorkers have
 // called it.
 func (c *Client) Broadcast(ctx context.Context, sessionID uint32, rank, numWorkers, root int, value uint64) (uint64, error) {
@@ -341,11 +415,20 @@ type rpcError struct {
 	msg         string
 	st          *status.Status
 	unreachable bool
+	mismatch    *MismatchError // when the status carries one
 }
 
 func (e *rpcError) Error() string              { return e.msg }
 func (e *rpcError) GRPCStatus() *status.Status { return e.st }
 func (e *rpcError) Is(target error) bool       { return e.unreachable && target == ErrUnreachable }
+
+// Unwrap gives errors.As the *MismatchError.
+func (e *rpcError) Unwrap() error {
+	if e.mismatch == nil {
+		return nil
+	}
+	return e.mismatch
+}
 
 func (c *Client) wrap(op string, err error) error {
 	st, ok := status.FromError(err)
@@ -359,5 +442,5 @@ func (c *Client) wrap(op string, err error) error {
 			unreachable: true,
 		}
 	}
-	return &rpcError{msg: fmt.Sprintf("control: %s: %s", op, st.Message()), st: st}
+	return &rpcError{msg: fmt.Sprintf("control: %s: %s", op, st.Message()), st: st, mismatch: mismatchFrom(st)}
 }

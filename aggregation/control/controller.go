@@ -37,6 +37,12 @@ const (
 	DefaultIdleTimeout = 5 * time.Minute
 	// DefaultMaxPendingSessions bounds the sessions waiting for ranks.
 	DefaultMaxPendingSessions = 256
+	// DefaultMaxWorkers is the most workers of one job: the software
+	// switch's default (switchmodel.DefaultMaxWorkers, its bitmap width).
+	DefaultMaxWorkers = 256
+	// DefaultMaxPendingQPs bounds the QPs all waiting registrations hold
+	// together: about 16 MiB of QPNs and PSNs.
+	DefaultMaxPendingQPs = 1 << 20
 )
 
 // QPNScheme says how the controller picks switch QPNs.
@@ -123,10 +129,38 @@ type Config struct {
 	// reaches the controller). Off, such a registration is refused with
 	// PERMISSION_DENIED: results would go to another host.
 	AllowAddressMismatch bool
-	// MaxPendingSessions bounds the sessions waiting for their ranks; a
-	// registration that would open one more gets RESOURCE_EXHAUSTED. 0
+	// MaxPendingSessions bounds the sessions waiting for their ranks (and
+	// the Barrier and Broadcast generations waiting beyond one per running
+	// job); a call that would open one more gets RESOURCE_EXHAUSTED. 0
 	// means DefaultMaxPendingSessions.
 	MaxPendingSessions int
+	// MaxPendingQPs bounds the QPs that all waiting registrations hold
+	// together, and so the QPs (workers × QPs per worker) of one job: a job
+	// with more is refused with INVALID_ARGUMENT, a registration beyond
+	// the total with RESOURCE_EXHAUSTED. 0 means DefaultMaxPendingQPs.
+	MaxPendingQPs int
+	// MaxWorkers bounds num_workers of RdmaSession, Barrier and Broadcast:
+	// the most workers one job of this switch can have (the software
+	// switch's switchmodel.Config.MaxWorkers). More is INVALID_ARGUMENT. 0
+	// means DefaultMaxWorkers; with QPNP4App it is at most
+	// wire.MaxP4AppWorkers.
+	MaxWorkers int
+	// RegistrationToken, when set, is the secret every RdmaSession,
+	// Barrier and Broadcast call must present as "authorization: Bearer
+	// <token>" metadata (RegistrationCredentials; the operator token is
+	// accepted too): without it nobody can create or join a job.
+	// p4app-switchML workers send no token, so they cannot use a
+	// controller that has one. Empty: anyone who reaches the controller
+	// may register.
+	RegistrationToken string
+	// MaxClientSlots bounds the pool slots one client holds across its
+	// running and starting jobs; a client is the caller's verified TLS
+	// client certificate, else its IP address (every local caller is one
+	// client: 127.0.0.1). Every client with a rank in a job is charged the
+	// job's slots. A job that needs more is INVALID_ARGUMENT, one that
+	// does not fit beside the client's other jobs RESOURCE_EXHAUSTED. 0
+	// means PoolSize (no per-client limit).
+	MaxClientSlots uint32
 }
 
 // Controller is the SwitchML control plane: the gRPC services Session, Sync
@@ -155,6 +189,8 @@ type Controller struct {
 	p4appAddrs   map[netip.Addr]uint32 // QPNP4App: worker address → job id
 	barriers     map[uint32]*syncGen   // by session id
 	broadcasts   map[uint32]*syncGen
+	pendingQPs   int               // QPs held by the registrations of c.pending
+	clientSlots  map[string]uint32 // pool slots charged to each client
 	stats        stats
 }
 
@@ -173,10 +209,11 @@ const (
 	endReasonKeepAlive = "keepalive_lost"   // a rank's KeepAlive stream closed
 	endReasonLiveness  = "liveness_timeout" // a rank never opened KeepAlive
 	endReasonIdle      = "idle"             // a p4app job saw no packet for IdleTimeout
+	endReasonReplaced  = "replaced"         // a new p4app job's rank 0 registered
 	endReasonShutdown  = "shutdown"         // Close
 )
 
-var endReasons = []string{endReasonEnd, endReasonAbort, endReasonKeepAlive, endReasonLiveness, endReasonIdle, endReasonShutdown}
+var endReasons = []string{endReasonEnd, endReasonAbort, endReasonKeepAlive, endReasonLiveness, endReasonIdle, endReasonReplaced, endReasonShutdown}
 
 // New checks cfg and builds a Controller; call Serve to accept workers.
 func New(cfg Config) (*Controller, error) {
@@ -207,6 +244,18 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.MaxPendingSessions <= 0 {
 		cfg.MaxPendingSessions = DefaultMaxPendingSessions
 	}
+	if cfg.MaxPendingQPs <= 0 {
+		cfg.MaxPendingQPs = DefaultMaxPendingQPs
+	}
+	if cfg.MaxWorkers <= 0 {
+		cfg.MaxWorkers = DefaultMaxWorkers
+	}
+	if cfg.QPNScheme == QPNP4App {
+		cfg.MaxWorkers = min(cfg.MaxWorkers, wire.MaxP4AppWorkers)
+	}
+	if cfg.MaxClientSlots == 0 || cfg.MaxClientSlots > cfg.PoolSize {
+		cfg.MaxClientSlots = cfg.PoolSize
+	}
 	if cfg.LivenessTimeout == 0 {
 		cfg.LivenessTimeout = DefaultLivenessTimeout
 	}
@@ -230,6 +279,7 @@ func New(cfg Config) (*Controller, error) {
 		p4appAddrs:   make(map[netip.Addr]uint32),
 		barriers:     make(map[uint32]*syncGen),
 		broadcasts:   make(map[uint32]*syncGen),
+		clientSlots:  make(map[string]uint32),
 		stats:        stats{endedByReason: make(map[string]uint64)},
 	}
 	if cfg.Registry != nil {
@@ -303,7 +353,8 @@ type JobInfo struct {
 	Job         wire.Job // a copy; Workers[r].SwitchQPNs are rank r's switch QPNs
 	SessionID   uint32
 	MessageSize int
-	EndedRanks  []int // ranks that called EndSession
+	TensorBytes uint64 // as registered; 0: not declared
+	EndedRanks  []int  // ranks that called EndSession
 }
 
 // Jobs returns the running jobs, ordered by job id.

@@ -396,14 +396,16 @@ func TestRegistrationValidation(t *testing.T) {
 		{"unknown dtype", func(r *pb.RdmaSessionRequest) { r.Dtype = 7 }, codes.InvalidArgument, "unknown dtype 7"},
 		{"unknown op", func(r *pb.RdmaSessionRequest) { r.Op = 3 }, codes.InvalidArgument, "only sums"},
 		{"wide mac", func(r *pb.RdmaSessionRequest) { r.Mac = 1 << 50 }, codes.InvalidArgument, "more than 48 bits"},
-		{"pool exhausted", func(r *pb.RdmaSessionRequest) {
+		// A job larger than the whole pool can never start: refused at
+		// once, naming the pool's size.
+		{"larger than the pool", func(r *pb.RdmaSessionRequest) {
 			r.Qpns, r.Psns, r.MessageSize, r.PacketSizeBytes = []uint32{1, 2, 3, 4}, []uint32{0, 0, 0, 0}, 256*32, 256
 		},
-			codes.ResourceExhausted, "needs 128 slots (4 QPs × 32 packets per message) but 64 of 64 slots are free (largest free range 64)"},
-		{"pool exhausted p4app", func(r *pb.RdmaSessionRequest) {
+			codes.InvalidArgument, "needs 128 slots (4 QPs × 32 packets per message) but the switch's pool has 64"},
+		{"larger than the pool p4app", func(r *pb.RdmaSessionRequest) {
 			r.Qpns, r.Psns, r.MessageSize = []uint32{1, 2, 3, 4}, []uint32{0, 0, 0, 0}, 256*32
 		},
-			codes.ResourceExhausted, "slots [0, 128) are not all free"},
+			codes.InvalidArgument, "needs 128 slots (4 QPs × 32 packets per message) but the switch's pool has 64"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -427,44 +429,57 @@ func TestRegistrationValidation(t *testing.T) {
 	}
 }
 
+// Ranks that disagree are told at once, both of them, with the exact
+// mismatch (the first no longer waits for the session timeout), and the
+// error says which parameter (MismatchError).
 func TestMismatchedRanks(t *testing.T) {
 	testutil.NoLeaks(t)
-	e := startController(t, nil)
+	e := startController(t, func(c *Config) { c.SessionTimeout = time.Minute }) // only a hang reaches it
 	tests := []struct {
 		name   string
 		mutate func(*Registration)
+		param  string
 		want   string
 	}{
-		{"workers", func(r *Registration) { r.NumWorkers = 3 }, "rank 1 registered with num_workers 3 but rank 0 with 2"},
-		{"packet size", func(r *Registration) { r.PacketSize, r.MessageSize = 512, 2048 }, "packet size 512 but rank 0 with 256"},
-		{"message size", func(r *Registration) { r.MessageSize = 2048 }, "message_size 2048 but rank 0 with 1024"},
-		{"QP count", func(r *Registration) { r.QPNs, r.PSNs = []uint32{1, 2}, []uint32{1, 2} }, "QP count 2 but rank 0 with 1"},
-		{"dtype", func(r *Registration) { r.DType = wire.Int32 }, "dtype int32 but rank 0 with float32"},
-		{"duplicate rank", func(r *Registration) { r.Rank = 0 }, "rank 0 registered twice"},
+		{"workers", func(r *Registration) { r.NumWorkers = 3 }, "num_workers", "rank 1 registered with num_workers 3 but rank 0 with 2"},
+		{"packet size", func(r *Registration) { r.PacketSize, r.MessageSize = 512, 2048 }, "packet_size", "packet size 512 but rank 0 with 256"},
+		{"message size", func(r *Registration) { r.MessageSize = 2048 }, "message_size", "message_size 2048 but rank 0 with 1024"},
+		{"QP count", func(r *Registration) { r.QPNs, r.PSNs = []uint32{1, 2}, []uint32{1, 2} }, "qps", "QP count 2 but rank 0 with 1"},
+		{"dtype", func(r *Registration) { r.DType = wire.Int32 }, "dtype", "dtype int32 but rank 0 with float32"},
+		{"tensor length", func(r *Registration) { r.TensorBytes = 8192 }, "tensor_bytes", "tensor length 8192 bytes but rank 0 with 4096 bytes"},
+		{"tensor length undeclared", func(r *Registration) { r.TensorBytes = 0 }, "tensor_bytes", "tensor length (not declared) but rank 0 with 4096 bytes"},
+		{"duplicate rank", func(r *Registration) { r.Rank = 0 }, "rank", "rank 0 registered twice"},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			sid := uint32(100 + i)
 			c := e.client(t)
-			ctx, cancel := context.WithCancel(context.Background())
 			first := make(chan error, 1)
 			go func() {
-				_, err := c.RegisterRDMA(ctx, testReg(sid, 0, 2, 1))
+				reg := testReg(sid, 0, 2, 1)
+				reg.TensorBytes = 4096
+				_, err := c.RegisterRDMA(context.Background(), reg)
 				first <- err
 			}()
 			waitFor(t, func() bool { return e.metric(t, "swml_controller_sessions_pending") == 1 })
 			reg := testReg(sid, 1, 2, 1)
+			reg.TensorBytes = 4096
 			tc.mutate(&reg)
 			_, err := c.RegisterRDMA(context.Background(), reg)
-			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("got %v; want InvalidArgument containing %q", err, tc.want)
+			for who, err := range map[string]error{"second rank": err, "first rank": <-first} {
+				var mm *MismatchError
+				if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) ||
+					!errors.Is(err, ErrMismatch) || !errors.As(err, &mm) || mm.Param != tc.param || mm.SessionID != sid {
+					t.Errorf("%s: got %v (%#v); want InvalidArgument containing %q, a MismatchError for %s", who, err, mm, tc.want, tc.param)
+				}
 			}
-			cancel()
-			if err := <-first; status.Code(err) != codes.Canceled {
-				t.Errorf("first rank: %v, want Canceled", err)
+			if got := e.metric(t, "swml_controller_sessions_pending"); got != 0 {
+				t.Errorf("%v sessions pending after the mismatch", got)
 			}
-			waitFor(t, func() bool { return e.metric(t, "swml_controller_sessions_pending") == 0 })
 		})
+	}
+	if _, _, live := e.prog.snapshot(); live != 0 {
+		t.Errorf("%d jobs installed from mismatched sessions", live)
 	}
 }
 
@@ -679,7 +694,7 @@ func TestSyncErrors(t *testing.T) {
 	}
 	wg.Wait()
 	for _, err := range errs {
-		if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "barrier (session 4): 2 of 4 workers arrived within 200ms; ranks 2, 3 never arrived") {
+		if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "barrier (session 4): 2 of 4 workers arrived within 200ms; ranks 2, 3 of 4 never arrived") {
 			t.Errorf("barrier timeout: %v", err)
 		}
 	}
@@ -689,7 +704,8 @@ func TestSyncErrors(t *testing.T) {
 	if err := c.Barrier(context.Background(), 4, 0, 0); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("zero workers: %v", err)
 	}
-	// A mismatched count is rejected while the first call waits.
+	// A mismatched count fails the generation: the waiting call learns it
+	// at once too.
 	first := make(chan error, 1)
 	go func() { _, err := c.Broadcast(context.Background(), 5, 0, 2, 0, 9); first <- err }()
 	waitFor(t, func() bool {
@@ -700,7 +716,11 @@ func TestSyncErrors(t *testing.T) {
 	if _, err := c.Broadcast(context.Background(), 5, 1, 3, 0, 9); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "num_workers 3 but the 1 waiting call(s) say 2") {
 		t.Errorf("mismatch: %v", err)
 	}
-	if err := <-first; status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "rank 1 never arrived") {
+	if err := <-first; status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "num_workers 3 but the 1 waiting call(s) say 2") {
+		t.Errorf("waiting broadcast: %v; want the mismatch", err)
+	}
+	// A lone call times out naming the missing rank.
+	if _, err := c.Broadcast(context.Background(), 6, 0, 2, 0, 9); status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "rank 1 of 2 never arrived") {
 		t.Errorf("lone broadcast: %v", err)
 	}
 	if got := e.metric(t, "swml_controller_sync_timeouts_total"); got != 2 {

@@ -19,7 +19,7 @@ func newCollector(c *Controller) *collector {
 		sessionsActive:  d("sessions_active", "Jobs installed on the switch."),
 		sessionsPending: d("sessions_pending", "Sessions waiting for ranks to register."),
 		sessionsTotal:   d("sessions_total", "Jobs started since the controller started."),
-		sessionsEnded:   d("sessions_ended_total", "Jobs ended, by reason (end, abort, keepalive_lost, liveness_timeout, idle, shutdown).", "reason"),
+		sessionsEnded:   d("sessions_ended_total", "Jobs ended, by reason (end, abort, keepalive_lost, liveness_timeout, idle, replaced, shutdown).", "reason"),
 		poolFree:        d("pool_slots_free", "Switch aggregation slots not owned by any job."),
 		poolUsed:        d("pool_slots_used", "Switch aggregation slots owned by running jobs."),
 		regTimeouts:     d("registration_timeouts_total", "Sessions whose ranks did not all register within the session timeout."),

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -28,6 +30,9 @@ type sessionParams struct {
 	qps         int
 	dtype       wire.DType
 	v6          bool
+	// tensorBytes is the tensor length every call reduces, 0 if not
+	// declared (RdmaSessionRequest.tensor_bytes).
+	tensorBytes uint64
 	// p4app: the request has no packet_size_bytes, as p4app-switchML's
 	// workers send it. Such a rank is answered at once (p4app's workers
 	// call RdmaSession one after another between barriers, not together),
@@ -40,12 +45,13 @@ func (p sessionParams) ppm() int { return p.messageSize / p.packetSize }
 
 // registration is one rank's RdmaSession call.
 type registration struct {
-	rank int
-	addr netip.Addr
-	mac  net.HardwareAddr
-	rkey uint32
-	qpns []uint32
-	psns []uint32
+	rank   int
+	client string // clientOf the call: who is charged the job's slots
+	addr   netip.Addr
+	mac    net.HardwareAddr
+	rkey   uint32
+	qpns   []uint32
+	psns   []uint32
 	// switchQPNs and switchPSNs are drawn at registration for p4app
 	// sessions (the answer cannot wait for the job); nil otherwise.
 	switchQPNs []uint32
@@ -61,6 +67,8 @@ type pendingSession struct {
 	firstRank int // whose parameters the session took, for mismatch errors
 	regs      map[int]*registration
 	reserved  spans.Span // p4app: slots [0, need), taken when the session opened
+	charged   string     // p4app: the client charged for reserved
+	heldQPs   int        // QPs of regs, counted in Controller.pendingQPs
 	starting  bool       // all ranks in, or timed out; nobody may leave
 	timer     *time.Timer
 	done      chan struct{}
@@ -76,6 +84,7 @@ type job struct {
 	sessionID  uint32
 	params     sessionParams
 	pool       spans.Span // slots
+	clients    []string   // distinct clients of its ranks, each charged pool.Size
 	token      []byte     // the job's secret (RdmaSessionResponse.job_token)
 	idle       *time.Timer
 	packets    uint64 // p4app jobs: JobPackets at the last idle check
@@ -92,12 +101,22 @@ type job struct {
 
 func (j *job) id() uint32 { return j.spec.ID }
 
+func (p sessionParams) style() string {
+	if p.p4app {
+		return "p4app-switchML workers"
+	}
+	return "swml-rdma workers"
+}
+
 func (c *Controller) rdmaSession(ctx context.Context, req *pb.RdmaSessionRequest) (*pb.RdmaSessionResponse, error) {
+	sid := req.GetSessionId()
+	if !c.mayRegister(ctx) {
+		return nil, errNoRegistrationToken("RdmaSession", sid)
+	}
 	reg, params, err := c.parseRegistration(req)
 	if err != nil {
 		return nil, err
 	}
-	sid := req.GetSessionId()
 	if from, ok := c.peerMayRegister(ctx, reg.addr); !ok {
 		caller := "an unknown address"
 		if from.IsValid() {
@@ -106,6 +125,16 @@ func (c *Controller) rdmaSession(ctx context.Context, req *pb.RdmaSessionRequest
 		return nil, status.Errorf(codes.PermissionDenied,
 			"session %d: rank %d registered RoCE address %v but called from %s; results would go to another host. Register the address this host reaches the controller from, or start the controller with --allow-address-mismatch (NAT, a separate RoCE network)",
 			sid, reg.rank, reg.addr, caller)
+	}
+	reg.client = clientOf(ctx)
+	need := uint32(params.qps * params.ppm()) // ≤ PoolSize: parseRegistration
+	if need > c.cfg.MaxClientSlots {
+		return nil, status.Errorf(codes.InvalidArgument,
+			"session %d: the job needs %d slots (%d QPs × %d packets per message) but one client may hold %d of the pool's %d (the switch's --client-pool-share); use fewer QPs or smaller messages",
+			sid, need, params.qps, params.ppm(), c.cfg.MaxClientSlots, c.cfg.PoolSize)
+	}
+	if params.p4app && reg.rank == 0 {
+		c.replaceP4AppJobs(sid, need)
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -125,33 +154,47 @@ func (c *Controller) rdmaSession(ctx context.Context, req *pb.RdmaSessionRequest
 			"session %d: %d sessions are already waiting for their workers (the controller's limit); wait for them to start or time out (%v), or raise --max-pending-sessions",
 			sid, len(c.pending), c.cfg.SessionTimeout)
 	}
+	if c.pendingQPs+params.qps > c.cfg.MaxPendingQPs {
+		c.mu.Unlock()
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"session %d: waiting registrations already hold %d QPs and this one brings %d (the controller holds %d QPs of waiting registrations); wait for those sessions to start or time out (%v)",
+			sid, c.pendingQPs, params.qps, c.cfg.MaxPendingQPs, c.cfg.SessionTimeout)
+	}
 	if p == nil {
 		p = &pendingSession{id: sid, params: params, firstRank: reg.rank, regs: make(map[int]*registration), done: make(chan struct{})}
 		if params.p4app {
-			need := uint32(params.qps * params.ppm())
-			var ok bool
-			if p.reserved, ok = c.pool.AllocAt(0, need); !ok {
+			if err := c.reserveP4App(p, need, reg.client); err != nil {
 				c.mu.Unlock()
-				return nil, status.Errorf(codes.ResourceExhausted,
-					"session %d: p4app-style workers (no packet_size_bytes) address pool indices from slot 0, and slots [0, %d) are not all free (%d QPs × %d packets per message); end the jobs using them or send packet_size_bytes (swml-rdma workers do)",
-					sid, need, params.qps, params.ppm())
+				return nil, err
 			}
 		}
 		p.timer = time.AfterFunc(c.cfg.SessionTimeout, func() { c.expire(p) })
 		c.pending[sid] = p
-	} else if err := p.check(params, reg.rank); err != nil {
-		c.mu.Unlock()
-		return nil, err
-	}
-	if _, dup := p.regs[reg.rank]; dup || p.starting {
+	} else if p.starting {
 		c.mu.Unlock()
 		return nil, status.Errorf(codes.InvalidArgument,
-			"session %d: rank %d registered twice; every worker needs its own rank in 0..%d", sid, reg.rank, params.numWorkers-1)
+			"session %d: rank %d registered twice (all %d ranks are in and the job is starting); every worker needs its own rank in 0..%d", sid, reg.rank, p.params.numWorkers, p.params.numWorkers-1)
+	} else if err := p.check(params, reg.rank); err != nil {
+		// Every rank of the session learns the mismatch now, not at the
+		// session timeout: the job cannot start.
+		c.failPending(p, err)
+		c.mu.Unlock()
+		c.log.Warn("registration refused: ranks disagree", "session", sid, "err", err)
+		return nil, err
+	}
+	if _, dup := p.regs[reg.rank]; dup {
+		err := mismatchError(p.id, "rank", reg.rank, reg.rank, p.firstRank, p.firstRank,
+			fmt.Sprintf("session %d: rank %d registered twice; every worker needs its own rank in 0..%d", sid, reg.rank, params.numWorkers-1))
+		c.failPending(p, err)
+		c.mu.Unlock()
+		return nil, err
 	}
 	if params.p4app {
 		reg.switchQPNs, reg.switchPSNs = c.drawSwitchQPs(reg.rank, params.qps)
 	}
 	p.regs[reg.rank] = reg
+	p.heldQPs += params.qps
+	c.pendingQPs += params.qps
 	complete := len(p.regs) == p.params.numWorkers
 	if complete {
 		p.starting = true
@@ -176,6 +219,96 @@ func (c *Controller) rdmaSession(ctx context.Context, req *pb.RdmaSessionRequest
 	return c.awaitSession(ctx, p, reg.rank)
 }
 
+// reserveP4App takes slots [0, need) for a p4app session, whose workers
+// address pool indices from 0, and charges them to client. Holds c.mu.
+func (c *Controller) reserveP4App(p *pendingSession, need uint32, client string) error {
+	if used := c.clientSlots[client]; c.clientShareLimited() && used+need > c.cfg.MaxClientSlots {
+		return errClientShare(p.id, client, need, used, c.cfg.MaxClientSlots)
+	}
+	var ok bool
+	if p.reserved, ok = c.pool.AllocAt(0, need); !ok {
+		holders, listed := "", 0
+		for _, j := range c.sortedJobs() {
+			if !j.pool.Overlaps(spans.Span{Base: 0, Size: need}) {
+				continue
+			}
+			if listed++; listed > 4 {
+				holders += " …"
+				break
+			}
+			holders += fmt.Sprintf(" job %d (session %d, %s)", j.id(), j.sessionID, j.params.style())
+		}
+		if holders == "" {
+			holders = " a p4app session still waiting for its ranks"
+		}
+		return status.Errorf(codes.ResourceExhausted,
+			"session %d: p4app-style workers (no packet_size_bytes) address pool indices from slot 0, and slots [0, %d) are not all free (%d QPs × %d packets per message); held by%s. A p4app rank 0 ends p4app jobs in its way, never swml-rdma jobs: end those or send packet_size_bytes (swml-rdma workers do)",
+			p.id, need, p.params.qps, p.params.ppm(), holders)
+	}
+	p.charged = client
+	c.clientSlots[client] += need
+	return nil
+}
+
+// clientShareLimited: the operator gave one client less than the whole
+// pool. Without that, a full pool is reported as such, not as a client's
+// share.
+func (c *Controller) clientShareLimited() bool { return c.cfg.MaxClientSlots < c.cfg.PoolSize }
+
+func errClientShare(sid uint32, client string, need, used, limit uint32) error {
+	return status.Errorf(codes.ResourceExhausted,
+		"session %d: client %s already holds %d pool slots and the job needs %d more; one client may hold %d (the switch's --client-pool-share): end one of its jobs or wait",
+		sid, client, used, need, limit)
+}
+
+// replaceP4AppJobs clears the way for a new p4app job, as p4app-switchML's
+// own controller does on every rank-0 RdmaSession (clear_rdma_workers): a
+// p4app job always starts at slot 0, so running p4app jobs whose slots
+// overlap [0, need) or that run under session sid are ended, and waiting
+// p4app sessions in the way fail. Its workers never end their session, so
+// without this the next p4app job would wait for IdleTimeout. It does
+// nothing when a swml-rdma job holds any of those slots: those are never
+// touched, and the registration is refused naming them.
+func (c *Controller) replaceP4AppJobs(sid uint32, need uint32) {
+	span := spans.Span{Base: 0, Size: need}
+	c.mu.Lock()
+	var victims []*job
+	for _, j := range c.sortedJobs() {
+		inWay := j.pool.Overlaps(span) || j.sessionID == sid
+		if !inWay {
+			continue
+		}
+		if !j.params.p4app {
+			c.mu.Unlock()
+			return
+		}
+		victims = append(victims, j)
+	}
+	for _, p := range c.pending {
+		if p.id == sid && p.regs[0] == nil {
+			continue // this rank 0 is joining it
+		}
+		if p.params.p4app && !p.starting && (p.reserved.Overlaps(span) || p.id == sid) {
+			c.failPending(p, status.Errorf(codes.Aborted,
+				"session %d: a new p4app-switchML job's rank 0 registered (session %d) and took its slots, as p4app's own controller does; start this job again", p.id, sid))
+		}
+	}
+	c.mu.Unlock()
+	for _, j := range victims {
+		c.endJob(j, true, fmt.Sprintf("a new p4app-switchML job's rank 0 registered (session %d) and needs slots [0, %d): p4app workers never end their session, so the old job is ended, as p4app's own controller does", sid, need), endReasonReplaced)
+	}
+}
+
+// sortedJobs is c.jobs by id. Holds c.mu.
+func (c *Controller) sortedJobs() []*job {
+	js := make([]*job, 0, len(c.jobs))
+	for _, j := range c.jobs {
+		js = append(js, j)
+	}
+	slices.SortFunc(js, func(a, b *job) int { return cmp.Compare(a.id(), b.id()) })
+	return js
+}
+
 // drawSwitchQPs picks rank's switch QPNs and PSNs. Holds c.mu.
 func (c *Controller) drawSwitchQPs(rank, q int) (qpns, psns []uint32) {
 	qpns, psns = make([]uint32, q), make([]uint32, q)
@@ -195,11 +328,40 @@ func (c *Controller) drawSwitchQPs(rank, q int) (qpns, psns []uint32) {
 func (c *Controller) releasePending(p *pendingSession) {
 	if p.reserved.Size != 0 {
 		c.pool.Free(p.reserved)
+		c.uncharge(p.charged, p.reserved.Size)
 		p.reserved = spans.Span{}
 	}
 	for _, reg := range p.regs {
 		c.releaseRegQPNs(reg)
 	}
+}
+
+// dropPending removes p from the pending table. Holds c.mu.
+func (c *Controller) dropPending(p *pendingSession) {
+	if c.pending[p.id] == p {
+		delete(c.pending, p.id)
+	}
+	c.pendingQPs -= p.heldQPs
+	p.heldQPs = 0
+}
+
+// failPending ends a waiting session: every waiting rank gets err. Holds
+// c.mu.
+func (c *Controller) failPending(p *pendingSession, err error) {
+	p.err = err
+	p.starting = true
+	p.timer.Stop()
+	c.releasePending(p)
+	c.dropPending(p)
+	close(p.done)
+}
+
+func (c *Controller) uncharge(client string, n uint32) {
+	if c.clientSlots[client] <= n {
+		delete(c.clientSlots, client)
+		return
+	}
+	c.clientSlots[client] -= n
 }
 
 func (c *Controller) releaseRegQPNs(reg *registration) {
@@ -233,33 +395,43 @@ func (c *Controller) awaitSession(ctx context.Context, p *pendingSession, rank i
 }
 
 // expire fails a session SessionTimeout after its first registration,
-// naming the ranks that never registered; every waiting rank gets the same
-// error.
+// naming the ranks that never registered (the first few: num_workers is
+// the caller's claim, the message must not grow with it); every waiting
+// rank gets the same error.
 func (c *Controller) expire(p *pendingSession) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p.starting || c.pending[p.id] != p {
 		return
 	}
-	var missing []int
-	for r := range p.params.numWorkers {
-		if p.regs[r] == nil {
-			missing = append(missing, r)
+	c.stats.registrationTimeouts++
+	missing := describeMissing(p.params.numWorkers, len(p.regs), func(r int) bool { return p.regs[r] != nil })
+	c.log.Warn("registration timed out", "session", p.id, "registered", len(p.regs), "workers", p.params.numWorkers, "missing", missing)
+	c.failPending(p, status.Errorf(codes.DeadlineExceeded,
+		"session %d: %s never registered within %v; start the missing workers (same --session-id and --workers) or raise the switch's --session-timeout",
+		p.id, missing, c.cfg.SessionTimeout))
+}
+
+// describeMissing names the ranks of [0, n) that are not present, of
+// which there are n - count: "rank 3 of 4", "ranks 2, 3 of 4", or beyond
+// maxListed ranks "65535 of 65536 ranks (the first 16: 1, 2, …)". It looks
+// at no more than count+maxListed ranks.
+func describeMissing(n, count int, present func(int) bool) string {
+	const maxListed = 16
+	total := n - count
+	listed := make([]int, 0, min(total, maxListed))
+	for r := 0; r < n && len(listed) < maxListed; r++ {
+		if !present(r) {
+			listed = append(listed, r)
 		}
 	}
-	c.stats.registrationTimeouts++
-	word := "ranks"
-	if len(missing) == 1 {
-		word = "rank"
+	switch {
+	case total == 1:
+		return fmt.Sprintf("rank %s of %d", formatRanks(listed), n)
+	case total <= maxListed:
+		return fmt.Sprintf("ranks %s of %d", formatRanks(listed), n)
 	}
-	c.log.Warn("registration timed out", "session", p.id, "missing", missing)
-	p.err = status.Errorf(codes.DeadlineExceeded,
-		"session %d: %s %s of %d never registered within %v; start the missing workers (same --session-id and --workers) or raise the switch's --session-timeout",
-		p.id, word, formatRanks(missing), p.params.numWorkers, c.cfg.SessionTimeout)
-	p.starting = true
-	c.releasePending(p)
-	delete(c.pending, p.id)
-	close(p.done)
+	return fmt.Sprintf("%d of %d ranks (the first %d: %s, …)", total, n, len(listed), formatRanks(listed))
 }
 
 // leave withdraws rank's registration; false if the session is already
@@ -272,52 +444,80 @@ func (c *Controller) leave(p *pendingSession, rank int) bool {
 	}
 	if reg := p.regs[rank]; reg != nil {
 		c.releaseRegQPNs(reg)
+		p.heldQPs -= len(reg.qpns)
+		c.pendingQPs -= len(reg.qpns)
 	}
 	delete(p.regs, rank)
 	if len(p.regs) == 0 && c.pending[p.id] == p {
 		p.timer.Stop()
 		c.releasePending(p)
-		delete(c.pending, p.id)
+		c.dropPending(p)
 	}
 	return true
 }
 
 // check compares a later rank's parameters with the session's.
 func (p *pendingSession) check(q sessionParams, rank int) error {
-	mismatch := func(what string, got, want any, fix string) error {
-		return status.Errorf(codes.InvalidArgument,
-			"session %d: rank %d registered with %s %v but rank %d with %v; %s",
-			p.id, rank, what, got, p.firstRank, want, fix)
+	mismatch := func(param, what string, got, want any, fix string) error {
+		return mismatchError(p.id, param, rank, got, p.firstRank, want,
+			fmt.Sprintf("session %d: rank %d registered with %s %v but rank %d with %v; %s", p.id, rank, what, got, p.firstRank, want, fix))
+	}
+	style := func(p4 bool) string {
+		if p4 {
+			return "p4app-style (no packet_size_bytes)"
+		}
+		return "swml-rdma-style (packet_size_bytes set)"
+	}
+	fam := func(v6 bool) string {
+		if v6 {
+			return "IPv6"
+		}
+		return "IPv4"
 	}
 	switch {
 	case q.numWorkers != p.params.numWorkers:
-		return mismatch("num_workers", q.numWorkers, p.params.numWorkers, "every worker of a session must pass the same worker count")
+		return mismatch("num_workers", "num_workers", q.numWorkers, p.params.numWorkers, "every worker of a session must pass the same worker count")
 	case q.packetSize != p.params.packetSize:
-		return mismatch("packet size", q.packetSize, p.params.packetSize, "every worker must use the same packet size (path MTU)")
+		return mismatch("packet_size", "packet size", q.packetSize, p.params.packetSize, "every worker must use the same packet size (path MTU)")
 	case q.messageSize != p.params.messageSize:
-		return mismatch("message_size", q.messageSize, p.params.messageSize, "every worker must use the same message size")
+		return mismatch("message_size", "message_size", q.messageSize, p.params.messageSize, "every worker must use the same message size")
 	case q.qps != p.params.qps:
-		return mismatch("QP count", q.qps, p.params.qps, "every worker must open the same number of QPs")
+		return mismatch("qps", "QP count", q.qps, p.params.qps, "every worker must open the same number of QPs")
 	case q.dtype != p.params.dtype:
-		return mismatch("dtype", q.dtype, p.params.dtype, "every worker must reduce the same element type")
+		return mismatch("dtype", "dtype", q.dtype, p.params.dtype, "every worker must reduce the same element type")
 	case q.p4app != p.params.p4app:
-		style := func(p4 bool) string {
-			if p4 {
-				return "p4app-style (no packet_size_bytes)"
-			}
-			return "swml-rdma-style (packet_size_bytes set)"
-		}
-		return mismatch("request style", style(q.p4app), style(p.params.p4app), "all workers of a job must be p4app-switchML workers or all swml-rdma workers")
+		return mismatch("request_style", "request style", style(q.p4app), style(p.params.p4app), "all workers of a job must be p4app-switchML workers or all swml-rdma workers")
 	case q.v6 != p.params.v6:
-		fam := func(v6 bool) string {
-			if v6 {
-				return "IPv6"
-			}
-			return "IPv4"
-		}
-		return mismatch("address family", fam(q.v6), fam(p.params.v6), "all workers of a job use IPv4 or all use IPv6")
+		return mismatch("address_family", "address family", fam(q.v6), fam(p.params.v6), "all workers of a job use IPv4 or all use IPv6")
+	case q.tensorBytes != p.params.tensorBytes:
+		return mismatch("tensor_bytes", "tensor length", tensorLength(q.tensorBytes), tensorLength(p.params.tensorBytes), "every worker must all-reduce a tensor of the same length (--size)")
 	}
 	return nil
+}
+
+// tensorLength prints a registered tensor_bytes.
+type tensorLength uint64
+
+func (t tensorLength) String() string {
+	if t == 0 {
+		return "(not declared)"
+	}
+	return fmt.Sprintf("%d bytes", uint64(t))
+}
+
+// mismatchError is the INVALID_ARGUMENT of ranks that disagree on a
+// parameter; it carries an ErrorInfo (reason ErrorReasonMismatch) from
+// which Client errors rebuild a *MismatchError.
+func mismatchError(sid uint32, param string, rank int, value any, firstRank int, firstValue any, msg string) error {
+	st := status.New(codes.InvalidArgument, msg)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: ErrorReasonMismatch, Domain: errorDomain, Metadata: map[string]string{
+		"session": fmt.Sprint(sid), "param": param,
+		"rank": fmt.Sprint(rank), "value": fmt.Sprint(value),
+		"first_rank": fmt.Sprint(firstRank), "first_value": fmt.Sprint(firstValue),
+	}}); err == nil {
+		st = d
+	}
+	return st.Err()
 }
 
 // parseRegistration validates one request on its own.
@@ -326,10 +526,14 @@ func (c *Controller) parseRegistration(req *pb.RdmaSessionRequest) (*registratio
 	bad := func(format string, args ...any) (*registration, sessionParams, error) {
 		return nil, sessionParams{}, status.Errorf(codes.InvalidArgument, "session %d: "+format, append([]any{sid}, args...)...)
 	}
-	n := int(req.GetNumWorkers())
-	if n == 0 {
+	n64 := uint64(req.GetNumWorkers())
+	if n64 == 0 {
 		return bad("num_workers is 0: pass the job's worker count (at least 1)")
 	}
+	if n64 > uint64(c.cfg.MaxWorkers) {
+		return bad("num_workers %d: this switch serves at most %d workers per job", n64, c.cfg.MaxWorkers)
+	}
+	n := int(n64)
 	rank := int(req.GetRank())
 	if rank >= n {
 		return bad("rank %d is out of range for %d workers: ranks are 0..%d", rank, n, n-1)
@@ -340,6 +544,9 @@ func (c *Controller) parseRegistration(req *pb.RdmaSessionRequest) (*registratio
 	}
 	if len(req.GetPsns()) != q {
 		return bad("rank %d sent %d QPNs but %d PSNs: send one PSN per QP", rank, q, len(req.GetPsns()))
+	}
+	if uint64(n)*uint64(q) > uint64(c.cfg.MaxPendingQPs) {
+		return bad("%d workers × %d QPs: the controller holds at most %d QPs per job; use fewer QPs", n, q, c.cfg.MaxPendingQPs)
 	}
 	if c.cfg.QPNScheme == QPNP4App && (n > wire.MaxP4AppWorkers || q > wire.MaxP4AppQPs) {
 		return bad("%d workers × %d QPs: the Tofino QPN encoding holds %d workers and %d QPs per worker; use fewer, or the software switch", n, q, wire.MaxP4AppWorkers, wire.MaxP4AppQPs)
@@ -387,6 +594,10 @@ func (c *Controller) parseRegistration(req *pb.RdmaSessionRequest) (*registratio
 			lower = size << (bits.Len(uint(k)) - 1)
 		}
 		return bad("rank %d: message_size %d is not a power-of-two multiple of the %d-byte packet size (e.g. %d or %d)", rank, msg, size, lower, 2*lower)
+	}
+	if need := uint64(q) * uint64(msg/size); need > uint64(c.cfg.PoolSize) {
+		return bad("rank %d: the job needs %d slots (%d QPs × %d packets per message) but the switch's pool has %d; use fewer QPs or smaller messages",
+			rank, need, q, msg/size, c.cfg.PoolSize)
 	}
 	var dt wire.DType
 	switch req.GetDtype() {
@@ -436,7 +647,8 @@ func (c *Controller) parseRegistration(req *pb.RdmaSessionRequest) (*registratio
 		qpns: slices.Clone(req.GetQpns()),
 		psns: slices.Clone(req.GetPsns()),
 	}
-	return reg, sessionParams{numWorkers: n, packetSize: size, messageSize: msg, qps: q, dtype: dt, v6: v6, p4app: req.GetPacketSizeBytes() == 0}, nil
+	return reg, sessionParams{numWorkers: n, packetSize: size, messageSize: msg, qps: q, dtype: dt, v6: v6,
+		tensorBytes: req.GetTensorBytes(), p4app: req.GetPacketSizeBytes() == 0}, nil
 }
 
 // startJob allocates and installs the job of a complete session, then
@@ -460,9 +672,7 @@ func (c *Controller) startJob(p *pendingSession) {
 		}
 	}
 	c.mu.Lock()
-	if c.pending[p.id] == p {
-		delete(c.pending, p.id)
-	}
+	c.dropPending(p)
 	if err == nil {
 		c.jobs[j.id()] = j
 		c.jobBySession[p.id] = j
@@ -485,11 +695,7 @@ func (c *Controller) startJob(p *pendingSession) {
 func (c *Controller) allocJob(p *pendingSession) (*job, error) {
 	prm := p.params
 	ppm := prm.ppm()
-	need := uint64(prm.qps) * uint64(ppm)
-	if need >= 1<<31 {
-		c.releasePending(p)
-		return nil, status.Errorf(codes.InvalidArgument, "session %d: %d QPs × %d packets per message is too many slots", p.id, prm.qps, ppm)
-	}
+	need := uint32(prm.qps * ppm) // ≤ PoolSize: parseRegistration
 	if c.cfg.QPNScheme == QPNP4App {
 		for r := range prm.numWorkers {
 			if other, busy := c.p4appAddrs[p.regs[r].addr]; busy {
@@ -500,9 +706,25 @@ func (c *Controller) allocJob(p *pendingSession) (*job, error) {
 			}
 		}
 	}
+	var clients []string
+	for r := range prm.numWorkers {
+		if cl := p.regs[r].client; !slices.Contains(clients, cl) {
+			clients = append(clients, cl)
+		}
+	}
+	for _, cl := range clients {
+		used := c.clientSlots[cl]
+		if cl == p.charged {
+			used -= p.reserved.Size // the reservation becomes this job's range
+		}
+		if c.clientShareLimited() && used+need > c.cfg.MaxClientSlots {
+			c.releasePending(p)
+			return nil, errClientShare(p.id, cl, need, used, c.cfg.MaxClientSlots)
+		}
+	}
 	pool, ok := p.reserved, prm.p4app
 	if !ok {
-		pool, ok = c.pool.Alloc(uint32(need))
+		pool, ok = c.pool.Alloc(need)
 	}
 	if !ok {
 		free, largest := c.pool.Available()
@@ -526,6 +748,14 @@ func (c *Controller) allocJob(p *pendingSession) (*job, error) {
 		c.pool.Free(pool)
 		return nil, status.Errorf(codes.ResourceExhausted, "session %d: out of switch QPNs for %d workers × %d QPs; end other jobs", p.id, prm.numWorkers, prm.qps)
 	}
+	if p.reserved.Size != 0 {
+		c.uncharge(p.charged, p.reserved.Size)
+		p.reserved, p.charged = spans.Span{}, ""
+	}
+	for _, cl := range clients {
+		c.clientSlots[cl] += need
+	}
+	j.clients = clients
 	for c.jobs[c.nextJobID] != nil || c.nextJobID == 0 {
 		c.nextJobID++
 	}
@@ -581,6 +811,10 @@ func (c *Controller) randomQPN() uint32 {
 // freeJob returns a job's pool range and QPNs. Holds c.mu.
 func (c *Controller) freeJob(j *job) {
 	c.pool.Free(j.pool)
+	for _, cl := range j.clients {
+		c.uncharge(cl, j.pool.Size)
+	}
+	j.clients = nil
 	for _, w := range j.spec.Workers {
 		if c.cfg.QPNScheme == QPNOpaque {
 			for _, q := range w.SwitchQPNs {
@@ -840,7 +1074,7 @@ func (c *Controller) listJobs(ctx context.Context, req *pb.ListJobsRequest) *pb.
 }
 
 func (j *job) info() JobInfo {
-	info := JobInfo{Job: j.spec.Clone(), SessionID: j.sessionID, MessageSize: j.params.messageSize}
+	info := JobInfo{Job: j.spec.Clone(), SessionID: j.sessionID, MessageSize: j.params.messageSize, TensorBytes: j.params.tensorBytes}
 	for r, e := range j.ended {
 		if e {
 			info.EndedRanks = append(info.EndedRanks, r)
@@ -858,6 +1092,7 @@ func (i JobInfo) proto() *pb.JobInfo {
 		MessageSize:     uint32(i.MessageSize),
 		PoolBase:        i.Job.PoolBase,
 		PoolSlots:       i.Job.PoolSlots,
+		TensorBytes:     i.TensorBytes,
 	}
 	if i.Job.DType == wire.Int32 {
 		p.Dtype = pb.DataType_DATA_TYPE_INT32

@@ -102,6 +102,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	ctlCfg := cfg.Controller
 	ctlCfg.Programmer = c.Switch
 	ctlCfg.PoolSize = c.Switch.Config().Model.PoolSize
+	if ctlCfg.MaxWorkers == 0 {
+		ctlCfg.MaxWorkers = c.Switch.Config().Model.MaxWorkers
+	}
 	if a := cfg.Switch.Addr.Unmap(); a.Is4() {
 		ctlCfg.SwitchIPv4 = a
 	} else {

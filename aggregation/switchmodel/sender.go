@@ -33,6 +33,18 @@ var (
 // same message (pool index − 2); otherwise it is skipped for that worker,
 // whose message then stays incomplete, times out and is retransmitted, and
 // the completed slots replay the whole message in order (unicast).
+//
+// And a worker's stream never leaves a message mid-way unless loss forced
+// it (issue 24): a worker whose timer fires while the message's slots are
+// still completing (a slow peer, a busy host) resends it, and the unicast
+// answers for the slots already complete — the FIRST among them — would cut
+// into the broadcast still under way; a UC receiver drops both messages.
+// So while a message is open to a worker QP, a unicast FIRST, or a unicast
+// MIDDLE/LAST behind the stream's position (pool index below the next
+// expected), is skipped and the message stays open: its remaining slots
+// complete (every worker that lacks them resends) and are broadcast. A
+// MIDDLE/LAST ahead of the position means a slot completed before an
+// earlier one, which only loss does: the stream closes as above.
 type txPos struct {
 	last wire.PoolIndex
 	open bool
@@ -83,7 +95,16 @@ func (RDMASender) Encode(proc *Processor, md *Metadata, d int, b []byte) (n int,
 	w := &j.workers[rank]
 	k := rank*j.q + md.QP
 	tx := &j.tx[k]
-	if !md.First && (!tx.open || md.PoolIndex != tx.last.Add(1)) {
+	next := tx.last.Add(1)
+	switch {
+	case tx.open && md.Decision == Unicast && (md.First || md.PoolIndex < next):
+		// An answer to a retransmission while this worker QP's message
+		// is still being sent (a spurious resend; the rest of the
+		// message follows as the slots complete): not interleaved with
+		// it, and the message stays open.
+		return 0, dst, ErrOutOfOrder
+	case md.First:
+	case !tx.open || md.PoolIndex != next:
 		tx.open = false
 		return 0, dst, ErrOutOfOrder
 	}

@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/rdma"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
+	"github.com/swml-rdma/swml-rdma/verbs/soft/udp/memlink"
 )
 
 // Every test uses its own 127.77.<net>.0/24 so that tests of this and other
@@ -27,6 +29,53 @@ func newSwitch(t testing.TB, cfg Config) *Switch {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// fabric is what a test's switch and workers exchange datagrams over:
+// loopback sockets (mem nil) or a private in-memory network (memlink), where
+// tests run in parallel. One test, two transports.
+type fabric struct{ mem *memlink.Network }
+
+// forFabrics runs f as the subtests "memory" (parallel; links losing the
+// fraction loss each way) and "socket".
+func forFabrics(t *testing.T, loss float64, f func(t *testing.T, fb fabric)) {
+	t.Run("memory", func(t *testing.T) {
+		t.Parallel()
+		n, err := memlink.New(memlink.Config{Seed: 42, Link: memlink.LinkConfig{Loss: loss}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(t, fabric{n})
+	})
+	t.Run("socket", func(t *testing.T) { f(t, fabric{}) })
+}
+
+// newSwitch opens a switch on the fabric; over memory the socket's loss
+// simulator gives way to the links' loss.
+func (fb fabric) newSwitch(t testing.TB, cfg Config) *Switch {
+	t.Helper()
+	if fb.mem != nil {
+		ep, err := fb.mem.Listen(netip.AddrPortFrom(cfg.Addr, uint16(cfg.Port)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Endpoint, cfg.IngressLoss, cfg.EgressLoss = ep, 0, 0
+	}
+	return newSwitch(t, cfg)
+}
+
+// lost is what the fabric lost on the way to sw and from it: the switch's
+// drop simulator over sockets, the links in memory.
+func (fb fabric) lost(sw *Switch, job *wire.Job) (in, out uint64) {
+	st := sw.Stats()
+	in, out = st.Drops(switchmodel.DropIngressLoss), st.Drops(switchmodel.DropEgressLoss)
+	if fb.mem != nil {
+		for _, w := range job.Workers {
+			in += fb.mem.LinkStats(w.Addr, sw.Addr().Addr()).Lost
+			out += fb.mem.LinkStats(sw.Addr().Addr(), w.Addr).Lost
+		}
+	}
+	return in, out
 }
 
 // makeJob: worker r at addr(net, r+2), switch QPNs id<<12 | r·q+i.
@@ -60,7 +109,7 @@ type testWorker struct {
 	t       testing.TB
 	job     *wire.Job
 	rank    int
-	conn    *udp.Conn
+	conn    udp.Endpoint
 	sw      netip.AddrPort
 	ppm     int
 	out     chan delivered
@@ -70,13 +119,21 @@ type testWorker struct {
 	badICRC int
 }
 
-func newTestWorker(t testing.TB, job *wire.Job, rank, ppm int, sw netip.AddrPort) *testWorker {
+func newTestWorker(t testing.TB, job *wire.Job, rank, ppm int, sw *Switch) *testWorker {
 	t.Helper()
-	c, err := udp.Listen(udp.Config{Addr: job.Workers[rank].Addr, BatchSize: 16})
+	var (
+		c   udp.Endpoint
+		err error
+	)
+	if ep, ok := sw.conn.(*memlink.Endpoint); ok {
+		c, err = ep.Network().Listen(netip.AddrPortFrom(job.Workers[rank].Addr, rdma.UDPPort))
+	} else {
+		c, err = udp.Listen(udp.Config{Addr: job.Workers[rank].Addr, BatchSize: 16})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &testWorker{t: t, job: job, rank: rank, conn: c, sw: sw, ppm: ppm, out: make(chan delivered, 1024),
+	w := &testWorker{t: t, job: job, rank: rank, conn: c, sw: sw.Addr(), ppm: ppm, out: make(chan delivered, 1024),
 		psn: make([]uint32, len(job.Workers[rank].QPNs))}
 	w.wg.Add(1)
 	go w.read(job.Workers[rank])
@@ -286,7 +343,7 @@ func runJob(t testing.TB, sw *Switch, job *wire.Job, ppm, rounds int, timeout ti
 	t.Helper()
 	ws := make([]*testWorker, len(job.Workers))
 	for r := range ws {
-		ws[r] = newTestWorker(t, job, r, ppm, sw.Addr())
+		ws[r] = newTestWorker(t, job, r, ppm, sw)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -178,7 +178,7 @@ func TestP4AppSessionReplay(t *testing.T) {
 	}
 	ws := make([]*testWorker, n)
 	for r := range n {
-		ws[r] = newTestWorker(t, job, r, p4appPPM, sw.Addr())
+		ws[r] = newTestWorker(t, job, r, p4appPPM, sw)
 	}
 
 	// RdmaWorkerThread: message ids start at the QP index and advance by

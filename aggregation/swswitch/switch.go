@@ -76,6 +76,12 @@ type Config struct {
 	Registry prometheus.Registerer
 	// Logger receives job events and I/O errors; nil discards them.
 	Logger *slog.Logger
+	// Endpoint, when set, is the switch's datagram endpoint (e.g. an
+	// in-memory one, verbs/soft/udp/memlink) instead of a socket: the
+	// switch takes it over and closes it (also when New fails); Addr and
+	// Port come from its LocalAddr, and BatchSize, SocketBuffer, Offload,
+	// the losses and Capture are unused.
+	Endpoint udp.Endpoint
 }
 
 // Switch is the software switch: a RoCEv2 endpoint that runs the switch
@@ -84,7 +90,7 @@ type Config struct {
 type Switch struct {
 	cfg  Config
 	log  *slog.Logger
-	conn *udp.Conn
+	conn udp.Endpoint
 
 	mu  sync.Mutex // guards the engine (pipeline, tables, counters)
 	eng *engine
@@ -99,28 +105,25 @@ var _ control.Programmer = (*Switch)(nil)
 
 // New opens the switch's socket and starts serving. Close stops it.
 func New(cfg Config) (*Switch, error) {
-	if !cfg.Addr.IsValid() || cfg.Addr.IsUnspecified() {
-		return nil, fmt.Errorf("swswitch: Config.Addr %v: give the switch its own IP address (e.g. 127.0.0.1)", cfg.Addr)
+	if cfg.Endpoint != nil {
+		cfg.Addr, cfg.Port = cfg.Endpoint.LocalAddr().Addr(), int(cfg.Endpoint.LocalAddr().Port())
 	}
-	if cfg.ICRC != ICRCVerify && cfg.ICRC != ICRCVerifyIPv6 {
-		return nil, fmt.Errorf("swswitch: unknown %v: use ICRCVerify or ICRCVerifyIPv6", cfg.ICRC)
+	conn, err := newSwitchEndpoint(&cfg)
+	if err != nil {
+		if cfg.Endpoint != nil {
+			cfg.Endpoint.Close()
+		}
+		return nil, err
 	}
-	cfg.Addr = cfg.Addr.Unmap()
 	pipe, err := switchmodel.New(cfg.Model)
 	if err != nil {
+		conn.Close()
 		return nil, fmt.Errorf("swswitch: %w", err)
 	}
 	cfg.Model = pipe.Config()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
-	}
-	conn, err := udp.Listen(udp.Config{
-		Addr: cfg.Addr, Port: cfg.Port, BatchSize: cfg.BatchSize, SocketBuffer: cfg.SocketBuffer,
-		Capture: cfg.Capture, RecvLoss: cfg.IngressLoss, SendLoss: cfg.EgressLoss, Seed: cfg.Seed, Offload: cfg.Offload,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("swswitch: %w", err)
 	}
 	batch := conn.BatchSize()
 	s := &Switch{
@@ -143,6 +146,28 @@ func New(cfg Config) (*Switch, error) {
 	}
 	go s.serve(in)
 	return s, nil
+}
+
+// newSwitchEndpoint checks cfg and returns cfg.Endpoint or a new socket.
+func newSwitchEndpoint(cfg *Config) (udp.Endpoint, error) {
+	if !cfg.Addr.IsValid() || cfg.Addr.IsUnspecified() {
+		return nil, fmt.Errorf("swswitch: Config.Addr %v: give the switch its own IP address (e.g. 127.0.0.1)", cfg.Addr)
+	}
+	if cfg.ICRC != ICRCVerify && cfg.ICRC != ICRCVerifyIPv6 {
+		return nil, fmt.Errorf("swswitch: unknown %v: use ICRCVerify or ICRCVerifyIPv6", cfg.ICRC)
+	}
+	cfg.Addr = cfg.Addr.Unmap()
+	if cfg.Endpoint != nil {
+		return cfg.Endpoint, nil
+	}
+	conn, err := udp.Listen(udp.Config{
+		Addr: cfg.Addr, Port: cfg.Port, BatchSize: cfg.BatchSize, SocketBuffer: cfg.SocketBuffer,
+		Capture: cfg.Capture, RecvLoss: cfg.IngressLoss, SendLoss: cfg.EgressLoss, Seed: cfg.Seed, Offload: cfg.Offload,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("swswitch: %w", err)
+	}
+	return conn, nil
 }
 
 // Addr is the switch's RoCEv2 endpoint.

@@ -19,15 +19,20 @@ import (
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
+// endToEnd is a job run through a switch by testWorkers.
+type endToEnd struct {
+	name            string
+	net             int
+	n, q, ppm       int
+	payload         int
+	rounds          int
+	ingress, egress float64
+}
+
+// TestEndToEnd runs each job over both transports: the switch's own socket
+// (with its drop simulator) and an in-memory network (lossy links).
 func TestEndToEnd(t *testing.T) {
-	for _, tc := range []struct {
-		name            string
-		net             int
-		n, q, ppm       int
-		payload         int
-		rounds          int
-		ingress, egress float64
-	}{
+	for _, tc := range []endToEnd{
 		{"1 worker", 1, 1, 2, 1, 256, 4, 0, 0},
 		{"3 workers 3-packet messages", 2, 3, 2, 3, 1024, 6, 0, 0},
 		{"33 workers", 3, 33, 1, 2, 256, 3, 0, 0},
@@ -35,54 +40,58 @@ func TestEndToEnd(t *testing.T) {
 		{"5% ingress and egress loss", 5, 4, 2, 4, 512, 12, 0.05, 0.05},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			reg := prometheus.NewPedanticRegistry()
-			sw := newSwitch(t, Config{Addr: addr(tc.net, 1), Model: switchmodel.Config{PoolSize: 256},
-				IngressLoss: tc.ingress, EgressLoss: tc.egress, Seed: 42, Registry: reg})
-			job := makeJob(7, tc.net, tc.n, tc.q, 16, uint32(tc.q*tc.ppm), tc.payload)
-			if err := sw.AddJob(context.Background(), job); err != nil {
-				t.Fatal(err)
-			}
-			timeout := 200 * time.Millisecond
-			if tc.ingress > 0 {
-				timeout = 20 * time.Millisecond
-			}
-			ws := runJob(t, sw, job, tc.ppm, tc.rounds, timeout)
-			for _, w := range ws {
-				w.close()
-				if w.badICRC != 0 {
-					t.Errorf("worker %d got %d results with a bad ICRC", w.rank, w.badICRC)
-				}
-			}
-			if tc.ingress == 0 {
-				// The counters of a sendmmsg move after the kernel delivered it.
-				want := uint64(tc.n * tc.q * tc.ppm * tc.rounds)
-				waitFor(t, func() bool { return sw.Stats().PacketsOut == want })
-			}
-			st := sw.Stats()
-			if tc.ingress > 0 {
-				if st.Model.Retransmissions == 0 || st.Drops(switchmodel.DropIngressLoss) == 0 || st.Drops(switchmodel.DropEgressLoss) == 0 {
-					t.Errorf("loss not exercised: %+v", st)
-				}
-			} else {
-				want := uint64(tc.n * tc.q * tc.ppm * tc.rounds)
-				if st.Model.Aggregated != want || st.Model.Completed != want/uint64(tc.n) || st.PacketsIn != want || st.PacketsOut != want {
-					t.Errorf("counters %+v, want %d aggregated", st, want)
-				}
-				for r, v := range st.Model.Drops {
-					if v != 0 {
-						t.Errorf("%d drops for %v", v, switchmodel.DropReason(r))
-					}
-				}
-			}
-			if st.SlotsInUse != 0 || st.SlotsAllocated != uint64(tc.q*tc.ppm) || st.Jobs != 1 {
-				t.Errorf("slots in use %d, allocated %d, jobs %d", st.SlotsInUse, st.SlotsAllocated, st.Jobs)
-			}
-			checkMetric(t, reg, "swml_switch_packets_total", "direction", "in", float64(st.PacketsIn))
-			checkMetric(t, reg, "swml_switch_aggregated_total", "", "", float64(st.Model.Aggregated))
-			checkMetric(t, reg, "swml_switch_drops_total", "reason", "ingress_loss", float64(st.Drops(switchmodel.DropIngressLoss)))
-			checkMetric(t, reg, "swml_switch_slots_allocated", "", "", float64(tc.q*tc.ppm))
+			forFabrics(t, tc.ingress, func(t *testing.T, fb fabric) { tc.run(t, fb) })
 		})
 	}
+}
+
+func (tc endToEnd) run(t *testing.T, fb fabric) {
+	reg := prometheus.NewPedanticRegistry()
+	sw := fb.newSwitch(t, Config{Addr: addr(tc.net, 1), Model: switchmodel.Config{PoolSize: 256},
+		IngressLoss: tc.ingress, EgressLoss: tc.egress, Seed: 42, Registry: reg})
+	job := makeJob(7, tc.net, tc.n, tc.q, 16, uint32(tc.q*tc.ppm), tc.payload)
+	if err := sw.AddJob(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	timeout := 200 * time.Millisecond
+	if tc.ingress > 0 {
+		timeout = 20 * time.Millisecond
+	}
+	ws := runJob(t, sw, job, tc.ppm, tc.rounds, timeout)
+	for _, w := range ws {
+		w.close()
+		if w.badICRC != 0 {
+			t.Errorf("worker %d got %d results with a bad ICRC", w.rank, w.badICRC)
+		}
+	}
+	if tc.ingress == 0 {
+		// The counters of a sendmmsg move after the kernel delivered it.
+		want := uint64(tc.n * tc.q * tc.ppm * tc.rounds)
+		waitFor(t, func() bool { return sw.Stats().PacketsOut == want })
+	}
+	st := sw.Stats()
+	if tc.ingress > 0 {
+		if in, out := fb.lost(sw, job); st.Model.Retransmissions == 0 || in == 0 || out == 0 {
+			t.Errorf("loss not exercised: %d requests and %d results lost, %+v", in, out, st)
+		}
+	} else {
+		want := uint64(tc.n * tc.q * tc.ppm * tc.rounds)
+		if st.Model.Aggregated != want || st.Model.Completed != want/uint64(tc.n) || st.PacketsIn != want || st.PacketsOut != want {
+			t.Errorf("counters %+v, want %d aggregated", st, want)
+		}
+		for r, v := range st.Model.Drops {
+			if v != 0 {
+				t.Errorf("%d drops for %v", v, switchmodel.DropReason(r))
+			}
+		}
+	}
+	if st.SlotsInUse != 0 || st.SlotsAllocated != uint64(tc.q*tc.ppm) || st.Jobs != 1 {
+		t.Errorf("slots in use %d, allocated %d, jobs %d", st.SlotsInUse, st.SlotsAllocated, st.Jobs)
+	}
+	checkMetric(t, reg, "swml_switch_packets_total", "direction", "in", float64(st.PacketsIn))
+	checkMetric(t, reg, "swml_switch_aggregated_total", "", "", float64(st.Model.Aggregated))
+	checkMetric(t, reg, "swml_switch_drops_total", "reason", "ingress_loss", float64(st.Drops(switchmodel.DropIngressLoss)))
+	checkMetric(t, reg, "swml_switch_slots_allocated", "", "", float64(tc.q*tc.ppm))
 }
 
 func checkMetric(t *testing.T, reg *prometheus.Registry, name, label, value string, want float64) {
@@ -143,20 +152,20 @@ func TestForgedPackets(t *testing.T) {
 	// A stranger impersonating job A's worker 0 (its QPN) from its own
 	// address, sending round 0 with other values.
 	stranger := newTestWorker(t, &wire.Job{ID: 1, PacketSize: 256, PoolBase: 0, Workers: []wire.Worker{{
-		Addr: addr(netA, 99), QPNs: []uint32{1}, PSNs: []uint32{0}, SwitchQPNs: a.Workers[0].SwitchQPNs}}}, 0, ppm, sw.Addr())
+		Addr: addr(netA, 99), QPNs: []uint32{1}, PSNs: []uint32{0}, SwitchQPNs: a.Workers[0].SwitchQPNs}}}, 0, ppm, sw)
 	stranger.send(0, 0)
 	stranger.job.Workers[0].SwitchQPNs = []uint32{0x777}
 	stranger.send(0, 0)
 	// Job B's worker 0 writing into job A's pool with its own QPN.
 	intruder := newTestWorker(t, &wire.Job{ID: 2, PacketSize: 256, PoolBase: 0, Workers: []wire.Worker{{
-		Addr: b.Workers[0].Addr, QPNs: []uint32{1}, PSNs: []uint32{0}, SwitchQPNs: b.Workers[0].SwitchQPNs}}}, 0, ppm, sw.Addr())
+		Addr: b.Workers[0].Addr, QPNs: []uint32{1}, PSNs: []uint32{0}, SwitchQPNs: b.Workers[0].SwitchQPNs}}}, 0, ppm, sw)
 	// Its PSNs lie just behind the real worker's (which starts at 0): the
 	// switch's high-water mark of that QP stays behind the real traffic.
 	intruder.psn[0] = rdma.PSNMask - 15
 	intruder.send(0, 0)
 	// Job A's worker 0 itself with a corrupted ICRC: if it were accepted,
 	// its real contribution would then look like a retransmission.
-	w0 := newTestWorker(t, a, 0, ppm, sw.Addr())
+	w0 := newTestWorker(t, a, 0, ppm, sw)
 	bad := w0.message(0, 0, 0)
 	for _, m := range bad {
 		m.Buf[m.Off+m.N-1] ^= 0x55
@@ -199,41 +208,43 @@ func waitFor(t testing.TB, cond func() bool) {
 // TestTwoJobs: jobs of different sizes and packet sizes run concurrently
 // on one switch; removing one leaves the other running.
 func TestTwoJobs(t *testing.T) {
-	const net = 11
-	sw := newSwitch(t, Config{Addr: addr(net, 1), Model: switchmodel.Config{PoolSize: 64}})
-	a := makeJob(1, net, 2, 2, 0, 2*2, 1024)
-	b := makeJob(2, net, 3, 1, 4, 3, 256)
-	for r := range b.Workers {
-		b.Workers[r].Addr = addr(net, 30+r)
-	}
-	ctx := context.Background()
-	for _, j := range []*wire.Job{a, b} {
-		if err := sw.AddJob(ctx, j); err != nil {
+	forFabrics(t, 0, func(t *testing.T, fb fabric) {
+		const net = 11
+		sw := fb.newSwitch(t, Config{Addr: addr(net, 1), Model: switchmodel.Config{PoolSize: 64}})
+		a := makeJob(1, net, 2, 2, 0, 2*2, 1024)
+		b := makeJob(2, net, 3, 1, 4, 3, 256)
+		for r := range b.Workers {
+			b.Workers[r].Addr = addr(net, 30+r)
+		}
+		ctx := context.Background()
+		for _, j := range []*wire.Job{a, b} {
+			if err := sw.AddJob(ctx, j); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done := make(chan struct{})
+		go func() { defer close(done); runJob(t, sw, b, 3, 8, 200*time.Millisecond) }()
+		runJob(t, sw, a, 2, 8, 200*time.Millisecond)
+		<-done
+		if err := sw.RemoveJob(ctx, 2); err != nil {
 			t.Fatal(err)
 		}
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); runJob(t, sw, b, 3, 8, 200*time.Millisecond) }()
-	runJob(t, sw, a, 2, 8, 200*time.Millisecond)
-	<-done
-	if err := sw.RemoveJob(ctx, 2); err != nil {
-		t.Fatal(err)
-	}
-	if err := sw.RemoveJob(ctx, 2); err != nil {
-		t.Fatal(err)
-	}
-	// A new job takes B's pool range and QPNs.
-	c := makeJob(2, net, 2, 1, 4, 2, 512)
-	for r := range c.Workers {
-		c.Workers[r].Addr = addr(net, 40+r)
-	}
-	if err := sw.AddJob(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	runJob(t, sw, c, 2, 3, 200*time.Millisecond)
-	if st := sw.Stats(); st.Jobs != 2 || st.Model.Drops != [switchmodel.NumDropReasons]uint64{} {
-		t.Errorf("stats %+v", st)
-	}
+		if err := sw.RemoveJob(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		// A new job takes B's pool range and QPNs.
+		c := makeJob(2, net, 2, 1, 4, 2, 512)
+		for r := range c.Workers {
+			c.Workers[r].Addr = addr(net, 40+r)
+		}
+		if err := sw.AddJob(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		runJob(t, sw, c, 2, 3, 200*time.Millisecond)
+		if st := sw.Stats(); st.Jobs != 2 || st.Model.Drops != [switchmodel.NumDropReasons]uint64{} {
+			t.Errorf("stats %+v", st)
+		}
+	})
 }
 
 func TestAddJobErrors(t *testing.T) {

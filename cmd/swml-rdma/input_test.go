@@ -3,6 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -223,6 +227,70 @@ func TestSessionTimeoutNamesFlags(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q, want it to mention %q", err, want)
 		}
+	}
+	stopSwitch()
+	<-exited
+}
+
+// TestSizeMismatchNamed: two workers of a job with different --size are
+// both refused at registration, naming the tensor lengths (issue #23; the
+// job used to run and end in RESULT MISMATCH). Addresses: 127.13.52.x.
+func TestSizeMismatchNamed(t *testing.T) {
+	clearLaunchEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	swCtx, stopSwitch := context.WithCancel(ctx)
+	defer stopSwitch()
+	_, stderr, done := runInProcess(swCtx, "switch", "--addr", "127.13.52.1", "--controller-addr", "127.0.0.1:0")
+	exited := make(chan struct{})
+	go func() { <-done; close(exited) }()
+	ctl := waitForLine(t, "switch", stderr, readyRE, exited, 30*time.Second)[1]
+	worker := func(r int, size string) []string {
+		return []string{"worker", "--rank", strconv.Itoa(r), "--workers", "2", "--controller", ctl,
+			"--addr", fmt.Sprintf("127.13.52.%d", 2+r), "--size", size, "--iters", "1", "--warmup", "0"}
+	}
+	// Rank 0 waits in its registration; rank 1 starts once rank 0's app is
+	// set up (two urfave/cli apps must not set up at once: they share the
+	// command definitions).
+	_, stderr0, done0 := runInProcess(ctx, worker(0, "16KiB")...)
+	exited0 := make(chan struct{})
+	var err0 error
+	go func() { err0 = <-done0; close(exited0) }()
+	waitForLine(t, "worker 0", stderr0, regexp.MustCompile(`msg=joining`), exited0, 30*time.Second)
+	_, _, err1 := run(t, worker(1, "32KiB")...)
+	<-exited0
+	for r, err := range []error{err0, err1} {
+		if err == nil || !strings.Contains(err.Error(), "tensor length") || !strings.Contains(err.Error(), "16384 bytes") || !strings.Contains(err.Error(), "32768 bytes") {
+			t.Errorf("rank %d: %v; want the tensor length mismatch named", r, err)
+		}
+	}
+	stopSwitch()
+	<-exited
+}
+
+// TestRegistrationTokenWorker: with `switch --registration-token-file`, a
+// worker without the token is refused naming it, one with
+// --registration-token-file runs. Addresses: 127.13.53.x.
+func TestRegistrationTokenWorker(t *testing.T) {
+	clearLaunchEnv(t)
+	tok := filepath.Join(t.TempDir(), "registration.token")
+	if err := os.WriteFile(tok, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	swCtx, stopSwitch := context.WithCancel(ctx)
+	defer stopSwitch()
+	_, stderr, done := runInProcess(swCtx, "switch", "--addr", "127.13.53.1", "--controller-addr", "127.0.0.1:0", "--registration-token-file", tok)
+	exited := make(chan struct{})
+	go func() { <-done; close(exited) }()
+	ctl := waitForLine(t, "switch", stderr, readyRE, exited, 30*time.Second)[1]
+	args := []string{"worker", "--rank", "0", "--workers", "1", "--controller", ctl, "--addr", "127.13.53.2", "--size", "16KiB", "--iters", "1", "--warmup", "0"}
+	if _, _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), "requires its registration token") {
+		t.Errorf("worker without the token: %v; want it refused naming the token", err)
+	}
+	if _, _, err := run(t, append(args, "--registration-token-file", tok)...); err != nil {
+		t.Errorf("worker with the token: %v", err)
 	}
 	stopSwitch()
 	<-exited

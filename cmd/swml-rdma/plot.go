@@ -42,6 +42,9 @@ type plotSeries struct {
 	name  string
 	color color.RGBA
 	pts   []plotPoint
+	// dashed draws a bound (a link-rate ceiling: `swml-rdma lab`) as a
+	// dashed line, without dots or min–max bars.
+	dashed bool
 }
 
 type plotPoint struct {
@@ -53,6 +56,7 @@ type plotPoint struct {
 var (
 	colorSwitchML = color.RGBA{0x1f, 0x77, 0xb4, 0xff}
 	colorRing     = color.RGBA{0xff, 0x7f, 0x0e, 0xff}
+	colorGloo     = color.RGBA{0x2c, 0xa0, 0x2c, 0xff}
 	colorAxis     = color.RGBA{0x22, 0x22, 0x22, 0xff}
 	colorGrid     = color.RGBA{0xdd, 0xdd, 0xdd, 0xff}
 	colorText     = color.RGBA{0x22, 0x22, 0x22, 0xff}
@@ -123,7 +127,11 @@ func writePlot(path string, runs []benchRun) error {
 		ax = plotAxes{x: "loss probability", right: "time / loss-free time (x)",
 			rightFormat: func(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }}
 	}
-	d := layoutPlot(title, ax, plotData(runs, byLoss))
+	return writeSVGPlot(path, layoutPlot(title, ax, plotData(runs, byLoss)))
+}
+
+// writeSVGPlot writes d into path as SVG.
+func writeSVGPlot(path string, d *drawing) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("plot: %w", err)
@@ -163,6 +171,7 @@ type shape struct {
 	width          float64 // line width; dot radius
 	color          color.RGBA
 	text           string
+	dashed         bool   // lines: dashed
 	anchor         string // start, middle, end
 	size           int    // font size (SVG px); text shapes
 	class          string // SVG class: series name for data shapes
@@ -170,6 +179,10 @@ type shape struct {
 
 func (d *drawing) line(x1, y1, x2, y2, w float64, c color.RGBA, class string) {
 	d.shapes = append(d.shapes, shape{kind: shapeLine, x1: x1, y1: y1, x2: x2, y2: y2, width: w, color: c, class: class})
+}
+
+func (d *drawing) dashedLine(x1, y1, x2, y2, w float64, c color.RGBA, class string) {
+	d.shapes = append(d.shapes, shape{kind: shapeLine, x1: x1, y1: y1, x2: x2, y2: y2, width: w, color: c, class: class, dashed: true})
 }
 
 func (d *drawing) dot(x, y, r float64, c color.RGBA, class string) {
@@ -201,8 +214,12 @@ func layoutPlot(title string, ax plotAxes, series []plotSeries) *drawing {
 	// Legend, centred under the title.
 	lx := float64(plotWidth)/2 - float64(len(series))*70
 	for _, s := range series {
-		d.line(lx, 46, lx+24, 46, 2.5, s.color, s.name)
-		d.dot(lx+12, 46, 3.5, s.color, s.name)
+		if s.dashed {
+			d.dashedLine(lx, 46, lx+24, 46, 1.5, s.color, s.name)
+		} else {
+			d.line(lx, 46, lx+24, 46, 2.5, s.color, s.name)
+			d.dot(lx+12, 46, 3.5, s.color, s.name)
+		}
 		d.text(lx+30, 50, s.name, "start", 13)
 		lx += 140
 	}
@@ -253,6 +270,15 @@ func layoutPlot(title string, ax plotAxes, series []plotSeries) *drawing {
 		for _, s := range series {
 			for i, p := range s.pts {
 				v, lo, hi := val(p)
+				if s.dashed {
+					if i > 0 {
+						pv, _, _ := val(s.pts[i-1])
+						d.dashedLine(x(s.pts[i-1].x), y(pv), x(p.x), y(v), 1.5, s.color, s.name)
+					} else if len(s.pts) == 1 { // one worker count: a short tick at its ceiling
+						d.dashedLine(x(p.x)-20, y(v), x(p.x)+20, y(v), 1.5, s.color, s.name)
+					}
+					continue
+				}
 				if i > 0 {
 					pv, _, _ := val(s.pts[i-1])
 					d.line(x(s.pts[i-1].x), y(pv), x(p.x), y(v), 2.5, s.color, s.name)
@@ -308,11 +334,15 @@ func (d *drawing) writeSVG(w *bufio.Writer) error {
 	for _, s := range d.shapes {
 		class := ""
 		if s.class != "" {
-			class = fmt.Sprintf(" class=\"series-%s\"", xmlEscape(s.class))
+			class = fmt.Sprintf(" class=\"series-%s\"", xmlEscape(strings.ReplaceAll(s.class, " ", "-"))) // one class per series
 		}
 		switch s.kind {
 		case shapeLine:
-			fmt.Fprintf(w, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"%g\"%s/>\n", s.x1, s.y1, s.x2, s.y2, svgColor(s.color), s.width, class)
+			dash := ""
+			if s.dashed {
+				dash = ` stroke-dasharray="6 4"`
+			}
+			fmt.Fprintf(w, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"%g\"%s%s/>\n", s.x1, s.y1, s.x2, s.y2, svgColor(s.color), s.width, dash, class)
 		case shapeDot:
 			fmt.Fprintf(w, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%g\" fill=\"%s\"%s/>\n", s.x1, s.y1, s.width, svgColor(s.color), class)
 		case shapeRect:

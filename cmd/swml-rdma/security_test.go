@@ -65,6 +65,10 @@ func TestSwitchSecurityBadFlags(t *testing.T) {
 	if err := os.WriteFile(short, []byte("abc\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	long := filepath.Join(dir, "long.token")
+	if err := os.WriteFile(long, []byte("0123456789abcdef0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		args []string
@@ -77,6 +81,10 @@ func TestSwitchSecurityBadFlags(t *testing.T) {
 		{"short token", []string{"--operator-token-file", short}, "use at least 16 random ones"},
 		{"pending sessions", []string{"--max-pending-sessions", "0"}, "--max-pending-sessions 0"},
 		{"idle timeout", []string{"--idle-timeout", "-1s"}, "--idle-timeout -1s"},
+		{"short registration token", []string{"--registration-token-file", short}, "--registration-token-file " + short},
+		{"one token for both", []string{"--registration-token-file", long, "--operator-token-file", long}, "hold the same token"},
+		{"zero share", []string{"--client-pool-share", "0"}, "--client-pool-share 0: give a fraction in (0, 1]"},
+		{"share above 1", []string{"--client-pool-share", "1.5"}, "--client-pool-share 1.5"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

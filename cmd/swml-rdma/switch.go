@@ -135,6 +135,8 @@ func controlSecurityFlags() []cli.Flag {
 		&cli.StringFlag{Name: "operator-token-file", Usage: "`FILE` holding the operator token (first line): callers presenting it as \"authorization: Bearer TOKEN\" may list and end every job", EnvVars: []string{"SWML_OPERATOR_TOKEN_FILE"}, Category: cat},
 		&cli.BoolFlag{Name: "allow-address-mismatch", Usage: "accept workers whose registered RoCE address is not the address they call the controller from (NAT, a separate RoCE network)", EnvVars: []string{"SWML_ALLOW_ADDRESS_MISMATCH"}, Category: cat},
 		&cli.IntFlag{Name: "max-pending-sessions", Value: control.DefaultMaxPendingSessions, Usage: "sessions that may wait for their workers at once; more get RESOURCE_EXHAUSTED", EnvVars: []string{"SWML_MAX_PENDING_SESSIONS"}, Category: cat},
+		&cli.StringFlag{Name: "registration-token-file", Usage: "`FILE` holding the registration token (first line): creating or joining a job, Barrier and Broadcast then need it as \"authorization: Bearer TOKEN\" (p4app-switchML workers cannot send it)", EnvVars: []string{"SWML_REGISTRATION_TOKEN_FILE"}, Category: cat},
+		&cli.Float64Flag{Name: "client-pool-share", Value: 1, Usage: "`FRACTION` (0, 1] of the pool one client (caller IP address, or TLS client certificate) may hold across its jobs", EnvVars: []string{"SWML_CLIENT_POOL_SHARE"}, Category: cat},
 	}
 }
 
@@ -145,10 +147,12 @@ type controlSecurity struct {
 	operatorToken        string
 	allowAddressMismatch bool
 	maxPendingSessions   int
+	registrationToken    string
+	clientPoolShare      float64
 }
 
 func parseControlSecurity(c *cli.Context) (controlSecurity, error) {
-	s := controlSecurity{allowAddressMismatch: c.Bool("allow-address-mismatch"), maxPendingSessions: c.Int("max-pending-sessions")}
+	s := controlSecurity{allowAddressMismatch: c.Bool("allow-address-mismatch"), maxPendingSessions: c.Int("max-pending-sessions"), clientPoolShare: c.Float64("client-pool-share")}
 	cert, key := c.String("tls-cert"), c.String("tls-key")
 	switch {
 	case (cert == "") != (key == ""):
@@ -161,21 +165,42 @@ func parseControlSecurity(c *cli.Context) (controlSecurity, error) {
 		s.serverOptions = append(s.serverOptions, grpc.Creds(creds))
 		s.tls = true
 	}
-	if f := c.String("operator-token-file"); f != "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return s, fmt.Errorf("--operator-token-file: %v", err)
-		}
-		line, _, _ := strings.Cut(string(b), "\n")
-		s.operatorToken = strings.TrimSpace(line)
-		if len(s.operatorToken) < 16 {
-			return s, fmt.Errorf("--operator-token-file %s: the token is %d characters; use at least 16 random ones (e.g. `openssl rand -hex 32 > %s`)", f, len(s.operatorToken), f)
-		}
+	var err error
+	if s.operatorToken, err = readTokenFile(c, "operator-token-file"); err != nil {
+		return s, err
+	}
+	if s.registrationToken, err = readTokenFile(c, "registration-token-file"); err != nil {
+		return s, err
+	}
+	if s.operatorToken != "" && s.operatorToken == s.registrationToken {
+		return s, errors.New("--operator-token-file and --registration-token-file hold the same token: the registration token goes to every worker, the operator token may end any job; use two")
+	}
+	if math.IsNaN(s.clientPoolShare) || s.clientPoolShare <= 0 || s.clientPoolShare > 1 {
+		return s, fmt.Errorf("--client-pool-share %v: give a fraction in (0, 1], e.g. 0.5 (default 1: the whole pool)", s.clientPoolShare)
 	}
 	if s.maxPendingSessions < 1 {
 		return s, fmt.Errorf("--max-pending-sessions %d: give at least 1 (default %d)", s.maxPendingSessions, control.DefaultMaxPendingSessions)
 	}
 	return s, nil
+}
+
+// readTokenFile reads the token in the first line of the file flag names;
+// "" if the flag is not set.
+func readTokenFile(c *cli.Context, flag string) (string, error) {
+	f := c.String(flag)
+	if f == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(f)
+	if err != nil {
+		return "", fmt.Errorf("--%s: %v", flag, err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	tok := strings.TrimSpace(line)
+	if len(tok) < 16 {
+		return "", fmt.Errorf("--%s %s: the token is %d characters; use at least 16 random ones (e.g. `openssl rand -hex 32 > %s`)", flag, f, len(tok), f)
+	}
+	return tok, nil
 }
 
 // apply copies the settings into a controller configuration and warns about
@@ -185,6 +210,10 @@ func (s controlSecurity) apply(cfg *control.Config, listen string, log *slog.Log
 	cfg.OperatorToken = s.operatorToken
 	cfg.AllowAddressMismatch = s.allowAddressMismatch
 	cfg.MaxPendingSessions = s.maxPendingSessions
+	cfg.RegistrationToken = s.registrationToken
+	if s.clientPoolShare < 1 {
+		cfg.MaxClientSlots = max(1, uint32(s.clientPoolShare*float64(cfg.PoolSize)))
+	}
 	host, _, _ := net.SplitHostPort(listen)
 	if a, err := netip.ParseAddr(host); !s.tls && (err != nil || !a.IsLoopback()) {
 		log.Warn("the control plane listens beyond loopback without TLS: job and operator tokens cross the network in the clear; pass --tls-cert/--tls-key (docs/security.md)", "listen", listen)
@@ -300,7 +329,7 @@ func serveSwitch(ctx context.Context, stop func(), cfg switchConfig, log *slog.L
 		}
 	}()
 	jobs := &jobCounter{Programmer: sw}
-	ccfg := control.Config{Programmer: jobs, PoolSize: sw.Config().Model.PoolSize, SessionTimeout: cfg.sessionTimeout, Logger: log, Registry: reg}
+	ccfg := control.Config{Programmer: jobs, PoolSize: sw.Config().Model.PoolSize, MaxWorkers: sw.Config().Model.MaxWorkers, SessionTimeout: cfg.sessionTimeout, Logger: log, Registry: reg}
 	cfg.security.apply(&ccfg, cfg.controllerAddr, log)
 	ccfg.IdleTimeout = cfg.idleTimeout
 	if ccfg.IdleTimeout == 0 {

@@ -18,6 +18,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/benchmark"
@@ -68,6 +70,7 @@ func jobMemberFlags(category string) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "controller", Value: control.DefaultAddr, Usage: "the controller's gRPC `ADDR` (host:port), as given to `swml-rdma switch --controller-addr`", EnvVars: []string{"SWML_CONTROLLER"}, Category: cat("job")},
 		&cli.DurationFlag{Name: "connect-timeout", Value: defaultConnectTimeout, Usage: "how long to wait for the controller to accept connections", EnvVars: []string{"SWML_CONNECT_TIMEOUT"}, Category: cat("job")},
+		&cli.StringFlag{Name: "registration-token-file", Usage: "`FILE` holding the switch's registration token (first line), when it has one (`switch --registration-token-file`)", EnvVars: []string{"SWML_REGISTRATION_TOKEN_FILE"}, Category: cat("job")},
 		&cli.UintFlag{Name: "session-id", Value: 1, Usage: "the job's session id: the same for every worker of a job, distinct between concurrent jobs", EnvVars: []string{"SWML_SESSION_ID"}, Category: cat("job")},
 		&cli.IntFlag{Name: "rank", Usage: "this worker's rank, 0 … workers-1", DefaultText: "$OMPI_COMM_WORLD_RANK, else $RANK", EnvVars: []string{"SWML_RANK"}, Category: cat("job")},
 		&cli.StringFlag{Name: "nic", Value: "soft", Usage: "soft (userspace RoCEv2 NIC over UDP) or ibverbs (an RDMA device through libibverbs)", EnvVars: []string{"SWML_NIC"}, Category: cat("nic")},
@@ -85,10 +88,11 @@ func logLevelFlag() cli.Flag {
 // workerConfig is one worker of a multi-process job; bench --controller
 // fills it too.
 type workerConfig struct {
-	controller     string        // gRPC host:port
-	connectTimeout time.Duration // bound on waiting for the controller to accept
-	sessionID      uint32
-	rank, workers  int
+	controller        string        // gRPC host:port
+	connectTimeout    time.Duration // bound on waiting for the controller to accept
+	registrationToken string        // "": the controller needs none
+	sessionID         uint32
+	rank, workers     int
 
 	nic     string      // "soft" or "ibverbs"
 	device  string      // ibverbs device name; "" = the one holding addr's GID
@@ -169,6 +173,9 @@ func workerFlags(c *cli.Context) (workerConfig, error) {
 	}
 	if cfg.connectTimeout < 0 {
 		return cfg, fmt.Errorf("--connect-timeout %v: give a duration ≥ 0, e.g. 30s", cfg.connectTimeout)
+	}
+	if cfg.registrationToken, err = readTokenFile(c, "registration-token-file"); err != nil {
+		return cfg, err
 	}
 	sid := c.Uint("session-id")
 	if uint64(sid) > 1<<32-1 {
@@ -287,6 +294,15 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 	scfg := cfg.session()
 	scfg.Device, scfg.ControllerAddr, scfg.SessionID, scfg.Rank, scfg.Workers = dev, cfg.controller, cfg.sessionID, cfg.rank, cfg.workers
 	scfg.PeerTimeout, scfg.RetransmitTimeout = cfg.peerTimeout, cfg.retransmitTimeout
+	if cfg.registrationToken != "" {
+		cli, err := control.Dial(cfg.controller, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithPerRPCCredentials(control.RegistrationCredentials(cfg.registrationToken, false)))
+		if err != nil {
+			return workerResult{}, err
+		}
+		defer cli.Close() // after the session's Close, deferred below
+		scfg.Controller = cli
+	}
 	sess, err := aggregation.Open(ctx, scfg)
 	if err != nil {
 		return workerResult{}, err

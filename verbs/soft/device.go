@@ -57,6 +57,11 @@ type Config struct {
 	// GROBuffers is the number of 64 KiB GRO receive buffers (default
 	// DefaultGROBuffers; udp.Config.GROBuffers).
 	GROBuffers int
+	// Endpoint, when set, is the NIC's datagram endpoint (e.g. an
+	// in-memory one, verbs/soft/udp/memlink) instead of a socket: the NIC
+	// takes it over and closes it; Addr and Port come from its LocalAddr
+	// and the socket's settings above (BatchSize to GROBuffers) are unused.
+	Endpoint udp.Endpoint
 }
 
 // DefaultGROBuffers is a NIC's GRO receive buffers: 4 × 64 KiB. A NIC's
@@ -96,7 +101,7 @@ type counters struct {
 // Device is a userspace RoCEv2 NIC. It implements verbs.Device.
 type Device struct {
 	cfg  Config
-	conn *udp.Conn
+	conn udp.Endpoint
 	name string
 	peer uint16
 
@@ -125,14 +130,19 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.PeerPort == 0 {
 		cfg.PeerPort = rdma.UDPPort
 	}
-	conn, err := udp.Listen(udp.Config{
-		Addr: cfg.Addr, Port: cfg.Port, BatchSize: cfg.BatchSize, SocketBuffer: cfg.SocketBuffer,
-		Capture: cfg.Capture, RecvLoss: cfg.RecvLoss, SendLoss: cfg.SendLoss, Seed: cfg.Seed, Offload: cfg.Offload,
-		GROBuffers: cmp.Or(cfg.GROBuffers, DefaultGROBuffers),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("soft: open NIC: %w", err)
+	conn := cfg.Endpoint
+	if conn == nil {
+		c, err := udp.Listen(udp.Config{
+			Addr: cfg.Addr, Port: cfg.Port, BatchSize: cfg.BatchSize, SocketBuffer: cfg.SocketBuffer,
+			Capture: cfg.Capture, RecvLoss: cfg.RecvLoss, SendLoss: cfg.SendLoss, Seed: cfg.Seed, Offload: cfg.Offload,
+			GROBuffers: cmp.Or(cfg.GROBuffers, DefaultGROBuffers),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("soft: open NIC: %w", err)
+		}
+		conn = c
 	}
+	cfg.Addr, cfg.Port = conn.LocalAddr().Addr(), int(conn.LocalAddr().Port())
 	d := &Device{
 		cfg: cfg, conn: conn, name: "soft:" + cfg.Addr.Unmap().String(), peer: uint16(cfg.PeerPort),
 		qps: make(map[uint32]*QP), mrs: make(map[uint32]*MR),

@@ -2,6 +2,9 @@
 // interfaces (device, PD, zero-based MRs, CQs, UC QPs) over a UDP socket on
 // port 4791 of one local address, and sends and accepts exactly the packets a
 // hardware RNIC or Linux rxe does (same opcodes, PSNs, RETH/ImmDt, ICRC).
+// The socket is a udp.Endpoint: Config.Endpoint puts the NIC on another one,
+// such as an in-memory link of verbs/soft/udp/memlink, for tests that run
+// the real NIC without sockets.
 //
 // Send: PostSend segments each RDMA WRITE [WITH IMMEDIATE] into path-MTU
 // packets (FIRST / MIDDLE / LAST[_WITH_IMMEDIATE], or ONLY[_WITH_IMMEDIATE]),

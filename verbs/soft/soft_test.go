@@ -19,6 +19,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/rdma"
 	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
+	"github.com/swml-rdma/swml-rdma/verbs/soft/udp/memlink"
 )
 
 // endpoint is one NIC with a PD, an MR, CQs and one connected-later QP.
@@ -62,6 +63,57 @@ func newEndpoint(t testing.TB, addr string, mrSize int, access verbs.Access, cfg
 	return e
 }
 
+// fabric is what a test's NICs exchange datagrams over: loopback sockets
+// (mem nil; 127.11.x.x) or a private in-memory network (memlink), where
+// the same addresses never meet another test's. One test, two transports.
+type fabric struct{ mem *memlink.Network }
+
+// forFabrics runs f as the subtests "memory" (parallel) and "socket".
+func forFabrics(t *testing.T, f func(t *testing.T, fb fabric)) {
+	t.Run("memory", func(t *testing.T) {
+		t.Parallel()
+		n, err := memlink.New(memlink.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(t, fabric{n})
+	})
+	t.Run("socket", func(t *testing.T) { f(t, fabric{}) })
+}
+
+// config returns cfg for a NIC at addr: over memory with its Endpoint.
+func (fb fabric) config(t testing.TB, addr string, cfg Config) Config {
+	t.Helper()
+	if fb.mem == nil {
+		return cfg
+	}
+	ep, err := fb.mem.Listen(netip.AddrPortFrom(netip.MustParseAddr(addr), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Endpoint = ep
+	return cfg
+}
+
+// endpoint returns a raw datagram endpoint at addr.
+func (fb fabric) endpoint(t testing.TB, addr string) udp.Endpoint {
+	t.Helper()
+	var (
+		e   udp.Endpoint
+		err error
+	)
+	if fb.mem == nil {
+		e, err = udp.Listen(udp.Config{Addr: netip.MustParseAddr(addr)})
+	} else {
+		e, err = fb.mem.Listen(netip.AddrPortFrom(netip.MustParseAddr(addr), 0))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
 func connectPair(t testing.TB, a, b *endpoint, mtu verbs.MTU) {
 	t.Helper()
 	const psnA, psnB = 0xFFFFF0, 100 // psnA wraps during the tests
@@ -92,53 +144,51 @@ func fill(b []byte, seed int) {
 }
 
 func TestWriteWithImmAllMTUs(t *testing.T) {
-	for _, mtu := range []verbs.MTU{256, 512, 1024, 2048, 4096} {
-		t.Run(strconv.Itoa(int(mtu)), func(t *testing.T) {
-			a := newEndpoint(t, "127.11.0.2", 64<<10, verbs.AccessLocalWrite, Config{})
-			b := newEndpoint(t, "127.11.0.3", 64<<10, verbs.AccessLocalWrite|verbs.AccessRemoteWrite, Config{})
-			connectPair(t, a, b, mtu)
-			for i, size := range []int{1, int(mtu) - 1, int(mtu), int(mtu) + 1, 5*int(mtu) + 3, 16 << 10} {
-				src := a.mr.Bytes()[:size]
-				fill(src, i)
-				b.qp.PostRecv([]verbs.RecvWR{{ID: uint64(100 + i)}})
-				va := uint64(1000 + i)
-				imm := uint32(0xA0B0C000 + i)
-				if _, err := a.qp.PostSend([]verbs.SendWR{{ID: uint64(i), Opcode: verbs.WRRDMAWriteWithImm, Local: verbs.SGE{Addr: 0, Length: uint32(size), LKey: a.mr.LKey()},
-					RemoteAddr: va, RKey: b.mr.RKey(), Imm: imm, Signaled: true}}); err != nil {
-					t.Fatal(err)
+	forFabrics(t, func(t *testing.T, fb fabric) {
+		for _, mtu := range []verbs.MTU{256, 512, 1024, 2048, 4096} {
+			t.Run(strconv.Itoa(int(mtu)), func(t *testing.T) {
+				a := newEndpoint(t, "127.11.0.2", 64<<10, verbs.AccessLocalWrite, fb.config(t, "127.11.0.2", Config{}))
+				b := newEndpoint(t, "127.11.0.3", 64<<10, verbs.AccessLocalWrite|verbs.AccessRemoteWrite, fb.config(t, "127.11.0.3", Config{}))
+				connectPair(t, a, b, mtu)
+				for i, size := range []int{1, int(mtu) - 1, int(mtu), int(mtu) + 1, 5*int(mtu) + 3, 16 << 10} {
+					src := a.mr.Bytes()[:size]
+					fill(src, i)
+					b.qp.PostRecv([]verbs.RecvWR{{ID: uint64(100 + i)}})
+					va := uint64(1000 + i)
+					imm := uint32(0xA0B0C000 + i)
+					if _, err := a.qp.PostSend([]verbs.SendWR{{ID: uint64(i), Opcode: verbs.WRRDMAWriteWithImm, Local: verbs.SGE{Addr: 0, Length: uint32(size), LKey: a.mr.LKey()},
+						RemoteAddr: va, RKey: b.mr.RKey(), Imm: imm, Signaled: true}}); err != nil {
+						t.Fatal(err)
+					}
+					if wc := waitOne(t, a.scq); wc.WRID != uint64(i) || wc.Opcode != verbs.WCRDMAWrite || wc.Err() != nil {
+						t.Fatalf("send completion %+v", wc)
+					}
+					wc := waitOne(t, b.rcq)
+					if wc.WRID != uint64(100+i) || wc.Opcode != verbs.WCRecvRDMAWithImm || !wc.HasImm || wc.Imm != imm || wc.ByteLen != uint32(size) || wc.QPN != b.qp.QPN() {
+						t.Fatalf("recv completion %+v", wc)
+					}
+					if got := b.mr.Bytes()[va : va+uint64(size)]; !bytes.Equal(got, src) {
+						t.Fatalf("size %d: payload differs", size)
+					}
 				}
-				if wc := waitOne(t, a.scq); wc.WRID != uint64(i) || wc.Opcode != verbs.WCRDMAWrite || wc.Err() != nil {
-					t.Fatalf("send completion %+v", wc)
+				if s := b.dev.Stats(); s.RxBadICRC+s.RxSequence+s.RxBadRange+s.RxBadRKey+s.RxMalformed != 0 {
+					t.Fatalf("unexpected drops: %+v", s)
 				}
-				wc := waitOne(t, b.rcq)
-				if wc.WRID != uint64(100+i) || wc.Opcode != verbs.WCRecvRDMAWithImm || !wc.HasImm || wc.Imm != imm || wc.ByteLen != uint32(size) || wc.QPN != b.qp.QPN() {
-					t.Fatalf("recv completion %+v", wc)
-				}
-				if got := b.mr.Bytes()[va : va+uint64(size)]; !bytes.Equal(got, src) {
-					t.Fatalf("size %d: payload differs", size)
-				}
-			}
-			if s := b.dev.Stats(); s.RxBadICRC+s.RxSequence+s.RxBadRange+s.RxBadRKey+s.RxMalformed != 0 {
-				t.Fatalf("unexpected drops: %+v", s)
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 // rawPeer is a bare UDP endpoint at the address a QP expects its peer on,
 // so tests can send hand-made packets.
 type rawPeer struct {
-	conn *udp.Conn
+	conn udp.Endpoint
 	flow rdma.Flow
 	h    rdma.ICRC
 }
 
-func newRawPeer(t *testing.T, addr string, dst *Device) *rawPeer {
-	c, err := udp.Listen(udp.Config{Addr: netip.MustParseAddr(addr)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+func newRawPeer(t *testing.T, fb fabric, addr string, dst *Device) *rawPeer {
+	c := fb.endpoint(t, addr)
 	return &rawPeer{conn: c, flow: rdma.Flow{Src: c.LocalAddr().Addr(), Dst: dst.Addr(), SrcPort: rdma.UDPPort, DstPort: rdma.UDPPort, DF: true}}
 }
 
@@ -174,97 +224,101 @@ func settle(t *testing.T, d *Device, n uint64) {
 }
 
 func TestUCRulesAndProtection(t *testing.T) {
-	const mtu = 256
-	b := newEndpoint(t, "127.11.0.3", 8192, verbs.AccessLocalWrite|verbs.AccessRemoteWrite, Config{})
-	pdRO, _ := b.dev.AllocPD()
-	roMR, _ := pdRO.AllocMR(4096, verbs.AccessLocalWrite) // no remote write
-	t.Cleanup(func() { roMR.Close() })
-	peer := newRawPeer(t, "127.11.0.2", b.dev)
-	const peerQPN = 77
-	if err := verbs.Connect(b.qp, verbs.AccessRemoteWrite, verbs.RTRAttr{RemoteQPN: peerQPN, RemoteAddr: peer.flow.Src, RecvPSN: 0, MTU: mtu}, 0); err != nil {
-		t.Fatal(err)
-	}
-	b.qp.PostRecv(make([]verbs.RecvWR, 16))
-	mem := b.mr.Bytes()
-	pkt := func(op rdma.Opcode, psn uint32, va uint64, rkey, dmalen, imm uint32) rdma.PacketFields {
-		return rdma.PacketFields{BTH: rdma.BTHFields{Opcode: op, PKey: 0xFFFF, DestQP: b.qp.QPN(), PSN: psn},
-			RETH: rdma.RETHFields{VA: va, RKey: rkey, DMALen: dmalen}, Imm: imm}
-	}
-	chunk := func(v byte) []byte { return bytes.Repeat([]byte{v}, mtu) }
-	sent := uint64(0)
-	send := func(pf rdma.PacketFields, payload []byte, corrupt bool) {
-		peer.send(t, pf, payload, corrupt)
-		sent++
-		settle(t, b.dev, sent)
-	}
-	// Message 1 (PSN 10..12): the middle packet is lost → nothing completes.
-	send(pkt(rdma.UCRDMAWriteFirst, 10, 0, b.mr.RKey(), 3*mtu, 0), chunk(1), false)
-	send(pkt(rdma.UCRDMAWriteLastWithImm, 12, 0, 0, 0, 0x1111), chunk(3), false)
-	// Message 2 starts anywhere (PSN 50) and lands whole.
-	send(pkt(rdma.UCRDMAWriteFirst, 50, 2048, b.mr.RKey(), 2*mtu, 0), chunk(5), false)
-	send(pkt(rdma.UCRDMAWriteLastWithImm, 51, 0, 0, 0, 0x2222), chunk(6), false)
-	wc := waitOne(t, b.rcq)
-	if wc.Imm != 0x2222 || wc.ByteLen != 2*mtu {
-		t.Fatalf("completion %+v, want imm 0x2222 (message 1 must not complete)", wc)
-	}
-	if mem[2048] != 5 || mem[2048+mtu] != 6 {
-		t.Fatal("message 2 payload not written")
-	}
-	// Reordered: LAST before MIDDLE → both dropped, nothing completes.
-	send(pkt(rdma.UCRDMAWriteFirst, 60, 4096, b.mr.RKey(), 3*mtu, 0), chunk(7), false)
-	send(pkt(rdma.UCRDMAWriteLastWithImm, 62, 0, 0, 0, 0x3333), chunk(9), false)
-	send(pkt(rdma.UCRDMAWriteMiddle, 61, 0, 0, 0, 0), chunk(8), false)
-	before := append([]byte(nil), mem...)
-	// Bad rkey, out-of-range va, MR without remote write, corrupted ICRC,
-	// unknown QP: all dropped, memory untouched.
-	send(pkt(rdma.UCRDMAWriteOnlyWithImm, 70, 0, 0xBAD00, mtu, 1), chunk(0xEE), false)
-	send(pkt(rdma.UCRDMAWriteOnlyWithImm, 71, 8192-10, b.mr.RKey(), mtu, 2), chunk(0xEE), false)
-	send(pkt(rdma.UCRDMAWriteOnlyWithImm, 72, 0, roMR.RKey(), mtu, 3), chunk(0xEE), false)
-	send(pkt(rdma.UCRDMAWriteOnlyWithImm, 73, 0, b.mr.RKey(), mtu, 4), chunk(0xEE), true)
-	bad := pkt(rdma.UCRDMAWriteOnlyWithImm, 74, 0, b.mr.RKey(), mtu, 5)
-	bad.BTH.DestQP = 0x999
-	send(bad, chunk(0xEE), false)
-	// A WRITE WITH IMM with its receive queue empty is counted, not a crash.
-	if !bytes.Equal(before, mem) {
-		t.Fatal("a dropped packet modified memory")
-	}
-	if roMR.Bytes()[0] != 0 {
-		t.Fatal("wrote into an MR without remote write access")
-	}
-	s := b.dev.Stats()
-	want := Stats{RxSequence: 3, RxBadRKey: 2, RxBadRange: 1, RxBadICRC: 1, RxUnknownQP: 1}
-	if s.RxSequence != want.RxSequence || s.RxBadRKey != want.RxBadRKey || s.RxBadRange != want.RxBadRange || s.RxBadICRC != want.RxBadICRC || s.RxUnknownQP != want.RxUnknownQP {
-		t.Fatalf("drop counters %+v, want %+v", s, want)
-	}
-	n, _ := b.rcq.Poll(make([]verbs.Completion, 8))
-	if n != 0 {
-		t.Fatalf("%d unexpected completions", n)
-	}
-	// The next good message lands.
-	send(pkt(rdma.UCRDMAWriteOnlyWithImm, 80, 0, b.mr.RKey(), 4, 0x4444), []byte{1, 2, 3, 4}, false)
-	if wc := waitOne(t, b.rcq); wc.Imm != 0x4444 || !bytes.Equal(mem[:4], []byte{1, 2, 3, 4}) {
-		t.Fatalf("completion after drops %+v", wc)
-	}
-	// No receive WR posted: drained queue, then one more message.
-	b2 := newEndpoint(t, "127.11.0.4", 4096, verbs.AccessRemoteWrite, Config{})
-	peer2 := newRawPeer(t, "127.11.0.5", b2.dev)
-	verbs.Connect(b2.qp, verbs.AccessRemoteWrite, verbs.RTRAttr{RemoteQPN: 1, RemoteAddr: peer2.flow.Src, MTU: mtu}, 0)
-	peer2.send(t, rdma.PacketFields{BTH: rdma.BTHFields{Opcode: rdma.UCRDMAWriteOnlyWithImm, DestQP: b2.qp.QPN()}, RETH: rdma.RETHFields{RKey: b2.mr.RKey(), DMALen: 4}}, []byte{9, 9, 9, 9}, false)
-	settle(t, b2.dev, 1)
-	if s := b2.dev.Stats(); s.RxNoRecvWR != 1 {
-		t.Fatalf("no-receive-WR counter %d", s.RxNoRecvWR)
-	}
+	forFabrics(t, func(t *testing.T, fb fabric) {
+		const mtu = 256
+		b := newEndpoint(t, "127.11.0.3", 8192, verbs.AccessLocalWrite|verbs.AccessRemoteWrite, fb.config(t, "127.11.0.3", Config{}))
+		pdRO, _ := b.dev.AllocPD()
+		roMR, _ := pdRO.AllocMR(4096, verbs.AccessLocalWrite) // no remote write
+		t.Cleanup(func() { roMR.Close() })
+		peer := newRawPeer(t, fb, "127.11.0.2", b.dev)
+		const peerQPN = 77
+		if err := verbs.Connect(b.qp, verbs.AccessRemoteWrite, verbs.RTRAttr{RemoteQPN: peerQPN, RemoteAddr: peer.flow.Src, RecvPSN: 0, MTU: mtu}, 0); err != nil {
+			t.Fatal(err)
+		}
+		b.qp.PostRecv(make([]verbs.RecvWR, 16))
+		mem := b.mr.Bytes()
+		pkt := func(op rdma.Opcode, psn uint32, va uint64, rkey, dmalen, imm uint32) rdma.PacketFields {
+			return rdma.PacketFields{BTH: rdma.BTHFields{Opcode: op, PKey: 0xFFFF, DestQP: b.qp.QPN(), PSN: psn},
+				RETH: rdma.RETHFields{VA: va, RKey: rkey, DMALen: dmalen}, Imm: imm}
+		}
+		chunk := func(v byte) []byte { return bytes.Repeat([]byte{v}, mtu) }
+		sent := uint64(0)
+		send := func(pf rdma.PacketFields, payload []byte, corrupt bool) {
+			peer.send(t, pf, payload, corrupt)
+			sent++
+			settle(t, b.dev, sent)
+		}
+		// Message 1 (PSN 10..12): the middle packet is lost → nothing completes.
+		send(pkt(rdma.UCRDMAWriteFirst, 10, 0, b.mr.RKey(), 3*mtu, 0), chunk(1), false)
+		send(pkt(rdma.UCRDMAWriteLastWithImm, 12, 0, 0, 0, 0x1111), chunk(3), false)
+		// Message 2 starts anywhere (PSN 50) and lands whole.
+		send(pkt(rdma.UCRDMAWriteFirst, 50, 2048, b.mr.RKey(), 2*mtu, 0), chunk(5), false)
+		send(pkt(rdma.UCRDMAWriteLastWithImm, 51, 0, 0, 0, 0x2222), chunk(6), false)
+		wc := waitOne(t, b.rcq)
+		if wc.Imm != 0x2222 || wc.ByteLen != 2*mtu {
+			t.Fatalf("completion %+v, want imm 0x2222 (message 1 must not complete)", wc)
+		}
+		if mem[2048] != 5 || mem[2048+mtu] != 6 {
+			t.Fatal("message 2 payload not written")
+		}
+		// Reordered: LAST before MIDDLE → both dropped, nothing completes.
+		send(pkt(rdma.UCRDMAWriteFirst, 60, 4096, b.mr.RKey(), 3*mtu, 0), chunk(7), false)
+		send(pkt(rdma.UCRDMAWriteLastWithImm, 62, 0, 0, 0, 0x3333), chunk(9), false)
+		send(pkt(rdma.UCRDMAWriteMiddle, 61, 0, 0, 0, 0), chunk(8), false)
+		before := append([]byte(nil), mem...)
+		// Bad rkey, out-of-range va, MR without remote write, corrupted ICRC,
+		// unknown QP: all dropped, memory untouched.
+		send(pkt(rdma.UCRDMAWriteOnlyWithImm, 70, 0, 0xBAD00, mtu, 1), chunk(0xEE), false)
+		send(pkt(rdma.UCRDMAWriteOnlyWithImm, 71, 8192-10, b.mr.RKey(), mtu, 2), chunk(0xEE), false)
+		send(pkt(rdma.UCRDMAWriteOnlyWithImm, 72, 0, roMR.RKey(), mtu, 3), chunk(0xEE), false)
+		send(pkt(rdma.UCRDMAWriteOnlyWithImm, 73, 0, b.mr.RKey(), mtu, 4), chunk(0xEE), true)
+		bad := pkt(rdma.UCRDMAWriteOnlyWithImm, 74, 0, b.mr.RKey(), mtu, 5)
+		bad.BTH.DestQP = 0x999
+		send(bad, chunk(0xEE), false)
+		// A WRITE WITH IMM with its receive queue empty is counted, not a crash.
+		if !bytes.Equal(before, mem) {
+			t.Fatal("a dropped packet modified memory")
+		}
+		if roMR.Bytes()[0] != 0 {
+			t.Fatal("wrote into an MR without remote write access")
+		}
+		s := b.dev.Stats()
+		want := Stats{RxSequence: 3, RxBadRKey: 2, RxBadRange: 1, RxBadICRC: 1, RxUnknownQP: 1}
+		if s.RxSequence != want.RxSequence || s.RxBadRKey != want.RxBadRKey || s.RxBadRange != want.RxBadRange || s.RxBadICRC != want.RxBadICRC || s.RxUnknownQP != want.RxUnknownQP {
+			t.Fatalf("drop counters %+v, want %+v", s, want)
+		}
+		n, _ := b.rcq.Poll(make([]verbs.Completion, 8))
+		if n != 0 {
+			t.Fatalf("%d unexpected completions", n)
+		}
+		// The next good message lands.
+		send(pkt(rdma.UCRDMAWriteOnlyWithImm, 80, 0, b.mr.RKey(), 4, 0x4444), []byte{1, 2, 3, 4}, false)
+		if wc := waitOne(t, b.rcq); wc.Imm != 0x4444 || !bytes.Equal(mem[:4], []byte{1, 2, 3, 4}) {
+			t.Fatalf("completion after drops %+v", wc)
+		}
+		// No receive WR posted: drained queue, then one more message.
+		b2 := newEndpoint(t, "127.11.0.4", 4096, verbs.AccessRemoteWrite, fb.config(t, "127.11.0.4", Config{}))
+		peer2 := newRawPeer(t, fb, "127.11.0.5", b2.dev)
+		verbs.Connect(b2.qp, verbs.AccessRemoteWrite, verbs.RTRAttr{RemoteQPN: 1, RemoteAddr: peer2.flow.Src, MTU: mtu}, 0)
+		peer2.send(t, rdma.PacketFields{BTH: rdma.BTHFields{Opcode: rdma.UCRDMAWriteOnlyWithImm, DestQP: b2.qp.QPN()}, RETH: rdma.RETHFields{RKey: b2.mr.RKey(), DMALen: 4}}, []byte{9, 9, 9, 9}, false)
+		settle(t, b2.dev, 1)
+		if s := b2.dev.Stats(); s.RxNoRecvWR != 1 {
+			t.Fatalf("no-receive-WR counter %d", s.RxNoRecvWR)
+		}
+	})
 }
 
 func TestBadSourceDropped(t *testing.T) {
-	b := newEndpoint(t, "127.11.0.3", 4096, verbs.AccessRemoteWrite, Config{})
-	verbs.Connect(b.qp, verbs.AccessRemoteWrite, verbs.RTRAttr{RemoteQPN: 1, RemoteAddr: netip.MustParseAddr("127.11.0.2"), MTU: 256}, 0)
-	intruder := newRawPeer(t, "127.11.0.9", b.dev)
-	intruder.send(t, rdma.PacketFields{BTH: rdma.BTHFields{Opcode: rdma.UCRDMAWriteOnly, DestQP: b.qp.QPN()}, RETH: rdma.RETHFields{RKey: b.mr.RKey(), DMALen: 4}}, []byte{1, 1, 1, 1}, false)
-	settle(t, b.dev, 1)
-	if s := b.dev.Stats(); s.RxBadSource != 1 || b.mr.Bytes()[0] != 0 {
-		t.Fatalf("intruder packet: %+v", s)
-	}
+	forFabrics(t, func(t *testing.T, fb fabric) {
+		b := newEndpoint(t, "127.11.0.3", 4096, verbs.AccessRemoteWrite, fb.config(t, "127.11.0.3", Config{}))
+		verbs.Connect(b.qp, verbs.AccessRemoteWrite, verbs.RTRAttr{RemoteQPN: 1, RemoteAddr: netip.MustParseAddr("127.11.0.2"), MTU: 256}, 0)
+		intruder := newRawPeer(t, fb, "127.11.0.9", b.dev)
+		intruder.send(t, rdma.PacketFields{BTH: rdma.BTHFields{Opcode: rdma.UCRDMAWriteOnly, DestQP: b.qp.QPN()}, RETH: rdma.RETHFields{RKey: b.mr.RKey(), DMALen: 4}}, []byte{1, 1, 1, 1}, false)
+		settle(t, b.dev, 1)
+		if s := b.dev.Stats(); s.RxBadSource != 1 || b.mr.Bytes()[0] != 0 {
+			t.Fatalf("intruder packet: %+v", s)
+		}
+	})
 }
 
 func TestStateAndArgumentErrors(t *testing.T) {

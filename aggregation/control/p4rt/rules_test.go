@@ -291,17 +291,26 @@ type p4Sender struct {
 	psn   []uint32 // psn, the worker's PSN at install
 }
 
-// send returns in_order and, when in order, the result PSN.
-func (s *p4Sender) send(idx int, first, last bool, poolIndex uint32) (bool, uint32) {
+// send returns in_order and, when in order, the result PSN. A unicast
+// (the answer to a retransmission) uses tx_start_unicast/tx_continue_unicast,
+// which leave an open stream alone (issue 24; switchmodel.RDMASender): the
+// two register actions rdma_sender.p4 needs for the model's rule.
+func (s *p4Sender) send(idx int, unicast, first, last bool, poolIndex uint32) (bool, uint32) {
 	txNext := poolIndex + 2
 	if last {
 		txNext = txClosed
 	}
-	if first { // tx_start
+	v := s.txPos[idx]
+	switch {
+	case first && unicast && v != txClosed: // tx_start_unicast: open, skip
+		return false, 0
+	case first: // tx_start, tx_start_unicast on a closed stream
 		s.txPos[idx] = txNext
-	} else if s.txPos[idx] == poolIndex { // tx_continue
+	case v == poolIndex: // tx_continue(_unicast)
 		s.txPos[idx] = txNext
-	} else {
+	case unicast && poolIndex < v: // tx_continue_unicast: behind (TX_CLOSED is above every index)
+		return false, 0
+	default:
 		s.txPos[idx] = txClosed
 		return false, 0 // results[RESULT_SKIPPED], drop
 	}
@@ -382,7 +391,7 @@ func TestSenderRulesMatchModel(t *testing.T) {
 					dest = md.Rank
 				}
 				nr, _, err := model.EncodeResult(&md, d, out)
-				inOrder, psnP4 := snd.send(dest*q+md.QP, md.First, md.Last, uint32(md.PoolIndex))
+				inOrder, psnP4 := snd.send(dest*q+md.QP, md.Decision == switchmodel.Unicast, md.First, md.Last, uint32(md.PoolIndex))
 				switch {
 				case err == switchmodel.ErrOutOfOrder:
 					if inOrder {

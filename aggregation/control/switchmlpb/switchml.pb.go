@@ -262,8 +262,14 @@ type RdmaSessionRequest struct {
 	Op    ReduceOp `protobuf:"varint,102,opt,name=op,proto3,enum=switchml_proto.ReduceOp" json:"op,omitempty"`
 	// packet_size_bytes overrides packet_size: 256, 512, 1024, 2048 or 4096.
 	PacketSizeBytes uint32 `protobuf:"varint,103,opt,name=packet_size_bytes,json=packetSizeBytes,proto3" json:"packet_size_bytes,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// tensor_bytes is the length in bytes of the tensor every all-reduce of
+	// the job reduces, when the worker knows it (swml-rdma worker and bench:
+	// --size); 0 when lengths vary per call (libraries) or unknown (p4app).
+	// Every rank of a session must send the same value: a difference is
+	// refused at registration, naming both lengths.
+	TensorBytes   uint64 `protobuf:"varint,104,opt,name=tensor_bytes,json=tensorBytes,proto3" json:"tensor_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RdmaSessionRequest) Reset() {
@@ -390,6 +396,13 @@ func (x *RdmaSessionRequest) GetOp() ReduceOp {
 func (x *RdmaSessionRequest) GetPacketSizeBytes() uint32 {
 	if x != nil {
 		return x.PacketSizeBytes
+	}
+	return 0
+}
+
+func (x *RdmaSessionRequest) GetTensorBytes() uint64 {
+	if x != nil {
+		return x.TensorBytes
 	}
 	return 0
 }
@@ -719,7 +732,14 @@ type BarrierRequest struct {
 	SessionId uint32 `protobuf:"varint,100,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// rank, when sent, lets a timeout name the missing ranks and catches a
 	// rank that arrives twice.
-	Rank          *uint32 `protobuf:"varint,101,opt,name=rank,proto3,oneof" json:"rank,omitempty"`
+	Rank *uint32 `protobuf:"varint,101,opt,name=rank,proto3,oneof" json:"rank,omitempty"`
+	// agree_value, when sent, must be the same in every call of a generation
+	// (e.g. the length of the tensor each rank is about to all-reduce): a
+	// call with another value fails the generation, and every waiting call
+	// and this one get INVALID_ARGUMENT naming both values and agree_name.
+	AgreeValue *uint64 `protobuf:"varint,102,opt,name=agree_value,json=agreeValue,proto3,oneof" json:"agree_value,omitempty"`
+	// agree_name says what agree_value is, for the error ("tensor length").
+	AgreeName     string `protobuf:"bytes,103,opt,name=agree_name,json=agreeName,proto3" json:"agree_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -773,6 +793,20 @@ func (x *BarrierRequest) GetRank() uint32 {
 		return *x.Rank
 	}
 	return 0
+}
+
+func (x *BarrierRequest) GetAgreeValue() uint64 {
+	if x != nil && x.AgreeValue != nil {
+		return *x.AgreeValue
+	}
+	return 0
+}
+
+func (x *BarrierRequest) GetAgreeName() string {
+	if x != nil {
+		return x.AgreeName
+	}
+	return ""
 }
 
 type BarrierResponse struct {
@@ -1253,9 +1287,11 @@ type JobInfo struct {
 	PoolBase        uint32                 `protobuf:"varint,7,opt,name=pool_base,json=poolBase,proto3" json:"pool_base,omitempty"`
 	PoolSlots       uint32                 `protobuf:"varint,8,opt,name=pool_slots,json=poolSlots,proto3" json:"pool_slots,omitempty"`
 	// switch_qpns of every rank, rank-major: rank r's QP i at r·num_qps + i.
-	SwitchQpns    []uint32 `protobuf:"varint,9,rep,packed,name=switch_qpns,json=switchQpns,proto3" json:"switch_qpns,omitempty"`
-	Dtype         DataType `protobuf:"varint,10,opt,name=dtype,proto3,enum=switchml_proto.DataType" json:"dtype,omitempty"`
-	EndedRanks    []uint32 `protobuf:"varint,11,rep,packed,name=ended_ranks,json=endedRanks,proto3" json:"ended_ranks,omitempty"`
+	SwitchQpns []uint32 `protobuf:"varint,9,rep,packed,name=switch_qpns,json=switchQpns,proto3" json:"switch_qpns,omitempty"`
+	Dtype      DataType `protobuf:"varint,10,opt,name=dtype,proto3,enum=switchml_proto.DataType" json:"dtype,omitempty"`
+	EndedRanks []uint32 `protobuf:"varint,11,rep,packed,name=ended_ranks,json=endedRanks,proto3" json:"ended_ranks,omitempty"`
+	// tensor_bytes as the ranks registered it (0: not declared).
+	TensorBytes   uint64 `protobuf:"varint,12,opt,name=tensor_bytes,json=tensorBytes,proto3" json:"tensor_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1367,6 +1403,13 @@ func (x *JobInfo) GetEndedRanks() []uint32 {
 	return nil
 }
 
+func (x *JobInfo) GetTensorBytes() uint64 {
+	if x != nil {
+		return x.TensorBytes
+	}
+	return 0
+}
+
 type ListJobsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Jobs  []*JobInfo             `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
@@ -1425,7 +1468,7 @@ var File_switchml_proto protoreflect.FileDescriptor
 
 const file_switchml_proto_rawDesc = "" +
 	"\n" +
-	"\x0eswitchml.proto\x12\x0eswitchml_proto\"\xc2\x03\n" +
+	"\x0eswitchml.proto\x12\x0eswitchml_proto\"\xe5\x03\n" +
 	"\x12RdmaSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\rR\tsessionId\x12\x12\n" +
@@ -1444,7 +1487,8 @@ const file_switchml_proto_rawDesc = "" +
 	"\x03gid\x18d \x01(\fR\x03gid\x12.\n" +
 	"\x05dtype\x18e \x01(\x0e2\x18.switchml_proto.DataTypeR\x05dtype\x12(\n" +
 	"\x02op\x18f \x01(\x0e2\x18.switchml_proto.ReduceOpR\x02op\x12*\n" +
-	"\x11packet_size_bytes\x18g \x01(\rR\x0fpacketSizeBytes\"\xbd\x03\n" +
+	"\x11packet_size_bytes\x18g \x01(\rR\x0fpacketSizeBytes\x12!\n" +
+	"\ftensor_bytes\x18h \x01(\x04R\vtensorBytes\"\xbd\x03\n" +
 	"\x13RdmaSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x10\n" +
@@ -1478,14 +1522,19 @@ const file_switchml_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\x04R\x03mac\x12\x12\n" +
-	"\x04ipv4\x18\x03 \x01(\rR\x04ipv4\"r\n" +
+	"\x04ipv4\x18\x03 \x01(\rR\x04ipv4\"\xc7\x01\n" +
 	"\x0eBarrierRequest\x12\x1f\n" +
 	"\vnum_workers\x18\x01 \x01(\rR\n" +
 	"numWorkers\x12\x1d\n" +
 	"\n" +
 	"session_id\x18d \x01(\rR\tsessionId\x12\x17\n" +
-	"\x04rank\x18e \x01(\rH\x00R\x04rank\x88\x01\x01B\a\n" +
-	"\x05_rank\"\x11\n" +
+	"\x04rank\x18e \x01(\rH\x00R\x04rank\x88\x01\x01\x12$\n" +
+	"\vagree_value\x18f \x01(\x04H\x01R\n" +
+	"agreeValue\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"agree_name\x18g \x01(\tR\tagreeNameB\a\n" +
+	"\x05_rankB\x0e\n" +
+	"\f_agree_value\"\x11\n" +
 	"\x0fBarrierResponse\"\x90\x01\n" +
 	"\x10BroadcastRequest\x12\x14\n" +
 	"\x05value\x18\x01 \x01(\x04R\x05value\x12\x12\n" +
@@ -1520,7 +1569,7 @@ const file_switchml_proto_rawDesc = "" +
 	"\x05ENDED\x10\x01\"0\n" +
 	"\x0fListJobsRequest\x12\x1d\n" +
 	"\n" +
-	"job_tokens\x18\x01 \x03(\fR\tjobTokens\"\xf6\x02\n" +
+	"job_tokens\x18\x01 \x03(\fR\tjobTokens\"\x99\x03\n" +
 	"\aJobInfo\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x1d\n" +
 	"\n" +
@@ -1538,7 +1587,8 @@ const file_switchml_proto_rawDesc = "" +
 	"\x05dtype\x18\n" +
 	" \x01(\x0e2\x18.switchml_proto.DataTypeR\x05dtype\x12\x1f\n" +
 	"\vended_ranks\x18\v \x03(\rR\n" +
-	"endedRanks\"`\n" +
+	"endedRanks\x12!\n" +
+	"\ftensor_bytes\x18\f \x01(\x04R\vtensorBytes\"`\n" +
 	"\x10ListJobsResponse\x12+\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x17.switchml_proto.JobInfoR\x04jobs\x12\x1f\n" +
 	"\vhidden_jobs\x18\x02 \x01(\rR\n" +

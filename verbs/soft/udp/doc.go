@@ -1,5 +1,8 @@
 // Package udp is the RoCEv2 datagram endpoint shared by the userspace NIC
-// (verbs/soft) and the software switch (aggregation/swswitch): a UDP socket
+// (verbs/soft) and the software switch (aggregation/swswitch). Endpoint is
+// the seam both hold (batch read, batch write, local address, batch size,
+// stats, close; verbs/soft/udp/memlink is an in-memory one); Conn is the
+// real one: a UDP socket
 // on one local address and port 4791 with batched I/O (recvmmsg/sendmmsg,
 // caller-owned buffers, no allocation per packet), UDP GSO and GRO where the
 // kernel has them (probed once, cached; plain sendmmsg/recvmmsg otherwise,

@@ -1,0 +1,700 @@
+package netlab
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jsimonetti/rtnetlink/v2"
+	"github.com/jsimonetti/rtnetlink/v2/driver"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Names inside the namespaces: every lab has its own switch namespace, so
+// they never collide between labs.
+const (
+	// WorkerIf is the worker's end of its link, in its namespace (what
+	// GLOO_SOCKET_IFNAME names).
+	WorkerIf = "eth0"
+	// BridgeIf is the bridge in the switch namespace, holding the
+	// switch's address.
+	BridgeIf = "br0"
+	// nftTable is the nftables table (family netdev) of the loss rules.
+	nftTable = "swlab"
+	nsDir    = "/run/netns"
+)
+
+// DefaultPrefix starts the name of every namespace a lab makes.
+const DefaultPrefix = "swlab"
+
+// DefaultSubnet holds the lab's addresses: the switch at .1, worker i at
+// .2+i.
+var DefaultSubnet = netip.MustParsePrefix("10.77.0.0/24")
+
+// Config is the topology of a lab.
+type Config struct {
+	// Workers is the number of worker namespaces (1 to 250).
+	Workers int
+	// Prefix starts every namespace name (DefaultPrefix if empty): letters
+	// and digits only.
+	Prefix string
+	// Subnet is the lab's IPv4 /24 or larger (DefaultSubnet if zero).
+	Subnet netip.Prefix
+}
+
+// Shaping is what every link direction does to its packets.
+type Shaping struct {
+	// RateBps is the rate in bits per second; 0 leaves the link unshaped
+	// (veth at CPU speed, no qdisc).
+	RateBps uint64
+	// Queue is how long a full queue takes to drain at RateBps (tbf's
+	// limit): packets that would wait longer are dropped. 0: 20 ms.
+	Queue time.Duration
+}
+
+// DefaultQueue is Shaping.Queue's default.
+const DefaultQueue = 20 * time.Millisecond
+
+// Lab is a built topology; Close removes it.
+type Lab struct {
+	// Switch is the switch namespace's name; Workers[i] worker i's.
+	Switch  string
+	Workers []string
+	// SwitchAddr is the switch's address (on BridgeIf); WorkerAddrs[i]
+	// worker i's (on WorkerIf in Workers[i]).
+	SwitchAddr  netip.Addr
+	WorkerAddrs []netip.Addr
+
+	prefix string
+	shaped bool
+	lossy  bool
+	closed bool
+}
+
+// CheckRoot refuses, with a clear error, to go on when not root.
+func CheckRoot() error { return checkEUID(os.Geteuid()) }
+
+func checkEUID(euid int) error {
+	if euid != 0 {
+		return errors.New("netlab: the lab makes network namespaces, veth links, qdiscs and nftables rules: run it as root (sudo)")
+	}
+	return nil
+}
+
+// tools are the programs a lab execs: iproute2's ip (namespaces) and tc
+// (qdiscs), and nft (loss).
+var tools = []struct{ name, pkg string }{{"ip", "iproute2"}, {"tc", "iproute2"}, {"nft", "nftables"}}
+
+// CheckTools reports the programs the lab needs that are missing, naming
+// the Debian packages that hold them.
+func CheckTools() error {
+	var missing, pkgs []string
+	for _, t := range tools {
+		if _, err := exec.LookPath(t.name); err != nil {
+			missing = append(missing, t.name)
+			pkgs = append(pkgs, t.pkg)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("netlab: %s not found: apt-get install %s", strings.Join(missing, ", "), strings.Join(pkgs, " "))
+	}
+	return nil
+}
+
+func checkPrefix(p string) error {
+	if p == "" || len(p) > 32 {
+		return fmt.Errorf("netlab: prefix %q: give 1 to 32 letters and digits", p)
+	}
+	for _, c := range p {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return fmt.Errorf("netlab: prefix %q: letters and digits only (a namespace name of this process ends in <pid>-<role>)", p)
+		}
+	}
+	return nil
+}
+
+// Build makes the topology of cfg: the namespaces, the bridge, a veth link
+// per worker, the addresses, every interface up; links unshaped and
+// lossless. On an error everything it made is removed again.
+func Build(ctx context.Context, cfg Config) (_ *Lab, err error) {
+	if err := CheckRoot(); err != nil {
+		return nil, err
+	}
+	if err := CheckTools(); err != nil {
+		return nil, err
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if err := checkPrefix(cfg.Prefix); err != nil {
+		return nil, err
+	}
+	if !cfg.Subnet.IsValid() {
+		cfg.Subnet = DefaultSubnet
+	}
+	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 24 {
+		return nil, fmt.Errorf("netlab: subnet %v: give an IPv4 /24 or larger", cfg.Subnet)
+	}
+	if cfg.Workers < 1 || cfg.Workers > 250 {
+		return nil, fmt.Errorf("netlab: %d workers: give 1 to 250", cfg.Workers)
+	}
+	base := cfg.Subnet.Masked().Addr().As4()
+	at := func(host int) netip.Addr {
+		a := base
+		a[3] = byte(host)
+		return netip.AddrFrom4(a)
+	}
+	own := fmt.Sprintf("%s%d-", cfg.Prefix, os.Getpid())
+	l := &Lab{prefix: cfg.Prefix, Switch: own + "sw", SwitchAddr: at(1)}
+	for i := range cfg.Workers {
+		l.Workers = append(l.Workers, fmt.Sprintf("%sw%d", own, i))
+		l.WorkerAddrs = append(l.WorkerAddrs, at(2+i))
+	}
+	defer func() {
+		if err != nil {
+			_ = l.Close() // the build error is the one to report
+		}
+	}()
+	for _, ns := range l.namespaces() {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if out, err := exec.CommandContext(ctx, "ip", "netns", "add", ns).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("netlab: ip netns add %s: %v: %s", ns, err, bytes.TrimSpace(out))
+		}
+	}
+	if err := l.buildLinks(cfg.Subnet.Bits()); err != nil {
+		return nil, err
+	}
+	// A packet sent before a link is up (carrier, the bridge forwarding)
+	// is lost, and its ARP resolution retried only a second later.
+	for _, ns := range l.Workers {
+		if err := waitUp(ctx, ns, WorkerIf); err != nil {
+			return nil, err
+		}
+	}
+	if err := waitUp(ctx, l.Switch, BridgeIf); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// waitUp waits (at most 5 s) until link name in ns is operationally up.
+func waitUp(ctx context.Context, ns, name string) error {
+	c, f, err := dialNS(ns)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	defer c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		links, err := c.Link.List()
+		if err != nil {
+			return fmt.Errorf("netlab: links of %s: %w", ns, err)
+		}
+		for _, m := range links {
+			if m.Attributes != nil && m.Attributes.Name == name && m.Attributes.OperationalState == rtnetlink.OperStateUp {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("netlab: %s in %s not up after 5s", name, ns)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (l *Lab) namespaces() []string { return append([]string{l.Switch}, l.Workers...) }
+
+// switchPort is worker i's link's end in the switch namespace.
+func switchPort(i int) string { return "w" + strconv.Itoa(i) }
+
+// dialNS opens rtnetlink in namespace ns; the returned file holds the
+// namespace open for as long as the connection is used.
+func dialNS(ns string) (*rtnetlink.Conn, *os.File, error) {
+	f, err := os.Open(filepath.Join(nsDir, ns))
+	if err != nil {
+		return nil, nil, fmt.Errorf("netlab: open namespace: %w", err)
+	}
+	c, err := rtnetlink.Dial(&netlink.Config{NetNS: int(f.Fd())})
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("netlab: rtnetlink in %s: %w", ns, err)
+	}
+	return c, f, nil
+}
+
+func (l *Lab) buildLinks(bits int) error {
+	sw, swf, err := dialNS(l.Switch)
+	if err != nil {
+		return err
+	}
+	defer swf.Close()
+	defer sw.Close()
+	if err := sw.Link.New(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC,
+		Attributes: &rtnetlink.LinkAttributes{Name: BridgeIf, Info: &rtnetlink.LinkInfo{Kind: "bridge"}}}); err != nil {
+		return fmt.Errorf("netlab: create bridge %s in %s: %w", BridgeIf, l.Switch, err)
+	}
+	br, err := linkIndex(sw, BridgeIf)
+	if err != nil {
+		return fmt.Errorf("netlab: %s in %s: %w", BridgeIf, l.Switch, err)
+	}
+	if err := addAddr(sw, br, l.SwitchAddr, bits); err != nil {
+		return fmt.Errorf("netlab: address %v on %s in %s: %w", l.SwitchAddr, BridgeIf, l.Switch, err)
+	}
+	for _, name := range []string{"lo", BridgeIf} {
+		if err := setUp(sw, name); err != nil {
+			return fmt.Errorf("netlab: set %s up in %s: %w", name, l.Switch, err)
+		}
+	}
+	for i, ns := range l.Workers {
+		if err := l.buildWorker(sw, br, i, ns, bits); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildWorker makes worker i's veth link: its switch end enslaved to the
+// bridge, its worker end moved into ns with worker i's address.
+func (l *Lab) buildWorker(sw *rtnetlink.Conn, br uint32, i int, ns string, bits int) error {
+	wc, wf, err := dialNS(ns)
+	if err != nil {
+		return err
+	}
+	defer wf.Close()
+	defer wc.Close()
+	port := switchPort(i)
+	peer := &rtnetlink.LinkMessage{Family: unix.AF_UNSPEC,
+		Attributes: &rtnetlink.LinkAttributes{Name: WorkerIf, NetNS: rtnetlink.NetNSForFD(uint32(wf.Fd()))}}
+	if err := sw.Link.New(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Attributes: &rtnetlink.LinkAttributes{
+		Name: port, Info: &rtnetlink.LinkInfo{Kind: "veth", Data: &driver.Veth{PeerInfo: peer}}}}); err != nil {
+		return fmt.Errorf("netlab: create veth %s (%s) – %s (%s): %w", port, l.Switch, WorkerIf, ns, err)
+	}
+	idx, err := linkIndex(sw, port)
+	if err != nil {
+		return fmt.Errorf("netlab: %s in %s: %w", port, l.Switch, err)
+	}
+	if err := sw.Link.Set(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Index: idx,
+		Flags: unix.IFF_UP, Change: unix.IFF_UP, Attributes: &rtnetlink.LinkAttributes{Master: &br}}); err != nil {
+		return fmt.Errorf("netlab: attach %s to %s in %s: %w", port, BridgeIf, l.Switch, err)
+	}
+	widx, err := linkIndex(wc, WorkerIf)
+	if err != nil {
+		return fmt.Errorf("netlab: %s in %s: %w", WorkerIf, ns, err)
+	}
+	if err := addAddr(wc, widx, l.WorkerAddrs[i], bits); err != nil {
+		return fmt.Errorf("netlab: address %v on %s in %s: %w", l.WorkerAddrs[i], WorkerIf, ns, err)
+	}
+	for _, name := range []string{"lo", WorkerIf} {
+		if err := setUp(wc, name); err != nil {
+			return fmt.Errorf("netlab: set %s up in %s: %w", name, ns, err)
+		}
+	}
+	return nil
+}
+
+func linkIndex(c *rtnetlink.Conn, name string) (uint32, error) {
+	links, err := c.Link.List()
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range links {
+		if m.Attributes != nil && m.Attributes.Name == name {
+			return m.Index, nil
+		}
+	}
+	return 0, fmt.Errorf("no link %s", name)
+}
+
+func setUp(c *rtnetlink.Conn, name string) error {
+	idx, err := linkIndex(c, name)
+	if err != nil {
+		return err
+	}
+	return c.Link.Set(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Index: idx, Flags: unix.IFF_UP, Change: unix.IFF_UP})
+}
+
+func addAddr(c *rtnetlink.Conn, idx uint32, a netip.Addr, bits int) error {
+	ip := net.IP(a.AsSlice())
+	p := netip.PrefixFrom(a, bits).Masked().Addr().As4()
+	mask := net.CIDRMask(bits, 32)
+	brd := make(net.IP, 4)
+	for i := range brd {
+		brd[i] = p[i] | ^mask[i]
+	}
+	return c.Address.New(&rtnetlink.AddressMessage{Family: unix.AF_INET, PrefixLength: uint8(bits), Scope: unix.RT_SCOPE_UNIVERSE, Index: idx,
+		Attributes: &rtnetlink.AddressAttributes{Address: ip, Local: ip, Broadcast: brd}})
+}
+
+// linkEnds are (namespace, interface) of both directions of every link:
+// the worker's end shapes worker → switch, the switch's end switch → worker.
+func (l *Lab) linkEnds() [][2]string {
+	var out [][2]string
+	for i, ns := range l.Workers {
+		out = append(out, [2]string{ns, WorkerIf}, [2]string{l.Switch, switchPort(i)})
+	}
+	return out
+}
+
+// Shape shapes both directions of every link as s says (tbf: rate, a
+// burst of max(32 KiB, 1 ms at the rate), a queue of s.Queue at the rate),
+// or removes the shaping for s.RateBps 0.
+func (l *Lab) Shape(ctx context.Context, s Shaping) error {
+	if s.RateBps == 0 {
+		if !l.shaped {
+			return nil
+		}
+		for _, e := range l.linkEnds() {
+			if err := run(ctx, "tc", "-n", e[0], "qdisc", "del", "dev", e[1], "root"); err != nil {
+				return err
+			}
+		}
+		l.shaped = false
+		return nil
+	}
+	if s.Queue <= 0 {
+		s.Queue = DefaultQueue
+	}
+	burst := max(32<<10, s.RateBps/8/1000)
+	limit := max(burst, uint64(float64(s.RateBps)/8*s.Queue.Seconds()))
+	for _, e := range l.linkEnds() {
+		if err := run(ctx, "tc", "-n", e[0], "qdisc", "replace", "dev", e[1], "root", "tbf",
+			"rate", strconv.FormatUint(s.RateBps, 10)+"bit", "burst", strconv.FormatUint(burst, 10), "limit", strconv.FormatUint(limit, 10)); err != nil {
+			return err
+		}
+	}
+	l.shaped = true
+	return nil
+}
+
+// SetLoss makes every link direction drop a fraction p of the IPv4
+// packets arriving on it, at random (nftables, netdev ingress, numgen
+// random mod 10⁶); p = 0 removes the rules.
+func (l *Lab) SetLoss(ctx context.Context, p float64) error {
+	if !(p >= 0 && p < 1) {
+		return fmt.Errorf("netlab: loss %v: give a probability in [0, 1)", p)
+	}
+	if p == 0 && !l.lossy {
+		return nil
+	}
+	threshold := int64(p*1e6 + 0.5)
+	byNS := map[string][]string{}
+	for _, e := range l.linkEnds() {
+		byNS[e[0]] = append(byNS[e[0]], e[1])
+	}
+	for _, ns := range l.namespaces() {
+		// add + delete: one transaction that also works when the table
+		// does not exist yet (nft 1.0.6 has no "destroy").
+		script := fmt.Sprintf("add table netdev %s\ndelete table netdev %s\n", nftTable, nftTable)
+		if p > 0 {
+			script += fmt.Sprintf("table netdev %s {\n", nftTable)
+			for _, dev := range byNS[ns] {
+				script += fmt.Sprintf("  chain loss_%s { type filter hook ingress device %q priority 0; meta protocol ip numgen random mod 1000000 < %d counter drop; }\n",
+					dev, dev, threshold)
+			}
+			script += "}\n"
+		}
+		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(script)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("netlab: nft in %s: %v: %s", ns, err, bytes.TrimSpace(out))
+		}
+	}
+	l.lossy = p > 0
+	return nil
+}
+
+func run(ctx context.Context, name string, args ...string) error {
+	if out, err := exec.CommandContext(ctx, name, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("netlab: %s %s: %v: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// Command is name with args run in namespace ns (through `ip netns exec`),
+// in a process group of its own that gets SIGTERM when ctx ends (SIGKILL
+// 5 s later) and SIGKILL if this process dies.
+func (l *Lab) Command(ctx context.Context, ns, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, name}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// Do runs fn on an OS thread in namespace ns: sockets fn opens live there
+// (and stay there, whoever uses them later). fn must not start goroutines
+// that expect to be in ns.
+func (l *Lab) Do(ns string, fn func() error) error {
+	return doIn(filepath.Join(nsDir, ns), fn)
+}
+
+func doIn(path string, fn func() error) error {
+	target, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("netlab: open namespace: %w", err)
+	}
+	defer target.Close()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("netlab: open this thread's namespace: %w", err)
+			return
+		}
+		defer orig.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("netlab: enter namespace %s: %w", path, err)
+			return
+		}
+		err = fn()
+		// Back to where the thread came from; if that fails the thread
+		// stays locked and ends with this goroutine.
+		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
+	}()
+	return <-errc
+}
+
+// Counters are the lab's kernel counters: sum over its namespaces.
+type Counters struct {
+	// UDPRcvbufErrors are datagrams dropped because a socket's receive
+	// buffer was full; SwitchUDPRcvbufErrors those in the switch's
+	// namespace (the switch's socket).
+	UDPRcvbufErrors, SwitchUDPRcvbufErrors uint64
+	// TCPRetransSegs are TCP segments retransmitted (Gloo).
+	TCPRetransSegs uint64
+	// QueueDrops are packets the tbf qdiscs dropped (a full queue).
+	QueueDrops uint64
+	// LossDrops are packets the loss rules dropped.
+	LossDrops uint64
+}
+
+// Sub is c − o, counter by counter.
+func (c Counters) Sub(o Counters) Counters {
+	return Counters{UDPRcvbufErrors: c.UDPRcvbufErrors - o.UDPRcvbufErrors, SwitchUDPRcvbufErrors: c.SwitchUDPRcvbufErrors - o.SwitchUDPRcvbufErrors,
+		TCPRetransSegs: c.TCPRetransSegs - o.TCPRetransSegs, QueueDrops: c.QueueDrops - o.QueueDrops, LossDrops: c.LossDrops - o.LossDrops}
+}
+
+// Counters reads the lab's counters now.
+func (l *Lab) Counters(ctx context.Context) (Counters, error) {
+	var c Counters
+	for _, ns := range l.namespaces() {
+		var snmp map[string]uint64
+		err := l.Do(ns, func() error {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/net/snmp", unix.Gettid()))
+			if err != nil {
+				return err
+			}
+			snmp, err = parseSNMP(b)
+			return err
+		})
+		if err != nil {
+			return c, fmt.Errorf("netlab: counters of %s: %w", ns, err)
+		}
+		c.UDPRcvbufErrors += snmp["Udp.RcvbufErrors"]
+		c.TCPRetransSegs += snmp["Tcp.RetransSegs"]
+		if ns == l.Switch {
+			c.SwitchUDPRcvbufErrors = snmp["Udp.RcvbufErrors"]
+		}
+		if l.lossy {
+			out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "nft", "-j", "list", "table", "netdev", nftTable).Output()
+			if err != nil {
+				return c, fmt.Errorf("netlab: nft counters of %s: %w", ns, err)
+			}
+			n, err := nftDrops(out)
+			if err != nil {
+				return c, fmt.Errorf("netlab: nft counters of %s: %w", ns, err)
+			}
+			c.LossDrops += n
+		}
+	}
+	if l.shaped {
+		for _, e := range l.linkEnds() {
+			out, err := exec.CommandContext(ctx, "tc", "-n", e[0], "-s", "-j", "qdisc", "show", "dev", e[1]).Output()
+			if err != nil {
+				return c, fmt.Errorf("netlab: qdisc counters of %s in %s: %w", e[1], e[0], err)
+			}
+			n, err := qdiscDrops(out)
+			if err != nil {
+				return c, fmt.Errorf("netlab: qdisc counters of %s in %s: %w", e[1], e[0], err)
+			}
+			c.QueueDrops += n
+		}
+	}
+	return c, nil
+}
+
+// Close ends every process still running in the lab's namespaces and
+// removes the namespaces (with them the links, qdiscs and rules). It may be
+// called more than once.
+func (l *Lab) Close() error {
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	var errs []error
+	for _, ns := range l.namespaces() {
+		if err := removeNamespace(ns); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeNamespace kills the processes in ns and deletes it; a namespace
+// that does not exist is no error.
+func removeNamespace(ns string) error {
+	path := filepath.Join(nsDir, ns)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	killIn(path)
+	if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+		return fmt.Errorf("netlab: ip netns del %s: %v: %s", ns, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// killIn sends SIGKILL to every process whose network namespace is the one
+// bound at path (as `ip netns pids` finds them) and waits briefly for them
+// to go.
+func killIn(path string) {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/ns/net")
+	var killed []int
+	for _, p := range procs {
+		var ps unix.Stat_t
+		if unix.Stat(p, &ps) != nil || ps.Ino != st.Ino || ps.Dev != st.Dev {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.Split(p, "/")[2])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed = append(killed, pid)
+		}
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for _, pid := range killed {
+		for time.Now().Before(deadline) && syscall.Kill(pid, 0) == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// Namespaces lists the namespaces whose names start with prefix
+// (DefaultPrefix if empty), of any owner.
+func Namespaces(prefix string) ([]string, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	ents, err := os.ReadDir(nsDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("netlab: list namespaces: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), prefix) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// owner is the pid in a namespace name Prefix<pid>-<role>, or 0.
+func owner(prefix, name string) int {
+	rest, ok := strings.CutPrefix(name, prefix)
+	if !ok {
+		return 0
+	}
+	pid, _, ok := strings.Cut(rest, "-")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(pid)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
+}
+
+// Cleanup removes what labs of prefix (DefaultPrefix if empty) left behind
+// when their process died (SIGKILL, a crash): every namespace named
+// prefix<pid>-… whose pid no longer runs, and the processes still in it.
+// Labs of running processes are left alone. It returns the namespaces it
+// removed.
+func Cleanup(prefix string) ([]string, error) {
+	if err := CheckRoot(); err != nil {
+		return nil, err
+	}
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if err := checkPrefix(prefix); err != nil {
+		return nil, err
+	}
+	names, err := Namespaces(prefix)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, ns := range names {
+		pid := owner(prefix, ns)
+		if pid == 0 {
+			continue // not a lab's name
+		}
+		if alive(pid) {
+			continue // its lab still runs (this process's own too)
+		}
+		if err := removeNamespace(ns); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, ns)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// alive reports whether pid runs (a zombie, killed but not yet reaped,
+// does not).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state …: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
+}

@@ -1,0 +1,31 @@
+package udp
+
+import "net/netip"
+
+// Endpoint is the datagram seam of the userspace NIC (verbs/soft) and the
+// software switch (aggregation/swswitch): batch-first I/O on caller-owned
+// buffers, as wireguard-go's conn.Bind. *Conn is the real one (a UDP
+// socket with recvmmsg/sendmmsg and GSO/GRO); verbs/soft/udp/memlink is an
+// in-memory one whose links can delay, rate-limit, queue, drop and reorder,
+// so tests run the real NIC and the real switch without sockets.
+//
+// ReadBatch blocks until at least one datagram is there and stores up to
+// len(msgs) of them, one packet per Msg, at Buf[Off:] (N and Addr set; a
+// datagram longer than its buffer is counted in Stats.RxTruncated and
+// dropped); it returns net.ErrClosed after Close, and must be called from
+// one goroutine at a time. WriteBatch sends Buf[Off:Off+N] of each Msg to
+// its Addr and returns how many it handed on (a datagram the network then
+// loses counts as sent); it may be called from several goroutines, and
+// neither call keeps a reference to msgs after returning. BatchSize is the
+// most datagrams one call moves at once (callers size their batches by it).
+// Stats, LocalAddr and Close are safe at any time; Close is idempotent.
+type Endpoint interface {
+	ReadBatch(msgs []Msg) (int, error)
+	WriteBatch(msgs []Msg) (int, error)
+	LocalAddr() netip.AddrPort
+	BatchSize() int
+	Stats() Stats
+	Close() error
+}
+
+var _ Endpoint = (*Conn)(nil)

@@ -1,0 +1,463 @@
+package memlink
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
+)
+
+// Errors of Listen.
+var (
+	ErrAddrInUse  = errors.New("memlink: address in use")
+	ErrBadAddress = errors.New("memlink: invalid address")
+)
+
+// DefaultMaxDatagram is the largest datagram a Network carries by default:
+// a 4096-byte RoCEv2 payload with BTH, RETH, ImmDt and ICRC, rounded up.
+const DefaultMaxDatagram = 4224
+
+// DefaultRecvQueue is an endpoint's receive queue by default, in packets
+// (in flight towards it or waiting to be read).
+const DefaultRecvQueue = 1024
+
+// Config configures a Network.
+type Config struct {
+	// Clock, when set, is the network's time: links move only when the
+	// test advances it, so rates, queues and delays act deterministically.
+	// Nil: real time.
+	Clock *ManualClock
+	// Seed seeds the generator of Loss and Reorder draws.
+	Seed uint64
+	// Link is the link of every (source, destination) address pair that
+	// SetLink does not configure. The zero value delivers at once, in
+	// order, without loss.
+	Link LinkConfig
+	// MaxDatagram is the largest datagram carried (default
+	// DefaultMaxDatagram); larger ones count as sent and are dropped
+	// (LinkStats.TooBig).
+	MaxDatagram int
+	// RecvQueue is each endpoint's receive queue in packets (default
+	// DefaultRecvQueue): packets in flight to it or not yet read. A packet
+	// that finds it full is dropped (the socket buffer overflowing;
+	// LinkStats.Overflow).
+	RecvQueue int
+	// BatchSize is each endpoint's BatchSize (default udp.DefaultBatchSize).
+	BatchSize int
+	// Tap, when set, sees every datagram sent, before any drop, in send
+	// order, under the network's lock: it must not call the network.
+	Tap func(src, dst netip.AddrPort, pkt []byte)
+}
+
+// LinkConfig is one direction of a link: a FIFO that serialises packets at
+// Rate behind at most Queue waiting ones (drop-tail), then Delay of
+// propagation.
+type LinkConfig struct {
+	// Rate is the link's rate in bits per second; 0: unlimited.
+	Rate float64
+	// Overhead is added to each datagram's length for the rate (e.g. 42:
+	// Ethernet, IPv4 and UDP headers and FCS).
+	Overhead int
+	// Queue is the most packets waiting behind the one on the wire when
+	// Rate is set; a packet that finds it full is dropped (drop-tail).
+	// 0: unbounded.
+	Queue int
+	// Delay is the propagation delay.
+	Delay time.Duration
+	// Loss drops that fraction of packets (0 ≤ p < 1), seeded.
+	Loss float64
+	// Reorder holds that fraction of packets back by ReorderDelay, so that
+	// later ones overtake them (seeded).
+	Reorder      float64
+	ReorderDelay time.Duration
+	// Drop, when set, drops the packets it returns true for: a
+	// deterministic loss pattern. It is called in send order under the
+	// network's lock.
+	Drop func(src, dst netip.AddrPort, pkt []byte) bool
+}
+
+func (c *LinkConfig) validate() error {
+	if c.Rate < 0 || c.Queue < 0 || c.Delay < 0 || c.ReorderDelay < 0 || c.Overhead < 0 {
+		return fmt.Errorf("memlink: link %+v: negative rate, queue, delay or overhead", *c)
+	}
+	if c.Loss < 0 || c.Loss >= 1 || c.Reorder < 0 || c.Reorder > 1 {
+		return fmt.Errorf("memlink: link loss %v, reorder %v: must be in [0, 1)", c.Loss, c.Reorder)
+	}
+	return nil
+}
+
+// LinkStats are one link's counters.
+type LinkStats struct {
+	Packets, Bytes uint64 // sent into the link, before drops
+	Delivered      uint64 // queued at the receiving endpoint
+	Lost           uint64 // dropped by Loss or Drop
+	QueueDrops     uint64 // dropped at a full link queue (drop-tail)
+	Overflow       uint64 // dropped at the receiver's full queue
+	NoEndpoint     uint64 // no endpoint at the destination
+	TooBig         uint64 // longer than MaxDatagram
+	MaxQueue       int    // the most packets waiting behind the wire (with Rate and Queue set)
+}
+
+type pair struct{ src, dst netip.Addr }
+
+type link struct {
+	cfg LinkConfig
+	st  LinkStats
+	// busy is when the wire is free; deps[head:head+n] (a ring) are the
+	// departure times of the packets on the wire or waiting.
+	busy    time.Duration
+	deps    []time.Duration
+	dhead   int
+	dn      int
+	hasDeps bool
+}
+
+// Network is a set of in-memory endpoints joined by configurable links.
+// Safe for concurrent use.
+type Network struct {
+	cfg   Config
+	start time.Time
+
+	mu        sync.Mutex
+	eps       map[netip.AddrPort]*Endpoint
+	links     map[pair]*link
+	lastPair  pair
+	lastLink  *link
+	rng       *rand.Rand
+	seq       uint64
+	linkConfs map[pair]LinkConfig
+}
+
+// New returns an empty network.
+func New(cfg Config) (*Network, error) {
+	if err := cfg.Link.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxDatagram <= 0 {
+		cfg.MaxDatagram = DefaultMaxDatagram
+	}
+	if cfg.RecvQueue <= 0 {
+		cfg.RecvQueue = DefaultRecvQueue
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = udp.DefaultBatchSize
+	}
+	n := &Network{
+		cfg: cfg, start: time.Now(),
+		eps: make(map[netip.AddrPort]*Endpoint), links: make(map[pair]*link), linkConfs: make(map[pair]LinkConfig),
+		rng: rand.New(rand.NewPCG(cfg.Seed, 0x11e7)),
+	}
+	if cfg.Clock != nil {
+		cfg.Clock.attach(n)
+	}
+	return n, nil
+}
+
+// SetLink configures the link from src to dst (one direction; ports do not
+// matter), replacing its state. Set it before traffic flows.
+func (n *Network) SetLink(src, dst netip.Addr, cfg LinkConfig) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p := pair{src.Unmap(), dst.Unmap()}
+	n.linkConfs[p] = cfg
+	delete(n.links, p)
+	n.lastLink = nil
+	return nil
+}
+
+// LinkStats returns the counters of the link from src to dst.
+func (n *Network) LinkStats(src, dst netip.Addr) LinkStats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if l := n.links[pair{src.Unmap(), dst.Unmap()}]; l != nil {
+		return l.st
+	}
+	return LinkStats{}
+}
+
+// now is the network's time since New.
+func (n *Network) now() time.Duration {
+	if n.cfg.Clock != nil {
+		return n.cfg.Clock.Now()
+	}
+	return time.Since(n.start)
+}
+
+// link returns the link of p, creating it on first use (the only
+// allocation on the send path, once per pair).
+func (n *Network) link(p pair) *link {
+	if n.lastLink != nil && n.lastPair == p {
+		return n.lastLink
+	}
+	l := n.links[p]
+	if l == nil {
+		cfg, ok := n.linkConfs[p]
+		if !ok {
+			cfg = n.cfg.Link
+		}
+		l = &link{cfg: cfg}
+		if cfg.Rate > 0 && cfg.Queue > 0 {
+			l.deps = make([]time.Duration, cfg.Queue+1)
+			l.hasDeps = true
+		}
+		n.links[p] = l
+	}
+	n.lastPair, n.lastLink = p, l
+	return l
+}
+
+// Listen opens an endpoint at addr (a port of 0 means 4791).
+func (n *Network) Listen(addr netip.AddrPort) (*Endpoint, error) {
+	if !addr.Addr().IsValid() || addr.Addr().IsUnspecified() {
+		return nil, fmt.Errorf("memlink: listen on %v: %w", addr, ErrBadAddress)
+	}
+	if addr.Port() == 0 {
+		addr = netip.AddrPortFrom(addr.Addr(), 4791)
+	}
+	addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.eps[addr]; ok {
+		return nil, fmt.Errorf("memlink: listen on %v: %w", addr, ErrAddrInUse)
+	}
+	e := newEndpoint(n, addr)
+	n.eps[addr] = e
+	return e, nil
+}
+
+// send carries one datagram from e to m.Addr; n.mu is held.
+func (n *Network) send(e *Endpoint, m *udp.Msg, now time.Duration) {
+	b := m.Bytes()
+	dst := netip.AddrPortFrom(m.Addr.Addr().Unmap(), m.Addr.Port())
+	if n.cfg.Tap != nil {
+		n.cfg.Tap(e.local, dst, b)
+	}
+	l := n.link(pair{e.local.Addr(), dst.Addr()})
+	l.st.Packets++
+	l.st.Bytes += uint64(len(b))
+	c := &l.cfg
+	switch {
+	case len(b) > n.cfg.MaxDatagram:
+		l.st.TooBig++
+		return
+	case c.Drop != nil && c.Drop(e.local, dst, b):
+		l.st.Lost++
+		return
+	case c.Loss > 0 && n.rng.Float64() < c.Loss:
+		l.st.Lost++
+		return
+	}
+	due := now
+	if c.Rate > 0 {
+		if l.hasDeps {
+			for l.dn > 0 && l.deps[l.dhead] <= now {
+				l.dhead = (l.dhead + 1) % len(l.deps)
+				l.dn--
+			}
+			// One packet is on the wire, the others wait.
+			if l.dn > c.Queue {
+				l.st.QueueDrops++
+				return
+			}
+		}
+		start := max(now, l.busy)
+		l.busy = start + time.Duration(float64(8*(len(b)+c.Overhead))*1e9/c.Rate)
+		due = l.busy
+		if l.hasDeps {
+			l.deps[(l.dhead+l.dn)%len(l.deps)] = l.busy
+			l.dn++
+			l.st.MaxQueue = max(l.st.MaxQueue, l.dn-1)
+		}
+	}
+	due += c.Delay
+	if c.Reorder > 0 && n.rng.Float64() < c.Reorder {
+		due += c.ReorderDelay
+	}
+	d := n.eps[dst]
+	if d == nil || d.closed {
+		l.st.NoEndpoint++
+		return
+	}
+	if !d.rx.push(b, e.local, due, n.seq) {
+		l.st.Overflow++
+		return
+	}
+	n.seq++
+	l.st.Delivered++
+	d.wake()
+}
+
+// advanced wakes every endpoint after the manual clock moved.
+func (n *Network) advanced() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, e := range n.eps {
+		e.wake()
+	}
+}
+
+// Endpoint is one address of a Network: a udp.Endpoint. ReadBatch from one
+// goroutine at a time; the rest is safe for concurrent use.
+type Endpoint struct {
+	net   *Network
+	local netip.AddrPort
+	batch int
+
+	// under net.mu
+	rx     rxQueue
+	closed bool
+	st     udp.Stats
+
+	notify chan struct{}
+	done   chan struct{}
+	timer  *time.Timer // owned by the ReadBatch caller
+}
+
+var _ udp.Endpoint = (*Endpoint)(nil)
+
+func newEndpoint(n *Network, addr netip.AddrPort) *Endpoint {
+	e := &Endpoint{
+		net: n, local: addr, batch: n.cfg.BatchSize,
+		notify: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	e.rx.init(n.cfg.RecvQueue, n.cfg.MaxDatagram)
+	return e
+}
+
+func (e *Endpoint) wake() {
+	select {
+	case e.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Network is the network the endpoint belongs to.
+func (e *Endpoint) Network() *Network { return e.net }
+
+// LocalAddr is the endpoint's address.
+func (e *Endpoint) LocalAddr() netip.AddrPort { return e.local }
+
+// BatchSize is the network's batch size.
+func (e *Endpoint) BatchSize() int { return e.batch }
+
+// Stats returns the endpoint's counters (packets and bytes; a datagram is
+// a packet and a call a batch; what the links drop is in LinkStats).
+func (e *Endpoint) Stats() udp.Stats {
+	e.net.mu.Lock()
+	defer e.net.mu.Unlock()
+	return e.st
+}
+
+// Close removes the endpoint from the network; a blocked ReadBatch returns
+// net.ErrClosed. Idempotent.
+func (e *Endpoint) Close() error {
+	n := e.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	delete(n.eps, e.local)
+	close(e.done)
+	return nil
+}
+
+// WriteBatch sends every Msg through its link. It never blocks: a full link
+// queue or receive queue drops, as a network does.
+func (e *Endpoint) WriteBatch(msgs []udp.Msg) (int, error) {
+	for i := range msgs {
+		if m := &msgs[i]; m.N <= 0 || m.Off < 0 || m.Off+m.N > len(m.Buf) {
+			return 0, fmt.Errorf("memlink: WriteBatch: message %d: bytes [%d, %d) outside its %d-byte buffer", i, m.Off, m.Off+m.N, len(m.Buf))
+		}
+	}
+	n := e.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if e.closed {
+		return 0, net.ErrClosed
+	}
+	now := n.now()
+	for i := range msgs {
+		n.send(e, &msgs[i], now)
+		e.st.TxPackets++
+		e.st.TxBytes += uint64(msgs[i].N)
+	}
+	e.st.TxDatagrams += uint64(len(msgs))
+	e.st.TxCalls++
+	return len(msgs), nil
+}
+
+// ReadBatch blocks until a datagram is due, then returns every due one
+// that fits msgs, in order of arrival.
+func (e *Endpoint) ReadBatch(msgs []udp.Msg) (int, error) {
+	for i := range msgs {
+		if m := &msgs[i]; m.Off < 0 || m.Off >= len(m.Buf) {
+			return 0, fmt.Errorf("memlink: ReadBatch: message %d has no room after offset %d in its %d-byte buffer", i, m.Off, len(m.Buf))
+		}
+	}
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	n := e.net
+	for {
+		n.mu.Lock()
+		if e.closed {
+			n.mu.Unlock()
+			return 0, net.ErrClosed
+		}
+		now := n.now()
+		got := 0
+		for got < len(msgs) && e.rx.len() > 0 && e.rx.headDue() <= now {
+			m := &msgs[got]
+			b, from := e.rx.head()
+			if len(b) > len(m.Buf)-m.Off {
+				e.st.RxTruncated++
+				e.rx.pop()
+				continue
+			}
+			m.N = copy(m.Buf[m.Off:], b)
+			m.Addr = from
+			e.rx.pop()
+			e.st.RxPackets++
+			e.st.RxBytes += uint64(m.N)
+			got++
+		}
+		wait := time.Duration(-1)
+		if got > 0 {
+			e.st.RxDatagrams += uint64(got)
+			e.st.RxCalls++
+		} else if e.rx.len() > 0 && n.cfg.Clock == nil {
+			wait = e.rx.headDue() - now
+		}
+		n.mu.Unlock()
+		if got > 0 {
+			return got, nil
+		}
+		var tc <-chan time.Time
+		if wait >= 0 {
+			if e.timer == nil {
+				e.timer = time.NewTimer(wait)
+			} else {
+				e.timer.Reset(wait)
+			}
+			tc = e.timer.C
+		}
+		select {
+		case <-e.notify:
+		case <-tc:
+		case <-e.done:
+		}
+		if e.timer != nil {
+			e.timer.Stop()
+		}
+	}
+}
