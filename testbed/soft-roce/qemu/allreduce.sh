@@ -216,7 +216,7 @@ p4app_job() {
 	# (resends p4app's timer made), unicasts (those answered into a
 	# completed slot: duplicate results), drops.
 	say "job $tag: rxe0 rcvd_pkts $(counter rcvd_pkts) sent_pkts $(counter sent_pkts); switch:" \
-		"$(switch_metric_dump | grep -E '^swml_(switch_(packets|retransmissions|unicasts|drops)_total|controller_(sessions_active|pool_slots_used))' |
+		"$(switch_metric_dump | grep -E '^swml_(switch_(packets|retransmissions|unicasts|drops)_total|controller_(sessions_active|sessions_ended_total|pool_slots_used))' |
 			grep -v ' 0$' | sed 's/^swml_//' | tr '\n' ' ')(totals)"
 	if [ $rc0 != 0 ] && grep -q 'Error contacting coordinator' $LOG/$tag.0.log; then
 		p4why=$(grep -o 'Error contacting coordinator.*' $LOG/$tag.0.log | head -1)
@@ -397,6 +397,11 @@ allreduce-p4app)
 		say "int32 again on a fresh switch, to check the sums anyway:"
 		start_switch 4
 		p4app_job p4-int32-fresh int32 0 || fail "p4app job p4-int32-fresh"
+	fi
+	if [ $second = 0 ]; then
+		v=$(switch_metric 'swml_controller_sessions_ended_total{reason="replaced"}')
+		[ "${v:-0}" = 1 ] || fail "the second p4app job ran, but the switch did not end the first one as replaced (swml_controller_sessions_ended_total{reason=\"replaced\"} ${v:-0}, want 1)"
+		say "the switch ended the finished p4app job when the next job's rank 0 registered (reason \"replaced\")"
 	fi
 	# The project's own ibverbs workers on the same switch, in the shape of
 	# p4app's jobs (64 KiB, 32 QPs, one 1 KiB packet per message), while a
