@@ -28,6 +28,16 @@ command -v protoc >/dev/null || need+=(protobuf-compiler)
 command -v make >/dev/null || need+=(make)
 # nftables: the network lab's loss rules (TestLab in go test, and the lab block below)
 command -v nft >/dev/null || need+=(nftables)
+# p4app-switchML's C++ client, for the QEMU scenario allreduce-p4app: when
+# ../shared/interop/p4app-switchml is there, harness.sh builds it with that
+# directory's build.sh against Debian's gRPC, protobuf and glog. These are
+# build.sh's packages (keep the two lists the same).
+if [ -d ../shared/interop/p4app-switchml ] && command -v dpkg >/dev/null; then
+	for p in libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libgoogle-glog-dev libgflags-dev \
+		libboost-program-options-dev libibverbs-dev libnuma-dev libhugetlbfs-dev pkg-config g++ make; do
+		dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+	done
+fi
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 		step "installing ${need[*]}"

@@ -84,7 +84,11 @@ func TestGuestDispatchesEveryScenario(t *testing.T) {
 		}
 	}
 	for _, n := range extra {
-		if pattern, _ := route(n); pattern != n {
+		pattern, command := route(n)
+		if strings.Contains(command, "allreduce.sh") && regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(n)+`\)$`).MatchString(allreduce) {
+			continue // an all-reduce measurement (allreduce-p4app-loss)
+		}
+		if pattern != n {
 			t.Errorf("extra scenario %s has no case of its own in guest-init.sh (matched %q)", n, pattern)
 		}
 	}

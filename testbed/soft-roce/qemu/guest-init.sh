@@ -141,13 +141,14 @@ for s in $(echo "$scenarios" | tr , ' '); do
 	echo "guest: === scenario $s (t=$(cut -d" " -f1 /proc/uptime) s)"
 	c=/sys/class/infiniband/rxe0/ports/1/hw_counters
 	r0=$(cat $c/rcvd_pkts) s0=$(cat $c/sent_pkts)
+	rm -f /tmp/skip-reason
 	run_one "$s"
 	rc=$?
 	# rxe0's packet counters over the scenario, for the harness's summary.
 	echo "SWML-COUNTERS $s $(($(cat $c/rcvd_pkts) - r0)) $(($(cat $c/sent_pkts) - s0))"
 	case $rc in
 	0) echo "SWML-RESULT $s PASS t=$(cut -d" " -f1 /proc/uptime)" ;;
-	77) echo "SWML-RESULT $s SKIP (scenario reported it cannot run) t=$(cut -d" " -f1 /proc/uptime)" ;;
+	77) echo "SWML-RESULT $s SKIP ($(cat /tmp/skip-reason 2>/dev/null || echo scenario reported it cannot run)) t=$(cut -d" " -f1 /proc/uptime)" ;;
 	143 | 124) echo "SWML-RESULT $s FAIL (timed out after ${timeout_s}s) t=$(cut -d" " -f1 /proc/uptime)" ;;
 	*) echo "SWML-RESULT $s FAIL (exit $rc) t=$(cut -d" " -f1 /proc/uptime)" ;;
 	esac

@@ -26,7 +26,10 @@
 #                       one-packet messages; e.g. 16KiB for 16-packet ones)
 #   SWML_ARTIFACTS      directory where blobs printed by the guest
 #                       (e.g. the captured sysfs tree) are written
-#   XDG_CACHE_HOME      cache root (downloads, kernel, base initramfs)
+#   SWML_P4APP_DIR      p4app-switchML's client sources and build.sh for
+#                       allreduce-p4app (default ../shared/interop/p4app-switchml
+#                       beside the repository)
+#   XDG_CACHE_HOME      cache root (downloads, kernel, base initramfs, p4app build)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -43,9 +46,9 @@ ALL_SCENARIOS=(
 	soft-to-rxe-ipv4 soft-to-rxe-ipv6
 	bad-icrc rxe-uc-truncated
 	allreduce-ibverbs allreduce-mixed allreduce-ibverbs-loss allreduce-packet-writes worker-killed
-	rdmadev
+	rdmadev allreduce-p4app
 )
-EXTRA_SCENARIOS=(smoke capture-sysfs devices lab-script)
+EXTRA_SCENARIOS=(smoke capture-sysfs devices lab-script allreduce-p4app-loss)
 
 log() { printf 'harness: %s\n' "$*" >&2; }
 # skip MESSAGE: outside CI a skip is exit 0 with a clear message; with CI
@@ -247,6 +250,53 @@ install -m 0755 "$HERE/allreduce.sh" "$work/extra/bin/allreduce.sh"
 for b in "$work"/extra/bin/*; do
 	{ ldd "$b" 2>/dev/null || true; } | awk '/=> \//{print $3} /^\t\/.*ld-linux/{print $1}' | while read -r l; do copy_into "$work/extra" "$l"; done
 done
+
+# p4app-switchML's C++ client (scenario allreduce-p4app), built from
+# ../shared/interop/p4app-switchml beside the repository with its build.sh
+# (cached per content of that directory) and put in the guest under
+# /opt/p4app with its ldd libraries. If it cannot be had, /opt/p4app/unavailable
+# says why ("SKIP: …" or "FAIL: …") and the scenario reports that; with CI
+# set a SKIP is a failure (verdict below).
+P4APP_DIR=${SWML_P4APP_DIR:-$REPO/../shared/interop/p4app-switchml}
+p4app_unavailable() { # SKIP|FAIL reason
+	log "allreduce-p4app: $1: $2"
+	mkdir -p "$work/extra/opt/p4app"
+	echo "$1: $2" >"$work/extra/opt/p4app/unavailable"
+}
+if [[ " ${scenarios[*]} " == *" allreduce-p4app"[\ -]* ]]; then
+	if [ ! -x "$P4APP_DIR/build.sh" ]; then
+		p4app_unavailable SKIP "no p4app-switchML client sources at $P4APP_DIR (set SWML_P4APP_DIR; see docs/interop.md)"
+	else
+		t1=$SECONDS
+		p4key=$(cd "$P4APP_DIR" && cat build.sh ./*.tar.* patches/* switchml.cfg.example | sha256sum | cut -c1-12)
+		p4dir=$CACHE/p4app-$p4key
+		if [ ! -e "$p4dir/.done" ]; then
+			log "building p4app-switchML's client ($P4APP_DIR/build.sh, cached in $p4dir)"
+			rm -rf "$p4dir" && mkdir -p "$p4dir"
+			if p4bin=$(timeout 900 "$P4APP_DIR/build.sh" "$p4dir/build" 2>"$p4dir/build.err") &&
+				[ -x "$p4bin/allreduce_benchmark" ]; then
+				mkdir -p "$p4dir/bin" && cp "$p4bin/allreduce_benchmark" "$p4bin/hello_world" "$p4dir/bin/"
+				rm -rf "$p4dir/build/src"
+				touch "$p4dir/.done"
+				log "p4app client built in $((SECONDS - t1)) s"
+			fi
+		fi
+		if [ -e "$p4dir/.done" ]; then
+			mkdir -p "$work/extra/opt/p4app"
+			cp "$p4dir"/bin/* "$P4APP_DIR/switchml.cfg.example" "$work/extra/opt/p4app/"
+			for b in "$p4dir"/bin/*; do
+				{ ldd "$b" 2>/dev/null || true; } | awk '/=> \//{print $3} /^\t\/.*ld-linux/{print $1}' | while read -r l; do copy_into "$work/extra" "$l"; done
+			done
+		else
+			why="$P4APP_DIR/build.sh failed: $(tail -3 "$p4dir/build.err" "$p4dir/build/build.log" 2>/dev/null | tr '\n' ' ' | cut -c1-300)"
+			if [ "$(id -u)" != 0 ]; then
+				p4app_unavailable SKIP "$why (not root: its packages may be missing; run as root or see build.sh)"
+			else
+				p4app_unavailable FAIL "$why"
+			fi
+		fi
+	fi
+fi
 (cd "$work/extra" && find . | cpio -o -H newc --quiet) >"$work/extra.cpio"
 cat "$base" "$work/extra.cpio" >"$work/initramfs.cpio"
 log "binaries built and packed in $((SECONDS - t0)) s"
@@ -301,12 +351,13 @@ for s in "${scenarios[@]}"; do
 	*" PASS"*) res=PASS; echo "PASS $s" ;;
 	*" SKIP"*)
 		res=SKIP
+		why=$(printf '%s\n' "${line#*SKIP }" | sed 's/ t=[0-9.]*$//')
 		if [ -n "${CI:-}" ]; then
-			echo "FAIL $s: skipped, and CI is set (the real stack must run in CI): ${line#*SKIP}"
+			echo "FAIL $s: skipped, and CI is set (the real stack must run in CI): $why"
 			fail=1
 			res=FAIL
 		else
-			echo "SKIP $s: ${line#*SKIP}"
+			echo "SKIP $s: $why"
 		fi
 		;;
 	*" FAIL"*) res=FAIL; echo "FAIL $s"; fail=1 ;;
