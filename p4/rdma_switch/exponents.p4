@@ -69,34 +69,42 @@ control Exponents(
         void apply(inout msg_id_t v, out msg_id_t r) { r = v; }
     };
 
+    // Each test below is one gateway on one field (Tofino's gateways take
+    // 4 bytes of PHV): the retransmission word, then the bitmap, then
+    // has_imm. Same cases and order as switchmodel.Exponents.Update.
     apply {
         pool_index_t idx = (pool_index_t) ig_md.switchml_md.pool_index;
-        bool first = ig_md.switchml_md.bitmap_before == 0;
-        if (ig_md.switchml_md.retransmission ||
-            (!first && !ig_md.switchml_md.has_imm)) {
+        // A read: a retransmission, or a later contribution without an
+        // immediate. A result echoes the id of the request that asked for
+        // it: a retransmission gets its own id back, which may name one
+        // packet of the message (per-packet recovery, aggregation/wire.
+        // PacketMsgID; switchmodel.Exponents).
+        if (ig_md.switchml_md.retransmission != 0) {
             ig_md.switchml_md.result_e0 = read_e0.execute(idx);
             ig_md.switchml_md.result_e1 = read_e1.execute(idx);
-            // A result echoes the id of the request that asked for it:
-            // a retransmission gets its own id back, which may name one
-            // packet of the message (per-packet recovery,
-            // aggregation/wire.PacketMsgID; switchmodel.Exponents).
             if (ig_md.switchml_md.has_imm) {
                 ig_md.switchml_md.result_msg_id = hdr.ib_immediate.msg_id;
             } else {
                 ig_md.switchml_md.result_msg_id = read_msg_id.execute(idx);
             }
-        } else if (first && ig_md.switchml_md.has_imm) {
-            ig_md.switchml_md.result_e0 = write_e0.execute(idx);
-            ig_md.switchml_md.result_e1 = write_e1.execute(idx);
-            ig_md.switchml_md.result_msg_id = write_msg_id.execute(idx);
-        } else if (first) {
-            ig_md.switchml_md.result_e0 = unset_e0.execute(idx);
-            ig_md.switchml_md.result_e1 = unset_e1.execute(idx);
-            ig_md.switchml_md.result_msg_id = reset_msg_id.execute(idx);
-        } else {
+        } else if (ig_md.switchml_md.bitmap_before == 0) {
+            if (ig_md.switchml_md.has_imm) {
+                ig_md.switchml_md.result_e0 = write_e0.execute(idx);
+                ig_md.switchml_md.result_e1 = write_e1.execute(idx);
+                ig_md.switchml_md.result_msg_id = write_msg_id.execute(idx);
+            } else {
+                ig_md.switchml_md.result_e0 = unset_e0.execute(idx);
+                ig_md.switchml_md.result_e1 = unset_e1.execute(idx);
+                ig_md.switchml_md.result_msg_id = reset_msg_id.execute(idx);
+            }
+        } else if (ig_md.switchml_md.has_imm) {
             ig_md.switchml_md.result_e0 = max_read_e0.execute(idx);
             ig_md.switchml_md.result_e1 = max_read_e1.execute(idx);
             ig_md.switchml_md.result_msg_id = write_msg_id.execute(idx);
+        } else {
+            ig_md.switchml_md.result_e0 = read_e0.execute(idx);
+            ig_md.switchml_md.result_e1 = read_e1.execute(idx);
+            ig_md.switchml_md.result_msg_id = read_msg_id.execute(idx);
         }
     }
 }

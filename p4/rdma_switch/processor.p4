@@ -65,7 +65,7 @@ control Processor(
         } else if (pass == PASS_HARVEST_INSERT) {
             second = read1.execute(idx);
 #endif
-        } else if (md.retransmission) {
+        } else if (md.retransmission != 0) {
             second = read1.execute(idx);
         } else if (md.bitmap_before == 0) {
             second = write_read1.execute(idx);

@@ -90,6 +90,7 @@ control Ingress(
     Counter<bit<64>, bit<8>>(NUM_DROP_CODES, CounterType_t.PACKETS) not_switchml;
 
     bool responded;
+    bool forward;
     pass_t pass;
 
     // Every packet that reaches egress carries bridged_md_h (EgressParser
@@ -101,11 +102,20 @@ control Ingress(
         hdr.bridged.decision = DECISION_DROP;
         hdr.bridged.first_packet = 0;
         hdr.bridged.last_packet = 0;
-        hdr.bridged._pad0 = 0;
+        hdr.bridged._pad_pass = 0;
+        hdr.bridged._pad_decision = 0;
+        hdr.bridged._pad_first = 0;
+        hdr.bridged._pad_last = 0;
+        hdr.bridged._pad_worker = 0;
 #ifdef PAYLOAD_1024
+        hdr.bridged._pad_chunk = 0;
+        hdr.bridged._pad_first_contribution = 0;
+        hdr.bridged._pad_retransmission = 0;
         hdr.bridged.chunk = 0;
         hdr.bridged.first_contribution = 0;
         hdr.bridged.retransmission = 0;
+#else
+        hdr.bridged._pad0 = 0;
 #endif
         hdr.bridged.worker_id = 0;
         hdr.bridged._pad1 = 0;
@@ -127,7 +137,7 @@ control Ingress(
             // the Processors do what pass 0's BitmapChecker decided.
             pass = hdr.bridged.pass;
             ig_md.switchml_md.pool_index = (bit<32>) hdr.bridged.pool_index;
-            ig_md.switchml_md.retransmission = hdr.bridged.retransmission == 1;
+            ig_md.switchml_md.retransmission = (worker_bitmap_t) hdr.bridged.retransmission;
             if (hdr.bridged.first_contribution == 0) {
                 ig_md.switchml_md.bitmap_before = 1; // not the first: add
             }
@@ -140,11 +150,46 @@ control Ingress(
         } else {
             pass = PASS_REQUEST;
             arp_icmp_responder.apply(hdr, ig_md, ig_intr_md, ig_tm_md, responded);
+            // The SwitchML path starts at once, beside the address checks
+            // below rather than after them (each check is a stage the
+            // register chain cannot spare, docs/p4.md "Stages"): receive_qp
+            // matches the destination IP against the switch IP, so a RoCE
+            // packet for anyone else misses it (DROP_UNKNOWN_QP) and touches
+            // no state, and is then forwarded below; a packet without a BTH
+            // never reaches the receiver.
+            if (hdr.ib_bth.isValid()) {
+                ig_md.switchml_md.is_switchml = true;
+                ingress_drop_sim.apply(ig_md.sim_drop);
+                rdma_receiver.apply(hdr, ig_md);
+                // The simulated loss is decided two stages after the random
+                // number is drawn, so it takes the packet after the receiver
+                // (docs/p4.md "Loss simulation"): the reason stays the
+                // receiver's when it dropped the packet itself.
+                if (ig_md.sim_drop != 0) {
+                    if (ig_md.switchml_md.drop_reason == DROP_NONE) {
+                        ig_md.switchml_md.drop_reason = DROP_INGRESS_LOSS;
+                    }
+                }
+                if (ig_md.switchml_md.drop_reason == DROP_NONE) {
+                    bitmap_checker.apply(ig_md);
+                    workers_counter.apply(ig_md);
+                    exponents.apply(hdr, ig_md);
+                }
+            } else {
+                ig_md.switchml_md.drop_reason = DROP_OPCODE; // no slot for it
+            }
             if (responded) {
                 bridge_not_result();
                 return;
             }
-            if (!hdr.ipv4.isValid() || hdr.ipv4.dst_addr != ig_md.switch_ip) {
+            // Not for the switch: two tests (a gateway takes 4 bytes).
+            forward = true;
+            if (hdr.ipv4.isValid()) {
+                if (hdr.ipv4.dst_addr == ig_md.switch_ip) {
+                    forward = false;
+                }
+            }
+            if (forward) {
                 forwarder.apply(hdr, ig_dprsr_md, ig_tm_md);
                 bridge_not_result();
                 return;
@@ -153,18 +198,6 @@ control Ingress(
                 not_switchml.count((bit<8>) DROP_OPCODE);
                 ig_dprsr_md.drop_ctl = 1;
                 return;
-            }
-            ig_md.switchml_md.is_switchml = true;
-            ingress_drop_sim.apply(ig_md.sim_drop);
-            if (ig_md.sim_drop) {
-                ig_md.switchml_md.drop_reason = DROP_INGRESS_LOSS;
-            } else {
-                rdma_receiver.apply(hdr, ig_md);
-            }
-            if (ig_md.switchml_md.drop_reason == DROP_NONE) {
-                bitmap_checker.apply(ig_md);
-                workers_counter.apply(ig_md);
-                exponents.apply(hdr, ig_md);
             }
         }
         if (ig_md.switchml_md.drop_reason == DROP_NONE) {
@@ -217,15 +250,16 @@ control Egress(
     RDMASender() rdma_sender;
 
     apply {
-        if (hdr.bridged.decision == DECISION_BROADCAST ||
-            hdr.bridged.decision == DECISION_UNICAST) {
+        // DECISION_BROADCAST (2) or DECISION_UNICAST (3): one bit, one
+        // gateway test.
+        if (hdr.bridged.decision[1:1] == 1) {
             // The sender first, as the model (switchmodel.RDMASender.Encode
             // runs for every destination, also for a result then lost): a
             // simulated loss uses its PSN and moves tx_pos, like a loss on
             // the wire.
             rdma_sender.apply(hdr, eg_md, eg_intr_md, eg_dprsr_md);
             egress_drop_sim.apply(eg_md.sim_drop);
-            if (eg_md.sim_drop) {
+            if (eg_md.sim_drop != 0) {
                 eg_dprsr_md.drop_ctl = 1;
             }
         }
