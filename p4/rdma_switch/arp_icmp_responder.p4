@@ -15,8 +15,7 @@ control ARPICMPResponder(
     inout header_t hdr,
     inout ingress_metadata_t ig_md,
     in ingress_intrinsic_metadata_t ig_intr_md,
-    inout ingress_intrinsic_metadata_for_tm_t ig_tm_md,
-    out bool responded) {
+    inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
 
     action set_switch_address(mac_addr_t switch_mac, ipv4_addr_t switch_ip) {
         ig_md.switch_mac = switch_mac;
@@ -38,7 +37,7 @@ control ARPICMPResponder(
         hdr.arp.sender_hw_addr = ig_md.switch_mac;
         hdr.arp.sender_proto_addr = ig_md.switch_ip;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
-        responded = true;
+        ig_md.responded = true;
     }
 
     action reply_echo() {
@@ -49,7 +48,7 @@ control ARPICMPResponder(
         hdr.ipv4.ttl = 64;
         hdr.icmp.msg_type = ICMP_ECHO_REPLY;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
-        responded = true;
+        ig_md.responded = true;
     }
 
     // RFC 1624 incremental update of the ICMP checksum for type 8 → 0:
@@ -77,8 +76,9 @@ control ARPICMPResponder(
 
     // Nested tests: a Tofino gateway takes 4 bytes of PHV, so the 32-bit
     // address comparison has a test of its own.
+    // ig_md.responded is set by the parser to false (an assignment here would
+    // share a container with the receiver's I0 results and cost a stage).
     apply {
-        responded = false;
         switch_address.apply();
         if (hdr.arp.isValid()) {
             if (hdr.arp.opcode == ARP_REQUEST) {

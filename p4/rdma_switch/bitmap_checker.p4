@@ -45,24 +45,25 @@ control BitmapChecker(inout ingress_metadata_t ig_md) {
     // a comparison of them would need a stage of its own, which the
     // pipeline does not have (docs/p4.md "Stages"). retransmission is the
     // AND itself; its consumers test it against zero in gateways.
-    action check_set0(slot_t slot) {
-        ig_md.switchml_md.bitmap_before = update_set0.execute(slot);
+    // The slot is a slice of the pool index, taken by the register's
+    // address unit (no shift: that would be a stage of its own).
+    action check_set0() {
+        ig_md.switchml_md.bitmap_before = update_set0.execute(ig_md.switchml_md.pool_index[16:1]);
         ig_md.switchml_md.retransmission =
             ig_md.switchml_md.bitmap_before & ig_md.switchml_md.worker_bit;
     }
 
-    action check_set1(slot_t slot) {
-        ig_md.switchml_md.bitmap_before = update_set1.execute(slot);
+    action check_set1() {
+        ig_md.switchml_md.bitmap_before = update_set1.execute(ig_md.switchml_md.pool_index[16:1]);
         ig_md.switchml_md.retransmission =
             ig_md.switchml_md.bitmap_before & ig_md.switchml_md.worker_bit;
     }
 
     apply {
-        slot_t slot = (slot_t) (ig_md.switchml_md.pool_index >> 1);
         if (ig_md.switchml_md.pool_index[0:0] == 0) {
-            check_set0(slot);
+            check_set0();
         } else {
-            check_set1(slot);
+            check_set1();
         }
     }
 }

@@ -100,7 +100,6 @@ parser IngressParser(
         pkt.advance(PORT_METADATA_SIZE);
         // Every metadata field gets a value here, so no control reads an
         // uninitialised one (the controls overwrite what they own).
-        ig_md.switchml_md.is_switchml = false;
         ig_md.switchml_md.drop_reason = DROP_NONE;
         ig_md.switchml_md.worker_id = 0;
         ig_md.switchml_md.worker_bit = 0;
@@ -121,6 +120,15 @@ parser IngressParser(
         ig_md.switch_mac = 0;
         ig_md.switch_ip = 0;
         ig_md.sim_drop = 0;
+        ig_md.responded = false;
+        ig_md.forward = true;          // until the address tests clear it
+        ig_md.run_next_step = true;
+        ig_md.rx.expected_len = 0;
+        ig_md.rx.first_room = 0;
+        ig_md.rx.below = 0;
+        ig_md.rx.qp_room = 1;
+        ig_md.rx.verdict = 0;
+        ig_md.rx.stale = 0;
 #ifdef PAYLOAD_1024
         ig_md.loopback_key = 0;
         // Bridged passes arrive on pipe 0's recirculation port and on every
@@ -139,6 +147,9 @@ parser IngressParser(
     // empty (PASS_HARVEST_INSERT).
     state parse_bridged {
         pkt.extract(hdr.bridged);
+        // A bridged pass reads or adds what pass 0 accepted: the
+        // Processors' gate (Ingress) holds for it.
+        ig_md.rx.verdict = PRED_LO_HI;
         pkt.extract(hdr.ethernet);
         pkt.extract(hdr.ipv4);
         pkt.extract(hdr.udp);
@@ -188,6 +199,9 @@ parser IngressParser(
     }
     state parse_bridged {
         pkt.extract(hdr.bridged);
+        // The harvest pass reads what pass 0 accepted: the Processors'
+        // gate (Ingress) holds for it.
+        ig_md.rx.verdict = PRED_LO_HI;
         transition parse_ethernet;
     }
 #endif

@@ -31,7 +31,7 @@
  *                                   + 2 leaves the job's range)
  *   MIDDLE/LAST, ok               → next_psn = PSN+1, room − 2, pool index
  *                                   + 2 (rx_pool_index)
- * PSNs are held and compared in the psn_key form (PSN << 8 | 0x80, below):
+ * PSNs are held and compared in the psn_key form (PSN << 8 | 0x80, ig_md.rx.below):
  * one PHV field serves every comparison, PSN+1 is psn_key + 0x100 computed
  * in the stateful ALU (wrapping at 2^24), and INVALID_PSN, whose low byte
  * is not 0x80, matches no packet.
@@ -60,25 +60,14 @@ control RDMAReceiver(
     Register<bit<32>, qp_state_index_t>(MAX_RX_QPS_I) rx_pool_index;
     Register<bit<32>, qp_state_index_t>(MAX_RX_QPS_I) rx_high_psn;
 
-    bit<16> expected_len; // opcode_position: the request's IPv4 total length
-    // FIRST/ONLY range figures, one saturating subtraction each in set_qp
-    // (Tofino compares two fields only in a stateful ALU; these leave a
-    // value a gateway tests against zero):
-    //   first_room = pool_end_index |-| rkey: 0 if rkey is past the job's
-    //     range, else the pool index steps left to its end (room);
-    //   below = pool_first_index |-| rkey: nonzero if rkey is before it.
-    // Both are < 2^16 (pool indices are), so their low 16 bits decide.
-    bit<32> first_room;
-    bit<32> below;
-    // num_qps − QPN[15:0]: 0 or negative (bit 15) when the QP index is not
-    // below num_qps (a receive_qp hit has QPN bits 15..9 zero, so QPN[15:0]
-    // is the QP index; both are ≤ 512).
-    bit<16> qp_room;
+    // Its working fields live in ig_md.rx (types.p4 rx_md_t), set by the
+    // parser, so that no assignment here precedes the tables that write
+    // them (each would cost a stage).
 
     RegisterAction<rx_state_t, qp_state_index_t, salu_predicate_t>(rx_qp_state) start_message = {
         void apply(inout rx_state_t s) {
             s.next_psn = ig_md.switchml_md.psn_key + 0x100;
-            s.room = first_room;
+            s.room = ig_md.rx.first_room;
         }
     };
 
@@ -146,13 +135,16 @@ control RDMAReceiver(
         ig_md.switchml_md.qp_index = hdr.ib_bth.dst_qp[8:0];
         ig_md.switchml_md.qp_state_index = qp_base + hdr.ib_bth.dst_qp[15:0];
         ig_md.switchml_md.mgid = mgid;
-        qp_room = num_qps - hdr.ib_bth.dst_qp[15:0];
-        below = pool_first_index |-| hdr.ib_reth.r_key;
-        first_room = pool_end_index |-| hdr.ib_reth.r_key;
+        ig_md.rx.qp_room = num_qps - hdr.ib_bth.dst_qp[15:0];
+        ig_md.rx.below = pool_first_index |-| hdr.ib_reth.r_key;
+        ig_md.rx.first_room = pool_end_index |-| hdr.ib_reth.r_key;
     }
 
+    // A miss reads as a QP index out of range: DROP_UNKNOWN_QP in I1, and
+    // only when opcode_position accepted the opcode (the model's order),
+    // without a test of drop_reason between the two I0 tables.
     action unknown_qp() {
-        ig_md.switchml_md.drop_reason = DROP_UNKNOWN_QP;
+        ig_md.rx.qp_room = 0;
     }
 
     table receive_qp {
@@ -171,7 +163,8 @@ control RDMAReceiver(
         ig_md.switchml_md.first_packet = first_packet;
         ig_md.switchml_md.last_packet = last_packet;
         ig_md.switchml_md.has_imm = has_imm;
-        expected_len = ipv4_total_len;
+        ig_md.rx.expected_len = ipv4_total_len;
+        ig_md.switchml_md.psn_key = hdr.ib_bth.psn ++ 8w0x80;
     }
 
     action bad_opcode() {
@@ -198,69 +191,95 @@ control RDMAReceiver(
         }
     }
 
-    bool length_ok;
-    salu_predicate_t verdict;
-    salu_predicate_t stale;
+    // Stage by stage (docs/p4.md "Stages"): I0 opcode_position and
+    // receive_qp; I1 the three registers, each under tests of fields the
+    // I0 tables wrote. drop_reason is written in I1 only by the branches
+    // that decide without the registers' answer; the answer (rx.verdict,
+    // rx.stale) is turned into a reason by decide(), in I2, beside the
+    // BitmapChecker that Ingress runs when accepted() holds.
+    apply {
+        opcode_position.apply();
+        receive_qp.apply();
+        if (ig_md.switchml_md.drop_reason == DROP_NONE) {
+            if (ig_md.rx.qp_room == 0 || ig_md.rx.qp_room[15:15] == 1) {
+                ig_md.switchml_md.drop_reason = DROP_UNKNOWN_QP;
+            } else {
+                // rx_pool_index runs beside rx_qp_state (same stage), not
+                // after it: it moves on every packet of a known QP, and
+                // whatever it holds after a dropped packet is never used,
+                // because the drop invalidated rx_qp_state and only a
+                // FIRST/ONLY (which overwrites it) validates the QP again.
+                ig_md.rx.stale = check_high_psn.execute(ig_md.switchml_md.qp_state_index);
+                if (ig_md.switchml_md.first_packet) {
+                    ig_md.switchml_md.pool_index = set_pool_index.execute(ig_md.switchml_md.qp_state_index);
+                } else {
+                    ig_md.switchml_md.pool_index = next_pool_index.execute(ig_md.switchml_md.qp_state_index);
+                }
+                if (!hdr.payload.isValid() || hdr.ipv4.total_len != ig_md.rx.expected_len) {
+                    ig_md.rx.verdict = invalidate.execute(ig_md.switchml_md.qp_state_index);
+                    if (ig_md.switchml_md.first_packet) {
+                        ig_md.switchml_md.drop_reason = DROP_LENGTH;
+                    } else {
+                        // DROP_LENGTH if the PSN was the expected one
+                        // (decide(), from rx.verdict).
+                        ig_md.switchml_md.drop_reason = DROP_PSN;
+                    }
+                } else if (ig_md.switchml_md.first_packet) {
+                    if (ig_md.rx.below[15:0] != 0) {
+                        invalidate.execute(ig_md.switchml_md.qp_state_index);
+                        ig_md.switchml_md.drop_reason = DROP_POOL_RANGE;
+                    } else if (ig_md.rx.first_room[15:0] == 0) {
+                        invalidate.execute(ig_md.switchml_md.qp_state_index);
+                        ig_md.switchml_md.drop_reason = DROP_POOL_RANGE;
+                    } else {
+                        start_message.execute(ig_md.switchml_md.qp_state_index);
+                        ig_md.rx.verdict = PRED_LO_HI;
+                    }
+                } else {
+                    ig_md.rx.verdict = continue_message.execute(ig_md.switchml_md.qp_state_index);
+                }
+            }
+        }
+    }
+}
+
+// accepted() (Ingress, I2): the packet goes on to the BitmapChecker iff
+//   drop_reason == DROP_NONE && rx.verdict == PRED_LO_HI &&
+//   rx.stale != PRED_LO_HI && sim_drop == 0.
+// RDMAReceiverDecide, in the stage after the registers: the reason of a
+// packet the registers (or the loss simulator) dropped, in the model's
+// order. One table keyed on the values (one logical table, where an if
+// chain took five and a stage of its own), entries in priority order.
+control RDMAReceiverDecide(inout ingress_metadata_t ig_md) {
+
+    action set_reason(drop_reason_t reason) {
+        ig_md.switchml_md.drop_reason = reason;
+    }
+
+    table decide {
+        key = {
+            ig_md.switchml_md.drop_reason : ternary;
+            ig_md.rx.verdict              : ternary;
+            ig_md.rx.stale                : ternary;
+            ig_md.sim_drop                : ternary;
+        }
+        actions = { set_reason; NoAction; }
+        const default_action = NoAction;
+        size = 8;
+        const entries = {
+            // MIDDLE/LAST with a bad length: DROP_LENGTH if the PSN was
+            // the expected one (rx.verdict from invalidate).
+            (DROP_PSN, PRED_LO, _, _)              : set_reason(DROP_LENGTH);
+            (DROP_NONE, PRED_LO, _, _)             : set_reason(DROP_POOL_RANGE);
+            (DROP_NONE, PRED_LO_HI, PRED_LO_HI, _) : set_reason(DROP_STALE_PSN);
+            (DROP_NONE, PRED_LO_HI, _, 0)          : NoAction();   // accepted
+            (DROP_NONE, PRED_LO_HI, _, _)          : set_reason(DROP_INGRESS_LOSS);
+            (DROP_NONE, _, _, _)                   : set_reason(DROP_PSN);
+        }
+    }
 
     apply {
-        ig_md.switchml_md.psn_key = hdr.ib_bth.psn ++ 8w0x80;
-        stale = 0;
-        ig_md.switchml_md.pool_index = 0;
-        below = 0;
-        first_room = 0;
-        qp_room = 1;
-        expected_len = 0;
-        opcode_position.apply();
-        if (ig_md.switchml_md.drop_reason == DROP_NONE) {
-            receive_qp.apply();
-        }
-        if (ig_md.switchml_md.drop_reason == DROP_NONE &&
-            (qp_room == 0 || qp_room[15:15] == 1)) {
-            ig_md.switchml_md.drop_reason = DROP_UNKNOWN_QP;
-        }
-        length_ok = hdr.payload.isValid() && hdr.ipv4.total_len == expected_len;
-
-        if (ig_md.switchml_md.drop_reason == DROP_NONE) {
-            // rx_pool_index runs beside rx_qp_state (same stage), not after
-            // it: it moves on every packet of a known QP, and whatever it
-            // holds after a dropped packet is never used, because the drop
-            // invalidated rx_qp_state and only a FIRST/ONLY (which
-            // overwrites it) validates the QP again.
-            stale = check_high_psn.execute(ig_md.switchml_md.qp_state_index);
-            if (ig_md.switchml_md.first_packet) {
-                ig_md.switchml_md.pool_index = set_pool_index.execute(ig_md.switchml_md.qp_state_index);
-            } else {
-                ig_md.switchml_md.pool_index = next_pool_index.execute(ig_md.switchml_md.qp_state_index);
-            }
-            if (ig_md.switchml_md.first_packet) {
-                if (!length_ok) {
-                    invalidate.execute(ig_md.switchml_md.qp_state_index);
-                    ig_md.switchml_md.drop_reason = DROP_LENGTH;
-                } else if (below[15:0] != 0 || first_room[15:0] == 0) {
-                    invalidate.execute(ig_md.switchml_md.qp_state_index);
-                    ig_md.switchml_md.drop_reason = DROP_POOL_RANGE;
-                } else {
-                    start_message.execute(ig_md.switchml_md.qp_state_index);
-                }
-            } else if (!length_ok) {
-                verdict = invalidate.execute(ig_md.switchml_md.qp_state_index);
-                if (verdict == PRED_LO) {
-                    ig_md.switchml_md.drop_reason = DROP_LENGTH;
-                } else {
-                    ig_md.switchml_md.drop_reason = DROP_PSN;
-                }
-            } else {
-                verdict = continue_message.execute(ig_md.switchml_md.qp_state_index);
-                if (verdict == PRED_LO) {
-                    ig_md.switchml_md.drop_reason = DROP_POOL_RANGE;
-                } else if (verdict != PRED_LO_HI) {
-                    ig_md.switchml_md.drop_reason = DROP_PSN;
-                }
-            }
-            if (stale == PRED_LO_HI && ig_md.switchml_md.drop_reason == DROP_NONE) {
-                ig_md.switchml_md.drop_reason = DROP_STALE_PSN;
-            }
-        }
+        decide.apply();
     }
 }
 

@@ -48,6 +48,7 @@ control Ingress(
     Forwarder() forwarder;
     DropSimulator() ingress_drop_sim;
     RDMAReceiver() rdma_receiver;
+    RDMAReceiverDecide() rdma_receiver_decide;
     BitmapChecker() bitmap_checker;
     WorkersCounter() workers_counter;
     Exponents() exponents;
@@ -89,8 +90,6 @@ control Ingress(
     // or ICMP echo): dropped, counted by switchmodel.DropReason code.
     Counter<bit<64>, bit<8>>(NUM_DROP_CODES, CounterType_t.PACKETS) not_switchml;
 
-    bool responded;
-    bool forward;
     pass_t pass;
 
     // Every packet that reaches egress carries bridged_md_h (EgressParser
@@ -149,7 +148,6 @@ control Ingress(
 #endif
         } else {
             pass = PASS_REQUEST;
-            arp_icmp_responder.apply(hdr, ig_md, ig_intr_md, ig_tm_md, responded);
             // The SwitchML path starts at once, beside the address checks
             // below rather than after them (each check is a stage the
             // register chain cannot spare, docs/p4.md "Stages"): receive_qp
@@ -158,49 +156,51 @@ control Ingress(
             // no state, and is then forwarded below; a packet without a BTH
             // never reaches the receiver.
             if (hdr.ib_bth.isValid()) {
-                ig_md.switchml_md.is_switchml = true;
                 ingress_drop_sim.apply(ig_md.sim_drop);
                 rdma_receiver.apply(hdr, ig_md);
-                // The simulated loss is decided two stages after the random
-                // number is drawn, so it takes the packet after the receiver
-                // (docs/p4.md "Loss simulation"): the reason stays the
-                // receiver's when it dropped the packet itself.
-                if (ig_md.sim_drop != 0) {
-                    if (ig_md.switchml_md.drop_reason == DROP_NONE) {
-                        ig_md.switchml_md.drop_reason = DROP_INGRESS_LOSS;
-                    }
-                }
+                // I2: accepted() (rdma_receiver.p4) as nested tests, each a
+                // gateway of its own; the reason of a drop is written beside
+                // them. The simulated loss is decided two stages after the
+                // random number is drawn, so it takes the packet after the
+                // receiver (docs/p4.md "Loss simulation"); the reason stays
+                // the receiver's when it dropped the packet itself.
                 if (ig_md.switchml_md.drop_reason == DROP_NONE) {
-                    bitmap_checker.apply(ig_md);
-                    workers_counter.apply(ig_md);
-                    exponents.apply(hdr, ig_md);
+                    if (ig_md.rx.verdict == PRED_LO_HI) {
+                        if (ig_md.rx.stale != PRED_LO_HI) {
+                            if (ig_md.sim_drop == 0) {
+                                bitmap_checker.apply(ig_md);
+                                workers_counter.apply(ig_md);
+                                exponents.apply(hdr, ig_md);
+                            }
+                        }
+                    }
                 }
             } else {
                 ig_md.switchml_md.drop_reason = DROP_OPCODE; // no slot for it
             }
-            if (responded) {
-                bridge_not_result();
-                return;
-            }
+            // ARP and ICMP echo after it: an echo reply rewrites the IPv4
+            // addresses receive_qp matches on, so it must not come first
+            // (the packets are disjoint, the compiler cannot tell).
+            arp_icmp_responder.apply(hdr, ig_md, ig_intr_md, ig_tm_md);
             // Not for the switch: two tests (a gateway takes 4 bytes).
-            forward = true;
             if (hdr.ipv4.isValid()) {
                 if (hdr.ipv4.dst_addr == ig_md.switch_ip) {
-                    forward = false;
+                    ig_md.forward = false;
                 }
             }
-            if (forward) {
-                forwarder.apply(hdr, ig_dprsr_md, ig_tm_md);
-                bridge_not_result();
-                return;
-            }
-            if (!hdr.ib_bth.isValid()) {
-                not_switchml.count((bit<8>) DROP_OPCODE);
-                ig_dprsr_md.drop_ctl = 1;
-                return;
-            }
         }
-        if (ig_md.switchml_md.drop_reason == DROP_NONE) {
+        // The Processors depend on drop_reason only, not on the address
+        // tests above (they would delay them by stages): a packet without
+        // a BTH has DROP_OPCODE, a RoCE packet for another host misses
+        // receive_qp (DROP_UNKNOWN_QP), an ARP or echo request has no BTH.
+        // The Processors' gate is accepted() itself (rdma_receiver.p4), on
+        // the fields the receiver's stage wrote, so they can start right
+        // after the BitmapChecker; RDMAReceiverDecide writes the reason
+        // after them (the parser makes the gate hold for a bridged pass).
+        if (ig_md.switchml_md.drop_reason == DROP_NONE &&
+            ig_md.rx.verdict == PRED_LO_HI &&
+            ig_md.rx.stale != PRED_LO_HI &&
+            ig_md.sim_drop == 0) {
             processor00.apply(hdr.payload.v00, hdr.payload.v01, ig_md.switchml_md, pass);
             processor01.apply(hdr.payload.v02, hdr.payload.v03, ig_md.switchml_md, pass);
             processor02.apply(hdr.payload.v04, hdr.payload.v05, ig_md.switchml_md, pass);
@@ -234,7 +234,24 @@ control Ingress(
             processor30.apply(hdr.payload.v60, hdr.payload.v61, ig_md.switchml_md, pass);
             processor31.apply(hdr.payload.v62, hdr.payload.v63, ig_md.switchml_md, pass);
         }
-        next_step.apply(hdr, ig_md, ig_intr_md, ig_dprsr_md, ig_tm_md);
+        rdma_receiver_decide.apply(ig_md);
+        if (!hdr.bridged.isValid()) {
+            if (ig_md.responded) {
+                bridge_not_result();
+                ig_md.run_next_step = false;
+            } else if (ig_md.forward) {
+                forwarder.apply(hdr, ig_dprsr_md, ig_tm_md);
+                bridge_not_result();
+                ig_md.run_next_step = false;
+            } else if (!hdr.ib_bth.isValid()) {
+                not_switchml.count((bit<8>) DROP_OPCODE);
+                ig_dprsr_md.drop_ctl = 1;
+                ig_md.run_next_step = false;
+            }
+        }
+        if (ig_md.run_next_step) {
+            next_step.apply(hdr, ig_md, ig_intr_md, ig_dprsr_md, ig_tm_md);
+        }
     }
 }
 

@@ -133,7 +133,6 @@ const bit<8> RESULT_SKIPPED = 1;
 // switchml_md_t is the ingress metadata of a SwitchML packet, the P4 twin
 // of switchmodel.Metadata.
 struct switchml_md_t {
-    bool            is_switchml;     // RoCEv2 to the switch IP
     drop_reason_t   drop_reason;
     worker_id_t     worker_id;       // Metadata.Rank
     worker_bitmap_t worker_bit;      // 1 << rank
@@ -159,11 +158,36 @@ struct switchml_md_t {
     bit<32>         psn_key;         // PSN << 8 | 0x80 (rx_high_psn's form)
 }
 
+// RDMAReceiver's working fields (rdma_receiver.p4), set by the parser.
+struct rx_md_t {
+    bit<16>          expected_len;   // opcode_position: the request's IPv4 total length
+    // FIRST/ONLY range figures, one saturating subtraction each in set_qp
+    // (Tofino compares two fields only in a stateful ALU; these leave a
+    // value a gateway tests against zero):
+    //   first_room = pool_end_index |-| rkey: 0 if rkey is past the job's
+    //     range, else the pool index steps left to its end (room);
+    //   below = pool_first_index |-| rkey: nonzero if rkey is before it.
+    // Both are < 2^16 (pool indices are), so their low 16 bits decide.
+    bit<32>          first_room;
+    bit<32>          below;
+    // num_qps − QPN[15:0]: 0 or negative (bit 15) when the QP index is not
+    // below num_qps (a receive_qp hit has QPN bits 15..9 zero, so QPN[15:0]
+    // is the QP index; both are ≤ 512).
+    bit<16>          qp_room;
+    salu_predicate_t verdict;        // rx_qp_state's answer (PRED_LO_HI: accepted)
+    salu_predicate_t stale;          // rx_high_psn's answer (PRED_LO_HI: stale)
+}
+
 struct ingress_metadata_t {
     switchml_md_t switchml_md;
+    rx_md_t       rx;
     mac_addr_t    switch_mac;        // ARPICMPResponder.switch_address
     ipv4_addr_t   switch_ip;
     bit<16>       sim_drop;          // DropSimulator: ≠ 0 dropped
+    // Ingress' dispatch flags, set by the parser (Ingress.apply).
+    bool          responded;         // ARPICMPResponder answered
+    bool          forward;           // not for the switch IP: Forwarder
+    bool          run_next_step;     // a SwitchML packet: NextStep decides
 #ifdef PAYLOAD_1024
     bit<4>        loopback_key;      // NextStep.loopback_port key (pool index bits)
 #endif

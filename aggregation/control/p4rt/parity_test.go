@@ -136,7 +136,9 @@ func expand(controls map[string]*p4Control) p4Names {
 		for _, body := range c.tables {
 			if m := reActions.FindStringSubmatch(body); m != nil {
 				for _, a := range strings.Split(m[1], ";") {
-					if a = strings.TrimSpace(a); a != "" {
+					a = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(a), "@defaultonly"))
+					// NoAction is core.p4's, listed once at the top level.
+					if a != "" && a != "NoAction" {
 						n.actions[prefix+a] = c.actions[a]
 					}
 				}
