@@ -244,6 +244,8 @@ struct egress_metadata_t {
     qp_state_index_t psn_index;      // RDMASender PSN register index
     rkey_t           rkey;           // the destination worker's real rkey
     bit<16>          sim_drop;       // DropSimulator: ≠ 0 dropped
+    bit<1>           worker_known;   // RDMASender.worker hit
+    bit<1>           qp_known;       // RDMASender.worker_qp hit
 }
 
 #endif /* _HEADERS_P4_ */

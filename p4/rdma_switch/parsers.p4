@@ -44,10 +44,14 @@
  *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth parse_imm parse_payload  350
  *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth parse_payload       346
  *   EgressParser    (start only: not a result)                                                       61
- *   EgressParser    parse_result                                                                    101
- *   EgressParser    parse_result parse_result_reth                                                  117
- *   EgressParser    parse_result parse_result_reth_imm                                              121
- *   EgressParser    parse_result parse_result_imm                                                   105
+ *   EgressParser    parse_broadcast parse_result                                                    101
+ *   EgressParser    parse_unicast parse_result                                                      101
+ *   EgressParser    parse_broadcast parse_result parse_result_reth                                  117
+ *   EgressParser    parse_unicast parse_result parse_result_reth                                    117
+ *   EgressParser    parse_broadcast parse_result parse_result_reth_imm                              121
+ *   EgressParser    parse_unicast parse_result parse_result_reth_imm                                121
+ *   EgressParser    parse_broadcast parse_result parse_result_imm                                   105
+ *   EgressParser    parse_unicast parse_result parse_result_imm                                     105
  * PAYLOAD_1024 profile (same egress parser; the ingress parser takes a
  * bridged pass from pipe 0's recirculation port and every port of pipes
  * 1–3, parses the request's headers again and then the next 256 B chunk
@@ -75,10 +79,14 @@
  *   1024 IngressParser  parse_bridged parse_chunk parse_payload                                     346
  *   1024 IngressParser  parse_bridged parse_chunk insert_chunk                                       90
  *   1024 EgressParser   (start only: not a result)                                                   61
- *   1024 EgressParser   parse_result                                                                101
- *   1024 EgressParser   parse_result parse_result_reth                                              117
- *   1024 EgressParser   parse_result parse_result_reth_imm                                          121
- *   1024 EgressParser   parse_result parse_result_imm                                               105
+ *   1024 EgressParser   parse_broadcast parse_result                                                101
+ *   1024 EgressParser   parse_unicast parse_result                                                  101
+ *   1024 EgressParser   parse_broadcast parse_result parse_result_reth                              117
+ *   1024 EgressParser   parse_unicast parse_result parse_result_reth                                117
+ *   1024 EgressParser   parse_broadcast parse_result parse_result_reth_imm                          121
+ *   1024 EgressParser   parse_unicast parse_result parse_result_reth_imm                            121
+ *   1024 EgressParser   parse_broadcast parse_result parse_result_imm                               105
+ *   1024 EgressParser   parse_unicast parse_result parse_result_imm                                 105
  * (ingress_intrinsic_metadata_t 8 B + port metadata 8 B; egress_intrinsic_
  * metadata_t 27 B; bridged_md_h 20 B; Ethernet 14, ARP 28, IPv4 20, ICMP 4,
  * UDP 8, BTH 12, RETH 16, ImmDt 4, payload 256.)
@@ -123,6 +131,7 @@ parser IngressParser(
         ig_md.responded = false;
         ig_md.forward = true;          // until the address tests clear it
         ig_md.run_next_step = true;
+        ig_md.accepted = false;
         ig_md.rx.expected_len = 0;
         ig_md.rx.first_room = 0;
         ig_md.rx.below = 0;
@@ -148,8 +157,9 @@ parser IngressParser(
     state parse_bridged {
         pkt.extract(hdr.bridged);
         // A bridged pass reads or adds what pass 0 accepted: the
-        // Processors' gate (Ingress) holds for it.
+        // Processors run (Ingress), RDMAReceiverDecide leaves it alone.
         ig_md.rx.verdict = PRED_LO_HI;
+        ig_md.accepted = true;
         pkt.extract(hdr.ethernet);
         pkt.extract(hdr.ipv4);
         pkt.extract(hdr.udp);
@@ -199,9 +209,10 @@ parser IngressParser(
     }
     state parse_bridged {
         pkt.extract(hdr.bridged);
-        // The harvest pass reads what pass 0 accepted: the Processors'
-        // gate (Ingress) holds for it.
+        // The harvest pass reads what pass 0 accepted: the Processors
+        // run (Ingress), RDMAReceiverDecide leaves it alone.
         ig_md.rx.verdict = PRED_LO_HI;
+        ig_md.accepted = true;
         transition parse_ethernet;
     }
 #endif
@@ -305,15 +316,28 @@ parser EgressParser(
         eg_md.psn_index = 0;
         eg_md.rkey = 0;
         eg_md.sim_drop = 0;
+        eg_md.worker_known = 0;
+        eg_md.qp_known = 0;
         // Ingress bridges bridged_md_h on every packet that reaches egress
         // (the usual TNA pattern); only SwitchML results are parsed deeper.
         pkt.extract(hdr.bridged);
         pkt.extract(hdr.ethernet);
         transition select(hdr.bridged.decision) {
-            DECISION_BROADCAST : parse_result;
-            DECISION_UNICAST   : parse_result;
+            DECISION_BROADCAST : parse_broadcast;
+            DECISION_UNICAST   : parse_unicast;
             default            : accept;
         }
+    }
+    // The destination rank (RDMASender's worker / worker_qp key) is set
+    // here, not in a stage: the PRE's replica id for a Broadcast, the
+    // sender for a Unicast. Nothing is extracted.
+    state parse_broadcast {
+        eg_md.dest_rank = eg_intr_md.egress_rid[4:0];
+        transition parse_result;
+    }
+    state parse_unicast {
+        eg_md.dest_rank = hdr.bridged.worker_id;
+        transition parse_result;
     }
     // A result: the request's headers up to the payload, which stays
     // unparsed (RDMASender rewrites headers only).

@@ -91,14 +91,17 @@ control RDMASender(
         }
     };
 
+    // Each table sets a flag of its own on a hit (the parser clears both),
+    // so worker and worker_qp share a stage; the apply block drops a
+    // packet either missed.
     action set_worker(mac_addr_t mac, ipv4_addr_t ip, rkey_t rkey) {
         hdr.ethernet.dst_addr = mac;
         hdr.ipv4.dst_addr = ip;
         eg_md.rkey = rkey;
+        eg_md.worker_known = 1;
     }
 
     action no_worker() {
-        eg_dprsr_md.drop_ctl = 1;
     }
 
     table worker {
@@ -114,6 +117,7 @@ control RDMASender(
     action set_qp(qpn_t qpn, qp_state_index_t psn_index) {
         hdr.ib_bth.dst_qp = qpn;
         eg_md.psn_index = psn_index;
+        eg_md.qp_known = 1;
     }
 
     table worker_qp {
@@ -128,20 +132,15 @@ control RDMASender(
     }
 
     bool in_order;
-    bool known;
 
     apply {
-        if (hdr.bridged.decision == DECISION_BROADCAST) {
-            eg_md.dest_rank = (worker_id_t) eg_intr_md.egress_rid;
-        } else {
-            eg_md.dest_rank = hdr.bridged.worker_id;
-        }
+        // eg_md.dest_rank: set by EgressParser (parse_broadcast /
+        // parse_unicast).
         // A miss (no_worker) must not touch the per-QP registers at an
         // unset index.
-        known = true;
-        if (!worker.apply().hit) { known = false; }
-        if (!worker_qp.apply().hit) { known = false; }
-        if (!known) {
+        worker.apply();
+        worker_qp.apply();
+        if (eg_md.worker_known == 0 || eg_md.qp_known == 0) {
             eg_dprsr_md.drop_ctl = 1;
             return;
         }

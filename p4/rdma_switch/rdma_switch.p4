@@ -168,6 +168,7 @@ control Ingress(
                     if (ig_md.rx.verdict == PRED_LO_HI) {
                         if (ig_md.rx.stale != PRED_LO_HI) {
                             if (ig_md.sim_drop == 0) {
+                                ig_md.accepted = true;
                                 bitmap_checker.apply(ig_md);
                                 workers_counter.apply(ig_md);
                                 exponents.apply(hdr, ig_md);
@@ -193,14 +194,11 @@ control Ingress(
         // tests above (they would delay them by stages): a packet without
         // a BTH has DROP_OPCODE, a RoCE packet for another host misses
         // receive_qp (DROP_UNKNOWN_QP), an ARP or echo request has no BTH.
-        // The Processors' gate is accepted() itself (rdma_receiver.p4), on
-        // the fields the receiver's stage wrote, so they can start right
-        // after the BitmapChecker; RDMAReceiverDecide writes the reason
-        // after them (the parser makes the gate hold for a bridged pass).
-        if (ig_md.switchml_md.drop_reason == DROP_NONE &&
-            ig_md.rx.verdict == PRED_LO_HI &&
-            ig_md.rx.stale != PRED_LO_HI &&
-            ig_md.sim_drop == 0) {
+        // The Processors run on accepted (set beside the BitmapChecker, or
+        // by the parser for a bridged pass), not on drop_reason, which
+        // RDMAReceiverDecide writes later: NextStep, which reads it, can
+        // then sit beside the Processors instead of after them.
+        if (ig_md.accepted) {
             processor00.apply(hdr.payload.v00, hdr.payload.v01, ig_md.switchml_md, pass);
             processor01.apply(hdr.payload.v02, hdr.payload.v03, ig_md.switchml_md, pass);
             processor02.apply(hdr.payload.v04, hdr.payload.v05, ig_md.switchml_md, pass);
