@@ -130,7 +130,6 @@ parser IngressParser(
         ig_md.sim_drop = 0;
         ig_md.responded = false;
         ig_md.forward = true;          // until the address tests clear it
-        ig_md.run_next_step = true;
         ig_md.accepted = false;
         ig_md.rx.expected_len = 0;
         ig_md.rx.first_room = 0;

@@ -256,6 +256,10 @@ control RDMAReceiverDecide(inout ingress_metadata_t ig_md) {
         ig_md.switchml_md.drop_reason = reason;
     }
 
+    // Placed by hand right after the registers' stage: bf-p4c's placement
+    // otherwise puts it behind the 32 Processors, and NextStep, which
+    // reads the reason, two stages past the twelfth.
+    @stage(4)
     table decide {
         key = {
             ig_md.switchml_md.drop_reason : ternary;

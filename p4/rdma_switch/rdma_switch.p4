@@ -236,18 +236,18 @@ control Ingress(
         if (!hdr.bridged.isValid()) {
             if (ig_md.responded) {
                 bridge_not_result();
-                ig_md.run_next_step = false;
             } else if (ig_md.forward) {
                 forwarder.apply(hdr, ig_dprsr_md, ig_tm_md);
                 bridge_not_result();
-                ig_md.run_next_step = false;
             } else if (!hdr.ib_bth.isValid()) {
                 not_switchml.count((bit<8>) DROP_OPCODE);
                 ig_dprsr_md.drop_ctl = 1;
-                ig_md.run_next_step = false;
             }
         }
-        if (ig_md.run_next_step) {
+        // NextStep for a bridged pass and for RoCE to the switch IP (an ARP
+        // or echo request has no BTH): one gateway on fields known by I2,
+        // so NextStep need not wait for the dispatch above.
+        if (hdr.bridged.isValid() || (hdr.ib_bth.isValid() && !ig_md.forward)) {
             next_step.apply(hdr, ig_md, ig_intr_md, ig_dprsr_md, ig_tm_md);
         }
     }

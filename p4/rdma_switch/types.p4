@@ -187,7 +187,6 @@ struct ingress_metadata_t {
     // Ingress' dispatch flags, set by the parser (Ingress.apply).
     bool          responded;         // ARPICMPResponder answered
     bool          forward;           // not for the switch IP: Forwarder
-    bool          run_next_step;     // a SwitchML packet: NextStep decides
     bool          accepted;          // the Processors run (accepted() held, or a bridged pass)
 #ifdef PAYLOAD_1024
     bit<4>        loopback_key;      // NextStep.loopback_port key (pool index bits)
