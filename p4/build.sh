@@ -55,13 +55,15 @@ if ! cc=$(find_compiler) || [ -z "$cc" ]; then
 	exit 0
 fi
 
-# stages_used DIR: the largest MAU stage count any gress of the compiled
-# pipe reports (bf-p4c's logs/table_summary.log or logs/mau.resources.log),
-# empty when the compiler wrote neither.
+# stages_used DIR: the MAU stage count of the compiled pipe: the last table
+# allocation bf-p4c reports in logs/table_summary.log (it retries; the last
+# one is what it kept), else logs/mau.resources.log; empty when the
+# compiler wrote neither.
 stages_used() {
-	local n
-	n=$(find "$1" -path '*/logs/table_summary.log' -exec \
-		sed -n 's/.*Number of stages in table allocation: *\([0-9][0-9]*\).*/\1/p' {} + 2>/dev/null | sort -n | tail -1)
+	local n f
+	n=$(find "$1" -path '*/logs/table_summary.log' | while read -r f; do
+		sed -n 's/.*Number of stages in table allocation: *\([0-9][0-9]*\).*/\1/p' "$f" | tail -1
+	done | sort -n | tail -1)
 	if [ -z "$n" ]; then
 		n=$(find "$1" -path '*/logs/mau.resources.log' -exec \
 			sed -n 's/.*[Ss]tages* used[^0-9]*\([0-9][0-9]*\).*/\1/p' {} + 2>/dev/null | sort -n | tail -1)
@@ -82,6 +84,9 @@ compile() { # profile dir [defines...]
 		--p4runtime-files "$dir/p4info.txt" --p4runtime-format text --p4runtime-force-std-externs \
 		"$@" ${P4FLAGS:-} "$src" 2>&1 | tee "$dir/compile.log"; then
 		echo "make p4: $profile profile FAILED after $((SECONDS - t0)) s (log: $dir/compile.log)" >&2
+		local m
+		m=$(stages_used "$dir")
+		[ -n "$m" ] && echo "make p4: $profile profile: the compiler's last table allocation used $m MAU stages; Tofino 1 has $max_stages" >&2
 		return 1
 	fi
 	echo "make p4: $profile profile: compiled in $((SECONDS - t0)) s"
