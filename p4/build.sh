@@ -16,7 +16,9 @@
 #            its P4Info must hold Ingress.next_step.loopback_port).
 # Fails (exit 1) on any compiler error, and when a compiled pipe uses more
 # than the 12 MAU stages of Tofino 1 (read from the compiler's table
-# summary). Without a compiler it says so and exits 0.
+# summary), or when it wrote no tofino.bin. Without a compiler it says so
+# and exits 0 (1 when $CI is set). -g makes bf-p4c write the resource logs
+# under <profile>/pipe/logs/ (docs/p4.md "Stages and resources").
 # Extra compiler flags: $P4FLAGS.
 set -u -o pipefail
 
@@ -46,16 +48,22 @@ if ! cc=$(find_compiler) || [ -z "$cc" ]; then
 	echo "  Build p4lang/p4c with -DENABLE_TOFINO=ON (docs/p4.md \"Building the compiler\") or install Intel P4 Studio,"
 	echo "  then: P4C=/path/to/bf-p4c make p4"
 	echo "  Nothing was compiled."
+	if [ -n "${CI:-}" ]; then
+		echo "make p4: CI is set: a missing compiler is a failure." >&2
+		exit 1
+	fi
 	exit 0
 fi
 
-# stages_used DIR: the largest MAU stage count any gress of the compiled
-# pipe reports (bf-p4c's logs/table_summary.log or logs/mau.resources.log),
-# empty when the compiler wrote neither.
+# stages_used DIR: the MAU stage count of the compiled pipe: the last table
+# allocation bf-p4c reports in logs/table_summary.log (it retries; the last
+# one is what it kept), else logs/mau.resources.log; empty when the
+# compiler wrote neither.
 stages_used() {
-	local n
-	n=$(find "$1" -path '*/logs/table_summary.log' -exec \
-		sed -n 's/.*Number of stages in table allocation: *\([0-9][0-9]*\).*/\1/p' {} + 2>/dev/null | sort -n | tail -1)
+	local n f
+	n=$(find "$1" -path '*/logs/table_summary.log' | while read -r f; do
+		sed -n 's/.*Number of stages in table allocation: *\([0-9][0-9]*\).*/\1/p' "$f" | tail -1
+	done | sort -n | tail -1)
 	if [ -z "$n" ]; then
 		n=$(find "$1" -path '*/logs/mau.resources.log' -exec \
 			sed -n 's/.*[Ss]tages* used[^0-9]*\([0-9][0-9]*\).*/\1/p' {} + 2>/dev/null | sort -n | tail -1)
@@ -68,11 +76,22 @@ compile() { # profile dir [defines...]
 	shift 2
 	rm -rf "$dir" && mkdir -p "$dir" || return 1
 	echo "make p4: $profile profile → $dir ($cc)"
+	local t0=$SECONDS
+	# -g writes the resource logs (pipe/logs/table_summary.log,
+	# mau.resources.log, phv_allocation_summary_*.log) the stage check reads.
 	# shellcheck disable=SC2086 # P4FLAGS is a flag list
-	if ! "$cc" --target tofino --arch tna --std p4-16 -o "$dir" \
-		--p4runtime-files "$dir/p4info.txt" --p4runtime-force-std-externs \
+	if ! "$cc" --target tofino --arch tna --std p4-16 -g -o "$dir" \
+		--p4runtime-files "$dir/p4info.txt" --p4runtime-format text --p4runtime-force-std-externs \
 		"$@" ${P4FLAGS:-} "$src" 2>&1 | tee "$dir/compile.log"; then
-		echo "make p4: $profile profile FAILED (log: $dir/compile.log)" >&2
+		echo "make p4: $profile profile FAILED after $((SECONDS - t0)) s (log: $dir/compile.log)" >&2
+		local m
+		m=$(stages_used "$dir")
+		[ -n "$m" ] && echo "make p4: $profile profile: the compiler's last table allocation used $m MAU stages; Tofino 1 has $max_stages" >&2
+		return 1
+	fi
+	echo "make p4: $profile profile: compiled in $((SECONDS - t0)) s"
+	if ! find "$dir" -name tofino.bin -size +0 | grep -q .; then
+		echo "make p4: $profile profile: no tofino.bin written (log: $dir/compile.log)" >&2
 		return 1
 	fi
 	if grep 'error:' "$dir/compile.log" | grep -qv 'warning'; then

@@ -5,7 +5,8 @@
 # builds, golangci-lint (pinned; depguard guards the layers) and the cgo
 # check, the darwin/freebsd cross build, the protobuf and go.mod
 # consistency checks, the version stamp of `make build`, a fuzz smoke of
-# every fuzz target, and the Soft-RoCE interop scenarios in a QEMU guest.
+# every fuzz target, the P4Info of the Tofino program against bf-p4c's, and the
+# Soft-RoCE interop scenarios in a QEMU guest.
 #
 #   scripts/test.sh            everything
 #   FUZZTIME=30s scripts/test.sh   (default: 20000 executions per target)
@@ -115,6 +116,26 @@ for pkg in $(go list ./...); do
 		[ -n "$ok" ] || { cat /tmp/swml-fuzz.log; exit 1; }
 	done
 done
+
+# --- P4: the Tofino program and the open-source Tofino compiler ------------
+# Installs the prebuilt bf-p4c from ../shared/tools/bf-p4c/ (relative to the
+# repository root; install.sh unpacks it once into ~/.cache and apt-installs
+# its runtime libraries as root) and checks that the P4Info fixtures the
+# P4Runtime backend is tested against (aggregation/control/p4rt/testdata) are
+# what the compiler writes for p4/rdma_switch (front and mid end, seconds).
+# With CI set a missing compiler is a failure. `make p4` (the full compile of
+# the three profiles, each to tofino.bin within 12 stages) joins this block
+# once the program fits: today table placement needs more than 12 ingress
+# stages (docs/p4.md "Stages and resources", issue #21), so it would fail.
+step "P4: the P4Info fixtures equal bf-p4c's (scripts/p4.sh p4info)"
+if [ -x ../shared/tools/bf-p4c/install.sh ] || [ -n "${P4C:-}" ]; then
+	scripts/p4.sh p4info
+elif [ -n "${CI:-}" ]; then
+	echo "FAIL: no Tofino compiler (../shared/tools/bf-p4c/install.sh missing, P4C unset); CI must check the P4 program"
+	exit 1
+else
+	echo "SKIP: no Tofino compiler (../shared/tools/bf-p4c/install.sh missing, P4C unset)"
+fi
 
 # --- Soft-RoCE (rxe) in a QEMU guest -----------------------------------------
 # libibverbs workers all-reducing through the software switch over rdma_rxe,

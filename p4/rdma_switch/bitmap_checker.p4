@@ -5,7 +5,7 @@
  * One 64-bit register entry per slot holds both sets' 32-bit worker
  * bitmaps (bitmap_pair_t). A packet for set s ORs the worker's bit into s,
  * clears it in ¬s, and reads s's bitmap before the update:
- * (before & worker_bit) != 0 is a retransmission. The Go model's bitmap is
+ * retransmission = before & worker_bit, nonzero for a retransmission. The Go model's bitmap is
  * wider (MaxWorkers); the P4 program holds 32 workers (wire.MaxP4AppWorkers).
  * One stateful ALU.
  */
@@ -14,6 +14,12 @@
 
 #include "types.p4"
 
+// retransmission = bitmap_before & worker_bit is one 32-bit AND: the three
+// must sit in whole 32-bit containers, bit for bit (bf-p4c otherwise
+// splits them into bytes with different alignments).
+@pa_container_size("ingress", "ig_md.switchml_md.retransmission", 32)
+@pa_container_size("ingress", "ig_md.switchml_md.bitmap_before", 32)
+@pa_container_size("ingress", "ig_md.switchml_md.worker_bit", 32)
 control BitmapChecker(inout ingress_metadata_t ig_md) {
 
     Register<bitmap_pair_t, slot_t>(NUM_SLOTS_I) bitmap;
@@ -34,15 +40,31 @@ control BitmapChecker(inout ingress_metadata_t ig_md) {
         }
     };
 
-    apply {
-        slot_t slot = (slot_t) (ig_md.switchml_md.pool_index >> 1);
-        if (ig_md.switchml_md.pool_index[0:0] == 0) {
-            ig_md.switchml_md.bitmap_before = update_set0.execute(slot);
-        } else {
-            ig_md.switchml_md.bitmap_before = update_set1.execute(slot);
-        }
+    // The stateful ALU's output and the worker's bit meet in the action
+    // (one VLIW AND in the register's stage, p4app-switchML's map_result):
+    // a comparison of them would need a stage of its own, which the
+    // pipeline does not have (docs/p4.md "Stages"). retransmission is the
+    // AND itself; its consumers test it against zero in gateways.
+    // The slot is a slice of the pool index, taken by the register's
+    // address unit (no shift: that would be a stage of its own).
+    action check_set0() {
+        ig_md.switchml_md.bitmap_before = update_set0.execute(ig_md.switchml_md.pool_index[16:1]);
         ig_md.switchml_md.retransmission =
-            (ig_md.switchml_md.bitmap_before & ig_md.switchml_md.worker_bit) != 0;
+            ig_md.switchml_md.bitmap_before & ig_md.switchml_md.worker_bit;
+    }
+
+    action check_set1() {
+        ig_md.switchml_md.bitmap_before = update_set1.execute(ig_md.switchml_md.pool_index[16:1]);
+        ig_md.switchml_md.retransmission =
+            ig_md.switchml_md.bitmap_before & ig_md.switchml_md.worker_bit;
+    }
+
+    apply {
+        if (ig_md.switchml_md.pool_index[0:0] == 0) {
+            check_set0();
+        } else {
+            check_set1();
+        }
     }
 }
 

@@ -4,19 +4,28 @@
  * DropIngressLoss / DropEgressLoss). Instantiated in ingress
  * (ingress_drop_sim: requests) and egress (egress_drop_sim: results).
  * The controller sets drop_probability's default action with
- * threshold = p · 2^32; 0 (the default) never drops.
+ * threshold = p · 2^16; 0 (the default) never drops.
+ *
+ * Tofino compares two fields only in a stateful ALU, so "random <
+ * threshold" is the saturating difference threshold |-| random, nonzero
+ * exactly when random < threshold; the caller tests it against zero
+ * (loss_compare). Three steps, one stage each: threshold and random
+ * number into the PHV, the difference, the caller's test. 16 bits: the probability's
+ * resolution is 2^-16, and a 16-bit value is what a gateway can test
+ * beside the other conditions of its stage (docs/p4.md "DropSimulator").
  */
 #ifndef _DROP_SIMULATOR_P4_
 #define _DROP_SIMULATOR_P4_
 
 #include "types.p4"
 
-control DropSimulator(out bool drop) {
+control DropSimulator(out bit<16> drop) {
 
-    Random<bit<32>>() rng;
-    bit<32> threshold;
+    Random<bit<16>>() rng;
+    bit<16> threshold;
+    bit<16> r;
 
-    action set_drop_probability(bit<32> drop_threshold) {
+    action set_drop_probability(bit<16> drop_threshold) {
         threshold = drop_threshold;
     }
 
@@ -26,10 +35,23 @@ control DropSimulator(out bool drop) {
         size = 1;
     }
 
+    action compare() {
+        drop = threshold |-| r; // ≠ 0: dropped
+    }
+
+    // A table of its own, so the caller's gateway tests the field `drop`
+    // and not the expression (bf-p4c propagates an apply-level assignment
+    // into the condition, which a gateway cannot evaluate).
+    table loss_compare {
+        actions = { compare; }
+        const default_action = compare();
+        size = 1;
+    }
+
     apply {
-        threshold = 0;
         drop_probability.apply();
-        drop = rng.get() < threshold;
+        r = rng.get();
+        loss_compare.apply();
     }
 }
 

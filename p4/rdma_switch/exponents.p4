@@ -69,35 +69,87 @@ control Exponents(
         void apply(inout msg_id_t v, out msg_id_t r) { r = v; }
     };
 
-    apply {
-        pool_index_t idx = (pool_index_t) ig_md.switchml_md.pool_index;
-        bool first = ig_md.switchml_md.bitmap_before == 0;
-        if (ig_md.switchml_md.retransmission ||
-            (!first && !ig_md.switchml_md.has_imm)) {
-            ig_md.switchml_md.result_e0 = read_e0.execute(idx);
-            ig_md.switchml_md.result_e1 = read_e1.execute(idx);
-            // A result echoes the id of the request that asked for it:
-            // a retransmission gets its own id back, which may name one
-            // packet of the message (per-packet recovery,
-            // aggregation/wire.PacketMsgID; switchmodel.Exponents).
-            if (ig_md.switchml_md.has_imm) {
-                ig_md.switchml_md.result_msg_id = hdr.ib_immediate.msg_id;
-            } else {
-                ig_md.switchml_md.result_msg_id = read_msg_id.execute(idx);
-            }
-        } else if (first && ig_md.switchml_md.has_imm) {
-            ig_md.switchml_md.result_e0 = write_e0.execute(idx);
-            ig_md.switchml_md.result_e1 = write_e1.execute(idx);
-            ig_md.switchml_md.result_msg_id = write_msg_id.execute(idx);
-        } else if (first) {
-            ig_md.switchml_md.result_e0 = unset_e0.execute(idx);
-            ig_md.switchml_md.result_e1 = unset_e1.execute(idx);
-            ig_md.switchml_md.result_msg_id = reset_msg_id.execute(idx);
-        } else {
-            ig_md.switchml_md.result_e0 = max_read_e0.execute(idx);
-            ig_md.switchml_md.result_e1 = max_read_e1.execute(idx);
-            ig_md.switchml_md.result_msg_id = write_msg_id.execute(idx);
+    action write_e0_a()    { ig_md.switchml_md.result_e0 = write_e0.execute(ig_md.switchml_md.pool_index[15:0]); }
+    action unset_e0_a()    { ig_md.switchml_md.result_e0 = unset_e0.execute(ig_md.switchml_md.pool_index[15:0]); }
+    action max_read_e0_a() { ig_md.switchml_md.result_e0 = max_read_e0.execute(ig_md.switchml_md.pool_index[15:0]); }
+    action read_e0_a()     { ig_md.switchml_md.result_e0 = read_e0.execute(ig_md.switchml_md.pool_index[15:0]); }
+    action write_e1_a()    { ig_md.switchml_md.result_e1 = write_e1.execute(ig_md.switchml_md.pool_index[15:0]); }
+    action unset_e1_a()    { ig_md.switchml_md.result_e1 = unset_e1.execute(ig_md.switchml_md.pool_index[15:0]); }
+    action max_read_e1_a() { ig_md.switchml_md.result_e1 = max_read_e1.execute(ig_md.switchml_md.pool_index[15:0]); }
+    action read_e1_a()     { ig_md.switchml_md.result_e1 = read_e1.execute(ig_md.switchml_md.pool_index[15:0]); }
+    action write_msg_id_a() { ig_md.switchml_md.result_msg_id = write_msg_id.execute(ig_md.switchml_md.pool_index[15:0]); }
+    action reset_msg_id_a() { ig_md.switchml_md.result_msg_id = reset_msg_id.execute(ig_md.switchml_md.pool_index[15:0]); }
+    action read_msg_id_a()  { ig_md.switchml_md.result_msg_id = read_msg_id.execute(ig_md.switchml_md.pool_index[15:0]); }
+    // A result echoes the id of the request that asked for it: a
+    // retransmission gets its own id back, which may name one packet of
+    // the message (per-packet recovery, aggregation/wire.PacketMsgID;
+    // switchmodel.Exponents).
+    action echo_msg_id_a()  { ig_md.switchml_md.result_msg_id = hdr.ib_immediate.msg_id; }
+
+    // One table per register (a logical table addresses one stateful
+    // ALU), keyed on the values that choose the action, entries in
+    // priority order — the cases of switchmodel.Exponents.Update:
+    //   new, first (bitmap_before == 0), with ImmDt → write
+    //   new, first, without                       → unset (−128, id 0)
+    //   new, later, with ImmDt                     → max / write id
+    //   otherwise (a retransmission; a later one without ImmDt) → read
+    //     (the id: the request's own when it has one, else the stored).
+    table exp_e0 {
+        key = {
+            ig_md.switchml_md.retransmission : ternary;
+            ig_md.switchml_md.bitmap_before  : ternary;
+            ig_md.switchml_md.has_imm        : ternary;
         }
+        actions = { write_e0_a; unset_e0_a; max_read_e0_a; read_e0_a; @defaultonly NoAction; }
+        const default_action = NoAction; // never: the last entry matches all
+        size = 4;
+        const entries = {
+            (0, 0, true)  : write_e0_a();
+            (0, 0, false) : unset_e0_a();
+            (0, _, true)  : max_read_e0_a();
+            (_, _, _)     : read_e0_a();
+        }
+    }
+
+    table exp_e1 {
+        key = {
+            ig_md.switchml_md.retransmission : ternary;
+            ig_md.switchml_md.bitmap_before  : ternary;
+            ig_md.switchml_md.has_imm        : ternary;
+        }
+        actions = { write_e1_a; unset_e1_a; max_read_e1_a; read_e1_a; @defaultonly NoAction; }
+        const default_action = NoAction; // never: the last entry matches all
+        size = 4;
+        const entries = {
+            (0, 0, true)  : write_e1_a();
+            (0, 0, false) : unset_e1_a();
+            (0, _, true)  : max_read_e1_a();
+            (_, _, _)     : read_e1_a();
+        }
+    }
+
+    table exp_msg_id {
+        key = {
+            ig_md.switchml_md.retransmission : ternary;
+            ig_md.switchml_md.bitmap_before  : ternary;
+            ig_md.switchml_md.has_imm        : ternary;
+        }
+        actions = { write_msg_id_a; reset_msg_id_a; read_msg_id_a; echo_msg_id_a; @defaultonly NoAction; }
+        const default_action = NoAction; // never: the last entry matches all
+        size = 5;
+        const entries = {
+            (0, 0, true)  : write_msg_id_a();
+            (0, 0, false) : reset_msg_id_a();
+            (0, _, true)  : write_msg_id_a();
+            (_, _, true)  : echo_msg_id_a();
+            (_, _, _)     : read_msg_id_a();
+        }
+    }
+
+    apply {
+        exp_e0.apply();
+        exp_e1.apply();
+        exp_msg_id.apply();
     }
 }
 

@@ -189,20 +189,31 @@ header payload_h {
 
 // bridged_md_h travels in front of the Ethernet header from ingress to
 // egress (results) and from ingress back to ingress (the harvest
-// recirculation). Byte aligned.
+// recirculation). Every field that ingress fills from metadata has a
+// byte (or two) of its own: Tofino writes a PHV container from at most
+// one PHV source when a constant is written beside it, so fields packed
+// into one byte from several metadata fields cannot be set in one action
+// (bf-p4c: "requires too many sources"). Same size in both profiles.
 header bridged_md_h {
+    bit<6>        _pad_pass;
     pass_t        pass;              // PASS_REQUEST / PASS_HARVEST
+    bit<6>        _pad_decision;
     decision_t    decision;          // switchmodel.Decision
+    bit<7>        _pad_first;
     bit<1>        first_packet;      // result opcode: FIRST/ONLY have a RETH
+    bit<7>        _pad_last;
     bit<1>        last_packet;       // LAST/ONLY carry an immediate
 #ifdef PAYLOAD_1024
+    bit<6>        _pad_chunk;
     chunk_t       chunk;             // the chunk (= pipe) of this pass
+    bit<7>        _pad_first_contribution;
     bit<1>        first_contribution;// pass 0's BitmapChecker: write, not add
+    bit<7>        _pad_retransmission;
     bit<1>        retransmission;    // pass 0's BitmapChecker: read only
-    bit<1>        _pad0;
 #else
-    bit<5>        _pad0;
+    bit<24>       _pad0;             // the 1024 B profile's chunk, first_contribution, retransmission
 #endif
+    bit<3>        _pad_worker;
     worker_id_t   worker_id;         // the sender's rank (Unicast destination)
     bit<7>        _pad1;
     qp_index_t    qp_index;          // results go to the same QP index
@@ -232,9 +243,9 @@ struct egress_metadata_t {
     worker_id_t      dest_rank;      // egress_rid for Broadcast, sender for Unicast
     qp_state_index_t psn_index;      // RDMASender PSN register index
     rkey_t           rkey;           // the destination worker's real rkey
-    bool             sim_drop;       // DropSimulator verdict
-    bit<32>          pool_index;     // the result's pool index (bridged)
-    bit<32>          tx_next;        // tx_pos after this packet: pool index + 2, or TX_CLOSED after a LAST/ONLY
+    bit<16>          sim_drop;       // DropSimulator: ≠ 0 dropped
+    bit<1>           worker_known;   // RDMASender.worker hit
+    bit<1>           qp_known;       // RDMASender.worker_qp hit
 }
 
 #endif /* _HEADERS_P4_ */

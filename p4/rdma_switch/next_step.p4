@@ -40,7 +40,21 @@ control NextStep(
         hdr.bridged.decision = decision;
         hdr.bridged.first_packet = (bit<1>) ig_md.switchml_md.first_packet;
         hdr.bridged.last_packet = (bit<1>) ig_md.switchml_md.last_packet;
+        hdr.bridged._pad_pass = 0;
+        hdr.bridged._pad_decision = 0;
+        hdr.bridged._pad_first = 0;
+        hdr.bridged._pad_last = 0;
+        hdr.bridged._pad_worker = 0;
+#ifdef PAYLOAD_1024
+        hdr.bridged._pad_chunk = 0;
+        hdr.bridged._pad_first_contribution = 0;
+        hdr.bridged._pad_retransmission = 0;
+        hdr.bridged.chunk = 0;
+        hdr.bridged.first_contribution = 0;
+        hdr.bridged.retransmission = 0;
+#else
         hdr.bridged._pad0 = 0;
+#endif
         hdr.bridged.worker_id = ig_md.switchml_md.worker_id;
         hdr.bridged._pad1 = 0;
         hdr.bridged.qp_index = ig_md.switchml_md.qp_index;
@@ -94,9 +108,16 @@ control NextStep(
         hdr.bridged.first_packet = (bit<1>) ig_md.switchml_md.first_packet;
         hdr.bridged.last_packet = (bit<1>) ig_md.switchml_md.last_packet;
         hdr.bridged.chunk = 1;
-        hdr.bridged.first_contribution = (bit<1>) (ig_md.switchml_md.bitmap_before == 0);
-        hdr.bridged.retransmission = (bit<1>) ig_md.switchml_md.retransmission;
-        hdr.bridged._pad0 = 0;
+        hdr.bridged.first_contribution = 0; // set in apply (gateways)
+        hdr.bridged.retransmission = 0;
+        hdr.bridged._pad_pass = 0;
+        hdr.bridged._pad_decision = 0;
+        hdr.bridged._pad_first = 0;
+        hdr.bridged._pad_last = 0;
+        hdr.bridged._pad_worker = 0;
+        hdr.bridged._pad_chunk = 0;
+        hdr.bridged._pad_first_contribution = 0;
+        hdr.bridged._pad_retransmission = 0;
         hdr.bridged.worker_id = ig_md.switchml_md.worker_id;
         hdr.bridged._pad1 = 0;
         hdr.bridged.qp_index = ig_md.switchml_md.qp_index;
@@ -178,12 +199,12 @@ control NextStep(
         }
         if (ig_md.switchml_md.drop_reason != DROP_NONE) {
             decision = DECISION_DROP;
-        } else if (ig_md.switchml_md.retransmission && ig_md.switchml_md.complete) {
+        } else if (ig_md.switchml_md.retransmission != 0 && ig_md.switchml_md.missing == 0) {
             decision = DECISION_UNICAST;
-        } else if (ig_md.switchml_md.retransmission) {
+        } else if (ig_md.switchml_md.retransmission != 0) {
             decision = DECISION_DROP;
             ig_md.switchml_md.drop_reason = DROP_RETRANSMIT_INCOMPLETE;
-        } else if (ig_md.switchml_md.last_contribution) {
+        } else if (ig_md.switchml_md.missing == 0) {
             decision = DECISION_BROADCAST;
         } else {
             decision = DECISION_CONSUME;
@@ -195,6 +216,12 @@ control NextStep(
         } else {
             ig_md.loopback_key = ig_md.switchml_md.pool_index[LOOPBACK_KEY_HI:LOOPBACK_KEY_LO];
             consume_in_pipe1();
+            if (ig_md.switchml_md.bitmap_before == 0) {
+                hdr.bridged.first_contribution = 1;
+            }
+            if (ig_md.switchml_md.retransmission != 0) {
+                hdr.bridged.retransmission = 1;
+            }
             loopback_port.apply();
         }
     }
@@ -215,12 +242,12 @@ control NextStep(
         }
         if (ig_md.switchml_md.drop_reason != DROP_NONE) {
             decision = DECISION_DROP;
-        } else if (ig_md.switchml_md.retransmission && ig_md.switchml_md.complete) {
+        } else if (ig_md.switchml_md.retransmission != 0 && ig_md.switchml_md.missing == 0) {
             decision = DECISION_UNICAST;
-        } else if (ig_md.switchml_md.retransmission) {
+        } else if (ig_md.switchml_md.retransmission != 0) {
             decision = DECISION_DROP;
             ig_md.switchml_md.drop_reason = DROP_RETRANSMIT_INCOMPLETE;
-        } else if (ig_md.switchml_md.last_contribution) {
+        } else if (ig_md.switchml_md.missing == 0) {
             decision = DECISION_BROADCAST;
         } else {
             decision = DECISION_CONSUME;

@@ -33,21 +33,25 @@
  *   IngressParser   parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth_imm parse_payload      346
  *   IngressParser   parse_ethernet parse_ipv4 parse_udp parse_bth parse_imm parse_payload           330
  *   IngressParser   parse_ethernet parse_ipv4 parse_udp parse_bth parse_payload                     326
- *   IngressParser   parse_bridged parse_ethernet                                                     44
- *   IngressParser   parse_bridged parse_ethernet parse_arp                                           72
- *   IngressParser   parse_bridged parse_ethernet parse_ipv4                                          64
- *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_icmp                               68
- *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp                                72
- *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth                      84
- *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth parse_payload  356
- *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth_imm parse_payload  360
- *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth parse_imm parse_payload  344
- *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth parse_payload       340
- *   EgressParser    (start only: not a result)                                                       55
- *   EgressParser    parse_result                                                                     95
- *   EgressParser    parse_result parse_result_reth                                                  111
- *   EgressParser    parse_result parse_result_reth_imm                                              115
- *   EgressParser    parse_result parse_result_imm                                                    99
+ *   IngressParser   parse_bridged parse_ethernet                                                     50
+ *   IngressParser   parse_bridged parse_ethernet parse_arp                                           78
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4                                          70
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_icmp                               74
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp                                78
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth                      90
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth parse_payload  362
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth_imm parse_payload  366
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth parse_imm parse_payload  350
+ *   IngressParser   parse_bridged parse_ethernet parse_ipv4 parse_udp parse_bth parse_payload       346
+ *   EgressParser    (start only: not a result)                                                       61
+ *   EgressParser    parse_broadcast parse_result                                                    101
+ *   EgressParser    parse_unicast parse_result                                                      101
+ *   EgressParser    parse_broadcast parse_result parse_result_reth                                  117
+ *   EgressParser    parse_unicast parse_result parse_result_reth                                    117
+ *   EgressParser    parse_broadcast parse_result parse_result_reth_imm                              121
+ *   EgressParser    parse_unicast parse_result parse_result_reth_imm                                121
+ *   EgressParser    parse_broadcast parse_result parse_result_imm                                   105
+ *   EgressParser    parse_unicast parse_result parse_result_imm                                     105
  * PAYLOAD_1024 profile (same egress parser; the ingress parser takes a
  * bridged pass from pipe 0's recirculation port and every port of pipes
  * 1–3, parses the request's headers again and then the next 256 B chunk
@@ -65,22 +69,26 @@
  *   1024 IngressParser  parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth_imm parse_payload  346
  *   1024 IngressParser  parse_ethernet parse_ipv4 parse_udp parse_bth parse_imm parse_payload       330
  *   1024 IngressParser  parse_ethernet parse_ipv4 parse_udp parse_bth parse_payload                 326
- *   1024 IngressParser  parse_bridged                                                                84
- *   1024 IngressParser  parse_bridged parse_bridged_reth parse_chunk parse_payload                  356
- *   1024 IngressParser  parse_bridged parse_bridged_reth parse_chunk insert_chunk                   100
- *   1024 IngressParser  parse_bridged parse_bridged_reth_imm parse_chunk parse_payload              360
- *   1024 IngressParser  parse_bridged parse_bridged_reth_imm parse_chunk insert_chunk               104
- *   1024 IngressParser  parse_bridged parse_bridged_imm parse_chunk parse_payload                   344
- *   1024 IngressParser  parse_bridged parse_bridged_imm parse_chunk insert_chunk                     88
- *   1024 IngressParser  parse_bridged parse_chunk parse_payload                                     340
- *   1024 IngressParser  parse_bridged parse_chunk insert_chunk                                       84
- *   1024 EgressParser   (start only: not a result)                                                   55
- *   1024 EgressParser   parse_result                                                                 95
- *   1024 EgressParser   parse_result parse_result_reth                                              111
- *   1024 EgressParser   parse_result parse_result_reth_imm                                          115
- *   1024 EgressParser   parse_result parse_result_imm                                                99
+ *   1024 IngressParser  parse_bridged                                                                90
+ *   1024 IngressParser  parse_bridged parse_bridged_reth parse_chunk parse_payload                  362
+ *   1024 IngressParser  parse_bridged parse_bridged_reth parse_chunk insert_chunk                   106
+ *   1024 IngressParser  parse_bridged parse_bridged_reth_imm parse_chunk parse_payload              366
+ *   1024 IngressParser  parse_bridged parse_bridged_reth_imm parse_chunk insert_chunk               110
+ *   1024 IngressParser  parse_bridged parse_bridged_imm parse_chunk parse_payload                   350
+ *   1024 IngressParser  parse_bridged parse_bridged_imm parse_chunk insert_chunk                     94
+ *   1024 IngressParser  parse_bridged parse_chunk parse_payload                                     346
+ *   1024 IngressParser  parse_bridged parse_chunk insert_chunk                                       90
+ *   1024 EgressParser   (start only: not a result)                                                   61
+ *   1024 EgressParser   parse_broadcast parse_result                                                101
+ *   1024 EgressParser   parse_unicast parse_result                                                  101
+ *   1024 EgressParser   parse_broadcast parse_result parse_result_reth                              117
+ *   1024 EgressParser   parse_unicast parse_result parse_result_reth                                117
+ *   1024 EgressParser   parse_broadcast parse_result parse_result_reth_imm                          121
+ *   1024 EgressParser   parse_unicast parse_result parse_result_reth_imm                            121
+ *   1024 EgressParser   parse_broadcast parse_result parse_result_imm                               105
+ *   1024 EgressParser   parse_unicast parse_result parse_result_imm                                 105
  * (ingress_intrinsic_metadata_t 8 B + port metadata 8 B; egress_intrinsic_
- * metadata_t 27 B; bridged_md_h 14 B; Ethernet 14, ARP 28, IPv4 20, ICMP 4,
+ * metadata_t 27 B; bridged_md_h 20 B; Ethernet 14, ARP 28, IPv4 20, ICMP 4,
  * UDP 8, BTH 12, RETH 16, ImmDt 4, payload 256.)
  */
 #ifndef _PARSERS_P4_
@@ -100,35 +108,35 @@ parser IngressParser(
         pkt.advance(PORT_METADATA_SIZE);
         // Every metadata field gets a value here, so no control reads an
         // uninitialised one (the controls overwrite what they own).
-        ig_md.switchml_md.is_switchml = false;
         ig_md.switchml_md.drop_reason = DROP_NONE;
         ig_md.switchml_md.worker_id = 0;
         ig_md.switchml_md.worker_bit = 0;
         ig_md.switchml_md.num_workers = 0;
         ig_md.switchml_md.qp_index = 0;
-        ig_md.switchml_md.num_qps = 0;
         ig_md.switchml_md.qp_state_index = 0;
-        ig_md.switchml_md.pool_base = 0;
-        ig_md.switchml_md.pool_slots = 0;
         ig_md.switchml_md.mgid = 0;
         ig_md.switchml_md.pool_index = 0;
         ig_md.switchml_md.first_packet = false;
         ig_md.switchml_md.last_packet = false;
         ig_md.switchml_md.bitmap_before = 0;
-        ig_md.switchml_md.retransmission = false;
-        ig_md.switchml_md.first_contribution = false;
-        ig_md.switchml_md.last_contribution = false;
-        ig_md.switchml_md.complete = false;
-        ig_md.switchml_md.missing_before = 0;
+        ig_md.switchml_md.retransmission = 0;
+        ig_md.switchml_md.missing = 0;
         ig_md.switchml_md.has_imm = false;
         ig_md.switchml_md.result_msg_id = 0;
         ig_md.switchml_md.result_e0 = EXPONENT_UNSET;
         ig_md.switchml_md.result_e1 = EXPONENT_UNSET;
-        ig_md.switchml_md.psn = 0;
-        ig_md.switchml_md.psn_next = 0;
         ig_md.switch_mac = 0;
         ig_md.switch_ip = 0;
-        ig_md.sim_drop = false;
+        ig_md.sim_drop = 0;
+        ig_md.responded = false;
+        ig_md.forward = true;          // until the address tests clear it
+        ig_md.accepted = false;
+        ig_md.rx.expected_len = 0;
+        ig_md.rx.first_room = 0;
+        ig_md.rx.below = 0;
+        ig_md.rx.qp_room = 1;
+        ig_md.rx.verdict = 0;
+        ig_md.rx.stale = 0;
 #ifdef PAYLOAD_1024
         ig_md.loopback_key = 0;
         // Bridged passes arrive on pipe 0's recirculation port and on every
@@ -147,6 +155,10 @@ parser IngressParser(
     // empty (PASS_HARVEST_INSERT).
     state parse_bridged {
         pkt.extract(hdr.bridged);
+        // A bridged pass reads or adds what pass 0 accepted: the
+        // Processors run (Ingress), RDMAReceiverDecide leaves it alone.
+        ig_md.rx.verdict = PRED_LO_HI;
+        ig_md.accepted = true;
         pkt.extract(hdr.ethernet);
         pkt.extract(hdr.ipv4);
         pkt.extract(hdr.udp);
@@ -196,6 +208,10 @@ parser IngressParser(
     }
     state parse_bridged {
         pkt.extract(hdr.bridged);
+        // The harvest pass reads what pass 0 accepted: the Processors
+        // run (Ingress), RDMAReceiverDecide leaves it alone.
+        ig_md.rx.verdict = PRED_LO_HI;
+        ig_md.accepted = true;
         transition parse_ethernet;
     }
 #endif
@@ -298,18 +314,29 @@ parser EgressParser(
         eg_md.dest_rank = 0;
         eg_md.psn_index = 0;
         eg_md.rkey = 0;
-        eg_md.sim_drop = false;
-        eg_md.pool_index = 0;
-        eg_md.tx_next = TX_CLOSED;
+        eg_md.sim_drop = 0;
+        eg_md.worker_known = 0;
+        eg_md.qp_known = 0;
         // Ingress bridges bridged_md_h on every packet that reaches egress
         // (the usual TNA pattern); only SwitchML results are parsed deeper.
         pkt.extract(hdr.bridged);
         pkt.extract(hdr.ethernet);
         transition select(hdr.bridged.decision) {
-            DECISION_BROADCAST : parse_result;
-            DECISION_UNICAST   : parse_result;
+            DECISION_BROADCAST : parse_broadcast;
+            DECISION_UNICAST   : parse_unicast;
             default            : accept;
         }
+    }
+    // The destination rank (RDMASender's worker / worker_qp key) is set
+    // here, not in a stage: the PRE's replica id for a Broadcast, the
+    // sender for a Unicast. Nothing is extracted.
+    state parse_broadcast {
+        eg_md.dest_rank = eg_intr_md.egress_rid[4:0];
+        transition parse_result;
+    }
+    state parse_unicast {
+        eg_md.dest_rank = hdr.bridged.worker_id;
+        transition parse_result;
     }
     // A result: the request's headers up to the payload, which stays
     // unparsed (RDMASender rewrites headers only).

@@ -57,21 +57,42 @@ control Processor(
         void apply(inout value_pair_t v, out value_t r) { r = v.second; }
     };
 
-    apply {
-        pool_index_t idx = (pool_index_t) md.pool_index;
-        if (pass == PASS_HARVEST) {
-            first = read0.execute(idx);
-#ifdef PAYLOAD_1024
-        } else if (pass == PASS_HARVEST_INSERT) {
-            second = read1.execute(idx);
-#endif
-        } else if (md.retransmission) {
-            second = read1.execute(idx);
-        } else if (md.bitmap_before == 0) {
-            second = write_read1.execute(idx);
-        } else {
-            second = sum_read1.execute(idx);
+    action write_read1_action() { second = write_read1.execute(md.pool_index[15:0]); }
+    action sum_read1_action()   { second = sum_read1.execute(md.pool_index[15:0]); }
+    action read0_action()       { first = read0.execute(md.pool_index[15:0]); }
+    action read1_action()       { second = read1.execute(md.pool_index[15:0]); }
+
+    // One table keyed on the values that choose the register action
+    // (p4app-switchML's form): one logical table per Processor instead of
+    // a gateway and a table per branch, which 32 instances could not
+    // afford (Tofino 1 has 16 logical tables per stage). Entries in
+    // priority order: retransmission and bitmap_before are tested against
+    // zero by their ternary masks.
+    table sum {
+        key = {
+            pass               : ternary;
+            md.retransmission  : ternary;
+            md.bitmap_before   : ternary;
         }
+        actions = { write_read1_action; sum_read1_action; read0_action; read1_action; @defaultonly NoAction; }
+        const default_action = NoAction;
+        size = 8;
+        const entries = {
+            (PASS_HARVEST, _, _)        : read0_action();
+#ifdef PAYLOAD_1024
+            (PASS_HARVEST_INSERT, _, _) : read1_action();
+            (PASS_CONSUME, 0, 0)        : write_read1_action();
+            (PASS_CONSUME, 0, _)        : sum_read1_action();
+            (PASS_CONSUME, _, _)        : read1_action();
+#endif
+            (PASS_REQUEST, 0, 0)        : write_read1_action();
+            (PASS_REQUEST, 0, _)        : sum_read1_action();
+            (PASS_REQUEST, _, _)        : read1_action();
+        }
+    }
+
+    apply {
+        sum.apply();
     }
 }
 

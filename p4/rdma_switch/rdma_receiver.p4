@@ -20,16 +20,21 @@
  * invalidates the QP (next_psn = INVALID_PSN) when the packet is dropped:
  *   FIRST/ONLY, bad length        → invalidate, DROP_LENGTH
  *   FIRST/ONLY, rkey out of range → invalidate, DROP_POOL_RANGE
- *   FIRST/ONLY, ok                → next_psn = PSN+1, room = packets left
- *                                   in the range, pool index = rkey
+ *   FIRST/ONLY, ok                → next_psn = PSN+1, room = pool index
+ *                                   steps to the range's end, pool index
+ *                                   = rkey
  *   MIDDLE/LAST, bad length       → invalidate, DROP_PSN if the PSN was not
  *                                   the expected one, else DROP_LENGTH
  *   MIDDLE/LAST, PSN ≠ next_psn   → invalidate, DROP_PSN (also when the QP
  *                                   is invalid: INVALID_PSN matches nothing)
- *   MIDDLE/LAST, room = 0         → invalidate, DROP_POOL_RANGE (pool index
+ *   MIDDLE/LAST, room ≤ 2         → invalidate, DROP_POOL_RANGE (pool index
  *                                   + 2 leaves the job's range)
- *   MIDDLE/LAST, ok               → next_psn = PSN+1, room − 1, pool index
+ *   MIDDLE/LAST, ok               → next_psn = PSN+1, room − 2, pool index
  *                                   + 2 (rx_pool_index)
+ * PSNs are held and compared in the psn_key form (PSN << 8 | 0x80, ig_md.rx.below):
+ * one PHV field serves every comparison, PSN+1 is psn_key + 0x100 computed
+ * in the stateful ALU (wrapping at 2^24), and INVALID_PSN, whose low byte
+ * is not 0x80, matches no packet.
  * rx_high_psn, a third register in the same stage, keeps the PSN after the
  * newest packet of the QP (<< 8 | 0x80, so that 24-bit serial order is the
  * sign of a 32-bit difference; 0 = nothing seen). A packet older than it was
@@ -55,33 +60,33 @@ control RDMAReceiver(
     Register<bit<32>, qp_state_index_t>(MAX_RX_QPS_I) rx_pool_index;
     Register<bit<32>, qp_state_index_t>(MAX_RX_QPS_I) rx_high_psn;
 
-    bit<16> expected_len; // opcode_position: the request's IPv4 total length
-    bit<32> first_room;  // FIRST/ONLY: packets after this one still in range
-    bit<32> slot_offset; // FIRST/ONLY: rkey's slot − pool_base
+    // Its working fields live in ig_md.rx (types.p4 rx_md_t), set by the
+    // parser, so that no assignment here precedes the tables that write
+    // them (each would cost a stage).
 
     RegisterAction<rx_state_t, qp_state_index_t, salu_predicate_t>(rx_qp_state) start_message = {
         void apply(inout rx_state_t s) {
-            s.next_psn = ig_md.switchml_md.psn_next;
-            s.room = first_room;
+            s.next_psn = ig_md.switchml_md.psn_key + 0x100;
+            s.room = ig_md.rx.first_room;
         }
     };
 
     // cmplo: the PSN is the expected one (never true on an invalid QP).
     RegisterAction<rx_state_t, qp_state_index_t, salu_predicate_t>(rx_qp_state) invalidate = {
         void apply(inout rx_state_t s, out salu_predicate_t verdict) {
-            verdict = this.predicate(s.next_psn == ig_md.switchml_md.psn);
+            verdict = this.predicate(s.next_psn == ig_md.switchml_md.psn_key);
             s.next_psn = INVALID_PSN;
         }
     };
 
     // cmplo: the PSN is the expected one; cmphi: pool index + 2 stays in
-    // the job's range.
+    // the job's range (room counts pool index steps to its end).
     RegisterAction<rx_state_t, qp_state_index_t, salu_predicate_t>(rx_qp_state) continue_message = {
         void apply(inout rx_state_t s, out salu_predicate_t verdict) {
-            verdict = this.predicate(s.next_psn == ig_md.switchml_md.psn, s.room != 0);
-            if (s.next_psn == ig_md.switchml_md.psn && s.room != 0) {
-                s.next_psn = ig_md.switchml_md.psn_next;
-                s.room = s.room - 1;
+            verdict = this.predicate(s.next_psn == ig_md.switchml_md.psn_key, s.room > 2);
+            if (s.next_psn == ig_md.switchml_md.psn_key && s.room > 2) {
+                s.next_psn = ig_md.switchml_md.psn_key + 0x100;
+                s.room = s.room - 2;
             } else {
                 s.next_psn = INVALID_PSN;
             }
@@ -95,7 +100,9 @@ control RDMAReceiver(
         void apply(inout bit<32> v, out salu_predicate_t stale) {
             stale = this.predicate(v != 0, (int<32>) (ig_md.switchml_md.psn_key - v) < 0);
             if (v == 0 || (int<32>) (ig_md.switchml_md.psn_key - v) >= 0) {
-                v = ig_md.switchml_md.psn_next_key;
+                // (PSN + 1 mod 2^24) << 8 | 0x80: the 24-bit PSN sits in
+                // the top bits, so adding 1 << 8 wraps it at 2^24.
+                v = ig_md.switchml_md.psn_key + 0x100;
             }
         }
     };
@@ -114,31 +121,30 @@ control RDMAReceiver(
         }
     };
 
-    // pool_last_slot = pool_base + pool_slots − 1 (the controller's): with
-    // it the FIRST/ONLY range figures are one subtraction each, in this
-    // action (docs/p4.md "Stages").
+    // The job's pool range in pool index units (wire.PoolIndex):
+    // [pool_first_index, pool_end_index) = [2·pool_base, 2·(pool_base +
+    // pool_slots)), the controller's. With them the FIRST/ONLY range
+    // figures are one operation each, in this action (docs/p4.md "Stages").
     action set_qp(worker_id_t worker_id, worker_bitmap_t worker_bit,
                   num_workers_t num_workers, bit<16> num_qps,
-                  qp_state_index_t qp_base, slot_t pool_base,
-                  slot_t pool_slots, slot_t pool_last_slot, mgid_t mgid) {
+                  qp_state_index_t qp_base, bit<32> pool_first_index,
+                  bit<32> pool_end_index, mgid_t mgid) {
         ig_md.switchml_md.worker_id = worker_id;
         ig_md.switchml_md.worker_bit = worker_bit;
         ig_md.switchml_md.num_workers = num_workers;
-        ig_md.switchml_md.num_qps = num_qps;
         ig_md.switchml_md.qp_index = hdr.ib_bth.dst_qp[8:0];
-        ig_md.switchml_md.qp_state_index = qp_base + (qp_state_index_t) hdr.ib_bth.dst_qp[8:0];
-        ig_md.switchml_md.pool_base = pool_base;
-        ig_md.switchml_md.pool_slots = pool_slots;
+        ig_md.switchml_md.qp_state_index = qp_base + hdr.ib_bth.dst_qp[15:0];
         ig_md.switchml_md.mgid = mgid;
-        // FIRST/ONLY: the RETH pool index's slot relative to the job's
-        // range (wraps below pool_base, so one compare covers both ends),
-        // and how many more packets stay inside it.
-        slot_offset = (bit<32>) hdr.ib_reth.r_key[31:1] - (bit<32>) pool_base;
-        first_room = (bit<32>) pool_last_slot - (bit<32>) hdr.ib_reth.r_key[31:1];
+        ig_md.rx.qp_room = num_qps - hdr.ib_bth.dst_qp[15:0];
+        ig_md.rx.below = pool_first_index |-| hdr.ib_reth.r_key;
+        ig_md.rx.first_room = pool_end_index |-| hdr.ib_reth.r_key;
     }
 
+    // A miss reads as a QP index out of range: DROP_UNKNOWN_QP in I1, and
+    // only when opcode_position accepted the opcode (the model's order),
+    // without a test of drop_reason between the two I0 tables.
     action unknown_qp() {
-        ig_md.switchml_md.drop_reason = DROP_UNKNOWN_QP;
+        ig_md.rx.qp_room = 0;
     }
 
     table receive_qp {
@@ -157,7 +163,8 @@ control RDMAReceiver(
         ig_md.switchml_md.first_packet = first_packet;
         ig_md.switchml_md.last_packet = last_packet;
         ig_md.switchml_md.has_imm = has_imm;
-        expected_len = ipv4_total_len;
+        ig_md.rx.expected_len = ipv4_total_len;
+        ig_md.switchml_md.psn_key = hdr.ib_bth.psn ++ 8w0x80;
     }
 
     action bad_opcode() {
@@ -184,71 +191,99 @@ control RDMAReceiver(
         }
     }
 
-    bool length_ok;
-    salu_predicate_t verdict;
-    salu_predicate_t stale;
+    // Stage by stage (docs/p4.md "Stages"): I0 opcode_position and
+    // receive_qp; I1 the three registers, each under tests of fields the
+    // I0 tables wrote. drop_reason is written in I1 only by the branches
+    // that decide without the registers' answer; the answer (rx.verdict,
+    // rx.stale) is turned into a reason by decide(), in I2, beside the
+    // BitmapChecker that Ingress runs when accepted() holds.
+    apply {
+        opcode_position.apply();
+        receive_qp.apply();
+        if (ig_md.switchml_md.drop_reason == DROP_NONE) {
+            if (ig_md.rx.qp_room == 0 || ig_md.rx.qp_room[15:15] == 1) {
+                ig_md.switchml_md.drop_reason = DROP_UNKNOWN_QP;
+            } else {
+                // rx_pool_index runs beside rx_qp_state (same stage), not
+                // after it: it moves on every packet of a known QP, and
+                // whatever it holds after a dropped packet is never used,
+                // because the drop invalidated rx_qp_state and only a
+                // FIRST/ONLY (which overwrites it) validates the QP again.
+                ig_md.rx.stale = check_high_psn.execute(ig_md.switchml_md.qp_state_index);
+                if (ig_md.switchml_md.first_packet) {
+                    ig_md.switchml_md.pool_index = set_pool_index.execute(ig_md.switchml_md.qp_state_index);
+                } else {
+                    ig_md.switchml_md.pool_index = next_pool_index.execute(ig_md.switchml_md.qp_state_index);
+                }
+                if (!hdr.payload.isValid() || hdr.ipv4.total_len != ig_md.rx.expected_len) {
+                    ig_md.rx.verdict = invalidate.execute(ig_md.switchml_md.qp_state_index);
+                    if (ig_md.switchml_md.first_packet) {
+                        ig_md.switchml_md.drop_reason = DROP_LENGTH;
+                    } else {
+                        // DROP_LENGTH if the PSN was the expected one
+                        // (decide(), from rx.verdict).
+                        ig_md.switchml_md.drop_reason = DROP_PSN;
+                    }
+                } else if (ig_md.switchml_md.first_packet) {
+                    if (ig_md.rx.below[15:0] != 0) {
+                        invalidate.execute(ig_md.switchml_md.qp_state_index);
+                        ig_md.switchml_md.drop_reason = DROP_POOL_RANGE;
+                    } else if (ig_md.rx.first_room[15:0] == 0) {
+                        invalidate.execute(ig_md.switchml_md.qp_state_index);
+                        ig_md.switchml_md.drop_reason = DROP_POOL_RANGE;
+                    } else {
+                        start_message.execute(ig_md.switchml_md.qp_state_index);
+                        ig_md.rx.verdict = PRED_LO_HI;
+                    }
+                } else {
+                    ig_md.rx.verdict = continue_message.execute(ig_md.switchml_md.qp_state_index);
+                }
+            }
+        }
+    }
+}
+
+// accepted() (Ingress, I2): the packet goes on to the BitmapChecker iff
+//   drop_reason == DROP_NONE && rx.verdict == PRED_LO_HI &&
+//   rx.stale != PRED_LO_HI && sim_drop == 0.
+// RDMAReceiverDecide, in the stage after the registers: the reason of a
+// packet the registers (or the loss simulator) dropped, in the model's
+// order. One table keyed on the values (one logical table, where an if
+// chain took five and a stage of its own), entries in priority order.
+control RDMAReceiverDecide(inout ingress_metadata_t ig_md) {
+
+    action set_reason(drop_reason_t reason) {
+        ig_md.switchml_md.drop_reason = reason;
+    }
+
+    // Placed by hand right after the registers' stage: bf-p4c's placement
+    // otherwise puts it behind the 32 Processors, and NextStep, which
+    // reads the reason, two stages past the twelfth.
+    @stage(4)
+    table decide {
+        key = {
+            ig_md.switchml_md.drop_reason : ternary;
+            ig_md.rx.verdict              : ternary;
+            ig_md.rx.stale                : ternary;
+            ig_md.sim_drop                : ternary;
+        }
+        actions = { set_reason; NoAction; }
+        const default_action = NoAction;
+        size = 8;
+        const entries = {
+            // MIDDLE/LAST with a bad length: DROP_LENGTH if the PSN was
+            // the expected one (rx.verdict from invalidate).
+            (DROP_PSN, PRED_LO, _, _)              : set_reason(DROP_LENGTH);
+            (DROP_NONE, PRED_LO, _, _)             : set_reason(DROP_POOL_RANGE);
+            (DROP_NONE, PRED_LO_HI, PRED_LO_HI, _) : set_reason(DROP_STALE_PSN);
+            (DROP_NONE, PRED_LO_HI, _, 0)          : NoAction();   // accepted
+            (DROP_NONE, PRED_LO_HI, _, _)          : set_reason(DROP_INGRESS_LOSS);
+            (DROP_NONE, _, _, _)                   : set_reason(DROP_PSN);
+        }
+    }
 
     apply {
-        ig_md.switchml_md.psn = (bit<32>) hdr.ib_bth.psn;
-        ig_md.switchml_md.psn_next = (bit<32>) (hdr.ib_bth.psn + 1); // wraps at 2^24
-        ig_md.switchml_md.psn_key = (bit<32>) hdr.ib_bth.psn << 8 | 0x80;
-        ig_md.switchml_md.psn_next_key = (bit<32>) (hdr.ib_bth.psn + 1) << 8 | 0x80;
-        stale = 0;
-        ig_md.switchml_md.pool_index = 0;
-        slot_offset = 0;
-        first_room = 0;
-        expected_len = 0;
-        opcode_position.apply();
-        if (ig_md.switchml_md.drop_reason == DROP_NONE) {
-            receive_qp.apply();
-        }
-        if (ig_md.switchml_md.drop_reason == DROP_NONE &&
-            (bit<16>) ig_md.switchml_md.qp_index >= ig_md.switchml_md.num_qps) {
-            ig_md.switchml_md.drop_reason = DROP_UNKNOWN_QP;
-        }
-        length_ok = hdr.payload.isValid() && hdr.ipv4.total_len == expected_len;
-
-        if (ig_md.switchml_md.drop_reason == DROP_NONE) {
-            // rx_pool_index runs beside rx_qp_state (same stage), not after
-            // it: it moves on every packet of a known QP, and whatever it
-            // holds after a dropped packet is never used, because the drop
-            // invalidated rx_qp_state and only a FIRST/ONLY (which
-            // overwrites it) validates the QP again.
-            stale = check_high_psn.execute(ig_md.switchml_md.qp_state_index);
-            if (ig_md.switchml_md.first_packet) {
-                ig_md.switchml_md.pool_index = set_pool_index.execute(ig_md.switchml_md.qp_state_index);
-            } else {
-                ig_md.switchml_md.pool_index = next_pool_index.execute(ig_md.switchml_md.qp_state_index);
-            }
-            if (ig_md.switchml_md.first_packet) {
-                if (!length_ok) {
-                    invalidate.execute(ig_md.switchml_md.qp_state_index);
-                    ig_md.switchml_md.drop_reason = DROP_LENGTH;
-                } else if (slot_offset >= (bit<32>) ig_md.switchml_md.pool_slots) {
-                    invalidate.execute(ig_md.switchml_md.qp_state_index);
-                    ig_md.switchml_md.drop_reason = DROP_POOL_RANGE;
-                } else {
-                    start_message.execute(ig_md.switchml_md.qp_state_index);
-                }
-            } else if (!length_ok) {
-                verdict = invalidate.execute(ig_md.switchml_md.qp_state_index);
-                if (verdict == PRED_LO) {
-                    ig_md.switchml_md.drop_reason = DROP_LENGTH;
-                } else {
-                    ig_md.switchml_md.drop_reason = DROP_PSN;
-                }
-            } else {
-                verdict = continue_message.execute(ig_md.switchml_md.qp_state_index);
-                if (verdict == PRED_LO) {
-                    ig_md.switchml_md.drop_reason = DROP_POOL_RANGE;
-                } else if (verdict != PRED_LO_HI) {
-                    ig_md.switchml_md.drop_reason = DROP_PSN;
-                }
-            }
-            if (stale == PRED_LO_HI && ig_md.switchml_md.drop_reason == DROP_NONE) {
-                ig_md.switchml_md.drop_reason = DROP_STALE_PSN;
-            }
-        }
+        decide.apply();
     }
 }
 

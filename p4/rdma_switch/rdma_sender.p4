@@ -49,21 +49,31 @@ control RDMASender(
         }
     };
 
-    // FIRST/ONLY: always in order; opens the stream (FIRST) or leaves it
-    // closed (ONLY: tx_next = TX_CLOSED).
-    RegisterAction<bit<32>, qp_state_index_t, bool>(tx_pos) tx_start = {
+    // One action per position, so the stateful ALU computes the next
+    // position itself (pool index + 2, or TX_CLOSED after a LAST/ONLY)
+    // from the bridged 16-bit pool index.
+    // FIRST: always in order; opens the stream.
+    RegisterAction<bit<32>, qp_state_index_t, bool>(tx_pos) tx_first = {
         void apply(inout bit<32> v, out bool in_order) {
-            v = eg_md.tx_next;
+            v = (bit<32>) hdr.bridged.pool_index + 2;
             in_order = true;
         }
     };
 
-    // MIDDLE/LAST: in order iff it has the expected pool index; then the
-    // stream moves on (MIDDLE) or closes (LAST), else it closes.
-    RegisterAction<bit<32>, qp_state_index_t, bool>(tx_pos) tx_continue = {
+    // ONLY: always in order; the stream stays closed.
+    RegisterAction<bit<32>, qp_state_index_t, bool>(tx_pos) tx_only = {
         void apply(inout bit<32> v, out bool in_order) {
-            if (v == eg_md.pool_index) {
-                v = eg_md.tx_next;
+            v = TX_CLOSED;
+            in_order = true;
+        }
+    };
+
+    // MIDDLE: in order iff it has the expected pool index; then the
+    // stream moves on, else it closes.
+    RegisterAction<bit<32>, qp_state_index_t, bool>(tx_pos) tx_middle = {
+        void apply(inout bit<32> v, out bool in_order) {
+            if (v == (bit<32>) hdr.bridged.pool_index) {
+                v = (bit<32>) hdr.bridged.pool_index + 2;
                 in_order = true;
             } else {
                 v = TX_CLOSED;
@@ -72,14 +82,26 @@ control RDMASender(
         }
     };
 
+    // LAST: in order iff it has the expected pool index; the stream
+    // closes either way.
+    RegisterAction<bit<32>, qp_state_index_t, bool>(tx_pos) tx_last = {
+        void apply(inout bit<32> v, out bool in_order) {
+            in_order = v == (bit<32>) hdr.bridged.pool_index;
+            v = TX_CLOSED;
+        }
+    };
+
+    // Each table sets a flag of its own on a hit (the parser clears both),
+    // so worker and worker_qp share a stage; the apply block drops a
+    // packet either missed.
     action set_worker(mac_addr_t mac, ipv4_addr_t ip, rkey_t rkey) {
         hdr.ethernet.dst_addr = mac;
         hdr.ipv4.dst_addr = ip;
         eg_md.rkey = rkey;
+        eg_md.worker_known = 1;
     }
 
     action no_worker() {
-        eg_dprsr_md.drop_ctl = 1;
     }
 
     table worker {
@@ -95,6 +117,7 @@ control RDMASender(
     action set_qp(qpn_t qpn, qp_state_index_t psn_index) {
         hdr.ib_bth.dst_qp = qpn;
         eg_md.psn_index = psn_index;
+        eg_md.qp_known = 1;
     }
 
     table worker_qp {
@@ -109,33 +132,26 @@ control RDMASender(
     }
 
     bool in_order;
-    bool known;
 
     apply {
-        if (hdr.bridged.decision == DECISION_BROADCAST) {
-            eg_md.dest_rank = (worker_id_t) eg_intr_md.egress_rid;
-        } else {
-            eg_md.dest_rank = hdr.bridged.worker_id;
-        }
-        eg_md.pool_index = (bit<32>) hdr.bridged.pool_index;
-        if (hdr.bridged.last_packet == 1) {
-            eg_md.tx_next = TX_CLOSED;
-        } else {
-            eg_md.tx_next = (bit<32>) hdr.bridged.pool_index + 2;
-        }
+        // eg_md.dest_rank: set by EgressParser (parse_broadcast /
+        // parse_unicast).
         // A miss (no_worker) must not touch the per-QP registers at an
         // unset index.
-        known = true;
-        if (!worker.apply().hit) { known = false; }
-        if (!worker_qp.apply().hit) { known = false; }
-        if (!known) {
+        worker.apply();
+        worker_qp.apply();
+        if (eg_md.worker_known == 0 || eg_md.qp_known == 0) {
             eg_dprsr_md.drop_ctl = 1;
             return;
         }
-        if (hdr.bridged.first_packet == 1) {
-            in_order = tx_start.execute(eg_md.psn_index);
+        if (hdr.bridged.first_packet == 1 && hdr.bridged.last_packet == 1) {
+            in_order = tx_only.execute(eg_md.psn_index);
+        } else if (hdr.bridged.first_packet == 1) {
+            in_order = tx_first.execute(eg_md.psn_index);
+        } else if (hdr.bridged.last_packet == 1) {
+            in_order = tx_last.execute(eg_md.psn_index);
         } else {
-            in_order = tx_continue.execute(eg_md.psn_index);
+            in_order = tx_middle.execute(eg_md.psn_index);
         }
         if (!in_order) {
             results.count(RESULT_SKIPPED);

@@ -48,6 +48,7 @@ control Ingress(
     Forwarder() forwarder;
     DropSimulator() ingress_drop_sim;
     RDMAReceiver() rdma_receiver;
+    RDMAReceiverDecide() rdma_receiver_decide;
     BitmapChecker() bitmap_checker;
     WorkersCounter() workers_counter;
     Exponents() exponents;
@@ -89,7 +90,6 @@ control Ingress(
     // or ICMP echo): dropped, counted by switchmodel.DropReason code.
     Counter<bit<64>, bit<8>>(NUM_DROP_CODES, CounterType_t.PACKETS) not_switchml;
 
-    bool responded;
     pass_t pass;
 
     // Every packet that reaches egress carries bridged_md_h (EgressParser
@@ -101,11 +101,20 @@ control Ingress(
         hdr.bridged.decision = DECISION_DROP;
         hdr.bridged.first_packet = 0;
         hdr.bridged.last_packet = 0;
-        hdr.bridged._pad0 = 0;
+        hdr.bridged._pad_pass = 0;
+        hdr.bridged._pad_decision = 0;
+        hdr.bridged._pad_first = 0;
+        hdr.bridged._pad_last = 0;
+        hdr.bridged._pad_worker = 0;
 #ifdef PAYLOAD_1024
+        hdr.bridged._pad_chunk = 0;
+        hdr.bridged._pad_first_contribution = 0;
+        hdr.bridged._pad_retransmission = 0;
         hdr.bridged.chunk = 0;
         hdr.bridged.first_contribution = 0;
         hdr.bridged.retransmission = 0;
+#else
+        hdr.bridged._pad0 = 0;
 #endif
         hdr.bridged.worker_id = 0;
         hdr.bridged._pad1 = 0;
@@ -127,7 +136,7 @@ control Ingress(
             // the Processors do what pass 0's BitmapChecker decided.
             pass = hdr.bridged.pass;
             ig_md.switchml_md.pool_index = (bit<32>) hdr.bridged.pool_index;
-            ig_md.switchml_md.retransmission = hdr.bridged.retransmission == 1;
+            ig_md.switchml_md.retransmission = (worker_bitmap_t) hdr.bridged.retransmission;
             if (hdr.bridged.first_contribution == 0) {
                 ig_md.switchml_md.bitmap_before = 1; // not the first: add
             }
@@ -139,35 +148,57 @@ control Ingress(
 #endif
         } else {
             pass = PASS_REQUEST;
-            arp_icmp_responder.apply(hdr, ig_md, ig_intr_md, ig_tm_md, responded);
-            if (responded) {
-                bridge_not_result();
-                return;
-            }
-            if (!hdr.ipv4.isValid() || hdr.ipv4.dst_addr != ig_md.switch_ip) {
-                forwarder.apply(hdr, ig_dprsr_md, ig_tm_md);
-                bridge_not_result();
-                return;
-            }
-            if (!hdr.ib_bth.isValid()) {
-                not_switchml.count((bit<8>) DROP_OPCODE);
-                ig_dprsr_md.drop_ctl = 1;
-                return;
-            }
-            ig_md.switchml_md.is_switchml = true;
-            ingress_drop_sim.apply(ig_md.sim_drop);
-            if (ig_md.sim_drop) {
-                ig_md.switchml_md.drop_reason = DROP_INGRESS_LOSS;
-            } else {
+            // The SwitchML path starts at once, beside the address checks
+            // below rather than after them (each check is a stage the
+            // register chain cannot spare, docs/p4.md "Stages"): receive_qp
+            // matches the destination IP against the switch IP, so a RoCE
+            // packet for anyone else misses it (DROP_UNKNOWN_QP) and touches
+            // no state, and is then forwarded below; a packet without a BTH
+            // never reaches the receiver.
+            if (hdr.ib_bth.isValid()) {
+                ingress_drop_sim.apply(ig_md.sim_drop);
                 rdma_receiver.apply(hdr, ig_md);
+                // I2: accepted() (rdma_receiver.p4) as nested tests, each a
+                // gateway of its own; the reason of a drop is written beside
+                // them. The simulated loss is decided two stages after the
+                // random number is drawn, so it takes the packet after the
+                // receiver (docs/p4.md "Loss simulation"); the reason stays
+                // the receiver's when it dropped the packet itself.
+                if (ig_md.switchml_md.drop_reason == DROP_NONE) {
+                    if (ig_md.rx.verdict == PRED_LO_HI) {
+                        if (ig_md.rx.stale != PRED_LO_HI) {
+                            if (ig_md.sim_drop == 0) {
+                                ig_md.accepted = true;
+                                bitmap_checker.apply(ig_md);
+                                workers_counter.apply(ig_md);
+                                exponents.apply(hdr, ig_md);
+                            }
+                        }
+                    }
+                }
+            } else {
+                ig_md.switchml_md.drop_reason = DROP_OPCODE; // no slot for it
             }
-            if (ig_md.switchml_md.drop_reason == DROP_NONE) {
-                bitmap_checker.apply(ig_md);
-                workers_counter.apply(ig_md);
-                exponents.apply(hdr, ig_md);
+            // ARP and ICMP echo after it: an echo reply rewrites the IPv4
+            // addresses receive_qp matches on, so it must not come first
+            // (the packets are disjoint, the compiler cannot tell).
+            arp_icmp_responder.apply(hdr, ig_md, ig_intr_md, ig_tm_md);
+            // Not for the switch: two tests (a gateway takes 4 bytes).
+            if (hdr.ipv4.isValid()) {
+                if (hdr.ipv4.dst_addr == ig_md.switch_ip) {
+                    ig_md.forward = false;
+                }
             }
         }
-        if (ig_md.switchml_md.drop_reason == DROP_NONE) {
+        // The Processors depend on drop_reason only, not on the address
+        // tests above (they would delay them by stages): a packet without
+        // a BTH has DROP_OPCODE, a RoCE packet for another host misses
+        // receive_qp (DROP_UNKNOWN_QP), an ARP or echo request has no BTH.
+        // The Processors run on accepted (set beside the BitmapChecker, or
+        // by the parser for a bridged pass), not on drop_reason, which
+        // RDMAReceiverDecide writes later: NextStep, which reads it, can
+        // then sit beside the Processors instead of after them.
+        if (ig_md.accepted) {
             processor00.apply(hdr.payload.v00, hdr.payload.v01, ig_md.switchml_md, pass);
             processor01.apply(hdr.payload.v02, hdr.payload.v03, ig_md.switchml_md, pass);
             processor02.apply(hdr.payload.v04, hdr.payload.v05, ig_md.switchml_md, pass);
@@ -201,7 +232,24 @@ control Ingress(
             processor30.apply(hdr.payload.v60, hdr.payload.v61, ig_md.switchml_md, pass);
             processor31.apply(hdr.payload.v62, hdr.payload.v63, ig_md.switchml_md, pass);
         }
-        next_step.apply(hdr, ig_md, ig_intr_md, ig_dprsr_md, ig_tm_md);
+        rdma_receiver_decide.apply(ig_md);
+        if (!hdr.bridged.isValid()) {
+            if (ig_md.responded) {
+                bridge_not_result();
+            } else if (ig_md.forward) {
+                forwarder.apply(hdr, ig_dprsr_md, ig_tm_md);
+                bridge_not_result();
+            } else if (!hdr.ib_bth.isValid()) {
+                not_switchml.count((bit<8>) DROP_OPCODE);
+                ig_dprsr_md.drop_ctl = 1;
+            }
+        }
+        // NextStep for a bridged pass and for RoCE to the switch IP (an ARP
+        // or echo request has no BTH): one gateway on fields known by I2,
+        // so NextStep need not wait for the dispatch above.
+        if (hdr.bridged.isValid() || (hdr.ib_bth.isValid() && !ig_md.forward)) {
+            next_step.apply(hdr, ig_md, ig_intr_md, ig_dprsr_md, ig_tm_md);
+        }
     }
 }
 
@@ -217,15 +265,16 @@ control Egress(
     RDMASender() rdma_sender;
 
     apply {
-        if (hdr.bridged.decision == DECISION_BROADCAST ||
-            hdr.bridged.decision == DECISION_UNICAST) {
+        // DECISION_BROADCAST (2) or DECISION_UNICAST (3): one bit, one
+        // gateway test.
+        if (hdr.bridged.decision[1:1] == 1) {
             // The sender first, as the model (switchmodel.RDMASender.Encode
             // runs for every destination, also for a result then lost): a
             // simulated loss uses its PSN and moves tx_pos, like a loss on
             // the wire.
             rdma_sender.apply(hdr, eg_md, eg_intr_md, eg_dprsr_md);
             egress_drop_sim.apply(eg_md.sim_drop);
-            if (eg_md.sim_drop) {
+            if (eg_md.sim_drop != 0) {
                 eg_dprsr_md.drop_ctl = 1;
             }
         }

@@ -49,9 +49,10 @@ struct value_pair_t {
 // RDMAReceiver per switch-QP state (switchmodel.rxState), split over two
 // registers because one Tofino 1 stateful ALU returns one word per pass and
 // a MIDDLE/LAST needs both a verdict and a pool index:
-//   rx_qp_state {next_psn, room}: the PSN the next MIDDLE/LAST must carry,
-//     and how many more packets of the message stay inside the job's pool
-//     range. next_psn = INVALID_PSN (never a 24-bit PSN) is
+//   rx_qp_state {next_psn, room}: the PSN the next MIDDLE/LAST must carry
+//     (in the psn_key form, PSN << 8 | 0x80), and the pool index steps left
+//     to the end of the job's pool range (a MIDDLE/LAST fits while room >
+//     2). next_psn = INVALID_PSN (never a psn_key) is
 //     switchmodel.rxState.valid == false: before the first FIRST/ONLY and
 //     for the rest of a message after any drop (PSN gap, length, range).
 //   rx_pool_index: the pool index the last packet used.
@@ -132,41 +133,61 @@ const bit<8> RESULT_SKIPPED = 1;
 // switchml_md_t is the ingress metadata of a SwitchML packet, the P4 twin
 // of switchmodel.Metadata.
 struct switchml_md_t {
-    bool            is_switchml;     // RoCEv2 to the switch IP
     drop_reason_t   drop_reason;
     worker_id_t     worker_id;       // Metadata.Rank
     worker_bitmap_t worker_bit;      // 1 << rank
     num_workers_t   num_workers;
     qp_index_t      qp_index;        // Metadata.QP
-    bit<16>         num_qps;         // QPs per worker (bounds qp_index)
     qp_state_index_t qp_state_index; // qp_base + qp_index
-    slot_t          pool_base;       // job's pool range [pool_base, +pool_slots)
-    slot_t          pool_slots;
     mgid_t          mgid;
     bit<32>         pool_index;      // Metadata.PoolIndex (32-bit from RETH)
     bool            first_packet;    // Metadata.First (FIRST/ONLY)
     bool            last_packet;     // Metadata.Last  (LAST/ONLY)
     worker_bitmap_t bitmap_before;   // my set's bitmap before this packet
-    bool            retransmission;  // Metadata.Retransmission
-    bool            first_contribution; // Metadata.FirstContribution
-    bool            last_contribution;  // Metadata.LastContribution
-    bool            complete;        // Metadata.Complete
-    bit<8>          missing_before;  // WorkersCounter before this packet
+    // Metadata.Retransmission: bitmap_before & worker_bit, nonzero for a
+    // retransmission (BitmapChecker; tested against 0 in gateways).
+    worker_bitmap_t retransmission;
+    // WorkersCounter: contributions still missing after this packet (a
+    // retransmission: as it stands). 0 = Metadata.Complete; with
+    // retransmission == 0 also Metadata.LastContribution.
+    bit<8>          missing;
     bool            has_imm;         // Metadata.HasImm
     msg_id_t        result_msg_id;   // Exponents: the result's wire.Imm
     exponent_t      result_e0;
     exponent_t      result_e1;
-    bit<32>         psn;             // the BTH PSN, widened
-    bit<32>         psn_next;        // (PSN + 1) mod 2^24
     bit<32>         psn_key;         // PSN << 8 | 0x80 (rx_high_psn's form)
-    bit<32>         psn_next_key;    // ((PSN + 1) mod 2^24) << 8 | 0x80
+}
+
+// RDMAReceiver's working fields (rdma_receiver.p4), set by the parser.
+struct rx_md_t {
+    bit<16>          expected_len;   // opcode_position: the request's IPv4 total length
+    // FIRST/ONLY range figures, one saturating subtraction each in set_qp
+    // (Tofino compares two fields only in a stateful ALU; these leave a
+    // value a gateway tests against zero):
+    //   first_room = pool_end_index |-| rkey: 0 if rkey is past the job's
+    //     range, else the pool index steps left to its end (room);
+    //   below = pool_first_index |-| rkey: nonzero if rkey is before it.
+    // Both are < 2^16 (pool indices are), so their low 16 bits decide.
+    bit<32>          first_room;
+    bit<32>          below;
+    // num_qps − QPN[15:0]: 0 or negative (bit 15) when the QP index is not
+    // below num_qps (a receive_qp hit has QPN bits 15..9 zero, so QPN[15:0]
+    // is the QP index; both are ≤ 512).
+    bit<16>          qp_room;
+    salu_predicate_t verdict;        // rx_qp_state's answer (PRED_LO_HI: accepted)
+    salu_predicate_t stale;          // rx_high_psn's answer (PRED_LO_HI: stale)
 }
 
 struct ingress_metadata_t {
     switchml_md_t switchml_md;
+    rx_md_t       rx;
     mac_addr_t    switch_mac;        // ARPICMPResponder.switch_address
     ipv4_addr_t   switch_ip;
-    bool          sim_drop;          // DropSimulator verdict
+    bit<16>       sim_drop;          // DropSimulator: ≠ 0 dropped
+    // Ingress' dispatch flags, set by the parser (Ingress.apply).
+    bool          responded;         // ARPICMPResponder answered
+    bool          forward;           // not for the switch IP: Forwarder
+    bool          accepted;          // the Processors run (accepted() held, or a bridged pass)
 #ifdef PAYLOAD_1024
     bit<4>        loopback_key;      // NextStep.loopback_port key (pool index bits)
 #endif

@@ -28,6 +28,7 @@ echo "--- end" >> "$FAKE_LOG"
 [ -n "$FAKE_FAIL" ] && { echo "rdma_switch.p4(1): error: $FAKE_FAIL"; exit 1; }
 mkdir -p "$out/pipe/logs"
 echo "Number of stages in table allocation: $FAKE_STAGES" > "$out/pipe/logs/table_summary.log"
+[ -z "$FAKE_NO_BIN" ] && echo bin > "$out/pipe/tofino.bin"
 echo "pkg_info {}" > "$info"
 [ -n "$p1024" ] && [ -z "$FAKE_NO_PROFILE" ] && echo 'tables { preamble { name: "Ingress.next_step.loopback_port" } }' >> "$info"
 exit 0
@@ -66,7 +67,7 @@ func TestBuildScriptCompilesBothProfiles(t *testing.T) {
 		t.Fatalf("compiler ran %d times, want 3:\n%s", len(runs)-1, args)
 	}
 	for i, r := range runs[:3] {
-		for _, want := range []string{"--target\ntofino", "--arch\ntna", "--p4runtime-files", "rdma_switch.p4"} {
+		for _, want := range []string{"--target\ntofino", "--arch\ntna", "-g", "--p4runtime-files", "--p4runtime-format\ntext", "rdma_switch.p4"} {
 			if !strings.Contains(r, want) {
 				t.Errorf("run %d lacks %q:\n%s", i, want, r)
 			}
@@ -110,6 +111,32 @@ func TestBuildScriptFailsOnCompilerError(t *testing.T) {
 	out, _, err := runBuild(t, "FAKE_FAIL=boom")
 	if err == nil || !strings.Contains(out, "FAILED") {
 		t.Errorf("compiler error: err %v, output:\n%s", err, out)
+	}
+}
+
+// TestBuildScriptFailsWithoutBinary: a compile that writes no tofino.bin
+// (bfas did not run) fails.
+func TestBuildScriptFailsWithoutBinary(t *testing.T) {
+	out, _, err := runBuild(t, "FAKE_NO_BIN=1")
+	if err == nil || !strings.Contains(out, "no tofino.bin written") {
+		t.Errorf("no tofino.bin: err %v, output:\n%s", err, out)
+	}
+}
+
+// TestBuildScriptWithoutCompilerFailsInCI: with CI set, a missing
+// compiler is a failure (CI compiles every profile).
+func TestBuildScriptWithoutCompilerFailsInCI(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("bash not installed")
+	}
+	if _, err := exec.LookPath("bf-p4c"); err == nil {
+		t.Skip("a bf-p4c is installed")
+	}
+	cmd := exec.Command("bash", filepath.Join("..", "..", "..", "p4", "build.sh"), t.TempDir())
+	cmd.Env = []string{"PATH=" + t.TempDir() + ":/usr/bin:/bin", "CI=1"}
+	b, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(b), "no Tofino compiler") {
+		t.Errorf("CI without a compiler: err %v, output:\n%s", err, b)
 	}
 }
 

@@ -62,7 +62,7 @@ var ModelControls = []string{"RDMAReceiver", "BitmapChecker", "WorkersCounter", 
 var (
 	paramsSetSwitchAddress = []string{"switch_mac", "switch_ip"}
 	paramsSetDrop          = []string{"drop_threshold"}
-	paramsSetQP            = []string{"worker_id", "worker_bit", "num_workers", "num_qps", "qp_base", "pool_base", "pool_slots", "pool_last_slot", "mgid"}
+	paramsSetQP            = []string{"worker_id", "worker_bit", "num_workers", "num_qps", "qp_base", "pool_first_index", "pool_end_index", "mgid"}
 	paramsSetWorker        = []string{"mac", "ip", "rkey"}
 	paramsSetWorkerQP      = []string{"qpn", "psn_index"}
 )

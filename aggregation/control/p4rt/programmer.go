@@ -291,10 +291,10 @@ func (p *Programmer) writeDefaults(ctx context.Context) error {
 	return p.write(ctx, ups)
 }
 
-// threshold is p·2^32 clamped to 32 bits (DropSimulator drops when a
-// 32-bit random number is below it).
+// threshold is p·2^16 clamped to 16 bits (DropSimulator drops when a
+// 16-bit random number is below it).
 func threshold(prob float64) uint64 {
-	return uint64(math.Min(prob*(1<<32), math.MaxUint32))
+	return uint64(math.Min(prob*(1<<16), math.MaxUint16))
 }
 
 // AddJob installs a job (control.Programmer).
@@ -459,7 +459,7 @@ func (p *Programmer) jobUpdates(ij *installedJob) ([]update, error) {
 		sender = append(sender, update{insert(tableEntity(te)), fmt.Sprintf("%s entry (job %d worker %d %v %v)", TableWorker, job.ID, r, w.MAC, w.Addr)})
 		prefix, _ := wire.P4AppQPN(r, 0)
 		te, err = p.tableEntry(TableReceiveQP, []match{{FieldSrcAddr, ipUint(w.Addr), 0}, {FieldDstAddr, ipUint(p.cfg.SwitchIPv4), 0}, {FieldDstQP, uint64(prefix), qpnRankMask}}, 1,
-			ActionSetQP, paramsSetQP, []uint64{uint64(r), 1 << uint(r), uint64(len(job.Workers)), uint64(q), uint64(ij.qpBase) + uint64(r*q), uint64(job.PoolBase), uint64(job.PoolSlots), uint64(job.PoolBase) + uint64(job.PoolSlots) - 1, uint64(ij.mgid)})
+			ActionSetQP, paramsSetQP, []uint64{uint64(r), 1 << uint(r), uint64(len(job.Workers)), uint64(q), uint64(ij.qpBase) + uint64(r*q), 2 * uint64(job.PoolBase), 2 * (uint64(job.PoolBase) + uint64(job.PoolSlots)), uint64(ij.mgid)})
 		if err != nil {
 			return nil, err
 		}

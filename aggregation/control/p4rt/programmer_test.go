@@ -158,10 +158,10 @@ func TestProgrammerFourWorkerJob(t *testing.T) {
 	if got := defaults[TableSwitchAddress]; got["switch_mac"] != 0x02aa00000001 || got["switch_ip"] != 0x0a0000fe {
 		t.Errorf("switch address = %x", got)
 	}
-	if got := defaults[TableIngressDrop]["drop_threshold"]; got != threshold(0.01) || got < 42949600 || got > 42949700 {
+	if got := defaults[TableIngressDrop]["drop_threshold"]; got != threshold(0.01) || got != 655 { // 0.01·2^16
 		t.Errorf("ingress drop threshold = %d", got)
 	}
-	if got := defaults[TableEgressDrop]["drop_threshold"]; got != 1<<31 {
+	if got := defaults[TableEgressDrop]["drop_threshold"]; got != 1<<15 {
 		t.Errorf("egress drop threshold = %d", got)
 	}
 
@@ -225,7 +225,7 @@ func TestProgrammerFourWorkerJob(t *testing.T) {
 		if k := d.keys[FieldDstQP]; k[0] != uint64(0x800000|r<<16) || k[1] != 0xFFFE00 {
 			t.Errorf("receive_qp rank %d: QPN %#x/%#x", r, k[0], k[1])
 		}
-		want := map[string]uint64{"worker_bit": 1 << r, "num_workers": 4, "num_qps": 3, "pool_base": 16, "pool_slots": 6, "pool_last_slot": 21, "mgid": uint64(mgid)}
+		want := map[string]uint64{"worker_bit": 1 << r, "num_workers": 4, "num_qps": 3, "pool_first_index": 32, "pool_end_index": 44, "mgid": uint64(mgid)}
 		for k, v := range want {
 			if d.params[k] != v {
 				t.Errorf("receive_qp rank %d: %s = %d, want %d", r, k, d.params[k], v)

@@ -78,7 +78,8 @@ func (r *p4Receiver) receive(src netip.Addr, pkt *rdma.Packet) (switchmodel.Drop
 		return switchmodel.DropUnknownQP, 0
 	}
 	qpIndex := qpn & 0x1FF
-	if qpIndex >= r.numQPs {
+	// qp_room = num_qps − QPN[15:0] (16 bits): 0 or negative = out of range.
+	if qpRoom := uint16(r.numQPs) - uint16(qpn); qpRoom == 0 || qpRoom&0x8000 != 0 {
 		return switchmodel.DropUnknownQP, 0
 	}
 	idx := uint32(rank)*r.numQPs + qpIndex
@@ -86,10 +87,11 @@ func (r *p4Receiver) receive(src netip.Addr, pkt *rdma.Packet) (switchmodel.Drop
 	if pkt.RETH != nil {
 		rkey = pkt.RETH.RKey()
 	}
-	slotOffset := rkey>>1 - r.poolBase                        // set_qp
-	firstRoom := (r.poolBase + r.poolSlots - 1) - (rkey >> 1) // set_qp (pool_last_slot)
+	// set_qp: saturating subtractions from the job's pool index range
+	// [pool_first_index, pool_end_index).
+	below := satSub(2*r.poolBase, rkey)
+	firstRoom := satSub(2*(r.poolBase+r.poolSlots), rkey)
 	psn := pkt.BTH.PSN()
-	psnNext := (psn + 1) & rdma.PSNMask
 	lengthOK := len(pkt.Payload) == r.payload // ipv4.total_len == expected_len
 	s := &r.rxQPState[idx]
 
@@ -103,22 +105,32 @@ func (r *p4Receiver) receive(src netip.Addr, pkt *rdma.Packet) (switchmodel.Drop
 	poolIndex = r.rxPoolIndex[idx]
 
 	// rx_high_psn (check_high_psn), beside rx_qp_state.
-	psnKey, nextKey := psn<<8|0x80, psnNext<<8|0x80
+	psnKey := psn<<8 | 0x80   // psn_key = PSN ++ 0x80
+	nextKey := psnKey + 0x100 // psn_key + 0x100 wraps the PSN at 2^24
 	h := &r.rxHighPSN[idx]
 	lo, hi := *h != 0, int32(psnKey-*h) < 0
 	if !lo || !hi {
 		*h = nextKey
 	}
 	staleVerdict := predicate(lo, hi)
-	reason, pi := r.rxQPRules(s, first, lengthOK, slotOffset, firstRoom, psn, psnNext, poolIndex)
+	reason, pi := r.rxQPRules(s, first, lengthOK, below, firstRoom, psnKey, nextKey, poolIndex)
 	if staleVerdict == predLoHi && reason == switchmodel.NotDropped {
 		return switchmodel.DropStalePSN, 0
 	}
 	return reason, pi
 }
 
-// rxQPRules is rx_qp_state's part of the apply block.
-func (r *p4Receiver) rxQPRules(s *struct{ nextPSN, room uint32 }, first, lengthOK bool, slotOffset, firstRoom, psn, psnNext, poolIndex uint32) (switchmodel.DropReason, uint32) {
+// satSub is a |-| b (P4 saturating subtraction).
+func satSub(a, b uint32) uint32 {
+	if b > a {
+		return 0
+	}
+	return a - b
+}
+
+// rxQPRules is rx_qp_state's part of the apply block; rx_qp_state holds
+// PSN keys (psn_key form) and the room in pool index steps.
+func (r *p4Receiver) rxQPRules(s *struct{ nextPSN, room uint32 }, first, lengthOK bool, below, firstRoom, psn, psnNext, poolIndex uint32) (switchmodel.DropReason, uint32) {
 
 	invalidate := func() uint8 {
 		v := predicate(s.nextPSN == psn, false)
@@ -129,7 +141,7 @@ func (r *p4Receiver) rxQPRules(s *struct{ nextPSN, room uint32 }, first, lengthO
 	case first && !lengthOK:
 		invalidate()
 		return switchmodel.DropLength, 0
-	case first && slotOffset >= r.poolSlots:
+	case first && (below&0xFFFF != 0 || firstRoom&0xFFFF == 0):
 		invalidate()
 		return switchmodel.DropPoolRange, 0
 	case first: // start_message
@@ -140,10 +152,10 @@ func (r *p4Receiver) rxQPRules(s *struct{ nextPSN, room uint32 }, first, lengthO
 		}
 		return switchmodel.DropPSN, 0
 	default: // continue_message
-		lo, hi := s.nextPSN == psn, s.room != 0
+		lo, hi := s.nextPSN == psn, s.room > 2
 		v := predicate(lo, hi)
 		if lo && hi {
-			s.nextPSN, s.room = psnNext, s.room-1
+			s.nextPSN, s.room = psnNext, s.room-2
 		} else {
 			s.nextPSN = invalidPSN
 		}
