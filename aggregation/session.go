@@ -14,6 +14,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/rdma"
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
 
@@ -161,7 +162,7 @@ func (s *Session) open(ctx context.Context) error {
 			return fmt.Errorf("aggregation: QP %d to INIT: %w", i, err)
 		}
 		qpns[i] = qp.QPN()
-		psns[i] = rand.Uint32() & 0xFFFFFF
+		psns[i] = rand.Uint32() & rdma.PSNMask
 	}
 
 	s.client = cfg.Controller

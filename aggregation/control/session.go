@@ -20,6 +20,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/control/internal/spans"
 	pb "github.com/swml-rdma/swml-rdma/aggregation/control/switchmlpb"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/rdma"
 )
 
 // sessionParams are what every rank of a session must agree on.
@@ -318,7 +319,7 @@ func (c *Controller) drawSwitchQPs(rank, q int) (qpns, psns []uint32) {
 		} else {
 			qpns[i], _ = wire.P4AppQPN(rank, i) // bounds checked in parseRegistration
 		}
-		psns[i] = rand.Uint32() & 0xFFFFFF
+		psns[i] = rand.Uint32() & rdma.PSNMask
 	}
 	return qpns, psns
 }
@@ -553,7 +554,7 @@ func (c *Controller) parseRegistration(req *pb.RdmaSessionRequest) (*registratio
 	}
 	seen := make(map[uint32]int, q)
 	for i, v := range req.GetQpns() {
-		if v > 0xFFFFFF {
+		if v > rdma.QPNMask {
 			return bad("rank %d: QPN %#x of QP %d has more than 24 bits", rank, v, i)
 		}
 		if first, dup := seen[v]; dup {
@@ -562,7 +563,7 @@ func (c *Controller) parseRegistration(req *pb.RdmaSessionRequest) (*registratio
 		seen[v] = i
 	}
 	for i, v := range req.GetPsns() {
-		if v > 0xFFFFFF {
+		if v > rdma.PSNMask {
 			return bad("rank %d: PSN %#x of QP %d has more than 24 bits", rank, v, i)
 		}
 	}

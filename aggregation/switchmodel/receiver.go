@@ -55,13 +55,6 @@ type rxState struct {
 	seen    bool
 }
 
-// psnOlder reports whether PSN a comes before b (24-bit serial arithmetic:
-// up to 2^23 packets back).
-func psnOlder(a, b uint32) bool {
-	d := (b - a) & rdma.PSNMask
-	return d != 0 && d <= 1<<23
-}
-
 // qpKey is the receiver's table key: the 16-byte form of the source address
 // (IPv4 mapped), as two big-endian words, and the switch QPN the packet is
 // addressed to.
@@ -278,7 +271,7 @@ func (r *RDMAReceiver) Receive(src netip.Addr, pkt *rdma.Packet, md *Metadata) b
 	// rx_high_psn runs beside the message state (as in the P4 program): a
 	// stale packet still moves the state below, and is dropped after it
 	// unless another rule dropped it first.
-	stale := st.seen && psnOlder(psn, st.highPSN)
+	stale := st.seen && rdma.PSNLess(psn, st.highPSN)
 	if !stale {
 		st.seen, st.highPSN = true, (psn+1)&rdma.PSNMask
 	}

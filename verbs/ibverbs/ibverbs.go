@@ -898,7 +898,7 @@ func (q *QP) ReadyToReceive(attr verbs.RTRAttr) error {
 	if !attr.RemoteAddr.IsValid() {
 		return fmt.Errorf("verbs/ibverbs: QP %d: no remote address: %w", q.qpn, verbs.ErrInvalidArgument)
 	}
-	if attr.RemoteQPN > 0xFFFFFF || attr.RecvPSN > 0xFFFFFF {
+	if attr.RemoteQPN > rdma.QPNMask || attr.RecvPSN > rdma.PSNMask {
 		return fmt.Errorf("verbs/ibverbs: QP %d: remote QPN %#x / PSN %#x wider than 24 bits: %w", q.qpn, attr.RemoteQPN, attr.RecvPSN, verbs.ErrInvalidArgument)
 	}
 	dev := q.pd.dev
@@ -913,7 +913,7 @@ func (q *QP) ReadyToReceive(attr verbs.RTRAttr) error {
 }
 
 func (q *QP) ReadyToSend(sendPSN uint32) error {
-	if sendPSN > 0xFFFFFF {
+	if sendPSN > rdma.PSNMask {
 		return fmt.Errorf("verbs/ibverbs: QP %d: send PSN %#x wider than 24 bits: %w", q.qpn, sendPSN, verbs.ErrInvalidArgument)
 	}
 	return q.transition(verbs.QPStateRTR, verbs.QPStateRTS, func(qp *C.struct_ibv_qp) C.int {

@@ -21,6 +21,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/control/internal/spans"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/rdma"
 )
 
 // PacketSize is the payload size the default and test profiles of
@@ -407,7 +408,7 @@ func (p *Programmer) checkJob(job *wire.Job) error {
 			if sq != want {
 				return fmt.Errorf("p4rt: add job %d: %w: worker %d QP %d has switch QPN %#x, the Tofino program needs %#x (run the controller with QPNScheme QPNP4App)", job.ID, wire.ErrBadJob, r, i, sq, want)
 			}
-			if w.QPNs[i] > 0xFFFFFF || w.PSNs[i] > 0xFFFFFF {
+			if w.QPNs[i] > rdma.QPNMask || w.PSNs[i] > rdma.PSNMask {
 				return fmt.Errorf("p4rt: add job %d: %w: worker %d QP %d: QPN %#x or PSN %#x is not 24-bit", job.ID, wire.ErrBadJob, r, i, w.QPNs[i], w.PSNs[i])
 			}
 		}
