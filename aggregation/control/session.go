@@ -589,7 +589,7 @@ func (c *Controller) parseRegistration(req *pb.RdmaSessionRequest) (*registratio
 	if msg == 0 {
 		return bad("rank %d: message_size is 0: pass bytes per message, a power-of-two multiple of the packet size (e.g. %d)", rank, 16*size)
 	}
-	if msg%size != 0 || bits.OnesCount(uint(msg/size)) != 1 {
+	if _, err := wire.MessagePackets(msg, size); err != nil {
 		lower := size
 		if k := msg / size; k > 1 {
 			lower = size << (bits.Len(uint(k)) - 1)
