@@ -12,7 +12,7 @@ import (
 // built reports whether the cgo backend is compiled in.
 const built = false
 
-var errNotBuilt = fmt.Errorf("verbs/ibverbs: %w: this binary was built without -tags ibverbs (needs cgo and libibverbs-dev); use the userspace NIC (--nic soft)", verbs.ErrNotSupported)
+var errNotBuilt = fmt.Errorf("verbs/ibverbs: built without -tags ibverbs: %w", verbs.ErrNotSupported)
 
 // Device is an open libibverbs device. In this build (no ibverbs tag) it
 // cannot be opened.
