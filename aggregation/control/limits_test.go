@@ -1,7 +1,6 @@
 package control
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -68,31 +67,13 @@ func testRawReq(sid uint32, r, n, q int) *pb.RdmaSessionRequest {
 	return req
 }
 
-// syncBuffer is a log destination safe for the controller's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // With the largest job the switch serves and one rank present, the
 // timeouts of RdmaSession and Barrier name the first 16 missing ranks and
 // the count, in a message and a log line of bounded size.
 func TestMissingRanksBounded(t *testing.T) {
 	testutil.NoLeaks(t)
 	const n = 65536
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	e := startController(t, func(c *Config) {
 		c.MaxWorkers = n
 		c.SessionTimeout = 200 * time.Millisecond

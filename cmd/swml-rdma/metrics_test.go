@@ -19,6 +19,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 )
 
 // scrape GETs a /metrics URL and returns the text exposition.
@@ -89,9 +90,9 @@ func lint(t *testing.T, what, body string) {
 
 // runInProcess runs the CLI with args until it returns or ctx ends; its
 // stdout and stderr can be read while it runs.
-func runInProcess(ctx context.Context, args ...string) (stdout, stderr *syncBuffer, done chan error) {
+func runInProcess(ctx context.Context, args ...string) (stdout, stderr *testutil.SyncBuffer, done chan error) {
 	app := newApp()
-	stdout, stderr = &syncBuffer{}, &syncBuffer{}
+	stdout, stderr = &testutil.SyncBuffer{}, &testutil.SyncBuffer{}
 	app.Writer, app.ErrWriter = stdout, stderr
 	app.ExitErrHandler = func(*cli.Context, error) {}
 	done = make(chan error, 1)

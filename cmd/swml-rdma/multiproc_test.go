@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -9,10 +8,11 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 )
 
 // testMainEnv makes the test binary act as swml-rdma: the multi-process
@@ -27,27 +27,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a concurrent reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // waitForLine polls buf until re matches (returning the submatches), done
 // is closed, or timeout passes.
-func waitForLine(t *testing.T, what string, buf *syncBuffer, re *regexp.Regexp, done <-chan struct{}, timeout time.Duration) []string {
+func waitForLine(t *testing.T, what string, buf *testutil.SyncBuffer, re *regexp.Regexp, done <-chan struct{}, timeout time.Duration) []string {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -79,7 +61,7 @@ var (
 type proc struct {
 	name           string
 	cmd            *exec.Cmd
-	stdout, stderr *syncBuffer
+	stdout, stderr *testutil.SyncBuffer
 	done           chan struct{}
 	err            error // valid after done
 }
@@ -90,7 +72,7 @@ func startProc(t *testing.T, name string, args ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{name: name, cmd: exec.Command(exe, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, cmd: exec.Command(exe, args...), stdout: &testutil.SyncBuffer{}, stderr: &testutil.SyncBuffer{}, done: make(chan struct{})}
 	env := []string{testMainEnv + "=1"}
 	for _, kv := range os.Environ() {
 		// The job's rank and size come from flags only.
