@@ -54,6 +54,7 @@ type qpState struct {
 		set     uint8           // which of the slot's two sets
 		id      uint16          // wire message id
 		e0      int8            // the look-ahead exponent it carries
+		e1      int8            // the loss signal it carries (adaptState)
 		scale   quant.Scale     // what cur was quantized with
 		joining bool            // the QP's first message of the call
 		wr      [1]verbs.SendWR // the whole message, reposted as is
@@ -77,6 +78,7 @@ type qpState struct {
 		got   []uint64 // bitmap of the packets whose result is back
 		n     int      // how many
 		resE0 int8     // the result exponent of its last packet
+		resE1 int8     // and its loss signal (adaptState)
 		// first is when the first one came back, if that was before any
 		// resend (so it answers the first transmission); zero otherwise.
 		first time.Time
@@ -94,7 +96,8 @@ type engine struct {
 	pktBits uint
 	pktWRs  []verbs.SendWR
 	// pktWrites: the running call sends packet writes (Config.Writes;
-	// send.go, chooseWrites); adapt is chooseWrites' memory.
+	// send.go, chooseWrites); adapt is the call's loss signal and
+	// chooseWrites' memory.
 	pktWrites bool
 	adapt     adaptState
 	// Times to result: of messages in the middle of a call, and of each
@@ -192,14 +195,14 @@ func (s *Session) run(ctx context.Context, f []float32, iv []int32) error {
 		return fmt.Errorf("aggregation: %w: %w", ErrBroken, s.broken)
 	}
 	s.wake.Reset()
-	s.eng.pktWrites = s.chooseWrites()
-	if s.eng.pktWrites {
-		s.stats.packetWriteCalls.Add(1)
-	}
 	stop := context.AfterFunc(ctx, s.wake.Fire)
 	defer stop()
 	c := call{f: f, i: iv, n: len(f) + len(iv), vals: s.msgBytes / 4}
 	c.msgs = (c.n + c.vals - 1) / c.vals
+	s.eng.pktWrites = s.chooseWrites(c.msgs)
+	if s.eng.pktWrites {
+		s.stats.packetWriteCalls.Add(1)
+	}
 	if err := s.drive(ctx, &c); err != nil {
 		s.broken = err
 		return err
