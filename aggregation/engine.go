@@ -66,9 +66,10 @@ type qpState struct {
 		xmit     time.Time // latest transmission (RACK)
 		deadline time.Time
 		rto      time.Duration
-		timeouts int // expiries
-		resends  int // transmissions after the first (timer or RACK)
-		silent   int // consecutive expiries that saw no sign of loss
+		timeouts int  // expiries
+		resends  int  // transmissions after the first (timer or RACK)
+		silent   int  // consecutive expiries that saw no sign of loss
+		deferred bool // its expiry was put off once (timers.go, expire)
 	}
 
 	// pkts are the message's packet results, with per-packet recovery
@@ -108,8 +109,18 @@ type engine struct {
 	standing   timing.StandingRTT
 	rack       rackState
 	lastResult time.Time // when any result last arrived
-	callStart  time.Time // when the running call started
-	lastPass   time.Time // the loop's last pass
+	// progress is when a result last completed a message or a packet of
+	// one (not a duplicate answer): RFC 6298 5.3's "new data acknowledged",
+	// which restarts the retransmission timers (timers.go, expiry).
+	progress time.Time
+	// probe is when the latest probe was sent: the one message resent
+	// when the path went silent (timers.go, expire).
+	probe time.Time
+	// due is when the loop planned its current pass: the wake-up time of
+	// its sleep (zero when it passed again at once).
+	due       time.Time
+	callStart time.Time // when the running call started
+	lastPass  time.Time // the loop's last pass
 	// doorbell is set when messages are staged on a QP and not yet sent
 	// (send.go: transmit, ringDoorbell).
 	doorbell verbs.StagedSender
@@ -269,6 +280,7 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 			continue
 		}
 		e.notified = false
+		e.due = wakeAt
 		s.wake.Arm(wakeAt.Sub(now))
 		select {
 		case <-s.cq.Notifications():
@@ -284,7 +296,7 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 func (s *Session) start(c *call) (int, error) {
 	now := time.Now()
 	e := &s.eng
-	e.callStart, e.lastPass, e.notified = now, now, false
+	e.callStart, e.lastPass, e.notified, e.progress, e.due = now, now, false, now, time.Time{}
 	e.rack.newCall()
 	active := 0
 	for _, st := range s.qps {

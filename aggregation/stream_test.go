@@ -42,7 +42,10 @@ func TestSoftResultStream(t *testing.T) {
 			// run is loss-free, so every break would be the switch's.
 			c := newSoftClusterWith(t, inMemory, tc.net, 0, 0, clusterOpts{mem: memlink.Config{RecvQueue: 1 << 15, MaxDatagram: 1100}, link: tc.link})
 			cfg := softConfig(1, 1024, 8, 4)
+			// Timers that fire while the slowest worker's slots still
+			// complete: a timeout under the time to result.
 			cfg.RetransmitTimeout = time.Millisecond
+			cfg.MaxRetransmitTimeout = 2 * time.Millisecond
 			// The default AdaptiveWrites: spurious resends can make a
 			// worker signal loss, and then every worker changes mode
 			// in the same call (adaptState).

@@ -205,6 +205,7 @@ func TestPacketWriteTimer(t *testing.T) {
 		MaxRetransmitTimeout: time.Second, BackoffAfter: 1, QPs: 1}, msgBytes: ppm * 256, mr: mr,
 		qps: []*qpState{{index: 0}}}
 	s.eng.pktBits, s.eng.pktWrites = 4, true
+	s.eng.rtt.Sample(200 * time.Microsecond) // timeout: the 1 ms floor
 	st := s.qps[0]
 	st.qp = qp
 	st.pkts.got = make([]uint64, 1)
