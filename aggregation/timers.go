@@ -11,12 +11,16 @@ package aggregation
 //  3. Every pass of the loop runs timers: for each message in flight,
 //     a. after Config.PeerTimeout without a result, the call fails with a
 //        *PeerTimeoutError (deadPeer);
-//     b. past its deadline, it is resent (retransmit), and its timeout
-//        backs off unless the path shows it works;
-//     c. with evidence of loss before that — a message sent after it has
-//        its result back (RACK, RFC 8985), or some of its own packets'
-//        results came and the rest did not follow — it is resent once the
-//        reordering window has passed (fastRetransmit).
+//     b. with evidence of loss — a message sent after it has its result
+//        back (RACK, RFC 8985), or some of its own packets' results came
+//        and the rest did not follow — it is resent once the reordering
+//        window has passed (fastRetransmit);
+//     c. otherwise, once its timer expires — past its deadline and, until
+//        it is resent, a timeout after the latest result of any QP
+//        (expiry) — expire resends it (retransmit; its timeout backs off
+//        unless the path shows it works), or puts it off once: while
+//        another message is out as the probe of a silence, or to poll
+//        again after a late pass.
 //  4. resend re-stages the message as it was (send.go, transmit), or with
 //     per-packet recovery only the packets whose results are missing, and
 //     restarts the timer.
