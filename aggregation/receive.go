@@ -89,12 +89,11 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 	now := time.Now()
 	s.eng.lastResult = now
 	r := s.match(st, wc, now)
-	if r == resultStale {
+	switch r {
+	case resultStale:
 		s.stats.stale.Add(1)
 		return false, nil
-	}
-	s.eng.progress = now
-	if r == resultPacket {
+	case resultPacket:
 		return false, nil
 	}
 	s.stats.results.Add(1)
