@@ -141,9 +141,11 @@ type Config struct {
 type Writes int
 
 const (
-	// AdaptiveWrites sends message writes until a call shows loss (RACK
-	// found at least one message in 64 lost), then packet writes, trying
-	// message writes again every 16th call. Without per-packet recovery
+	// AdaptiveWrites sends message writes until a call shows loss (a
+	// worker's RACK found at least one message in 64 lost, and it told
+	// the others through the switch in e1), then packet writes, trying
+	// message writes again every 16th call; every worker of the job
+	// decides alike (docs/protocol.md). Without per-packet recovery
 	// (WholeMessageResend, or more than 64 packets per message) it is
 	// MessageWrites.
 	AdaptiveWrites Writes = iota

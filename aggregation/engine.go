@@ -54,6 +54,7 @@ type qpState struct {
 		set     uint8           // which of the slot's two sets
 		id      uint16          // wire message id
 		e0      int8            // the look-ahead exponent it carries
+		e1      int8            // the loss signal it carries (adaptState)
 		scale   quant.Scale     // what cur was quantized with
 		joining bool            // the QP's first message of the call
 		wr      [1]verbs.SendWR // the whole message, reposted as is
@@ -65,9 +66,10 @@ type qpState struct {
 		xmit     time.Time // latest transmission (RACK)
 		deadline time.Time
 		rto      time.Duration
-		timeouts int // expiries
-		resends  int // transmissions after the first (timer or RACK)
-		silent   int // consecutive expiries that saw no sign of loss
+		timeouts int  // expiries
+		resends  int  // transmissions after the first (timer or RACK)
+		silent   int  // consecutive expiries that saw no sign of loss
+		deferred bool // its expiry was put off once (timers.go, expire)
 	}
 
 	// pkts are the message's packet results, with per-packet recovery
@@ -77,6 +79,7 @@ type qpState struct {
 		got   []uint64 // bitmap of the packets whose result is back
 		n     int      // how many
 		resE0 int8     // the result exponent of its last packet
+		resE1 int8     // and its loss signal (adaptState)
 		// first is when the first one came back, if that was before any
 		// resend (so it answers the first transmission); zero otherwise.
 		first time.Time
@@ -94,7 +97,8 @@ type engine struct {
 	pktBits uint
 	pktWRs  []verbs.SendWR
 	// pktWrites: the running call sends packet writes (Config.Writes;
-	// send.go, chooseWrites); adapt is chooseWrites' memory.
+	// send.go, chooseWrites); adapt is the call's loss signal and
+	// chooseWrites' memory.
 	pktWrites bool
 	adapt     adaptState
 	// Times to result: of messages in the middle of a call, and of each
@@ -105,8 +109,20 @@ type engine struct {
 	standing   timing.StandingRTT
 	rack       rackState
 	lastResult time.Time // when any result last arrived
-	callStart  time.Time // when the running call started
-	lastPass   time.Time // the loop's last pass
+	// progress is when a result last moved RACK's evidence (a sampled
+	// time to result, or a resend's answer RACK takes): RFC 6298 5.3's
+	// "new data acknowledged", which restarts the retransmission timers
+	// (timers.go, expiry).
+	progress time.Time
+	// probe is when the latest probe was sent: the message resent by an
+	// expiry (timers.go, expire); while no result came back since, the
+	// path is silent and the other expiries are put off once.
+	probe time.Time
+	// due is when the loop planned its current pass: the wake-up time of
+	// its sleep (zero when it passed again at once).
+	due       time.Time
+	callStart time.Time // when the running call started
+	lastPass  time.Time // the loop's last pass
 	// doorbell is set when messages are staged on a QP and not yet sent
 	// (send.go: transmit, ringDoorbell).
 	doorbell verbs.StagedSender
@@ -196,14 +212,14 @@ func (s *Session) runCall(ctx context.Context, c call) error {
 		return fmt.Errorf("aggregation: %w: %w", ErrBroken, s.broken)
 	}
 	s.wake.Reset()
-	s.eng.pktWrites = s.chooseWrites()
-	if s.eng.pktWrites {
-		s.stats.packetWriteCalls.Add(1)
-	}
 	stop := context.AfterFunc(ctx, s.wake.Fire)
 	defer stop()
 	c.vals = s.msgBytes / 4
 	c.msgs = (c.n + c.vals - 1) / c.vals
+	s.eng.pktWrites = s.chooseWrites(c.msgs)
+	if s.eng.pktWrites {
+		s.stats.packetWriteCalls.Add(1)
+	}
 	if err := s.drive(ctx, &c); err != nil {
 		s.broken = err
 		return err
@@ -271,6 +287,7 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 			continue
 		}
 		e.notified = false
+		e.due = wakeAt
 		s.wake.Arm(wakeAt.Sub(now))
 		select {
 		case <-s.cq.Notifications():
@@ -286,7 +303,7 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 func (s *Session) start(c *call) (int, error) {
 	now := time.Now()
 	e := &s.eng
-	e.callStart, e.lastPass, e.notified = now, now, false
+	e.callStart, e.lastPass, e.notified, e.progress, e.due = now, now, false, now, time.Time{}
 	e.rack.newCall()
 	active := 0
 	for _, st := range s.qps {

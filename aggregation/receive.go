@@ -103,10 +103,14 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 	if err := s.deliver(c, st); err != nil {
 		return false, err
 	}
-	maxE := wire.Imm(wc.Imm).E0()
+	// The result's immediate is its last packet's (the slot every
+	// worker's contribution to which carries one): the same on every
+	// worker, however it came back.
+	maxE, e1 := wire.Imm(wc.Imm).E0(), wire.Imm(wc.Imm).E1()
 	if r == resultPackets {
-		maxE = st.pkts.resE0
+		maxE, e1 = st.pkts.resE0, st.pkts.resE1
 	}
+	s.hearLoss(e1)
 	sent, err := s.sendNext(c, st, maxE, now)
 	return !sent, err
 }
@@ -153,7 +157,7 @@ func (s *Session) match(st *qpState, wc *verbs.Completion, now time.Time) result
 		p.first = now
 	}
 	if k == ppm-1 {
-		p.resE0 = wire.Imm(wc.Imm).E0()
+		p.resE0, p.resE1 = wire.Imm(wc.Imm).E0(), wire.Imm(wc.Imm).E1()
 	}
 	if p.n < ppm {
 		return resultPacket

@@ -96,12 +96,12 @@ func (s *Session) sendNext(c *call, st *qpState, maxE int8, now time.Time) (bool
 }
 
 // post sends a new message from st's staging region: next set, next
-// message id, look-ahead exponent e0.
+// message id, look-ahead exponent e0, and the loss signal e1.
 func (s *Session) post(st *qpState, e0 int8, now time.Time) error {
 	m := &st.msg
 	m.set ^= 1
 	m.id = (m.id + 1) & wire.MsgIDMask
-	m.e0 = e0
+	m.e0, m.e1 = e0, s.lossSignal()
 	m.busy = true
 	m.wr[0] = verbs.SendWR{
 		ID:         wrID(st.index, wrSend),
@@ -109,7 +109,7 @@ func (s *Session) post(st *qpState, e0 int8, now time.Time) error {
 		Local:      verbs.SGE{Addr: st.sendOff, Length: uint32(s.msgBytes), LKey: s.mr.LKey()},
 		RemoteAddr: s.recvOff(m.set, st.index),
 		RKey:       uint32(st.pool | wire.PoolIndex(m.set)),
-		Imm:        uint32(wire.MakeImm(m.id, e0, 0)),
+		Imm:        uint32(wire.MakeImm(m.id, e0, m.e1)),
 		Signaled:   true,
 	}
 	if st.pkts.n > 0 {
@@ -180,7 +180,7 @@ func (s *Session) transmitPackets(st *qpState) error {
 			Local:      verbs.SGE{Addr: st.sendOff + off, Length: uint32(ps), LKey: s.mr.LKey()},
 			RemoteAddr: recv + off,
 			RKey:       uint32(st.pool.Add(k) | wire.PoolIndex(m.set)),
-			Imm:        uint32(wire.MakeImm(wire.PacketMsgID(m.id, k, s.eng.pktBits), m.e0, 0)),
+			Imm:        uint32(wire.MakeImm(wire.PacketMsgID(m.id, k, s.eng.pktBits), m.e0, m.e1)),
 		})
 	}
 	s.eng.pktWRs = wrs
@@ -204,32 +204,54 @@ func (s *Session) ringDoorbell() error {
 	return nil
 }
 
-// adaptState is AdaptiveWrites' memory between calls (chooseWrites): the
-// session's message and fast-retransmission counts when the last call
-// started, and how many calls in a row have sent packet writes.
+// adaptState is AdaptiveWrites' memory: what the running call has seen of
+// loss, and how many calls in a row have sent packet writes.
+//
+// Every worker of a job must decide alike, or a call mixes message writes
+// and packet writes, and a slot completed by a one-packet write is then
+// broadcast as a WRITE ONLY into the other workers' open multi-packet
+// result messages, which a UC receiver that follows the IBA drops (rxe
+// wedges the QP). Each worker's own view of loss differs, so they agree
+// through the switch, without a message of their own: a worker that has
+// seen loss in a call sets e1 = 1 in the immediates of the messages it
+// sends afterwards (lossSignal), the switch returns max(e1) over the
+// contributions of each slot, and every worker receives the same results,
+// so the OR of e1 over a call's results (heard) is the same on every
+// worker, and so is the next call's choice (chooseWrites).
 type adaptState struct {
-	msgs, fast  uint64
-	packetCalls int
+	fast    uint64 // the session's fast retransmissions when the call started
+	msgs    int    // the call's messages
+	signal  bool   // this worker has seen loss in the call: e1 = 1 from now on
+	heard   bool   // a result of the call carried e1 ≠ 0
+	pktRuns int    // calls in a row that sent packet writes
 }
 
 const (
-	// lossyFastRetransmits: a call in which RACK found at least one message
-	// in this many lost has seen loss (not reordering: without loss RACK
-	// fires for a few messages in 10⁴ here, see docs/benchmarks.md).
+	// lossyFastRetransmits: a worker has seen loss in a call once RACK
+	// found one message in this many of the call's messages lost (not
+	// reordering: without loss RACK fires for a few messages in 10⁴ here,
+	// see docs/benchmarks.md).
 	lossyFastRetransmits = 64
 	// probeMessageWrites: in a run of packet-write calls, every this many
 	// calls goes back to message writes to see whether the loss is over.
 	probeMessageWrites = 16
+	// e1Loss is the immediate's e1 of a message sent after its worker saw
+	// loss in the call (0 otherwise, as p4app-switchML's workers send).
+	e1Loss int8 = 1
 )
 
 // chooseWrites decides whether the call starting now sends packet writes
-// (Config.Writes). AdaptiveWrites: message writes cost the least CPU and
-// are the right choice without loss; once a call shows loss, the next ones
-// send packet writes, and every probeMessageWrites-th of them tries message
-// writes again. Workers decide alone; a call in which they disagree is
-// slower, not wrong (docs/protocol.md "Message writes and packet writes").
-func (s *Session) chooseWrites() bool {
+// (Config.Writes) and starts the call's loss signal (adaptState).
+// AdaptiveWrites: message writes cost the least CPU and are the right
+// choice without loss; after a call whose results said some worker saw
+// loss, the next ones send packet writes, and every probeMessageWrites-th
+// of them tries message writes again. Every worker of the job hears the
+// same results and counts the same calls, so all decide alike.
+func (s *Session) chooseWrites(msgs int) bool {
 	e := &s.eng
+	a := &e.adapt
+	lossy := a.heard
+	*a = adaptState{fast: s.stats.fastRetransmissions.Load(), msgs: msgs, pktRuns: a.pktRuns}
 	if e.pktBits == 0 {
 		return false
 	}
@@ -239,16 +261,32 @@ func (s *Session) chooseWrites() bool {
 	case MessageWrites:
 		return false
 	}
-	a := &e.adapt
-	msgs, fast := s.stats.messages.Load(), s.stats.fastRetransmissions.Load()
-	lossy := msgs > a.msgs && (fast-a.fast)*lossyFastRetransmits >= msgs-a.msgs
-	a.msgs, a.fast = msgs, fast
 	if !e.pktWrites {
-		a.packetCalls = 0
+		a.pktRuns = 0
 		return lossy
 	}
 	// Packet writes lose little to loss, and RACK's count under them
 	// says little about it: probe with message writes now and then.
-	a.packetCalls++
-	return a.packetCalls%probeMessageWrites != 0
+	a.pktRuns++
+	return a.pktRuns%probeMessageWrites != 0
+}
+
+// lossSignal is the e1 of a message sent now (adaptState): e1Loss once
+// RACK found one in lossyFastRetransmits of the call's messages lost.
+func (s *Session) lossSignal() int8 {
+	a := &s.eng.adapt
+	if !a.signal && (s.stats.fastRetransmissions.Load()-a.fast)*lossyFastRetransmits >= uint64(max(a.msgs, 1)) {
+		a.signal = true
+	}
+	if a.signal {
+		return e1Loss
+	}
+	return 0
+}
+
+// hearLoss notes the e1 of a result the engine used (adaptState).
+func (s *Session) hearLoss(e1 int8) {
+	if e1 > 0 {
+		s.eng.adapt.heard = true
+	}
 }

@@ -11,12 +11,16 @@ package aggregation
 //  3. Every pass of the loop runs timers: for each message in flight,
 //     a. after Config.PeerTimeout without a result, the call fails with a
 //        *PeerTimeoutError (deadPeer);
-//     b. past its deadline, it is resent (retransmit), and its timeout
-//        backs off unless the path shows it works;
-//     c. with evidence of loss before that — a message sent after it has
-//        its result back (RACK, RFC 8985), or some of its own packets'
-//        results came and the rest did not follow — it is resent once the
-//        reordering window has passed (fastRetransmit).
+//     b. with evidence of loss — a message sent after it has its result
+//        back (RACK, RFC 8985), or some of its own packets' results came
+//        and the rest did not follow — it is resent once the reordering
+//        window has passed (fastRetransmit);
+//     c. otherwise, once its timer expires — past its deadline and, until
+//        it is resent, a timeout after the latest result of any QP
+//        (expiry) — expire resends it (retransmit; its timeout backs off
+//        unless the path shows it works), or puts it off once: while
+//        another message is out as the probe of a silence, or to poll
+//        again after a late pass.
 //  4. resend re-stages the message as it was (send.go, transmit), or with
 //     per-packet recovery only the packets whose results are missing, and
 //     restarts the timer.
@@ -105,7 +109,7 @@ func (s *Session) startTimer(st *qpState, now time.Time) {
 	t.sent, t.xmit = now, now
 	t.rto = s.rto(st)
 	t.deadline = now.Add(t.rto)
-	t.timeouts, t.resends, t.silent = 0, 0, 0
+	t.timeouts, t.resends, t.silent, t.deferred = 0, 0, 0, false
 }
 
 // timers runs step 3 of the timer flow for every message in flight and
@@ -122,7 +126,14 @@ func (s *Session) timers(now time.Time) (time.Time, error) {
 			}
 		}
 	}
-	e.lastPass = now
+	// late: how much later than planned this pass came (the loop sleeps
+	// until its next timer, or passes again at once when it had work).
+	due := e.lastPass
+	if e.due.After(due) {
+		due = e.due
+	}
+	late := now.Sub(due)
+	e.lastPass, e.due = now, time.Time{}
 	// Wake at least four times per PeerTimeout, so that a longer gap
 	// between passes can only mean this process was not running.
 	wakeAt := now.Add(s.cfg.PeerTimeout / 4)
@@ -137,22 +148,90 @@ func (s *Session) timers(now time.Time) (time.Time, error) {
 		if now.Sub(t.sent) >= s.cfg.PeerTimeout {
 			return wakeAt, s.deadPeer(st, now)
 		}
-		if !now.Before(t.deadline) {
-			if err := s.retransmit(st, now); err != nil {
+		// Evidence of loss first: a message RACK finds lost is resent
+		// as such, not held back as one more of a silence's expiries.
+		lostAt, lost := s.lostAt(st)
+		switch {
+		case lost && !now.Before(lostAt):
+			if err := s.fastRetransmit(st, now); err != nil {
 				return wakeAt, err
 			}
-		} else if lostAt, ok := s.lostAt(st); ok {
-			if !now.Before(lostAt) {
-				if err := s.fastRetransmit(st, now); err != nil {
-					return wakeAt, err
-				}
-			} else {
-				wakeAt = minTime(wakeAt, lostAt)
+		case !now.Before(s.expiry(st)):
+			if err := s.expire(st, now, late); err != nil {
+				return wakeAt, err
 			}
+		case lost:
+			wakeAt = minTime(wakeAt, lostAt)
 		}
-		wakeAt = minTime(wakeAt, minTime(t.deadline, t.sent.Add(s.cfg.PeerTimeout)))
+		wakeAt = minTime(wakeAt, minTime(s.expiry(st), t.sent.Add(s.cfg.PeerTimeout)))
 	}
 	return wakeAt, nil
+}
+
+// expire handles the expiry of st's timer, found by a pass that came late
+// by late. An expiry is put off once per transmission, for a timeout at
+// most, in two cases:
+//   - the pass came late by more than an eighth of the timeout (this
+//     process was descheduled, or slept past its timer): results that
+//     arrived meanwhile may still wait in the NIC's socket, unread; poll
+//     once more, as late again;
+//   - another message was resent as a probe after the latest result of
+//     any kind came back: the path is silent (RFC 6298 5.4 resends the
+//     earliest segment, not the window). A stall (a descheduled peer,
+//     host or switch) then costs one resend instead of one per QP; a
+//     burst that lost them all is repaired by RACK once the probe's
+//     answer is back, since they were sent before it. Only once: a
+//     message's result also waits for the other workers' contributions,
+//     which their own probes may be holding back.
+//
+// With some of the message's packet results back, the rest were lost:
+// they are resent at once (retransmit).
+func (s *Session) expire(st *qpState, now time.Time, late time.Duration) error {
+	t := &st.timer
+	e := &s.eng
+	if !t.deferred && st.pkts.n == 0 {
+		switch {
+		case late > t.rto/8:
+			t.deferred = true
+			t.deadline = now.Add(min(late, t.rto))
+			return nil
+		case e.probe.After(e.lastResult):
+			t.deferred = true
+			t.deadline = now.Add(t.rto)
+			return nil
+		}
+	}
+	if err := s.retransmit(st, now); err != nil {
+		return err
+	}
+	if t.xmit.Equal(now) && st.pkts.n == 0 {
+		e.probe = now
+	}
+	return nil
+}
+
+// expiry is when st's retransmission timer fires: its deadline, but never
+// sooner than a timeout after the latest progress (RFC 6298 5.3: the
+// timer restarts when new data is acknowledged) — a result of any QP that
+// RACK can use (sampleRTT, sampleResult). Behind a link's queue each
+// worker's messages come back one after another, later ones after longer
+// waits; while such results keep coming the path works, and a message
+// that was lost is found by RACK as soon as one sent after it is back.
+// The timer is left for what RACK cannot see: the last messages of a
+// call, and a path gone silent. Only for a message sent once, with none
+// of its packet results back, in a call of message writes, once there is
+// a sample: under loss the results that keep coming answer resends, which
+// RACK cannot use, and would put the timers off for good (a 20 %-loss
+// first call took 5–10 s instead of 1 s).
+func (s *Session) expiry(st *qpState) time.Time {
+	t := &st.timer
+	if t.resends > 0 || st.pkts.n > 0 || s.eng.pktWrites || s.eng.rtt.Samples()+s.eng.joinRTT.Samples() == 0 {
+		return t.deadline
+	}
+	if p := s.eng.progress.Add(t.rto); p.After(t.deadline) {
+		return p
+	}
+	return t.deadline
 }
 
 // sampleResult feeds the estimates with the time to st's result r, which
@@ -195,6 +274,7 @@ func (s *Session) sampleResult(st *qpState, r resultKind, now time.Time) {
 			// its latest transmission only if it took at least the
 			// smallest time to result since (RFC 8985, section 6.2).
 			rack.xmit, rack.rtt = t.xmit, d
+			s.eng.progress = now
 		}
 	}
 }
@@ -228,6 +308,9 @@ func (s *Session) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 	}
 	e.rack.sampleMin(r)
 	e.standing.Sample(xmit.Add(r), r, e.rtt.SRTT())
+	if at := xmit.Add(r); at.After(e.progress) {
+		e.progress = at
+	}
 	if xmit.After(e.rack.xmit) {
 		e.rack.xmit, e.rack.rtt = xmit, r
 	}
@@ -265,8 +348,22 @@ func (s *Session) lostAt(st *qpState) (time.Time, bool) {
 func (s *Session) rto(st *qpState) time.Duration {
 	e := &s.eng
 	floor, ceil := s.cfg.RetransmitTimeout, s.cfg.MaxRetransmitTimeout
+	est := &e.rtt
+	if st.msg.joining || est.Samples() == 0 {
+		// Before any time to result of a message in the middle of a
+		// call, the joining ones are the best estimate there is (they
+		// include a queue's wait, and more): the floor alone fired at
+		// the second message of every QP behind a queue. Before any
+		// sample at all the timeout is the floor, not RFC 6298's
+		// initial 1 s: under heavy loss hardly a message is sampled, and
+		// an initial 200 ms made a 3-worker call at 5 % loss take
+		// seconds per message (TestSoftNoRecvWRDrops); the backoff and
+		// the one probe per silence (expire) keep a long join wait to a
+		// few resends.
+		est = &e.joinRTT
+	}
 	if st.msg.joining {
-		return e.joinRTT.RTO(floor, ceil)
+		return est.RTO(floor, ceil)
 	}
 	if m := e.standing.Get(); m > 0 {
 		// Under loss, a message sent once can still wait for another
@@ -284,7 +381,7 @@ func (s *Session) rto(st *qpState) time.Duration {
 		}
 		ceil = min(ceil, max(floor, k*m))
 	}
-	return e.rtt.RTO(floor, ceil)
+	return est.RTO(floor, ceil)
 }
 
 // rtoStandingRTTs bounds the retransmission timeout, in standing times to
@@ -348,7 +445,7 @@ func (s *Session) fastRetransmit(st *qpState, now time.Time) error {
 func (s *Session) resend(st *qpState, now time.Time) error {
 	t := &st.timer
 	t.resends++
-	t.xmit = now
+	t.xmit, t.deferred = now, false
 	t.deadline = now.Add(t.rto)
 	s.stats.retransmissions.Add(1)
 	if s.eng.pktBits == 0 {

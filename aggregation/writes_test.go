@@ -81,44 +81,63 @@ func TestMixedWrites(t *testing.T) {
 	b.check(t, j, 3, fmt.Sprintf("mixed job (%v writes)", writes))
 }
 
-// TestChooseWrites walks AdaptiveWrites' decisions: message writes while
-// RACK finds fewer than one message in 64 lost, packet writes after a call
-// that found more, a probe with message writes every 16th packet-write
-// call, and back to packet writes if the probe saw loss.
+// TestChooseWrites walks AdaptiveWrites' decisions: message writes while no
+// result of the last call carried the loss signal, packet writes after a
+// call one of whose results did, a probe with message writes every 16th
+// packet-write call, and back to packet writes if the probe heard loss. A
+// worker signals loss (e1) once RACK found one in 64 of the call's
+// messages lost.
 func TestChooseWrites(t *testing.T) {
 	s := &Session{}
 	s.eng.pktBits = 4
-	call := func(msgs, fast uint64) bool {
-		s.stats.messages.Add(msgs)
-		s.stats.fastRetransmissions.Add(fast)
-		s.eng.pktWrites = s.chooseWrites()
+	// call starts a call of 640 messages after one whose results carried
+	// the loss signal if heard.
+	call := func(heard bool) bool {
+		if heard {
+			s.hearLoss(e1Loss)
+		}
+		s.hearLoss(0)
+		s.eng.pktWrites = s.chooseWrites(640)
 		return s.eng.pktWrites
 	}
-	if call(0, 0) {
+	if call(false) {
 		t.Fatal("the first call sends packet writes")
 	}
-	if call(640, 9) { // the first call's counts: 9 of 640 < 1/64
-		t.Fatal("packet writes after a call with 9 fast retransmissions in 640 messages")
+	for i := range 9 {
+		s.stats.fastRetransmissions.Add(1)
+		if e1 := s.lossSignal(); e1 != 0 {
+			t.Fatalf("loss signal e1 = %d after %d fast retransmissions in a call of 640 messages", e1, i+1)
+		}
 	}
-	if !call(640, 10) { // 10 of 640 = 1/64
-		t.Fatal("message writes after a call with 1 fast retransmission in 64 messages")
+	s.stats.fastRetransmissions.Add(1)
+	if e1 := s.lossSignal(); e1 != e1Loss {
+		t.Fatalf("loss signal e1 = %d after 10 fast retransmissions in a call of 640 messages, want %d", e1, e1Loss)
+	}
+	if call(false) {
+		t.Fatal("packet writes after a call whose results carried no loss signal (this worker's own loss is not the job's)")
+	}
+	if s.lossSignal() != 0 {
+		t.Fatal("the loss signal outlived its call")
+	}
+	if !call(true) {
+		t.Fatal("message writes after a call whose results carried the loss signal")
 	}
 	for i := 1; i < probeMessageWrites; i++ {
-		if !call(640, 0) {
+		if !call(false) {
 			t.Fatalf("packet-write call %d: message writes before the probe", i)
 		}
 	}
-	if call(640, 0) {
+	if call(false) {
 		t.Fatalf("no probe with message writes after %d packet-write calls", probeMessageWrites)
 	}
-	if !call(640, 64) { // the probe's counts: lossy
-		t.Fatal("message writes after a probe that saw loss")
+	if !call(true) { // the probe heard loss
+		t.Fatal("message writes after a probe that heard loss")
 	}
 	for i := 1; i < probeMessageWrites; i++ {
-		call(640, 0)
+		call(false)
 	}
 	for i := range 2 {
-		if call(640, 0) {
+		if call(false) {
 			t.Fatalf("call %d after a clean probe sends packet writes", i)
 		}
 	}
@@ -130,12 +149,10 @@ func TestChooseWrites(t *testing.T) {
 	}{{PacketWrites, 4, true}, {MessageWrites, 4, false}, {PacketWrites, 0, false}, {AdaptiveWrites, 0, false}} {
 		s := &Session{cfg: Config{Writes: tc.w}}
 		s.eng.pktBits = tc.pktBits
-		s.stats.messages.Add(64)
-		s.stats.fastRetransmissions.Add(64)
-		s.chooseWrites()
-		s.stats.messages.Add(64)
-		s.stats.fastRetransmissions.Add(64)
-		if got := s.chooseWrites(); got != tc.want {
+		s.hearLoss(e1Loss)
+		s.chooseWrites(64)
+		s.hearLoss(e1Loss)
+		if got := s.chooseWrites(64); got != tc.want {
 			t.Errorf("%v writes, %d packet id bits, lossy calls: packet writes %v, want %v", tc.w, tc.pktBits, got, tc.want)
 		}
 	}
@@ -188,6 +205,7 @@ func TestPacketWriteTimer(t *testing.T) {
 		MaxRetransmitTimeout: time.Second, BackoffAfter: 1, QPs: 1}, msgBytes: ppm * 256, mr: mr,
 		qps: []*qpState{{index: 0}}}
 	s.eng.pktBits, s.eng.pktWrites = 4, true
+	s.eng.rtt.Sample(200 * time.Microsecond) // timeout: the 1 ms floor
 	st := s.qps[0]
 	st.qp = qp
 	st.pkts.got = make([]uint64, 1)
@@ -276,5 +294,57 @@ func TestPacketWriteLossEvidence(t *testing.T) {
 	st.timer.xmit = now.Add(5 * time.Millisecond) // resent after the last result
 	if _, ok := s.lostAt(st); ok {
 		t.Fatal("evidence from results that came back before the latest resend")
+	}
+}
+
+// TestAgreedWrites (adaptState): AdaptiveWrites workers choose the same
+// writes in every call, though only one of them sees loss, and the
+// switch's result streams never break while the mode changes. In the
+// first call every multi-packet result to rank 1 on QP 0 loses a packet
+// (RACK finds it, rank 1 signals loss in e1); the other ranks see no loss
+// of their own, yet every rank sends packet writes from the second call
+// on, message writes again at the probe, and stays with them once the
+// probe is clean. Deciding alone, rank 1 would send packet writes into
+// the others' message writes.
+func TestAgreedWrites(t *testing.T) {
+	t.Parallel()
+	b := newLossBench(t, 44, 13, 256*16*64)
+	c, cfg := b.c, b.cfg
+	var lossy atomic.Bool
+	var lost atomic.Int64
+	lossy.Store(true)
+	c.setLoss(nil, func(rank, qp, k, pkts int) bool {
+		return lossy.Load() && rank == 1 && qp == 0 && pkts > 1 && k == 5 && lost.Add(1) <= 8
+	})
+	defer c.setLoss(nil, nil)
+
+	cfg.SessionID = 45
+	cfg.Writes = AdaptiveWrites
+	j := openJob(t, c.ctlAddr, lossBenchWorkers, cfg, c.device(10))
+	calls := probeMessageWrites + 3
+	wantRuns := 0 // packet-write calls so far, on every rank
+	for call := range calls {
+		b.check(t, j, 1, fmt.Sprintf("call %d", call))
+		lossy.Store(false)
+		if call >= 1 && call <= probeMessageWrites {
+			wantRuns++ // the lossy first call's packet writes, up to the probe
+		}
+		for r, w := range j.workers {
+			st := w.sess.Stats()
+			if st.PacketWriteCalls != uint64(wantRuns) {
+				t.Fatalf("after call %d rank %d sent packet writes in %d calls, want %d (every rank alike): %+v", call, r, st.PacketWriteCalls, wantRuns, st)
+			}
+			if call == 0 {
+				t.Logf("rank %d after the lossy call: %+v", r, st)
+			}
+		}
+	}
+	if lost := j.workers[1].sess.Stats().FastRetransmissions; lost == 0 {
+		t.Fatal("rank 1 found no loss: the test checks nothing")
+	}
+	pkts, breaks := c.streamBreaks()
+	t.Logf("%d result packets", pkts)
+	if len(breaks) > 0 {
+		t.Fatalf("%d breaks in the switch's result streams, first: %s", len(breaks), breaks[0])
 	}
 }

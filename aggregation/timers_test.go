@@ -1,0 +1,186 @@
+package aggregation
+
+import (
+	"testing"
+	"time"
+)
+
+// timerSession is a session of q QPs on fake verbs (postCounter, fakeMR),
+// message writes of ppm packets of 1 KiB, for the timer tests: nothing is
+// sent anywhere; each test plays the results itself, on its own clock.
+func timerSession(q, ppm int) *Session {
+	s := &Session{cfg: Config{PacketSize: 1024, PacketsPerMessage: ppm, RetransmitTimeout: time.Millisecond,
+		MaxRetransmitTimeout: time.Second, BackoffAfter: 1, QPs: q, PeerTimeout: 10 * time.Second},
+		msgBytes: ppm * 1024, mr: &fakeMR{buf: make([]byte, 3*q*ppm*1024)}}
+	for i := range q {
+		st := &qpState{index: i, qp: &postCounter{}, sendOff: uint64(2 * q * ppm * 1024)}
+		st.msg.joining = true
+		s.qps = append(s.qps, st)
+	}
+	return s
+}
+
+// result plays the arrival of st's result at now as complete does (the
+// receive path's bookkeeping without a CQ), and posts its next message.
+func (s *Session) playResult(t *testing.T, st *qpState, now time.Time) {
+	t.Helper()
+	s.eng.lastResult, s.eng.progress = now, now
+	s.sampleResult(st, resultWhole, now)
+	st.msg.busy, st.msg.joining = false, false
+	st.queued = 0
+	if err := s.post(st, 0, now); err != nil {
+		t.Fatal(err)
+	}
+	st.queued = 0
+}
+
+// TestTimersBehindAQueue: one worker's messages cross a 200 Mbit/s link
+// with a queue (a FIFO at the link's rate, packets of 1 KiB + 42 B of
+// headers) to a switch that answers each 100 µs after its last packet
+// arrived. Every QP keeps one message in flight, so each new message
+// waits behind the others: its time to result is about QPs × a message's
+// time on the wire, and the first message of each QP waits behind all the
+// first ones. No timer may fire, from the first result on: not before
+// the estimate has samples (the floor alone fired at every QP's second
+// message), and not while results keep coming (each later message waits
+// longer than the one before it did; RFC 6298 5.3 restarts the timers on
+// progress).
+func TestTimersBehindAQueue(t *testing.T) {
+	const q, ppm, rounds = 8, 16, 40
+	s := timerSession(q, ppm)
+	base := time.Unix(1000, 0)
+	wire := time.Duration(float64((1024+42)*8) / 200e6 * float64(time.Second)) // one packet
+	const answer = 100 * time.Microsecond
+	var busy time.Duration // when the link is free, after base
+	due := make([]time.Duration, q)
+	send := func(st *qpState, at time.Duration) {
+		busy = max(busy, at) + ppm*wire
+		due[st.index] = busy + answer
+	}
+	for _, st := range s.qps {
+		if err := s.post(st, 0, base); err != nil {
+			t.Fatal(err)
+		}
+		send(st, 0)
+	}
+	const step = 50 * time.Microsecond
+	results := 0
+	for now := time.Duration(0); results < rounds*q; now += step {
+		for _, st := range s.qps {
+			if due[st.index] <= now {
+				s.playResult(t, st, base.Add(due[st.index]))
+				send(st, due[st.index])
+				results++
+			}
+		}
+		if _, err := s.timers(base.Add(now)); err != nil {
+			t.Fatal(err)
+		}
+		if n := s.stats.retransmissions.Load(); n != 0 {
+			t.Fatalf("at %v, after %d results (time to result %v, estimate %v ± %v): %d resends behind a queue that loses nothing",
+				now, results, q*ppm*wire, s.eng.rtt.SRTT(), s.eng.rtt.RTTVar(), n)
+		}
+	}
+}
+
+// TestSilenceProbe: when every message's timer expires because the path
+// went silent (a stall: nothing lost), one message is resent as a probe
+// and the others' timers restart while it is out; a result (progress)
+// then lets RACK find the ones sent before the probe, and a pass that
+// came late first polls once more.
+func TestSilenceProbe(t *testing.T) {
+	const q = 4
+	s := timerSession(q, 2)
+	now := time.Unix(1000, 0)
+	s.eng.joinRTT.Sample(2 * time.Millisecond)
+	s.eng.rtt.Sample(2 * time.Millisecond)
+	s.eng.progress, s.eng.lastPass = now, now
+	for _, st := range s.qps {
+		st.msg.joining = false
+		if err := s.post(st, 0, now); err != nil {
+			t.Fatal(err)
+		}
+		st.queued = 0
+	}
+	rto := s.qps[0].timer.rto
+	if rto != 6*time.Millisecond { // 2 ms + 4 × 1 ms
+		t.Fatalf("timeout %v, want 6ms", rto)
+	}
+	pass := func(at time.Time) uint64 {
+		t.Helper()
+		s.eng.due = time.Time{}
+		s.eng.lastPass = at
+		if _, err := s.timers(at); err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range s.qps {
+			st.queued = 0
+		}
+		return s.stats.retransmissions.Load()
+	}
+	// Results of other messages kept coming until 5 ms: nothing expires
+	// before 5 ms + the timeout, although every deadline has passed.
+	s.eng.progress = now.Add(5 * time.Millisecond)
+	if n := pass(now.Add(10 * time.Millisecond)); n != 0 {
+		t.Fatalf("%d resends while results came within a timeout", n)
+	}
+	// Silent for a timeout: one probe, the others wait.
+	if n := pass(now.Add(11 * time.Millisecond)); n != 1 {
+		t.Fatalf("%d resends after a silence, want 1 probe", n)
+	}
+	if n := pass(now.Add(16 * time.Millisecond)); n != 1 {
+		t.Fatalf("%d resends while the probe is out, want 1", n)
+	}
+	// The probe's answer: progress. The others were sent before it: RACK.
+	probe := s.qps[0]
+	if probe.timer.resends != 1 {
+		t.Fatalf("the probe is not QP 0's message, the first to expire: %+v", probe.timer)
+	}
+	s.playResult(t, probe, now.Add(17*time.Millisecond))
+	if n := pass(now.Add(22 * time.Millisecond)); n != q {
+		t.Fatalf("%d resends after the probe's answer, want %d (RACK for the rest)", n, q)
+	}
+	if f := s.stats.fastRetransmissions.Load(); f != q-1 {
+		t.Fatalf("%d fast retransmissions, want %d", f, q-1)
+	}
+
+	// A pass that comes late polls once more before a timer fires.
+	st := s.qps[1]
+	at := st.timer.deadline.Add(10 * time.Millisecond)
+	s.eng.progress = st.timer.xmit
+	s.eng.lastPass, s.eng.due = at.Add(-20*time.Millisecond), at.Add(-10*time.Millisecond)
+	before := s.stats.retransmissions.Load()
+	if _, err := s.timers(at); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.stats.retransmissions.Load() - before; n != 0 {
+		t.Fatalf("a pass 10 ms late resent %d messages at once", n)
+	}
+	if !st.timer.deadline.Equal(at.Add(st.timer.rto)) { // as late again, at most a timeout
+		t.Fatalf("deadline %v after the late pass, want %v", st.timer.deadline.Sub(at), st.timer.rto)
+	}
+}
+
+// TestInitialTimeout: before any time to result the timeout is the floor;
+// the messages after the first of a call take the joining estimate until
+// their own has samples, not the floor (behind a queue the floor fired at
+// every QP's second message).
+func TestInitialTimeout(t *testing.T) {
+	s := timerSession(1, 2)
+	st := s.qps[0]
+	if got := s.rto(st); got != s.cfg.RetransmitTimeout {
+		t.Fatalf("joining, no sample: %v, want the floor", got)
+	}
+	st.msg.joining = false
+	if got := s.rto(st); got != s.cfg.RetransmitTimeout {
+		t.Fatalf("no sample: %v, want the floor", got)
+	}
+	s.eng.joinRTT.Sample(8 * time.Millisecond)
+	if got := s.rto(st); got != 24*time.Millisecond { // 8 + 4 × 4
+		t.Fatalf("after a joining sample of 8 ms: %v, want 24ms", got)
+	}
+	s.eng.rtt.Sample(2 * time.Millisecond)
+	if got := s.rto(st); got != 6*time.Millisecond {
+		t.Fatalf("after a sample of 2 ms: %v, want 6ms", got)
+	}
+}
