@@ -32,9 +32,7 @@ control NextStep(
     Counter<bit<64>, bit<8>>(NUM_DECISION_CODES, CounterType_t.PACKETS) decisions;
     Counter<bit<64>, bit<8>>(NUM_DROP_CODES, CounterType_t.PACKETS) drops;
 
-    decision_t decision;
-
-    action recirculate_for_harvest() {
+    action recirculate_for_harvest(decision_t decision) {
         hdr.bridged.setValid();
         hdr.bridged.pass = PASS_HARVEST;
         hdr.bridged.decision = decision;
@@ -70,6 +68,8 @@ control NextStep(
     }
 
 #ifdef PAYLOAD_1024
+    decision_t decision;
+
     // 1024 B profile (docs/p4.md "1024 B payloads"). Pass 0 (pipe 0)
     // decides as above, then every accepted request makes the consume
     // passes through pipes 1–3 (a retransmission too, reading: it keeps
@@ -172,94 +172,154 @@ control NextStep(
     }
 
     apply {
-        if (hdr.bridged.isValid()) {
-            if (hdr.bridged.pass == PASS_CONSUME) {
-                if (hdr.bridged.chunk != LAST_CHUNK) {
-                    consume_in_next_pipe();
-                } else if (hdr.bridged.decision == DECISION_CONSUME) {
-                    ig_dprsr_md.drop_ctl = 1; // aggregated in all four pipes
+        // A bridged pass, or RoCE to the switch IP (an ARP or echo request
+        // has no BTH); the rest is Ingress' dispatch.
+        if (hdr.bridged.isValid() || (hdr.ib_bth.isValid() && !ig_md.forward)) {
+            if (hdr.bridged.isValid()) {
+                if (hdr.bridged.pass == PASS_CONSUME) {
+                    if (hdr.bridged.chunk != LAST_CHUNK) {
+                        consume_in_next_pipe();
+                    } else if (hdr.bridged.decision == DECISION_CONSUME) {
+                        ig_dprsr_md.drop_ctl = 1; // aggregated in all four pipes
+                    } else {
+                        harvest_last_chunk();
+                    }
+                } else if (hdr.bridged.pass == PASS_HARVEST_INSERT) {
+                    harvest_first_halves();
+                } else if (hdr.bridged.chunk != 0) {
+                    harvest_previous_chunk();
                 } else {
-                    harvest_last_chunk();
+                    // Last pass: the 1024 B result is complete in the packet.
+                    send_result();
+                    if (hdr.bridged.decision == DECISION_BROADCAST) {
+                        ig_tm_md.mcast_grp_a = hdr.bridged.mgid;
+                        ig_tm_md.level1_exclusion_id = 0;
+                    } else {
+                        ig_tm_md.ucast_egress_port = hdr.bridged.ingress_port;
+                    }
                 }
-            } else if (hdr.bridged.pass == PASS_HARVEST_INSERT) {
-                harvest_first_halves();
-            } else if (hdr.bridged.chunk != 0) {
-                harvest_previous_chunk();
+                return;
+            }
+            if (ig_md.switchml_md.drop_reason != DROP_NONE) {
+                decision = DECISION_DROP;
+            } else if (ig_md.switchml_md.retransmission != 0 && ig_md.switchml_md.missing == 0) {
+                decision = DECISION_UNICAST;
+            } else if (ig_md.switchml_md.retransmission != 0) {
+                decision = DECISION_DROP;
+                ig_md.switchml_md.drop_reason = DROP_RETRANSMIT_INCOMPLETE;
+            } else if (ig_md.switchml_md.missing == 0) {
+                decision = DECISION_BROADCAST;
             } else {
-                // Last pass: the 1024 B result is complete in the packet.
-                send_result();
-                if (hdr.bridged.decision == DECISION_BROADCAST) {
-                    ig_tm_md.mcast_grp_a = hdr.bridged.mgid;
-                    ig_tm_md.level1_exclusion_id = 0;
-                } else {
-                    ig_tm_md.ucast_egress_port = hdr.bridged.ingress_port;
+                decision = DECISION_CONSUME;
+            }
+            decisions.count((bit<8>) decision);
+            if (decision == DECISION_DROP) {
+                drops.count(ig_md.switchml_md.drop_reason);
+                ig_dprsr_md.drop_ctl = 1;
+            } else {
+                ig_md.loopback_key = ig_md.switchml_md.pool_index[LOOPBACK_KEY_HI:LOOPBACK_KEY_LO];
+                consume_in_pipe1();
+                if (ig_md.switchml_md.bitmap_before == 0) {
+                    hdr.bridged.first_contribution = 1;
                 }
+                if (ig_md.switchml_md.retransmission != 0) {
+                    hdr.bridged.retransmission = 1;
+                }
+                loopback_port.apply();
             }
-            return;
-        }
-        if (ig_md.switchml_md.drop_reason != DROP_NONE) {
-            decision = DECISION_DROP;
-        } else if (ig_md.switchml_md.retransmission != 0 && ig_md.switchml_md.missing == 0) {
-            decision = DECISION_UNICAST;
-        } else if (ig_md.switchml_md.retransmission != 0) {
-            decision = DECISION_DROP;
-            ig_md.switchml_md.drop_reason = DROP_RETRANSMIT_INCOMPLETE;
-        } else if (ig_md.switchml_md.missing == 0) {
-            decision = DECISION_BROADCAST;
-        } else {
-            decision = DECISION_CONSUME;
-        }
-        decisions.count((bit<8>) decision);
-        if (decision == DECISION_DROP) {
-            drops.count(ig_md.switchml_md.drop_reason);
-            ig_dprsr_md.drop_ctl = 1;
-        } else {
-            ig_md.loopback_key = ig_md.switchml_md.pool_index[LOOPBACK_KEY_HI:LOOPBACK_KEY_LO];
-            consume_in_pipe1();
-            if (ig_md.switchml_md.bitmap_before == 0) {
-                hdr.bridged.first_contribution = 1;
-            }
-            if (ig_md.switchml_md.retransmission != 0) {
-                hdr.bridged.retransmission = 1;
-            }
-            loopback_port.apply();
         }
     }
 #else
+    // 256 B profile: one keyed table decides (Tofino 1 places a table
+    // sequence in next-table order, so NextStep is flat — one table and a
+    // gated counter — and bf-p4c can put it beside the Processors; nested
+    // tests would be a subtree that all 32 Processors must come before or
+    // after, docs/p4.md "Stages").
+    bit<1> dropped;
+
+    // Second pass (PASS_HARVEST): the result is complete in the payload.
+    action harvest_broadcast() {
+        hdr.ethernet.src_addr = hdr.ethernet.dst_addr; // the switch
+        hdr.ipv4.src_addr = hdr.ipv4.dst_addr;
+        ig_tm_md.bypass_egress = 0;
+        ig_tm_md.mcast_grp_a = hdr.bridged.mgid;
+        ig_tm_md.level1_exclusion_id = 0;
+    }
+
+    action harvest_unicast() {
+        hdr.ethernet.src_addr = hdr.ethernet.dst_addr;
+        hdr.ipv4.src_addr = hdr.ipv4.dst_addr;
+        ig_tm_md.bypass_egress = 0;
+        ig_tm_md.ucast_egress_port = hdr.bridged.ingress_port;
+    }
+
+    action broadcast() {
+        decisions.count((bit<8>) DECISION_BROADCAST);
+        recirculate_for_harvest(DECISION_BROADCAST);
+    }
+
+    action unicast() {
+        decisions.count((bit<8>) DECISION_UNICAST);
+        recirculate_for_harvest(DECISION_UNICAST);
+    }
+
+    action consume() {
+        decisions.count((bit<8>) DECISION_CONSUME);
+        ig_dprsr_md.drop_ctl = 1;
+    }
+
+    action drop() {
+        decisions.count((bit<8>) DECISION_DROP);
+        dropped = 1;
+        ig_dprsr_md.drop_ctl = 1;
+    }
+
+    action drop_retransmit_incomplete() {
+        decisions.count((bit<8>) DECISION_DROP);
+        ig_md.switchml_md.drop_reason = DROP_RETRANSMIT_INCOMPLETE;
+        dropped = 1;
+        ig_dprsr_md.drop_ctl = 1;
+    }
+
+    // switchmodel.NextStep's Decide in priority order: a harvest pass
+    // sends; on pass 0 (RoCE to the switch IP: BTH, not forwarded) a
+    // receiver drop stays a drop, retransmission && complete → Unicast,
+    // retransmission → Drop (DROP_RETRANSMIT_INCOMPLETE), last
+    // contribution (missing == 0) → Broadcast, else Consume. Anything
+    // else (ARP, echo, forwarded) misses: the dispatch in Ingress.
+    table step {
+        key = {
+            hdr.bridged.isValid()           : exact;
+            hdr.bridged.pass                : ternary;
+            hdr.bridged.decision            : ternary;
+            hdr.ib_bth.isValid()            : ternary;
+            ig_md.forward                   : ternary;
+            ig_md.switchml_md.drop_reason   : ternary;
+            ig_md.switchml_md.retransmission : ternary;
+            ig_md.switchml_md.missing       : ternary;
+        }
+        actions = {
+            harvest_broadcast; harvest_unicast; broadcast; unicast; consume; drop;
+            drop_retransmit_incomplete; @defaultonly NoAction;
+        }
+        const default_action = NoAction;
+        size = 16;
+        const entries = {
+            (true,  PASS_HARVEST, DECISION_BROADCAST, _, _, _, _, _) : harvest_broadcast();
+            (true,  PASS_HARVEST, _, _, _, _, _, _)                  : harvest_unicast();
+            (false, _, _, true, false, DROP_NONE, 0, 0)              : broadcast();
+            (false, _, _, true, false, DROP_NONE, 0, _)              : consume();
+            (false, _, _, true, false, DROP_NONE, _, 0)              : unicast();
+            (false, _, _, true, false, DROP_NONE, _, _)              : drop_retransmit_incomplete();
+            (false, _, _, true, false, _, _, _)                      : drop();
+        }
+    }
+
     apply {
-        if (hdr.bridged.isValid() && hdr.bridged.pass == PASS_HARVEST) {
-            // Second pass: the result is complete in the payload.
-            hdr.ethernet.src_addr = hdr.ethernet.dst_addr; // the switch
-            hdr.ipv4.src_addr = hdr.ipv4.dst_addr;
-            ig_tm_md.bypass_egress = 0;
-            if (hdr.bridged.decision == DECISION_BROADCAST) {
-                ig_tm_md.mcast_grp_a = hdr.bridged.mgid;
-                ig_tm_md.level1_exclusion_id = 0;
-            } else {
-                ig_tm_md.ucast_egress_port = hdr.bridged.ingress_port;
-            }
-            return;
-        }
-        if (ig_md.switchml_md.drop_reason != DROP_NONE) {
-            decision = DECISION_DROP;
-        } else if (ig_md.switchml_md.retransmission != 0 && ig_md.switchml_md.missing == 0) {
-            decision = DECISION_UNICAST;
-        } else if (ig_md.switchml_md.retransmission != 0) {
-            decision = DECISION_DROP;
-            ig_md.switchml_md.drop_reason = DROP_RETRANSMIT_INCOMPLETE;
-        } else if (ig_md.switchml_md.missing == 0) {
-            decision = DECISION_BROADCAST;
-        } else {
-            decision = DECISION_CONSUME;
-        }
-        decisions.count((bit<8>) decision);
-        if (decision == DECISION_BROADCAST || decision == DECISION_UNICAST) {
-            recirculate_for_harvest();
-        } else {
-            if (decision == DECISION_DROP) {
-                drops.count(ig_md.switchml_md.drop_reason);
-            }
-            ig_dprsr_md.drop_ctl = 1;
+        dropped = 0;
+        step.apply();
+        if (dropped == 1) {
+            drops.count(ig_md.switchml_md.drop_reason);
         }
     }
 #endif
