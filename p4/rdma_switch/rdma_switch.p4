@@ -163,7 +163,12 @@ control Ingress(
             // the Processors do what pass 0's BitmapChecker decided.
             pass = hdr.bridged.pass;
             ig_md.switchml_md.pool_index = (bit<32>) hdr.bridged.pool_index;
-            ig_md.switchml_md.retransmission = (worker_bitmap_t) hdr.bridged.retransmission;
+            // Constants under gates: a move from the bridged bit into the
+            // 32-bit field (its own container, bitmap_checker.p4) cannot be
+            // allocated.
+            if (hdr.bridged.retransmission == 1) {
+                ig_md.switchml_md.retransmission = 1; // read only
+            }
             if (hdr.bridged.first_contribution == 0) {
                 ig_md.switchml_md.bitmap_before = 1; // not the first: add
             }
