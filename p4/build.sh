@@ -74,7 +74,8 @@ stages_used() {
 compile() { # profile dir [defines...]
 	local profile=$1 dir=$2
 	shift 2
-	rm -rf "$dir" && mkdir -p "$dir" || return 1
+	# The log lies beside the output directory: bf-p4c empties that one.
+	rm -rf "$dir" "$dir.log" && mkdir -p "$dir" || return 1
 	echo "make p4: $profile profile → $dir ($cc)"
 	local t0=$SECONDS
 	# -g writes the resource logs (pipe/logs/table_summary.log,
@@ -82,8 +83,8 @@ compile() { # profile dir [defines...]
 	# shellcheck disable=SC2086 # P4FLAGS is a flag list
 	if ! "$cc" --target tofino --arch tna --std p4-16 -g -o "$dir" \
 		--p4runtime-files "$dir/p4info.txt" --p4runtime-format text --p4runtime-force-std-externs \
-		"$@" ${P4FLAGS:-} "$src" 2>&1 | tee "$dir/compile.log"; then
-		echo "make p4: $profile profile FAILED after $((SECONDS - t0)) s (log: $dir/compile.log)" >&2
+		"$@" ${P4FLAGS:-} "$src" 2>&1 | tee "$dir.log"; then
+		echo "make p4: $profile profile FAILED after $((SECONDS - t0)) s (log: $dir.log)" >&2
 		local m
 		m=$(stages_used "$dir")
 		[ -n "$m" ] && echo "make p4: $profile profile: the compiler's last table allocation used $m MAU stages; Tofino 1 has $max_stages" >&2
@@ -91,11 +92,11 @@ compile() { # profile dir [defines...]
 	fi
 	echo "make p4: $profile profile: compiled in $((SECONDS - t0)) s"
 	if ! find "$dir" -name tofino.bin -size +0 | grep -q .; then
-		echo "make p4: $profile profile: no tofino.bin written (log: $dir/compile.log)" >&2
+		echo "make p4: $profile profile: no tofino.bin written (log: $dir.log)" >&2
 		return 1
 	fi
-	if grep 'error:' "$dir/compile.log" | grep -qv 'warning'; then
-		echo "make p4: $profile profile: the compiler reported errors (log: $dir/compile.log)" >&2
+	if grep 'error:' "$dir.log" | grep -qv 'warning'; then
+		echo "make p4: $profile profile: the compiler reported errors (log: $dir.log)" >&2
 		return 1
 	fi
 	if [ ! -s "$dir/p4info.txt" ]; then

@@ -85,6 +85,12 @@ const bit<2>  LAST_CHUNK      = 3;
 // and 3 use the same port number in the next pipe; the harvest passes
 // use each pipe's recirculation port (pipe bits ++ RECIRC_PORT_LOW).
 const PortId_t RECIRC_PORT_PIPE0 = 68;
+// Each pipe's recirculation port (pipe bits ++ RECIRC_PORT_LOW), for the
+// harvest passes' egress port (NextStep.step entries).
+const PortId_t RECIRC_PORT_LOW_PIPE0 = 68;  // 0 ++ 68
+const PortId_t RECIRC_PORT_LOW_PIPE1 = 196; // 1 ++ 68
+const PortId_t RECIRC_PORT_LOW_PIPE2 = 324; // 2 ++ 68
+const PortId_t RECIRC_PORT_LOW_PIPE3 = 452; // 3 ++ 68
 #define LOOPBACK_KEY_ENTRIES 16
 #define LOOPBACK_KEY_LO 5
 #define LOOPBACK_KEY_HI 8

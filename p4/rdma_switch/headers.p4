@@ -246,6 +246,7 @@ struct egress_metadata_t {
     bit<16>          sim_drop;       // DropSimulator: ≠ 0 dropped
     bit<1>           worker_known;   // RDMASender.worker hit
     bit<1>           qp_known;       // RDMASender.worker_qp hit
+    bit<32>          tx_next;        // RDMASender: tx_pos after this packet
 }
 
 #endif /* _HEADERS_P4_ */

@@ -317,6 +317,7 @@ parser EgressParser(
         eg_md.sim_drop = 0;
         eg_md.worker_known = 0;
         eg_md.qp_known = 0;
+        eg_md.tx_next = TX_CLOSED;     // RDMASender: after a LAST/ONLY
         // Ingress bridges bridged_md_h on every packet that reaches egress
         // (the usual TNA pattern); only SwitchML results are parsed deeper.
         pkt.extract(hdr.bridged);

@@ -28,8 +28,11 @@
 control Processor(
     inout value_t first,
     inout value_t second,
-    in switchml_md_t md,
-    in pass_t pass) {
+    in pool_index_t slot,
+    in worker_bitmap_t retransmission,
+    in worker_bitmap_t bitmap_before,
+    in pass_t pass,
+    in bool accepted) {
 
     Register<value_pair_t, pool_index_t>(NUM_SLOTS_X2) values;
 
@@ -57,10 +60,10 @@ control Processor(
         void apply(inout value_pair_t v, out value_t r) { r = v.second; }
     };
 
-    action write_read1_action() { second = write_read1.execute(md.pool_index[15:0]); }
-    action sum_read1_action()   { second = sum_read1.execute(md.pool_index[15:0]); }
-    action read0_action()       { first = read0.execute(md.pool_index[15:0]); }
-    action read1_action()       { second = read1.execute(md.pool_index[15:0]); }
+    action write_read1_action() { second = write_read1.execute(slot); }
+    action sum_read1_action()   { second = sum_read1.execute(slot); }
+    action read0_action()       { first = read0.execute(slot); }
+    action read1_action()       { second = read1.execute(slot); }
 
     // One table keyed on the values that choose the register action
     // (p4app-switchML's form): one logical table per Processor instead of
@@ -71,8 +74,8 @@ control Processor(
     table sum {
         key = {
             pass               : ternary;
-            md.retransmission  : ternary;
-            md.bitmap_before   : ternary;
+            retransmission     : ternary;
+            bitmap_before      : ternary;
         }
         actions = { write_read1_action; sum_read1_action; read0_action; read1_action; @defaultonly NoAction; }
         const default_action = NoAction;
@@ -91,8 +94,13 @@ control Processor(
         }
     }
 
+    // The gate and the table make one logical table, so the 32
+    // Processors are 32 independent tables that bf-p4c can interleave
+    // with NextStep (a gate around all 32 would be one subtree).
     apply {
-        sum.apply();
+        if (accepted) {
+            sum.apply();
+        }
     }
 }
 

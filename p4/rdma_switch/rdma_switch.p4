@@ -128,6 +128,33 @@ control Ingress(
         hdr.bridged.ingress_port = ig_intr_md.ingress_port;
     }
 
+    action not_for_switchml() {
+        not_switchml.count((bit<8>) DROP_OPCODE);
+        ig_dprsr_md.drop_ctl = 1;
+    }
+
+    // What NextStep leaves (its gate: a bridged pass, or a BTH for the
+    // switch IP): an ARP / echo reply or a forwarded packet carries the
+    // bridged header to egress; a packet for the switch IP without a BTH
+    // is dropped (not_switchml[DROP_OPCODE]). One table, after NextStep
+    // (which may set the bridged header valid) and the forwarder.
+    table dispatch {
+        key = {
+            hdr.bridged.isValid() : exact;
+            hdr.ib_bth.isValid()  : ternary;
+            ig_md.responded       : ternary;
+            ig_md.forward         : ternary;
+        }
+        actions = { bridge_not_result; not_for_switchml; @defaultonly NoAction; }
+        const default_action = NoAction;
+        size = 4;
+        const entries = {
+            (false, _, true, _)      : bridge_not_result();
+            (false, _, false, true)  : bridge_not_result();
+            (false, false, false, false) : not_for_switchml();
+        }
+    }
+
     apply {
         if (hdr.bridged.isValid()) {
 #ifdef PAYLOAD_1024
@@ -136,7 +163,12 @@ control Ingress(
             // the Processors do what pass 0's BitmapChecker decided.
             pass = hdr.bridged.pass;
             ig_md.switchml_md.pool_index = (bit<32>) hdr.bridged.pool_index;
-            ig_md.switchml_md.retransmission = (worker_bitmap_t) hdr.bridged.retransmission;
+            // Constants under gates: a move from the bridged bit into the
+            // 32-bit field (its own container, bitmap_checker.p4) cannot be
+            // allocated.
+            if (hdr.bridged.retransmission == 1) {
+                ig_md.switchml_md.retransmission = 1; // read only
+            }
             if (hdr.bridged.first_contribution == 0) {
                 ig_md.switchml_md.bitmap_before = 1; // not the first: add
             }
@@ -190,66 +222,91 @@ control Ingress(
                 }
             }
         }
-        // The Processors depend on drop_reason only, not on the address
-        // tests above (they would delay them by stages): a packet without
-        // a BTH has DROP_OPCODE, a RoCE packet for another host misses
-        // receive_qp (DROP_UNKNOWN_QP), an ARP or echo request has no BTH.
-        // The Processors run on accepted (set beside the BitmapChecker, or
-        // by the parser for a bridged pass), not on drop_reason, which
-        // RDMAReceiverDecide writes later: NextStep, which reads it, can
-        // then sit beside the Processors instead of after them.
-        if (ig_md.accepted) {
-            processor00.apply(hdr.payload.v00, hdr.payload.v01, ig_md.switchml_md, pass);
-            processor01.apply(hdr.payload.v02, hdr.payload.v03, ig_md.switchml_md, pass);
-            processor02.apply(hdr.payload.v04, hdr.payload.v05, ig_md.switchml_md, pass);
-            processor03.apply(hdr.payload.v06, hdr.payload.v07, ig_md.switchml_md, pass);
-            processor04.apply(hdr.payload.v08, hdr.payload.v09, ig_md.switchml_md, pass);
-            processor05.apply(hdr.payload.v10, hdr.payload.v11, ig_md.switchml_md, pass);
-            processor06.apply(hdr.payload.v12, hdr.payload.v13, ig_md.switchml_md, pass);
-            processor07.apply(hdr.payload.v14, hdr.payload.v15, ig_md.switchml_md, pass);
-            processor08.apply(hdr.payload.v16, hdr.payload.v17, ig_md.switchml_md, pass);
-            processor09.apply(hdr.payload.v18, hdr.payload.v19, ig_md.switchml_md, pass);
-            processor10.apply(hdr.payload.v20, hdr.payload.v21, ig_md.switchml_md, pass);
-            processor11.apply(hdr.payload.v22, hdr.payload.v23, ig_md.switchml_md, pass);
-            processor12.apply(hdr.payload.v24, hdr.payload.v25, ig_md.switchml_md, pass);
-            processor13.apply(hdr.payload.v26, hdr.payload.v27, ig_md.switchml_md, pass);
-            processor14.apply(hdr.payload.v28, hdr.payload.v29, ig_md.switchml_md, pass);
-            processor15.apply(hdr.payload.v30, hdr.payload.v31, ig_md.switchml_md, pass);
-            processor16.apply(hdr.payload.v32, hdr.payload.v33, ig_md.switchml_md, pass);
-            processor17.apply(hdr.payload.v34, hdr.payload.v35, ig_md.switchml_md, pass);
-            processor18.apply(hdr.payload.v36, hdr.payload.v37, ig_md.switchml_md, pass);
-            processor19.apply(hdr.payload.v38, hdr.payload.v39, ig_md.switchml_md, pass);
-            processor20.apply(hdr.payload.v40, hdr.payload.v41, ig_md.switchml_md, pass);
-            processor21.apply(hdr.payload.v42, hdr.payload.v43, ig_md.switchml_md, pass);
-            processor22.apply(hdr.payload.v44, hdr.payload.v45, ig_md.switchml_md, pass);
-            processor23.apply(hdr.payload.v46, hdr.payload.v47, ig_md.switchml_md, pass);
-            processor24.apply(hdr.payload.v48, hdr.payload.v49, ig_md.switchml_md, pass);
-            processor25.apply(hdr.payload.v50, hdr.payload.v51, ig_md.switchml_md, pass);
-            processor26.apply(hdr.payload.v52, hdr.payload.v53, ig_md.switchml_md, pass);
-            processor27.apply(hdr.payload.v54, hdr.payload.v55, ig_md.switchml_md, pass);
-            processor28.apply(hdr.payload.v56, hdr.payload.v57, ig_md.switchml_md, pass);
-            processor29.apply(hdr.payload.v58, hdr.payload.v59, ig_md.switchml_md, pass);
-            processor30.apply(hdr.payload.v60, hdr.payload.v61, ig_md.switchml_md, pass);
-            processor31.apply(hdr.payload.v62, hdr.payload.v63, ig_md.switchml_md, pass);
-        }
         rdma_receiver_decide.apply(ig_md);
-        if (!hdr.bridged.isValid()) {
-            if (ig_md.responded) {
-                bridge_not_result();
-            } else if (ig_md.forward) {
-                forwarder.apply(hdr, ig_dprsr_md, ig_tm_md);
-                bridge_not_result();
-            } else if (!hdr.ib_bth.isValid()) {
-                not_switchml.count((bit<8>) DROP_OPCODE);
-                ig_dprsr_md.drop_ctl = 1;
-            }
+        // NextStep (a bridged pass, or RoCE to the switch IP), then the
+        // dispatch of everything else, then the Processors: each a table
+        // with at most one gate of its own, no nested tests. On Tofino 1
+        // the tables of an apply block run in one next-table chain, and a
+        // nested test is a subtree the chain enters and leaves once: the
+        // 32 Processors (stages 4-11) would all have to come before it or
+        // after it. Flat, bf-p4c interleaves NextStep and the dispatch
+        // with the Processors (docs/p4.md "Stages").
+        next_step.apply(hdr, ig_md, ig_intr_md, ig_dprsr_md, ig_tm_md);
+        // Not for the switch IP and not answered: forwarded. The test
+        // reads the bridged header's validity before dispatch sets it.
+        if (!hdr.bridged.isValid() && ig_md.forward && !ig_md.responded) {
+            forwarder.apply(hdr, ig_dprsr_md, ig_tm_md);
         }
-        // NextStep for a bridged pass and for RoCE to the switch IP (an ARP
-        // or echo request has no BTH): one gateway on fields known by I2,
-        // so NextStep need not wait for the dispatch above.
-        if (hdr.bridged.isValid() || (hdr.ib_bth.isValid() && !ig_md.forward)) {
-            next_step.apply(hdr, ig_md, ig_intr_md, ig_dprsr_md, ig_tm_md);
-        }
+        dispatch.apply();
+        // The Processors run on accepted (set beside the BitmapChecker, or
+        // by the parser for a bridged pass), each gated by itself, with the
+        // slot, retransmission and bitmap_before as their only inputs (a
+        // struct argument is copied whole, drop_reason included, which
+        // would order them after NextStep's write of it).
+        processor00.apply(hdr.payload.v00, hdr.payload.v01, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor01.apply(hdr.payload.v02, hdr.payload.v03, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor02.apply(hdr.payload.v04, hdr.payload.v05, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor03.apply(hdr.payload.v06, hdr.payload.v07, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor04.apply(hdr.payload.v08, hdr.payload.v09, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor05.apply(hdr.payload.v10, hdr.payload.v11, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor06.apply(hdr.payload.v12, hdr.payload.v13, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor07.apply(hdr.payload.v14, hdr.payload.v15, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor08.apply(hdr.payload.v16, hdr.payload.v17, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor09.apply(hdr.payload.v18, hdr.payload.v19, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor10.apply(hdr.payload.v20, hdr.payload.v21, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor11.apply(hdr.payload.v22, hdr.payload.v23, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor12.apply(hdr.payload.v24, hdr.payload.v25, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor13.apply(hdr.payload.v26, hdr.payload.v27, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor14.apply(hdr.payload.v28, hdr.payload.v29, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor15.apply(hdr.payload.v30, hdr.payload.v31, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor16.apply(hdr.payload.v32, hdr.payload.v33, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor17.apply(hdr.payload.v34, hdr.payload.v35, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor18.apply(hdr.payload.v36, hdr.payload.v37, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor19.apply(hdr.payload.v38, hdr.payload.v39, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor20.apply(hdr.payload.v40, hdr.payload.v41, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor21.apply(hdr.payload.v42, hdr.payload.v43, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor22.apply(hdr.payload.v44, hdr.payload.v45, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor23.apply(hdr.payload.v46, hdr.payload.v47, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor24.apply(hdr.payload.v48, hdr.payload.v49, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor25.apply(hdr.payload.v50, hdr.payload.v51, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor26.apply(hdr.payload.v52, hdr.payload.v53, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor27.apply(hdr.payload.v54, hdr.payload.v55, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor28.apply(hdr.payload.v56, hdr.payload.v57, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor29.apply(hdr.payload.v58, hdr.payload.v59, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor30.apply(hdr.payload.v60, hdr.payload.v61, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
+        processor31.apply(hdr.payload.v62, hdr.payload.v63, ig_md.switchml_md.pool_index[15:0],
+            ig_md.switchml_md.retransmission, ig_md.switchml_md.bitmap_before, pass, ig_md.accepted);
     }
 }
 

@@ -27,14 +27,16 @@ type p4Control struct {
 }
 
 var (
-	reControl   = regexp.MustCompile(`(?m)^control\s+(\w+)\s*\(`)
-	reTable     = regexp.MustCompile(`(?s)\btable\s+(\w+)\s*\{(.*?)\n    \}`)
-	reAction    = regexp.MustCompile(`\baction\s+(\w+)\s*\(([^)]*)\)`)
-	reRegister  = regexp.MustCompile(`\bRegister<[^;\n]*?>\([^)]*\)\s+(\w+)\s*;`)
-	reCounter   = regexp.MustCompile(`\bCounter<[^;\n]*?>\([^)]*\)\s+(\w+)\s*;`)
-	reActions   = regexp.MustCompile(`actions\s*=\s*\{([^}]*)\}`)
-	reInstance  = regexp.MustCompile(`(?m)^\s+([A-Z]\w*)\(\)\s+(\w+)\s*;`)
-	reKeyField  = regexp.MustCompile(`([\w.]+)\s*:\s*(exact|ternary|lpm|range)\s*;`)
+	reControl  = regexp.MustCompile(`(?m)^control\s+(\w+)\s*\(`)
+	reTable    = regexp.MustCompile(`(?s)\btable\s+(\w+)\s*\{(.*?)\n    \}`)
+	reAction   = regexp.MustCompile(`\baction\s+(\w+)\s*\(([^)]*)\)`)
+	reRegister = regexp.MustCompile(`\bRegister<[^;\n]*?>\([^)]*\)\s+(\w+)\s*;`)
+	reCounter  = regexp.MustCompile(`\bCounter<[^;\n]*?>\([^)]*\)\s+(\w+)\s*;`)
+	reActions  = regexp.MustCompile(`actions\s*=\s*\{([^}]*)\}`)
+	reInstance = regexp.MustCompile(`(?m)^\s+([A-Z]\w*)\(\)\s+(\w+)\s*;`)
+	// A key is a field or a header's isValid(), which the P4Info names
+	// hdr.x.$valid$.
+	reKeyField  = regexp.MustCompile(`([\w.]+(?:\.isValid\(\))?)\s*:\s*(exact|ternary|lpm|range)\s*;`)
 	reComment   = regexp.MustCompile(`(?s)^/\*(.*?)\*/`)
 	reParamName = regexp.MustCompile(`(\w+)\s*$`)
 )
@@ -127,7 +129,7 @@ func expand(controls map[string]*p4Control) p4Names {
 		for t, body := range c.tables {
 			var keys []string
 			for _, m := range reKeyField.FindAllStringSubmatch(body, -1) {
-				keys = append(keys, m[1])
+				keys = append(keys, strings.Replace(m[1], ".isValid()", ".$valid$", 1))
 			}
 			n.tables[prefix+t] = keys
 		}

@@ -3,6 +3,9 @@ package p4rt
 import (
 	"math/rand"
 	"net/netip"
+	"reflect"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
@@ -303,10 +306,13 @@ type p4Sender struct {
 	psn   []uint32 // psn, the worker's PSN at install
 }
 
-// send returns in_order and, when in order, the result PSN. A unicast
-// (the answer to a retransmission) uses tx_start_unicast/tx_continue_unicast,
-// which leave an open stream alone (issue 24; switchmodel.RDMASender): the
-// two register actions rdma_sender.p4 needs for the model's rule.
+// send returns in_order and, when in order, the result PSN: rdma_sender.p4's
+// tx_step with eg_md.tx_next (pool index + 2, TX_CLOSED after a LAST/ONLY).
+// A broadcast uses tx_start (FIRST/ONLY) / tx_continue (MIDDLE/LAST); a
+// unicast (the answer to a retransmission) tx_start_unicast /
+// tx_continue_unicast, which leave an open stream alone (issue 24;
+// switchmodel.RDMASender). TestSenderRegisterActions checks the .p4 has
+// these four.
 func (s *p4Sender) send(idx int, unicast, first, last bool, poolIndex uint32) (bool, uint32) {
 	txNext := poolIndex + 2
 	if last {
@@ -329,6 +335,33 @@ func (s *p4Sender) send(idx int, unicast, first, last bool, poolIndex uint32) (b
 	p := s.psn[idx] // next_psn: returns the old value, 32-bit increment
 	s.psn[idx]++
 	return true, p & rdma.PSNMask
+}
+
+// TestSenderRegisterActions: rdma_sender.p4 declares exactly the tx_pos
+// register actions p4Sender.send transcribes (tx_start, tx_continue and
+// their unicast forms), and tx_step's entries choose them by decision and
+// position as send does.
+func TestSenderRegisterActions(t *testing.T) {
+	src := readP4Source(t).text["rdma_sender.p4"]
+	re := regexp.MustCompile(`RegisterAction<.*?>\(tx_pos\)\s+(\w+)`)
+	var got []string
+	for _, m := range re.FindAllStringSubmatch(src, -1) {
+		got = append(got, m[1])
+	}
+	want := []string{"tx_start", "tx_continue", "tx_start_unicast", "tx_continue_unicast"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("tx_pos register actions in rdma_sender.p4: %v, want %v (the transcription in p4Sender.send)", got, want)
+	}
+	for _, e := range []string{
+		"(DECISION_BROADCAST, 1) : start()",
+		"(DECISION_BROADCAST, 0) : continue_()",
+		"(DECISION_UNICAST, 1)   : start_unicast()",
+		"(DECISION_UNICAST, 0)   : continue_unicast()",
+	} {
+		if !strings.Contains(src, e) {
+			t.Errorf("rdma_sender.p4 tx_step has no entry %q", e)
+		}
+	}
 }
 
 // TestSenderRulesMatchModel: random request streams with lost packets and
