@@ -109,14 +109,12 @@ type engine struct {
 	standing   timing.StandingRTT
 	rack       rackState
 	lastResult time.Time // when any result last arrived
-	// progress is when a result last moved RACK's evidence (a sampled
-	// time to result, or a resend's answer RACK takes): RFC 6298 5.3's
-	// "new data acknowledged", which restarts the retransmission timers
-	// (timers.go, expiry).
+	// progress is when a result last completed a message or a packet of
+	// one (not a duplicate answer): RFC 6298 5.3's "new data acknowledged",
+	// which restarts the retransmission timers (timers.go, expiry).
 	progress time.Time
-	// probe is when the latest probe was sent: the message resent by an
-	// expiry (timers.go, expire); while no result came back since, the
-	// path is silent and the other expiries are put off once.
+	// probe is when the latest probe was sent: the one message resent
+	// when the path went silent (timers.go, expire).
 	probe time.Time
 	// due is when the loop planned its current pass: the wake-up time of
 	// its sleep (zero when it passed again at once).

@@ -88,11 +88,12 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 	now := time.Now()
 	s.eng.lastResult = now
 	r := s.match(st, wc, now)
-	switch r {
-	case resultStale:
+	if r == resultStale {
 		s.stats.stale.Add(1)
 		return false, nil
-	case resultPacket:
+	}
+	s.eng.progress = now
+	if r == resultPacket {
 		return false, nil
 	}
 	s.stats.results.Add(1)

@@ -175,14 +175,14 @@ func (s *Session) timers(now time.Time) (time.Time, error) {
 //     process was descheduled, or slept past its timer): results that
 //     arrived meanwhile may still wait in the NIC's socket, unread; poll
 //     once more, as late again;
-//   - another message was resent as a probe after the latest result of
-//     any kind came back: the path is silent (RFC 6298 5.4 resends the
-//     earliest segment, not the window). A stall (a descheduled peer,
-//     host or switch) then costs one resend instead of one per QP; a
-//     burst that lost them all is repaired by RACK once the probe's
-//     answer is back, since they were sent before it. Only once: a
-//     message's result also waits for the other workers' contributions,
-//     which their own probes may be holding back.
+//   - the path has been silent for a timeout, and another message was
+//     already resent as a probe in this silence (RFC 6298 5.4 resends the
+//     earliest segment, not the window). A stall (a descheduled peer, host
+//     or switch) then costs one resend instead of one per QP; a burst
+//     that lost them all is repaired by RACK once the probe's answer is
+//     back, since they were sent before it. Only once: a message's result
+//     also waits for the other workers' contributions, which their own
+//     probes may be holding back.
 //
 // With some of the message's packet results back, the rest were lost:
 // they are resent at once (retransmit).
@@ -195,7 +195,7 @@ func (s *Session) expire(st *qpState, now time.Time, late time.Duration) error {
 			t.deferred = true
 			t.deadline = now.Add(min(late, t.rto))
 			return nil
-		case e.probe.After(e.lastResult):
+		case e.probe.After(e.progress):
 			t.deferred = true
 			t.deadline = now.Add(t.rto)
 			return nil
@@ -210,22 +210,20 @@ func (s *Session) expire(st *qpState, now time.Time, late time.Duration) error {
 	return nil
 }
 
-// expiry is when st's retransmission timer fires: its deadline, but never
-// sooner than a timeout after the latest progress (RFC 6298 5.3: the
-// timer restarts when new data is acknowledged) — a result of any QP that
-// RACK can use (sampleRTT, sampleResult). Behind a link's queue each
-// worker's messages come back one after another, later ones after longer
-// waits; while such results keep coming the path works, and a message
-// that was lost is found by RACK as soon as one sent after it is back.
-// The timer is left for what RACK cannot see: the last messages of a
-// call, and a path gone silent. Only for a message sent once, with none
-// of its packet results back, in a call of message writes, once there is
-// a sample: under loss the results that keep coming answer resends, which
-// RACK cannot use, and would put the timers off for good (a 20 %-loss
-// first call took 5–10 s instead of 1 s).
+// expiry is when st's retransmission timer fires: its deadline, but for
+// a message not resent yet never sooner than a timeout after the latest
+// progress of any QP (RFC 6298 5.3: the timer restarts when new data is
+// acknowledged). Behind a link's queue each worker's messages come back
+// one after another, later ones after longer waits; while results keep
+// coming the path works, and a message that was lost is found by RACK as
+// soon as one sent after it is back. The timer is left for what RACK
+// cannot see: the last messages of a call, and a path gone silent. Once
+// resent, a message keeps its own timer: under heavy loss the progress
+// of packet results answering other QPs' resends, which RACK does not
+// see, would otherwise put it off for good.
 func (s *Session) expiry(st *qpState) time.Time {
 	t := &st.timer
-	if t.resends > 0 || st.pkts.n > 0 || s.eng.pktWrites || s.eng.rtt.Samples()+s.eng.joinRTT.Samples() == 0 {
+	if t.resends > 0 {
 		return t.deadline
 	}
 	if p := s.eng.progress.Add(t.rto); p.After(t.deadline) {
@@ -274,7 +272,6 @@ func (s *Session) sampleResult(st *qpState, r resultKind, now time.Time) {
 			// its latest transmission only if it took at least the
 			// smallest time to result since (RFC 8985, section 6.2).
 			rack.xmit, rack.rtt = t.xmit, d
-			s.eng.progress = now
 		}
 	}
 }
@@ -308,9 +305,6 @@ func (s *Session) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 	}
 	e.rack.sampleMin(r)
 	e.standing.Sample(xmit.Add(r), r, e.rtt.SRTT())
-	if at := xmit.Add(r); at.After(e.progress) {
-		e.progress = at
-	}
 	if xmit.After(e.rack.xmit) {
 		e.rack.xmit, e.rack.rtt = xmit, r
 	}
