@@ -22,7 +22,7 @@
 @pa_container_size("ingress", "ig_md.switchml_md.worker_bit", 32)
 control BitmapChecker(inout ingress_metadata_t ig_md) {
 
-    Register<bitmap_pair_t, slot_t>(NUM_SLOTS_I) bitmap;
+    Register<bitmap_pair_t, slot_t>(NUM_SLOTS) bitmap;
 
     RegisterAction<bitmap_pair_t, slot_t, worker_bitmap_t>(bitmap) update_set0 = {
         void apply(inout bitmap_pair_t b, out worker_bitmap_t before) {

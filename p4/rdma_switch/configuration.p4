@@ -22,23 +22,23 @@
 #ifndef _CONFIGURATION_P4_
 #define _CONFIGURATION_P4_
 
+// One definition per size (the preprocessor's, so that register and table
+// sizes can use them); everything else is derived from these.
 #ifdef TEST_PROFILE
-const bit<32> NUM_SLOTS        = 64;    // aggregation slots (pool size)
-const bit<32> MAX_RX_QPS       = 512;   // receiver/sender QP state entries (all jobs)
-const bit<32> MAX_WORKER_ENTRIES = 64;  // worker entries (all jobs)
-#define NUM_SLOTS_X2 128
-#define NUM_SLOTS_I 64
-#define MAX_RX_QPS_I 512
-#define MAX_WORKER_ENTRIES_I 64
+// aggregation slots (the pool size)
+#define NUM_SLOTS 64
+// receiver/sender QP state entries (all jobs)
+#define MAX_RX_QPS 512
+// worker entries (all jobs)
+#define MAX_WORKER_ENTRIES 64
 #else
-const bit<32> NUM_SLOTS        = 8192;
-const bit<32> MAX_RX_QPS       = 16384; // 32 workers × 512 QPs
-const bit<32> MAX_WORKER_ENTRIES = 1024;
-#define NUM_SLOTS_X2 16384
-#define NUM_SLOTS_I 8192
-#define MAX_RX_QPS_I 16384
-#define MAX_WORKER_ENTRIES_I 1024
+#define NUM_SLOTS 8192
+// 32 workers × 512 QPs
+#define MAX_RX_QPS 16384
+#define MAX_WORKER_ENTRIES 1024
 #endif
+// Registers indexed by the pool index hold both sets of every slot.
+#define NUM_SLOTS_X2 (2 * NUM_SLOTS)
 
 // 32 workers: the bitmap is one 32-bit word per set, and the switch QPN
 // encoding (wire.P4AppQPN) has 5 rank bits.

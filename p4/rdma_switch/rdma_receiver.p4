@@ -56,9 +56,9 @@ control RDMAReceiver(
     inout header_t hdr,
     inout ingress_metadata_t ig_md) {
 
-    Register<rx_state_t, qp_state_index_t>(MAX_RX_QPS_I) rx_qp_state;
-    Register<bit<32>, qp_state_index_t>(MAX_RX_QPS_I) rx_pool_index;
-    Register<bit<32>, qp_state_index_t>(MAX_RX_QPS_I) rx_high_psn;
+    Register<rx_state_t, qp_state_index_t>(MAX_RX_QPS) rx_qp_state;
+    Register<bit<32>, qp_state_index_t>(MAX_RX_QPS) rx_pool_index;
+    Register<bit<32>, qp_state_index_t>(MAX_RX_QPS) rx_high_psn;
 
     // Its working fields live in ig_md.rx (types.p4 rx_md_t), set by the
     // parser, so that no assignment here precedes the tables that write
@@ -155,7 +155,7 @@ control RDMAReceiver(
         }
         actions = { set_qp; unknown_qp; }
         const default_action = unknown_qp;
-        size = MAX_WORKER_ENTRIES_I;
+        size = MAX_WORKER_ENTRIES;
     }
 
     action set_position(bool first_packet, bool last_packet, bool has_imm,

@@ -41,8 +41,8 @@ control RDMASender(
     in egress_intrinsic_metadata_t eg_intr_md,
     inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
 
-    Register<bit<32>, qp_state_index_t>(MAX_RX_QPS_I) psn;
-    Register<bit<32>, qp_state_index_t>(MAX_RX_QPS_I) tx_pos;
+    Register<bit<32>, qp_state_index_t>(MAX_RX_QPS) psn;
+    Register<bit<32>, qp_state_index_t>(MAX_RX_QPS) tx_pos;
     // results[RESULT_SENT], results[RESULT_SKIPPED] (switchmodel.Counters
     // ResultPackets, ResultsSkipped).
     Counter<bit<64>, bit<8>>(NUM_RESULT_CODES, CounterType_t.PACKETS) results;
@@ -137,7 +137,7 @@ control RDMASender(
         }
         actions = { set_worker; no_worker; }
         const default_action = no_worker;
-        size = MAX_WORKER_ENTRIES_I;
+        size = MAX_WORKER_ENTRIES;
     }
 
     action set_qp(qpn_t qpn, qp_state_index_t psn_index) {
@@ -154,7 +154,7 @@ control RDMASender(
         }
         actions = { set_qp; no_worker; }
         const default_action = no_worker;
-        size = MAX_RX_QPS_I;
+        size = MAX_RX_QPS;
     }
 
     bool in_order;
