@@ -84,10 +84,7 @@ func TestSoftAllReduceInt32(t *testing.T) {
 				j := openJob(t, c.ctlAddr, n, cfg, c.device(2+10*i))
 				l := 3*packet/4*2 + 17
 				in := int32Inputs(uint64(i), n, l)
-				out := make([][]int32, n)
-				for r := range in {
-					out[r] = append([]int32(nil), in[r]...)
-				}
+				out := clone2(in)
 				noErrors(t, j.allReduceInt32(context.Background(), out))
 				checkInt32(t, in, out)
 			})

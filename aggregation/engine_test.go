@@ -103,10 +103,7 @@ func TestToyAllReduceInt32(t *testing.T) {
 	j := openJob(t, c.ctlAddr, n, cfg, c.device(1))
 	for _, l := range []int{1, 129, 1000} {
 		in := int32Inputs(uint64(l), n, l)
-		out := make([][]int32, n)
-		for r := range in {
-			out[r] = append([]int32(nil), in[r]...)
-		}
+		out := clone2(in)
 		noErrors(t, j.allReduceInt32(context.Background(), out))
 		checkInt32(t, in, out)
 	}
@@ -477,10 +474,7 @@ func TestToyResultOrder(t *testing.T) {
 	j := openJob(t, c.ctlAddr, n, cfg, c.device(1))
 	c.sw.setInterleave(&interleaving{holdRank: 1, from: 2, triggerRank: 0})
 	in := int32Inputs(9, n, l)
-	out := make([][]int32, n)
-	for r := range in {
-		out[r] = append([]int32(nil), in[r]...)
-	}
+	out := clone2(in)
 	noErrors(t, j.allReduceInt32(context.Background(), out))
 	checkInt32(t, in, out)
 	sw, skipped := c.sw.counters()

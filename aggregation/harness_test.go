@@ -182,10 +182,11 @@ func gradients(seed uint64, n, l int) [][]float32 {
 	return out
 }
 
-func clone2(in [][]float32) [][]float32 {
-	out := make([][]float32, len(in))
+// clone2 copies every worker's tensor (the inputs a call overwrites).
+func clone2[T float32 | int32](in [][]T) [][]T {
+	out := make([][]T, len(in))
 	for i, x := range in {
-		out[i] = append([]float32(nil), x...)
+		out[i] = append([]T(nil), x...)
 	}
 	return out
 }
