@@ -136,3 +136,20 @@ func TestSoftAsyncClose(t *testing.T) {
 		}
 	})
 }
+
+// TestUserspaceNICIgnoresIPv4ID: a worker on the userspace NIC registers
+// that it cannot see the IPv4 Identification (so the switch may send it
+// GSO datagrams), and the job the switch gets says so for every rank.
+func TestUserspaceNICIgnoresIPv4ID(t *testing.T) {
+	c := newSoftCluster(t, sockets, 63, 0, 0)
+	openJob(t, c.ctlAddr, 2, softConfig(1, 1024, 2, 1), c.device(2))
+	jobs := c.ctl.Jobs()
+	if len(jobs) != 1 {
+		t.Fatalf("%d jobs", len(jobs))
+	}
+	for _, w := range jobs[0].Job.Workers {
+		if !w.IgnoresIPv4ID {
+			t.Errorf("rank %d (%v): registered without ignores_ipv4_id", w.Rank, w.Addr)
+		}
+	}
+}

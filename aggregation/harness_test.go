@@ -355,6 +355,7 @@ type softCluster struct {
 	tr      transport
 	net     byte
 	sw      *swswitch.Switch
+	ctl     *control.Controller
 	swAddr  netip.Addr
 	ctlAddr string
 	ingress float64
@@ -425,7 +426,7 @@ func newSoftClusterWith(t testing.TB, tr transport, net byte, ingressLoss, egres
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cl.Close() })
-	c.sw, c.ctlAddr = cl.Switch, cl.ControllerAddr
+	c.sw, c.ctl, c.ctlAddr = cl.Switch, cl.Controller, cl.ControllerAddr
 	return c
 }
 

@@ -184,6 +184,9 @@ func (s *Session) open(ctx context.Context) error {
 		PSNs:        psns,
 		DType:       cfg.DType,
 		TensorBytes: uint64(cfg.TensorBytes),
+		// A userspace NIC sees no IPv4 header: the switch may send it
+		// GSO datagrams.
+		IgnoresIPv4ID: isUDPDevice(dev),
 	})
 	if err != nil {
 		return fmt.Errorf("aggregation: join session %d as rank %d of %d: %w", cfg.SessionID, cfg.Rank, cfg.Workers, err)
@@ -198,6 +201,12 @@ func (s *Session) open(ctx context.Context) error {
 	}
 	if !a.SwitchAddr.IsValid() || a.SwitchAddr.IsUnspecified() {
 		return fmt.Errorf("aggregation: job %d: the controller returned no switch address; configure the controller with the switch's RoCE address", a.JobID)
+	}
+	if u, ok := dev.(verbs.UDPDevice); ok {
+		// No switch checks the ICRC over the IPv4 Identification (the
+		// software switch reads a UDP socket; the Tofino program never
+		// parses the ICRC): a message may leave as one GSO datagram.
+		u.AllowGSO(a.SwitchAddr)
 	}
 	for i, st := range s.qps {
 		st.pool = a.QPPoolIndices[i]
@@ -477,4 +486,11 @@ func (e *PeerTimeoutError) Unwrap() []error {
 		return []error{ErrPeerTimeout, ErrHeavyLoss}
 	}
 	return []error{ErrPeerTimeout}
+}
+
+// isUDPDevice reports whether dev reads RoCEv2 from a UDP socket and so
+// cannot see the IPv4 Identification of what it receives (verbs.UDPDevice).
+func isUDPDevice(dev verbs.Device) bool {
+	_, ok := dev.(verbs.UDPDevice)
+	return ok
 }

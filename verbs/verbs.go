@@ -387,6 +387,19 @@ func Await(cq CQ, wcs []Completion, wake <-chan struct{}) (int, error) {
 	}
 }
 
+// UDPDevice is implemented by devices that speak RoCEv2 through a UDP
+// socket (verbs/soft.Device). Such a device cannot see the IPv4 header of
+// what it receives, so it checks ICRCs as if the Identification were 0,
+// whatever the sender's kernel wrote there: peers may send it UDP GSO
+// datagrams over IPv4, whose segments the kernel numbers 0, 1, 2, …
+// (verbs/soft/udp.Offload). AllowGSO(peer) declares the same of a peer (a
+// switch: the software switch reads a UDP socket, the Tofino program never
+// parses the ICRC), and the device then sends it GSO datagrams too.
+type UDPDevice interface {
+	Device
+	AllowGSO(peer netip.Addr)
+}
+
 // StagedSender is implemented by QPs whose sends can be staged and sent
 // later together with the other QPs' of the same device (verbs/soft.QP):
 // PostSendStaged builds and queues the packets of wrs, and Doorbell sends

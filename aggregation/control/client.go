@@ -163,6 +163,10 @@ type Registration struct {
 	// refuses ranks that register different lengths, naming both. 0: the
 	// length varies per call (not checked at registration; see Agree).
 	TensorBytes uint64
+	// IgnoresIPv4ID says the worker's NIC cannot see the IPv4
+	// Identification of what it receives (verbs.UDPDevice): the switch may
+	// send it UDP GSO datagrams (RdmaSessionRequest.ignores_ipv4_id).
+	IgnoresIPv4ID bool
 	// NoKeepAlive skips the KeepAlive stream (a controller with liveness
 	// checks on aborts the job after its liveness timeout).
 	NoKeepAlive bool
@@ -236,6 +240,7 @@ func (c *Client) RegisterRDMA(ctx context.Context, r Registration) (*Assignment,
 		Qpns:            r.QPNs,
 		Psns:            r.PSNs,
 		TensorBytes:     r.TensorBytes,
+		IgnoresIpv4Id:   r.IgnoresIPv4ID,
 	}
 	switch r.PacketSize { // for p4app controllers, which know only the enum
 	case 256:

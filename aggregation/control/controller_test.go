@@ -170,6 +170,8 @@ func testReg(sid uint32, r, n, q int) Registration {
 		RKey:        0x1000 + uint32(r),
 		PacketSize:  256,
 		MessageSize: 1024,
+		// odd ranks: a userspace NIC (the switch may send GSO)
+		IgnoresIPv4ID: r%2 == 1,
 	}
 	for i := range q {
 		reg.QPNs = append(reg.QPNs, uint32(0x100+r*q+i))
@@ -244,7 +246,8 @@ func TestFourWorkersRegister(t *testing.T) {
 			}
 			seen[qpn] = true
 		}
-		if w.Addr != reg.Addr || w.RKey != reg.RKey || !slices.Equal(w.QPNs, reg.QPNs) || !slices.Equal(w.PSNs, reg.PSNs) || w.MAC.String() != reg.MAC.String() {
+		if w.Addr != reg.Addr || w.RKey != reg.RKey || !slices.Equal(w.QPNs, reg.QPNs) || !slices.Equal(w.PSNs, reg.PSNs) || w.MAC.String() != reg.MAC.String() ||
+			w.IgnoresIPv4ID != reg.IgnoresIPv4ID {
 			t.Errorf("rank %d: job worker %+v does not match registration %+v", r, w, reg)
 		}
 		if len(a.SwitchPSNs) != q {

@@ -53,6 +53,8 @@ type registration struct {
 	rkey   uint32
 	qpns   []uint32
 	psns   []uint32
+	// ignoresIPv4ID: RdmaSessionRequest.ignores_ipv4_id.
+	ignoresIPv4ID bool
 	// switchQPNs and switchPSNs are drawn at registration for p4app
 	// sessions (the answer cannot wait for the job); nil otherwise.
 	switchQPNs []uint32
@@ -647,6 +649,8 @@ func (c *Controller) parseRegistration(req *pb.RdmaSessionRequest) (*registratio
 		rkey: req.GetRkey(),
 		qpns: slices.Clone(req.GetQpns()),
 		psns: slices.Clone(req.GetPsns()),
+
+		ignoresIPv4ID: req.GetIgnoresIpv4Id(),
 	}
 	return reg, sessionParams{numWorkers: n, packetSize: size, messageSize: msg, qps: q, dtype: dt, v6: v6,
 		tensorBytes: req.GetTensorBytes(), p4app: req.GetPacketSizeBytes() == 0}, nil
@@ -784,6 +788,8 @@ func (c *Controller) allocJob(p *pendingSession) (*job, error) {
 			QPNs:       reg.qpns,
 			PSNs:       reg.psns,
 			SwitchQPNs: sq,
+
+			IgnoresIPv4ID: reg.ignoresIPv4ID,
 		}
 		if c.cfg.QPNScheme == QPNP4App {
 			c.p4appAddrs[reg.addr] = j.spec.ID

@@ -231,6 +231,14 @@ func (s *Switch) AddJob(ctx context.Context, job *wire.Job) error {
 		return fmt.Errorf("swswitch: %w", err)
 	}
 	s.eng.maxN = max(s.eng.maxN, len(job.Workers))
+	if g, ok := s.conn.(udp.GSOPeers); ok {
+		// Workers whose NIC cannot see the IPv4 Identification get their
+		// result bursts as GSO datagrams (wire.Worker.IgnoresIPv4ID); the
+		// latest job of an address decides.
+		for _, w := range job.Workers {
+			g.AllowGSO(w.Addr, w.IgnoresIPv4ID)
+		}
+	}
 	s.log.Info("job added", "job", job.ID, "workers", len(job.Workers), "qps", len(job.Workers[0].QPNs),
 		"pool", fmt.Sprintf("[%d, %d)", job.PoolBase, job.PoolBase+job.PoolSlots), "packet", job.PacketSize)
 	return nil

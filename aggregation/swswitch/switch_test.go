@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/internal/testutil"
 	"github.com/swml-rdma/swml-rdma/rdma"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
+	"github.com/swml-rdma/swml-rdma/verbs/soft/udp/memlink"
 )
 
 // endToEnd is a job run through a switch by testWorkers.
@@ -324,4 +327,52 @@ func TestCloseNoLeak(t *testing.T) {
 	sw2 := newSwitch(t, Config{Addr: addr(13, 1), Registry: reg})
 	sw2.Close()
 	goroutines.Check(t)
+}
+
+// gsoRecorder is an in-memory endpoint that records AllowGSO calls.
+type gsoRecorder struct {
+	udp.Endpoint
+	mu      sync.Mutex
+	allowed map[netip.Addr]bool
+}
+
+func (g *gsoRecorder) AllowGSO(peer netip.Addr, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.allowed[peer] = ok
+}
+
+// TestAddJobDeclaresGSOPeers: a job's workers whose NIC ignores the IPv4
+// Identification are declared to the endpoint as GSO peers, the others
+// taken back, so a later rxe worker on a once-userspace address gets plain
+// datagrams.
+func TestAddJobDeclaresGSOPeers(t *testing.T) {
+	const net = 13
+	n, err := memlink.New(memlink.Config{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := n.Listen(netip.AddrPortFrom(addr(net, 1), rdma.UDPPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &gsoRecorder{Endpoint: ep, allowed: map[netip.Addr]bool{}}
+	sw := newSwitch(t, Config{Addr: addr(net, 1), Endpoint: rec, Model: switchmodel.Config{PoolSize: 16}})
+	job := makeJob(1, net, 3, 1, 0, 4, 256)
+	job.Workers[1].IgnoresIPv4ID = true
+	if err := sw.AddJob(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	want := map[netip.Addr]bool{addr(net, 2): false, addr(net, 3): true, addr(net, 4): false}
+	if !maps.Equal(rec.allowed, want) {
+		t.Fatalf("AllowGSO calls %v, want %v", rec.allowed, want)
+	}
+	sw.RemoveJob(context.Background(), 1)
+	job = makeJob(2, net, 2, 1, 4, 4, 256) // rank 1 at .3 is now a kernel NIC
+	if err := sw.AddJob(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	if rec.allowed[addr(net, 3)] {
+		t.Fatal("a worker without IgnoresIPv4ID stays a GSO peer")
+	}
 }

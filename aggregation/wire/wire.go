@@ -154,6 +154,11 @@ type Worker struct {
 	PSNs []uint32
 	// SwitchQPNs are the switch QPNs the worker's QP i writes to.
 	SwitchQPNs []uint32
+	// IgnoresIPv4ID: the worker's NIC cannot see the IPv4 Identification
+	// of the packets it receives (a userspace NIC on a UDP socket), so a
+	// software switch may send it UDP GSO datagrams (udp.GSOPeers). The
+	// Tofino program ignores it.
+	IgnoresIPv4ID bool
 }
 
 // Job is a session as the controller hands it to a switch backend.

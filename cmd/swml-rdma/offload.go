@@ -11,7 +11,7 @@ import (
 // offloadFlag selects UDP GSO/GRO for the userspace NICs and the software
 // switch (verbs/soft/udp.Offload).
 func offloadFlag(category string) cli.Flag {
-	return &cli.StringFlag{Name: "offload", Value: "auto", Usage: "UDP segmentation offload of the userspace NIC/switch sockets: auto (GRO, GSO over IPv6 and loopback), on or off (one datagram per packet)", EnvVars: []string{"SWML_OFFLOAD"}, Category: category}
+	return &cli.StringFlag{Name: "offload", Value: "auto", Usage: "UDP segmentation offload of the userspace NIC/switch sockets: auto (GRO; GSO over IPv6 and loopback, and to peers that cannot see the IPv4 Identification), on or off (one datagram per packet)", EnvVars: []string{"SWML_OFFLOAD"}, Category: category}
 }
 
 // parseOffload reads --offload.

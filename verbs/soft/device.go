@@ -51,8 +51,9 @@ type Config struct {
 	// SocketBuffer is the socket buffer size in bytes (default 4 MiB).
 	SocketBuffer int
 	// Offload selects UDP GSO/GRO (default udp.OffloadAuto: GRO when the
-	// kernel has it, GSO over IPv6 or loopback; see udp.Offload for why
-	// not over IPv4 on a real link). The packets are the same either way.
+	// kernel has it, GSO over IPv6 or loopback and to peers declared with
+	// AllowGSO; see udp.Offload for why not to others over IPv4 on a real
+	// link). The packets are the same either way.
 	Offload udp.Offload
 	// GROBuffers is the number of 64 KiB GRO receive buffers (default
 	// DefaultGROBuffers; udp.Config.GROBuffers).
@@ -123,7 +124,10 @@ type Device struct {
 	closing   atomic.Bool
 }
 
-var _ verbs.Device = (*Device)(nil)
+var (
+	_ verbs.Device    = (*Device)(nil)
+	_ verbs.UDPDevice = (*Device)(nil)
+)
 
 // Open binds the NIC to cfg.Addr and starts its receive goroutine.
 func Open(cfg Config) (*Device, error) {
@@ -153,8 +157,17 @@ func Open(cfg Config) (*Device, error) {
 	return d, nil
 }
 
-func (d *Device) Name() string                  { return d.name }
-func (d *Device) Addr() netip.Addr              { return d.conn.LocalAddr().Addr() }
+func (d *Device) Name() string     { return d.name }
+func (d *Device) Addr() netip.Addr { return d.conn.LocalAddr().Addr() }
+
+// AllowGSO lets the NIC send UDP GSO datagrams to peer over IPv4 too
+// (verbs.UDPDevice): peer does not check the IPv4 Identification. A no-op
+// on an endpoint without GSO (an in-memory link).
+func (d *Device) AllowGSO(peer netip.Addr) {
+	if g, ok := d.conn.(udp.GSOPeers); ok {
+		g.AllowGSO(peer, true)
+	}
+}
 func (d *Device) LocalAddrPort() netip.AddrPort { return d.conn.LocalAddr() }
 
 // Stats returns a snapshot of the counters.

@@ -267,7 +267,14 @@ type RdmaSessionRequest struct {
 	// --size); 0 when lengths vary per call (libraries) or unknown (p4app).
 	// Every rank of a session must send the same value: a difference is
 	// refused at registration, naming both lengths.
-	TensorBytes   uint64 `protobuf:"varint,104,opt,name=tensor_bytes,json=tensorBytes,proto3" json:"tensor_bytes,omitempty"`
+	TensorBytes uint64 `protobuf:"varint,104,opt,name=tensor_bytes,json=tensorBytes,proto3" json:"tensor_bytes,omitempty"`
+	// ignores_ipv4_id: the worker's NIC cannot see the IPv4 Identification of
+	// the packets it receives (it reads RoCEv2 from a UDP socket: swml-rdma's
+	// userspace NIC), so a software switch may send it UDP GSO datagrams over
+	// IPv4, whose segments the kernel numbers 0, 1, 2, … where a plain send
+	// writes 0 (the ICRC covers the Identification; rxe and RNICs check it).
+	// false (p4app, rxe, RNICs): one datagram per packet.
+	IgnoresIpv4Id bool `protobuf:"varint,105,opt,name=ignores_ipv4_id,json=ignoresIpv4Id,proto3" json:"ignores_ipv4_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -405,6 +412,13 @@ func (x *RdmaSessionRequest) GetTensorBytes() uint64 {
 		return x.TensorBytes
 	}
 	return 0
+}
+
+func (x *RdmaSessionRequest) GetIgnoresIpv4Id() bool {
+	if x != nil {
+		return x.IgnoresIpv4Id
+	}
+	return false
 }
 
 type RdmaSessionResponse struct {
@@ -1468,7 +1482,7 @@ var File_switchml_proto protoreflect.FileDescriptor
 
 const file_switchml_proto_rawDesc = "" +
 	"\n" +
-	"\x0eswitchml.proto\x12\x0eswitchml_proto\"\xe5\x03\n" +
+	"\x0eswitchml.proto\x12\x0eswitchml_proto\"\x8d\x04\n" +
 	"\x12RdmaSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\rR\tsessionId\x12\x12\n" +
@@ -1488,7 +1502,8 @@ const file_switchml_proto_rawDesc = "" +
 	"\x05dtype\x18e \x01(\x0e2\x18.switchml_proto.DataTypeR\x05dtype\x12(\n" +
 	"\x02op\x18f \x01(\x0e2\x18.switchml_proto.ReduceOpR\x02op\x12*\n" +
 	"\x11packet_size_bytes\x18g \x01(\rR\x0fpacketSizeBytes\x12!\n" +
-	"\ftensor_bytes\x18h \x01(\x04R\vtensorBytes\"\xbd\x03\n" +
+	"\ftensor_bytes\x18h \x01(\x04R\vtensorBytes\x12&\n" +
+	"\x0fignores_ipv4_id\x18i \x01(\bR\rignoresIpv4Id\"\xbd\x03\n" +
 	"\x13RdmaSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x10\n" +

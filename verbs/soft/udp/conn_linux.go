@@ -47,19 +47,24 @@ type Conn struct {
 	rcur  int
 	roff  int
 
-	// send state, guarded by smu
-	smu   sync.Mutex
-	gso   bool
-	shdr  []mmsghdr
-	siov  []unix.Iovec
-	sname [][sockaddrLen]byte
-	sctl  [][gsoCtlWord]uint64
-	sgrp  []sendGroup
-	sreq  int
-	sdone int
-	serr  syscall.Errno
-	sfn   func(fd uintptr) bool
-	sloss *lossGen
+	// send state, guarded by smu. gso: this socket may send GSO datagrams
+	// (the kernel has UDP_SEGMENT and has not refused it on this path);
+	// gsoAll: to every peer (IPv6, loopback, OffloadOn), else only to the
+	// peers in gsoPeers (AllowGSO).
+	smu      sync.Mutex
+	gso      bool
+	gsoAll   bool
+	gsoPeers map[netip.Addr]bool
+	shdr     []mmsghdr
+	siov     []unix.Iovec
+	sname    [][sockaddrLen]byte
+	sctl     [][gsoCtlWord]uint64
+	sgrp     []sendGroup
+	sreq     int
+	sdone    int
+	serr     syscall.Errno
+	sfn      func(fd uintptr) bool
+	sloss    *lossGen
 
 	rxPackets, rxBytes, txPackets, txBytes atomic.Uint64
 	rxLoss, txLoss, rxTrunc                atomic.Uint64
@@ -74,6 +79,7 @@ type sendGroup struct {
 	iov, n, seg, bytes int
 	addr               netip.AddrPort
 	namelen            uint32
+	gso                bool // more packets may join (GSO to this peer)
 }
 
 // sockaddrLen fits a sockaddr_in6.
@@ -120,7 +126,7 @@ func Listen(cfg Config) (*Conn, error) {
 		batch = DefaultBatchSize
 	}
 	addr := cfg.Addr.Unmap()
-	gso, gro, err := offloadFor(cfg.Offload, addr)
+	gso, gsoAll, gro, err := offloadFor(cfg.Offload, addr)
 	if err != nil {
 		return nil, fmt.Errorf("udp: listen on %v: %w", addr, err)
 	}
@@ -176,7 +182,7 @@ func Listen(cfg Config) (*Conn, error) {
 		return nil, fmt.Errorf("udp: socket options on %v: %w", addr, err)
 	}
 	c := &Conn{
-		uc: uc, raw: raw, v4: addr.Is4(), batch: batch, cap: cfg.Capture, gso: gso, gro: gro,
+		uc: uc, raw: raw, v4: addr.Is4(), batch: batch, cap: cfg.Capture, gso: gso, gsoAll: gsoAll, gro: gro,
 		local: netip.AddrPortFrom(addr, uint16(uc.LocalAddr().(*net.UDPAddr).Port)),
 		rhdr:  make([]mmsghdr, batch), riov: make([]unix.Iovec, batch), rname: make([][sockaddrLen]byte, batch),
 		shdr: make([]mmsghdr, batch), sname: make([][sockaddrLen]byte, batch), sgrp: make([]sendGroup, batch),
@@ -219,12 +225,44 @@ func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
 // BatchSize is the most datagrams one ReadBatch or WriteBatch system call moves.
 func (c *Conn) BatchSize() int { return c.batch }
 
-// Offloads reports whether this endpoint sends with UDP GSO and receives
-// with UDP GRO.
+// Offloads reports whether this endpoint sends with UDP GSO to every peer
+// and receives with UDP GRO (GSOTo tells it for one peer).
 func (c *Conn) Offloads() (gso, gro bool) {
 	c.smu.Lock()
 	defer c.smu.Unlock()
-	return c.gso, c.gro
+	return c.gso && c.gsoAll, c.gro
+}
+
+// AllowGSO says whether peer cannot see, or does not check, the IPv4
+// Identification of the packets it receives (see Offload): a UDP socket
+// (the software switch, the userspace NIC) or the Tofino program, which
+// never parses the ICRC. Under OffloadAuto over IPv4 off loopback, runs of
+// packets to such a peer go out as GSO datagrams too; ok false takes that
+// back. It changes nothing where GSO already goes to every peer or the
+// kernel has none. Safe to call at any time (GSOPeers).
+func (c *Conn) AllowGSO(peer netip.Addr, ok bool) {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	peer = peer.Unmap()
+	if !ok {
+		delete(c.gsoPeers, peer)
+		return
+	}
+	if c.gsoPeers == nil {
+		c.gsoPeers = make(map[netip.Addr]bool)
+	}
+	c.gsoPeers[peer] = true
+}
+
+// GSOTo reports whether runs of packets to peer go out as GSO datagrams.
+func (c *Conn) GSOTo(peer netip.Addr) bool {
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	return c.gsoToLocked(peer.Unmap())
+}
+
+func (c *Conn) gsoToLocked(peer netip.Addr) bool {
+	return c.gso && (c.gsoAll || c.gsoPeers[peer])
 }
 
 func (c *Conn) recvmmsg(fd uintptr) bool {
@@ -462,7 +500,7 @@ func (c *Conn) WriteBatch(msgs []Msg) (int, error) {
 				if err != nil {
 					return sent, err
 				}
-				c.sgrp[ng] = sendGroup{iov: ni, seg: m.N, addr: m.Addr, namelen: nl}
+				c.sgrp[ng] = sendGroup{iov: ni, seg: m.N, addr: m.Addr, namelen: nl, gso: c.gsoToLocked(m.Addr.Addr())}
 				ng++
 			}
 			g := &c.sgrp[ng-1]
@@ -484,7 +522,7 @@ func (c *Conn) WriteBatch(msgs []Msg) (int, error) {
 
 // canJoin says whether m can be the next segment of GSO datagram g.
 func (c *Conn) canJoin(g *sendGroup, m *Msg) bool {
-	return c.gso && m.Addr == g.addr && m.N <= g.seg &&
+	return g.gso && c.gso && m.Addr == g.addr && m.N <= g.seg &&
 		// a shorter segment ends a datagram
 		g.bytes == g.n*g.seg &&
 		g.n < gsoMaxSegments && g.bytes+m.N <= gsoMaxBytes

@@ -37,6 +37,12 @@ func (c *Conn) BatchSize() int { return DefaultBatchSize }
 // with UDP GRO.
 func (c *Conn) Offloads() (gso, gro bool) { return false, false }
 
+// AllowGSO does nothing: there is no GSO off Linux.
+func (c *Conn) AllowGSO(peer netip.Addr, ok bool) {}
+
+// GSOTo reports false: there is no GSO off Linux.
+func (c *Conn) GSOTo(peer netip.Addr) bool { return false }
+
 // ReadBatch returns net.ErrClosed: there is no open endpoint off Linux.
 func (c *Conn) ReadBatch(msgs []Msg) (int, error) { return 0, net.ErrClosed }
 

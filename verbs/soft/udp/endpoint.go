@@ -29,3 +29,14 @@ type Endpoint interface {
 }
 
 var _ Endpoint = (*Conn)(nil)
+
+// GSOPeers is implemented by endpoints that can send UDP GSO datagrams
+// (*Conn): AllowGSO(peer, true) declares that peer cannot see or does not
+// check the IPv4 Identification, so GSO is safe towards it over IPv4 too
+// (see Offload). The software switch declares the workers whose NIC said
+// so at registration, and a worker's userspace NIC declares its switch.
+type GSOPeers interface {
+	AllowGSO(peer netip.Addr, ok bool)
+}
+
+var _ GSOPeers = (*Conn)(nil)

@@ -17,13 +17,17 @@ import "fmt"
 // gives every packet 0. The RoCEv2 ICRC covers the Identification, so a
 // receiver that can see it (rxe, a real RNIC) would reject all but the
 // first segment. Over IPv6 there is no Identification, and on loopback only
-// UDP sockets receive, which cannot see it either.
+// UDP sockets receive, which cannot see it either. Neither can a peer that
+// reads RoCEv2 from a UDP socket on a real link (the software switch, the
+// userspace NIC), and the Tofino program never parses the ICRC: such peers
+// are declared one by one with Conn.AllowGSO (GSOPeers).
 type Offload uint8
 
 const (
 	// OffloadAuto receives with GRO when the kernel supports it, and sends
 	// with GSO when the kernel supports it and the local address is IPv6
-	// or loopback (see Offload). Otherwise plain recvmmsg/sendmmsg.
+	// or loopback, or the peer was declared with AllowGSO (see Offload).
+	// Otherwise plain recvmmsg/sendmmsg.
 	OffloadAuto Offload = iota
 	// OffloadOff uses plain recvmmsg/sendmmsg.
 	OffloadOff

@@ -68,19 +68,21 @@ func Probe() (gso, gro bool) {
 	return probe.gso, probe.gro
 }
 
-// offloadFor resolves mode for an endpoint on local address a.
-func offloadFor(mode Offload, a netip.Addr) (gso, gro bool, err error) {
+// offloadFor resolves mode for an endpoint on local address a: gso, the
+// socket may send GSO datagrams; gsoAll, to every peer (otherwise only to
+// the peers of AllowGSO); gro, it receives with GRO.
+func offloadFor(mode Offload, a netip.Addr) (gso, gsoAll, gro bool, err error) {
 	if mode == OffloadOff {
-		return false, false, nil
+		return false, false, false, nil
 	}
 	kgso, kgro := Probe()
 	if mode == OffloadOn {
 		if !kgso || !kgro {
-			return false, false, fmt.Errorf("UDP GSO (supported: %v) and GRO (supported: %v) requested: %w", kgso, kgro, verbs.ErrNotSupported)
+			return false, false, false, fmt.Errorf("UDP GSO (supported: %v) and GRO (supported: %v) requested: %w", kgso, kgro, verbs.ErrNotSupported)
 		}
-		return true, true, nil
+		return true, true, true, nil
 	}
-	return kgso && (a.Is6() || a.IsLoopback()), kgro, nil
+	return kgso, a.Is6() || a.IsLoopback(), kgro, nil
 }
 
 // putGSOSegment writes a UDP_SEGMENT control message for seg-byte segments.
