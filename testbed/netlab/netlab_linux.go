@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -267,6 +268,23 @@ func (l *Lab) buildLinks(bits int) error {
 	for i, ns := range l.Workers {
 		if err := l.buildWorker(sw, br, i, ns, bits); err != nil {
 			return err
+		}
+	}
+	return l.Do(l.Switch, bridgeNoNetfilter)
+}
+
+// bridgeNoNetfilter turns off br_netfilter's iptables/ip6tables/arptables
+// calls for bridged frames in this namespace (where the module is loaded,
+// e.g. by a container runtime, they default to on in every namespace): a
+// rack's switch does not run the host firewall on every frame it forwards,
+// and in a lab on two vCPUs that cost (br_nf_pre_routing on every packet,
+// SwitchML's and Gloo's alike) is not the links'. Without the module
+// there is nothing to turn off.
+func bridgeNoNetfilter() error {
+	for _, f := range []string{"iptables", "ip6tables", "arptables"} {
+		p := "/proc/sys/net/bridge/bridge-nf-call-" + f
+		if err := os.WriteFile(p, []byte("0\n"), 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("netlab: turn off %s: %w", p, err)
 		}
 	}
 	return nil

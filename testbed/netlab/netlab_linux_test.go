@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -83,6 +84,18 @@ func TestLab(t *testing.T) {
 	own := fmt.Sprintf("%s%d-", prefix, os.Getpid())
 	if ns, err := Namespaces(own); err != nil || len(ns) != 3 {
 		t.Fatalf("namespaces of the lab: %v, %v; want 3", ns, err)
+	}
+	if err := l.Do(l.Switch, func() error {
+		b, err := os.ReadFile("/proc/sys/net/bridge/bridge-nf-call-iptables")
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // no br_netfilter: nothing to turn off
+		}
+		if err == nil && string(b) != "0\n" {
+			err = fmt.Errorf("bridge-nf-call-iptables = %q in the switch namespace, want 0", b)
+		}
+		return err
+	}); err != nil {
+		t.Error(err)
 	}
 	if got := udpAcross(t, l, 200); got != 200 {
 		t.Errorf("unshaped, no loss: %d of 200 datagrams arrived", got)
