@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"unsafe"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/quant"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
@@ -57,11 +59,21 @@ func InputInt32(r, n int) []int32 {
 // of the float64 sum (docs/quantization.md); from the ring, within float32
 // rounding of it (N·2⁻²⁴·Σ|x|). Build it once: the bound's scale depends only
 // on the inputs.
+//
+// Every call of a benchmark reduces the same inputs, so the reference is
+// the same for every call: a result bit-identical to one that already
+// passed (kept per bound) passes at the cost of a comparison, not of
+// rebuilding the float64 sum over every rank's input. That sum is
+// O(workers × elements) per check and per process: with 8 worker
+// processes on 2 vCPUs it took more CPU than the all-reduce itself, and a
+// rank still checking delays the next call of every rank. Any other result
+// gets the full check, as the first one did.
 type Checker struct {
-	dtype wire.DType
-	in    [][]float32
-	inI   [][]int32
-	scale quant.Scale // float32: for a tensor-wide block exponent
+	dtype    wire.DType
+	in       [][]float32
+	inI      [][]int32
+	scale    quant.Scale         // float32: for a tensor-wide block exponent
+	verified map[string][]uint32 // by bound name: a result that passed
 }
 
 func NewChecker(dtype wire.DType, in [][]float32, inI [][]int32) (*Checker, error) {
@@ -104,6 +116,47 @@ func (c *Checker) Ring(out [][]float32, outI [][]int32) error {
 }
 
 func (c *Checker) check(out [][]float32, outI [][]int32, bound func(sumAbs float64) float64, boundName string) error {
+	if v := c.verified[boundName]; v != nil && c.sameBits(out, outI, v) {
+		return nil
+	}
+	if err := c.fullCheck(out, outI, bound, boundName); err != nil {
+		return err
+	}
+	if c.verified == nil {
+		c.verified = make(map[string][]uint32)
+	}
+	if c.dtype == wire.Int32 {
+		c.verified[boundName] = append(c.verified[boundName][:0], bitsOf(outI[0])...)
+	} else {
+		c.verified[boundName] = append(c.verified[boundName][:0], bitsOf(out[0])...)
+	}
+	return nil
+}
+
+// sameBits reports whether every result in out (or outI) has the bits of v.
+func (c *Checker) sameBits(out [][]float32, outI [][]int32, v []uint32) bool {
+	if c.dtype == wire.Int32 {
+		for _, x := range outI {
+			if !slices.Equal(bitsOf(x), v) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, x := range out {
+		if !slices.Equal(bitsOf(x), v) {
+			return false
+		}
+	}
+	return true
+}
+
+// bitsOf views a float32 or int32 slice as its bit patterns (no copy).
+func bitsOf[T float32 | int32](x []T) []uint32 {
+	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(x))), len(x))
+}
+
+func (c *Checker) fullCheck(out [][]float32, outI [][]int32, bound func(sumAbs float64) float64, boundName string) error {
 	if c.dtype == wire.Int32 {
 		for i := range outI[0] {
 			var sum int64

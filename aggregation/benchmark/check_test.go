@@ -49,6 +49,23 @@ func TestChecker(t *testing.T) {
 		t.Fatalf("exact int32 sums rejected: %v", err)
 	}
 
+	// A result that passed passes again from the kept copy; the copy is
+	// not the caller's buffer, and a changed result gets the full check.
+	for _, check := range []func() error{func() error { return c.SwitchML(out, nil) }, func() error { return cI.SwitchML(nil, outI) }} {
+		if err := check(); err != nil {
+			t.Fatalf("the same result again: %v", err)
+		}
+	}
+	out[1][7] += 1
+	outI[0][7]++
+	if err := c.SwitchML(out, nil); err == nil || !strings.Contains(err.Error(), "element 7") {
+		t.Fatalf("a result changed after one passed: %v", err)
+	}
+	if err := cI.SwitchML(nil, outI); err == nil || !strings.Contains(err.Error(), "element 7") {
+		t.Fatalf("an int32 result changed after one passed: %v", err)
+	}
+	out, outI = sums()
+
 	// The quantization bound at this exponent, for scale.
 	e, _ := quant.BlockExponent([]float32{8})
 	sc, _ := quant.NewScale(workers, e)
