@@ -53,6 +53,10 @@ type Config struct {
 	Prefix string
 	// Subnet is the lab's IPv4 /24 or larger (DefaultSubnet if zero).
 	Subnet netip.Prefix
+	// AddrsPerWorker is how many addresses each worker's WorkerIf holds
+	// (0 means 1), e.g. one per concurrent job whose processes each bind
+	// their own address; Workers × AddrsPerWorker is at most MaxHosts.
+	AddrsPerWorker int
 }
 
 // Shaping is what every link direction does to its packets.
@@ -77,6 +81,11 @@ type Lab struct {
 	// worker i's (on WorkerIf in Workers[i]).
 	SwitchAddr  netip.Addr
 	WorkerAddrs []netip.Addr
+	// Addrs[k][i] is worker i's k-th address, k < Config.AddrsPerWorker,
+	// all on WorkerIf in Workers[i]; Addrs[0] is WorkerAddrs. In the
+	// subnet they follow the switch (.1) as blocks of one per worker:
+	// Addrs[k][i] is host 2 + k·workers + i.
+	Addrs [][]netip.Addr
 
 	prefix string
 	shaped bool
@@ -145,23 +154,17 @@ func Build(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	if !cfg.Subnet.IsValid() {
 		cfg.Subnet = DefaultSubnet
 	}
-	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 24 {
-		return nil, fmt.Errorf("netlab: subnet %v: give an IPv4 /24 or larger", cfg.Subnet)
+	if cfg.Workers < 1 || cfg.Workers > MaxHosts {
+		return nil, fmt.Errorf("netlab: %d workers: give 1 to %d", cfg.Workers, MaxHosts)
 	}
-	if cfg.Workers < 1 || cfg.Workers > 250 {
-		return nil, fmt.Errorf("netlab: %d workers: give 1 to 250", cfg.Workers)
-	}
-	base := cfg.Subnet.Masked().Addr().As4()
-	at := func(host int) netip.Addr {
-		a := base
-		a[3] = byte(host)
-		return netip.AddrFrom4(a)
+	swAddr, addrs, err := addrLayout(cfg.Subnet, cfg.Workers, max(cfg.AddrsPerWorker, 1))
+	if err != nil {
+		return nil, err
 	}
 	own := fmt.Sprintf("%s%d-", cfg.Prefix, os.Getpid())
-	l := &Lab{prefix: cfg.Prefix, Switch: own + "sw", SwitchAddr: at(1)}
+	l := &Lab{prefix: cfg.Prefix, Switch: own + "sw", SwitchAddr: swAddr, WorkerAddrs: addrs[0], Addrs: addrs}
 	for i := range cfg.Workers {
 		l.Workers = append(l.Workers, fmt.Sprintf("%sw%d", own, i))
-		l.WorkerAddrs = append(l.WorkerAddrs, at(2+i))
 	}
 	defer func() {
 		if err != nil {
@@ -291,7 +294,7 @@ func bridgeNoNetfilter() error {
 }
 
 // buildWorker makes worker i's veth link: its switch end enslaved to the
-// bridge, its worker end moved into ns with worker i's address.
+// bridge, its worker end moved into ns with worker i's addresses.
 func (l *Lab) buildWorker(sw *rtnetlink.Conn, br uint32, i int, ns string, bits int) error {
 	wc, wf, err := dialNS(ns)
 	if err != nil {
@@ -318,8 +321,10 @@ func (l *Lab) buildWorker(sw *rtnetlink.Conn, br uint32, i int, ns string, bits 
 	if err != nil {
 		return fmt.Errorf("netlab: %s in %s: %w", WorkerIf, ns, err)
 	}
-	if err := addAddr(wc, widx, l.WorkerAddrs[i], bits); err != nil {
-		return fmt.Errorf("netlab: address %v on %s in %s: %w", l.WorkerAddrs[i], WorkerIf, ns, err)
+	for _, set := range l.Addrs { // the first is the primary, the others secondaries of the same subnet
+		if err := addAddr(wc, widx, set[i], bits); err != nil {
+			return fmt.Errorf("netlab: address %v on %s in %s: %w", set[i], WorkerIf, ns, err)
+		}
 	}
 	for _, name := range []string{"lo", WorkerIf} {
 		if err := setUp(wc, name); err != nil {
