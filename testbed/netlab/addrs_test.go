@@ -2,6 +2,7 @@ package netlab
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 )
@@ -11,32 +12,27 @@ func TestAddrLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := [][]string{{"10.77.0.2", "10.77.0.3", "10.77.0.4"}, {"10.77.0.5", "10.77.0.6", "10.77.0.7"}}
-	if sw.String() != "10.77.0.1" || len(sets) != len(want) {
-		t.Fatalf("switch %v, %d sets; want 10.77.0.1, 2", sw, len(sets))
+	if got := fmt.Sprint(sw, sets); got != "[10.77.0.1 10.77.0.8] [[10.77.0.2 10.77.0.3 10.77.0.4] [10.77.0.5 10.77.0.6 10.77.0.7]]" {
+		t.Errorf("3 workers, 2 sets: %s", got)
 	}
-	for k := range want {
-		for i, w := range want[k] {
-			if sets[k][i].String() != w {
-				t.Errorf("worker %d's address %d = %v, want %s", i, k, sets[k][i], w)
-			}
-		}
+	// One set: the switch at .1, worker i at .2+i, as always.
+	sw, sets, err = addrLayout(DefaultSubnet, 2, 1)
+	if got := fmt.Sprint(sw, sets, err); got != "[10.77.0.1] [[10.77.0.2 10.77.0.3]] <nil>" {
+		t.Errorf("2 workers, 1 set: %s", got)
 	}
-	// A larger subnet carries past the last byte.
-	_, sets, err = addrLayout(netip.MustParsePrefix("10.9.4.0/22"), 250, 1)
-	if err != nil || sets[0][249].String() != "10.9.4.251" {
-		t.Errorf("250 workers in 10.9.4.0/22: last %v, %v", sets[0][249], err)
+	// A larger subnet carries past the last byte; the host part is masked.
+	_, sets, err = addrLayout(netip.MustParsePrefix("10.9.4.200/22"), 250, 1)
+	if err != nil || sets[0][0].String() != "10.9.4.2" || sets[0][249].String() != "10.9.4.251" {
+		t.Errorf("250 workers in 10.9.4.200/22: %v … %v, %v", sets[0][0], sets[0][249], err)
 	}
-	_, sets, err = addrLayout(netip.MustParsePrefix("10.9.4.200/22"), 1, 1)
-	if err != nil || sets[0][0].String() != "10.9.4.2" {
-		t.Errorf("10.9.4.200/22 masked: %v, %v; want 10.9.4.2", sets, err)
-	}
+	// 83 × 3 + 2 = 251 addresses do not fit; 62 × 4 + 3 = 251 neither; 61 × 4 + 3 do.
 	for _, tc := range []struct {
-		subnet     string
 		workers, k int
-	}{{"10.77.0.0/24", 64, 4}, {"10.77.0.0/24", 251, 1}, {"10.77.0.0/24", 2, 0}, {"10.77.0.0/24", 0, 1}} {
-		if _, _, err := addrLayout(netip.MustParsePrefix(tc.subnet), tc.workers, tc.k); !errors.Is(err, ErrTooManyAddrs) {
-			t.Errorf("%d workers × %d: %v, want ErrTooManyAddrs", tc.workers, tc.k, err)
+		ok         bool
+	}{{83, 3, false}, {62, 4, false}, {61, 4, true}, {251, 1, false}, {250, 1, true}, {2, 0, false}, {0, 1, false}} {
+		_, _, err := addrLayout(DefaultSubnet, tc.workers, tc.k)
+		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrTooManyAddrs)) {
+			t.Errorf("%d workers × %d sets: %v", tc.workers, tc.k, err)
 		}
 	}
 	for _, s := range []string{"10.77.0.0/25", "fd00::/64"} {

@@ -174,10 +174,11 @@ func TestLab(t *testing.T) {
 	}
 }
 
-// TestLabAddrs: with AddrsPerWorker 3 every worker's eth0 holds exactly
-// its three addresses of the layout, traffic flows between secondary
-// addresses (from the address bound, to the address bound), and Close
-// removes them with the namespaces.
+// TestLabAddrs: with AddrsPerWorker 3 every worker's eth0 and the
+// switch's br0 hold exactly their three addresses of the layout, traffic
+// flows between secondary addresses (from the address bound, to the
+// address bound), an unbound socket to the switch's k-th address gets the
+// worker's k-th as its source, and Close removes them with the namespaces.
 func TestLabAddrs(t *testing.T) {
 	needLab(t)
 	prefix := "swlabaddr"
@@ -186,8 +187,11 @@ func TestLabAddrs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if len(l.Addrs) != 3 || !slices.Equal(l.Addrs[0], l.WorkerAddrs) {
-		t.Fatalf("Addrs %v, WorkerAddrs %v: want 3 sets, the first WorkerAddrs", l.Addrs, l.WorkerAddrs)
+	if len(l.Addrs) != 3 || !slices.Equal(l.Addrs[0], l.WorkerAddrs) || len(l.SwitchAddrs) != 3 || l.SwitchAddrs[0] != l.SwitchAddr {
+		t.Fatalf("Addrs %v, WorkerAddrs %v, SwitchAddrs %v: want 3 sets, the first WorkerAddrs and SwitchAddr", l.Addrs, l.WorkerAddrs, l.SwitchAddrs)
+	}
+	if got := ifAddrs(t, l.Switch, BridgeIf); !slices.Equal(got, l.SwitchAddrs) {
+		t.Errorf("%s in %s holds %v, want %v", BridgeIf, l.Switch, got, l.SwitchAddrs)
 	}
 	for i, ns := range l.Workers {
 		var want []netip.Addr
@@ -196,6 +200,23 @@ func TestLabAddrs(t *testing.T) {
 		}
 		if got := ifAddrs(t, ns, WorkerIf); !slices.Equal(got, want) {
 			t.Errorf("%s in %s holds %v, want %v", WorkerIf, ns, got, want)
+		}
+		for k, to := range l.SwitchAddrs {
+			var from netip.Addr
+			if err := l.Do(ns, func() error {
+				c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: to.AsSlice(), Port: 9})
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				from = c.LocalAddr().(*net.UDPAddr).AddrPort().Addr()
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if from != l.Addrs[k][i] {
+				t.Errorf("worker %d to the switch's %v: from %v, want its address %d, %v", i, to, from, k, l.Addrs[k][i])
+			}
 		}
 	}
 	if got := udpBetween(t, l, 0, l.Addrs[2][0], 1, l.Addrs[1][1], 50); got != 50 {

@@ -39,6 +39,7 @@ type Lab struct {
 	SwitchAddr  netip.Addr
 	WorkerAddrs []netip.Addr
 	Addrs       [][]netip.Addr
+	SwitchAddrs []netip.Addr
 }
 
 type Counters struct {
