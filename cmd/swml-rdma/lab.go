@@ -299,6 +299,11 @@ type labJob struct {
 	// Share is ATE/s ÷ (the solo job's ATE/s ÷ N): 1 is an equal share of
 	// what one job reaches alone on the same links.
 	Share float64 `json:"share"`
+	// LinkShare is ATE/s ÷ (the row's ceiling ÷ N): 1 is an equal share of
+	// the links' rate (null unshaped). Where one job alone stays below its
+	// ceiling, N jobs may fill the links better, and Share exceeds 1
+	// while LinkShare does not.
+	LinkShare *float64 `json:"link_share"`
 	// SpanNs is from the start of the job's first worker process to the
 	// exit of its last, on the lab's clock: where the jobs' spans differ
 	// the faster job's all-reduces overlapped the other's, the slower
@@ -915,9 +920,13 @@ func compareRows(rows []*labRow, cfg labConfig) {
 		if row.CeilingATEPerSec > 0 {
 			x := row.ATEPerSec / row.CeilingATEPerSec
 			row.OfCeiling = &x
-			if row.Shared != nil {
-				y := row.Shared.ATEPerSec / row.CeilingATEPerSec
-				row.Shared.OfCeiling = &y
+			if sh := row.Shared; sh != nil {
+				y := sh.ATEPerSec / row.CeilingATEPerSec
+				sh.OfCeiling = &y
+				for _, j := range sh.Jobs {
+					z := j.ATEPerSec / (row.CeilingATEPerSec / float64(len(sh.Jobs)))
+					j.LinkShare = &z
+				}
 			}
 		}
 		if gloo != nil && row != gloo {
@@ -1014,8 +1023,9 @@ func printShared(out io.Writer, rows []*labRow) error {
 	}
 	fmt.Fprintf(out, "\nSwitchML jobs sharing the switch and the links: in each row one job alone (the row above), then %d at once (sessions 1 … %d,\n", shared[0].Jobs, shared[0].Jobs)
 	fmt.Fprintln(out, "each job's workers on their own addresses). share: the job's ATE/s ÷ (the solo job's ATE/s ÷ jobs); target: each within 20 % of 1.")
+	fmt.Fprintln(out, "link share: the job's ATE/s ÷ (the ceiling ÷ jobs).")
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "workers\trate\tloss\tsize\tjob\tsession\tmedian\tmin\tmax\tATE/s\tshare\tspan\tretransmissions\tretx/msg\tverified\t")
+	fmt.Fprintln(w, "workers\trate\tloss\tsize\tjob\tsession\tmedian\tmin\tmax\tATE/s\tshare\tlink share\tspan\tretransmissions\tretx/msg\tverified\t")
 	d := func(ns int64) string { return time.Duration(ns).Round(10 * time.Microsecond).String() }
 	perMsg := func(x *float64) string {
 		if x == nil {
@@ -1025,11 +1035,15 @@ func printShared(out io.Writer, rows []*labRow) error {
 	}
 	for _, r := range shared {
 		head := fmt.Sprintf("%d\t%s\t%g\t%s", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes))
-		fmt.Fprintf(w, "%s\talone\t1\t%s\t%s\t%s\t%s\t-\t-\t%d\t%s\t%v\t\n", head, d(r.MedianNs), d(r.MinNs), d(r.MaxNs), formatSI(r.ATEPerSec),
+		fmt.Fprintf(w, "%s\talone\t1\t%s\t%s\t%s\t%s\t-\t-\t-\t%d\t%s\t%v\t\n", head, d(r.MedianNs), d(r.MinNs), d(r.MaxNs), formatSI(r.ATEPerSec),
 			r.Retransmissions, perMsg(r.RetransmissionsPerMessage), r.Verified)
 		for _, j := range r.Shared.Jobs {
-			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%.2f\t%s\t%d\t%s\t%v\t\n", head, j.Job, j.SessionID, d(j.MedianNs), d(j.MinNs), d(j.MaxNs), formatSI(j.ATEPerSec),
-				j.Share, d(j.SpanNs), j.Retransmissions, perMsg(j.RetransmissionsPerMessage), j.Verified)
+			link := "-"
+			if j.LinkShare != nil {
+				link = fmt.Sprintf("%.2f", *j.LinkShare)
+			}
+			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t%d\t%s\t%v\t\n", head, j.Job, j.SessionID, d(j.MedianNs), d(j.MinNs), d(j.MaxNs), formatSI(j.ATEPerSec),
+				j.Share, link, d(j.SpanNs), j.Retransmissions, perMsg(j.RetransmissionsPerMessage), j.Verified)
 		}
 	}
 	if err := w.Flush(); err != nil {
