@@ -460,8 +460,12 @@ func (r *labRunner) sweepWorkers(ctx context.Context, n int, rep *labReport) err
 					fmt.Fprintf(r.log, "lab: %s, %d workers, %s, loss %g, %s …\n", sys, n, netlab.FormatRate(rate), loss, humanBytes(size))
 					r.runSystem(ctx, lab, row)
 					if row.MedianNs > 0 {
+						alone := ""
+						if row.Jobs > 1 {
+							alone = " (one job alone)"
+						}
 						fmt.Fprintf(r.log, "lab:   median %v, %.3g ATE/s, %d retransmissions%s\n", time.Duration(row.MedianNs).Round(time.Microsecond), row.ATEPerSec,
-							row.Retransmissions, map[bool]string{true: " (one job alone)"}[row.Jobs > 1])
+							row.Retransmissions, alone)
 					}
 					if row.Shared != nil {
 						for _, j := range row.Shared.Jobs {
