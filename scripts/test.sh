@@ -172,9 +172,11 @@ python/tests/run.sh
 # switch daemon and one worker process per namespace), Gloo (python3-torch,
 # installed by the PyTorch step above, or here) and the ring, each verifying every
 # result (a mismatch or a failed run fails the command). Speed is asserted
-# nowhere. Afterwards no namespace of the lab may remain. Needs root and
-# nftables (installed here). About 2 minutes on a loaded 2-vCPU machine.
-step "network lab: 2 and 4 workers, unshaped and 200mbit, loss 0 and 1%: SwitchML, Gloo, ring, verified; namespaces removed"
+# nowhere. Then two SwitchML jobs at once on the same switch and links
+# (--jobs 2, 2 workers, 200 Mbit/s, 1 MiB). Afterwards no namespace of the
+# lab may remain. Needs root and nftables (installed here). About 2 minutes
+# on a loaded 2-vCPU machine.
+step "network lab: 2 and 4 workers, unshaped and 200mbit, loss 0 and 1%: SwitchML, Gloo, ring, verified; 2 SwitchML jobs sharing the links; namespaces removed"
 if [ "$(id -u)" != 0 ]; then
 	if [ -n "${CI:-}" ]; then echo "FAIL: the network lab needs root, and CI must run it"; exit 1; fi
 	echo "SKIP: network lab (needs root)"
@@ -203,9 +205,27 @@ if lossy == 0:
     sys.exit("network lab: the 1% rows dropped nothing: the loss rules did not work")
 print("network lab: %d rows verified, %d packets dropped by the loss rules" % (len(rows), lossy))
 PY
+	echo "network lab: $((SECONDS - lab_start)) s"
+	# Two SwitchML jobs sharing the switch daemon and the links (--jobs 2):
+	# one job alone, then sessions 1 and 2 at once, each job's workers on
+	# their own addresses; every job verified, its ranks agreeing, and each
+	# job's sum the solo job's. Shares are reported, not asserted. ~5 s.
+	jobs_start=$SECONDS
+	bin/swml-rdma lab --prefix swlabci --workers 2 --rate 200mbit --size 1MiB --jobs 2 --systems switchml \
+		--iters 3 --warmup 1 --timeout 2m --json >/tmp/swml-lab-jobs.json
+	/usr/bin/python3 - /tmp/swml-lab-jobs.json <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+if len(rows) != 1 or not rows[0]["verified"] or rows[0].get("error") or rows[0]["jobs"] != 2:
+    sys.exit("network lab --jobs 2: want one verified SwitchML row of 2 jobs: %s" % rows)
+jobs = rows[0]["shared"]["jobs"]
+if sorted(j["session_id"] for j in jobs) != [1, 2] or not all(j["verified"] and j["result_sha256"] == rows[0]["result_sha256"] for j in jobs):
+    sys.exit("network lab --jobs 2: jobs not both verified with the solo job's result: %s" % jobs)
+print("network lab --jobs 2: shares %s" % ", ".join("%.2f" % j["share"] for j in jobs))
+PY
+	echo "network lab --jobs 2: $((SECONDS - jobs_start)) s"
 	left=$(ip netns list | grep -E '^swlabci' || true)
 	if [ -n "$left" ]; then echo "FAIL: the lab left namespaces behind: $left"; exit 1; fi
-	echo "network lab: $((SECONDS - lab_start)) s"
 fi
 
 step "all checks passed"

@@ -53,6 +53,10 @@ const (
 	labGlooPort       = 29500
 	labMaxIters       = 1000
 	labMaxWorkers     = 64
+	labMaxJobs        = 4
+	// labShareTolerance is issue 24's bound on each of N jobs sharing the
+	// switch and the links: within 20 % of an equal share.
+	labShareTolerance = 0.2
 )
 
 func labCommand() *cli.Command {
@@ -75,6 +79,7 @@ func labCommand() *cli.Command {
 			&cli.StringFlag{Name: "loss", Value: "0", Usage: "loss probabilities to sweep, per packet and link direction, e.g. 0,0.01", EnvVars: []string{"SWML_LAB_LOSS"}, Category: "sweep"},
 			&cli.StringFlag{Name: "size", Value: "4MiB", Usage: "tensor sizes to sweep (float32), e.g. 4MiB,16MiB", EnvVars: []string{"SWML_LAB_SIZE"}, Category: "sweep"},
 			&cli.StringFlag{Name: "systems", Value: strings.Join(labSystems, ","), Usage: "what to run in each row: switchml, gloo, ring", EnvVars: []string{"SWML_LAB_SYSTEMS"}, Category: "sweep"},
+			&cli.IntFlag{Name: "jobs", Value: 1, Usage: "SwitchML jobs sharing the switch and the links (1 to 4): with N > 1 each row runs one job alone, then N jobs at once, and reports each job's share of what one job reaches alone ÷ N (Gloo and the ring run as one job)", EnvVars: []string{"SWML_LAB_JOBS"}, Category: "sweep"},
 			&cli.IntFlag{Name: "iters", Value: 5, Usage: "measured all-reduces per system and row", EnvVars: []string{"SWML_ITERS"}, Category: "sweep"},
 			&cli.IntFlag{Name: "warmup", Value: 1, Usage: "unmeasured all-reduces first", EnvVars: []string{"SWML_WARMUP"}, Category: "sweep"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound on each system's run in a row (its processes are ended after it)", EnvVars: []string{"SWML_LAB_TIMEOUT"}, Category: "sweep"},
@@ -100,6 +105,7 @@ type labConfig struct {
 	losses                []float64
 	sizes                 []int
 	systems               []string
+	jobs                  int // SwitchML jobs sharing the links; 1: one
 	iters, warmup         int
 	timeout, queue        time.Duration
 	packetSize, msgSize   int
@@ -108,7 +114,7 @@ type labConfig struct {
 }
 
 func labFlags(c *cli.Context) (labConfig, error) {
-	cfg := labConfig{iters: c.Int("iters"), warmup: c.Int("warmup"), timeout: c.Duration("timeout"), queue: c.Duration("queue"),
+	cfg := labConfig{jobs: c.Int("jobs"), iters: c.Int("iters"), warmup: c.Int("warmup"), timeout: c.Duration("timeout"), queue: c.Duration("queue"),
 		packetSize: c.Int("packet-size"), python: c.String("python"), prefix: c.String("prefix"), plot: c.String("plot"),
 		workerArgs: strings.Fields(c.String("worker-args")), switchArg: strings.Fields(c.String("switch-args"))}
 	var err error
@@ -152,6 +158,15 @@ func labFlags(c *cli.Context) (labConfig, error) {
 		if !slices.Contains(cfg.systems, f) {
 			cfg.systems = append(cfg.systems, f)
 		}
+	}
+	switch {
+	case cfg.jobs < 1 || cfg.jobs > labMaxJobs:
+		return cfg, fmt.Errorf("--jobs %d: give 1 to %d", cfg.jobs, labMaxJobs)
+	case cfg.jobs > 1 && !slices.Contains(cfg.systems, sysSwitchML):
+		return cfg, fmt.Errorf("--jobs %d: only SwitchML runs jobs side by side (Gloo and the ring run one); add switchml to --systems", cfg.jobs)
+	case netlab.Hosts(slices.Max(cfg.workers), cfg.jobs) > netlab.MaxHosts:
+		return cfg, fmt.Errorf("--jobs %d with --workers %d: each job's workers and switch have their own addresses, %d in all, and the lab's subnet holds %d",
+			cfg.jobs, slices.Max(cfg.workers), netlab.Hosts(slices.Max(cfg.workers), cfg.jobs), netlab.MaxHosts)
 	}
 	if cfg.msgSize, err = parseSize(c.String("msg-size")); err != nil {
 		return cfg, fmt.Errorf("--msg-size: %v", err)
@@ -233,6 +248,73 @@ type labRow struct {
 	ResultSHA256          string `json:"result_sha256,omitempty"`
 	LoadAvg               string `json:"load_avg"` // /proc/loadavg's first three fields at the start
 	Error                 string `json:"error,omitempty"`
+	// Jobs is --jobs in SwitchML rows, 1 in Gloo's and the ring's (they
+	// run one job whatever --jobs says). With Jobs > 1 every field above
+	// is one SwitchML job run alone first (session 1, the workers' first
+	// addresses: the baseline), and Shared the Jobs jobs then run at once.
+	Jobs   int        `json:"jobs"`
+	Shared *labShared `json:"shared,omitempty"`
+}
+
+// labShared is a SwitchML row's N jobs run at once (--jobs N > 1) on one
+// switch daemon over the same links: job j has session id j and its
+// worker in each worker namespace binds that namespace's j-th address
+// (netlab.Lab.Addrs); every worker process of every job starts together.
+type labShared struct {
+	Jobs []*labJob `json:"jobs"`
+	// ATEPerSec is the sum of the jobs' ATE/s; OfCeiling it ÷ the row's
+	// ceiling (the jobs share the links, so theirs is one job's);
+	// VsAlone it ÷ the solo job's ATE/s.
+	ATEPerSec float64  `json:"ate_per_s"`
+	OfCeiling *float64 `json:"of_ceiling"`
+	VsAlone   float64  `json:"vs_alone"`
+	// MinShare and MaxShare are the extremes of the jobs' shares;
+	// EqualShare says whether every share is within 20 % of 1 (issue
+	// 24's target). Jain is Jain's fairness index of the jobs' ATE/s,
+	// (Σx)² ÷ (N·Σx²): 1 when equal, 1/N when one job has everything.
+	MinShare   float64 `json:"min_share"`
+	MaxShare   float64 `json:"max_share"`
+	EqualShare bool    `json:"equal_share"`
+	Jain       float64 `json:"jain_index"`
+	// The switch's drops and the kernel's counters over the shared run,
+	// as the row's own over the solo run.
+	SwitchDrops           map[string]uint64 `json:"switch_drops,omitempty"`
+	UDPRcvbufErrors       uint64            `json:"udp_rcvbuf_errors"`
+	SwitchUDPRcvbufErrors uint64            `json:"switch_udp_rcvbuf_errors"`
+	QueueDrops            uint64            `json:"queue_drops"`
+	LossDrops             uint64            `json:"loss_drops"`
+}
+
+// labJob is one job of a SwitchML run: its workers' results, summed and
+// summarised as a row's are.
+type labJob struct {
+	Job       int    `json:"job"` // 1 … N
+	SessionID uint32 `json:"session_id"`
+	// MedianNs is the job's slowest rank's median; MinNs, MaxNs the
+	// extremes over its ranks; ATEPerSec at MedianNs.
+	MedianNs  int64   `json:"median_ns"`
+	MinNs     int64   `json:"min_ns"`
+	MaxNs     int64   `json:"max_ns"`
+	ATEPerSec float64 `json:"ate_per_s"`
+	// Share is ATE/s ÷ (the solo job's ATE/s ÷ N): 1 is an equal share of
+	// what one job reaches alone on the same links.
+	Share float64 `json:"share"`
+	// LinkShare is ATE/s ÷ (the row's ceiling ÷ N): 1 is an equal share of
+	// the links' rate (null unshaped). Where one job alone stays below its
+	// ceiling, N jobs may fill the links better, and Share exceeds 1
+	// while LinkShare does not.
+	LinkShare *float64 `json:"link_share"`
+	// SpanNs is from the start of the job's first worker process to the
+	// exit of its last, on the lab's clock: where the jobs' spans differ
+	// the faster job's all-reduces overlapped the other's, the slower
+	// job's last ones may have run alone (and look better than shared).
+	SpanNs                    int64    `json:"span_ns"`
+	Packets                   uint64   `json:"packets"`
+	Retransmissions           uint64   `json:"retransmissions"`
+	Messages                  uint64   `json:"messages"`
+	RetransmissionsPerMessage *float64 `json:"retransmissions_per_message"`
+	ResultSHA256              string   `json:"result_sha256"`
+	Verified                  bool     `json:"verified"`
 }
 
 const labSchemaVersion = 1
@@ -347,7 +429,7 @@ func (r *labRunner) sweep(ctx context.Context, rep *labReport) error {
 }
 
 func (r *labRunner) sweepWorkers(ctx context.Context, n int, rep *labReport) error {
-	lab, err := netlab.Build(ctx, netlab.Config{Workers: n, Prefix: r.cfg.prefix})
+	lab, err := netlab.Build(ctx, netlab.Config{Workers: n, Prefix: r.cfg.prefix, AddrsPerWorker: r.cfg.jobs})
 	if err != nil {
 		return err
 	}
@@ -371,13 +453,28 @@ func (r *labRunner) sweepWorkers(ctx context.Context, n int, rep *labReport) err
 						return ctx.Err()
 					}
 					row := &labRow{System: sys, Workers: n, RateBps: rate, Loss: loss, TensorBytes: size, Elements: size / 4,
-						Iters: r.cfg.iters, Warmup: r.cfg.warmup, LoadAvg: loadAvg()}
+						Iters: r.cfg.iters, Warmup: r.cfg.warmup, LoadAvg: loadAvg(), Jobs: 1}
+					if sys == sysSwitchML {
+						row.Jobs = r.cfg.jobs
+					}
 					fmt.Fprintf(r.log, "lab: %s, %d workers, %s, loss %g, %s …\n", sys, n, netlab.FormatRate(rate), loss, humanBytes(size))
 					r.runSystem(ctx, lab, row)
+					if row.MedianNs > 0 {
+						alone := ""
+						if row.Jobs > 1 {
+							alone = " (one job alone)"
+						}
+						fmt.Fprintf(r.log, "lab:   median %v, %.3g ATE/s, %d retransmissions%s\n", time.Duration(row.MedianNs).Round(time.Microsecond), row.ATEPerSec,
+							row.Retransmissions, alone)
+					}
+					if row.Shared != nil {
+						for _, j := range row.Shared.Jobs {
+							fmt.Fprintf(r.log, "lab:   job %d of %d together: median %v, %.3g ATE/s, share %.2f, %d retransmissions\n", j.Job, row.Jobs,
+								time.Duration(j.MedianNs).Round(time.Microsecond), j.ATEPerSec, j.Share, j.Retransmissions)
+						}
+					}
 					if row.Error != "" {
 						fmt.Fprintf(r.log, "lab:   failed: %s\n", row.Error)
-					} else {
-						fmt.Fprintf(r.log, "lab:   median %v, %.3g ATE/s, %d retransmissions\n", time.Duration(row.MedianNs).Round(time.Microsecond), row.ATEPerSec, row.Retransmissions)
 					}
 					rows = append(rows, row)
 					rep.Rows = append(rep.Rows, row)
@@ -390,41 +487,58 @@ func (r *labRunner) sweepWorkers(ctx context.Context, n int, rep *labReport) err
 }
 
 // runSystem runs one system in one row, bounded by --timeout; what goes
-// wrong is the row's Error.
+// wrong is the row's Error. A SwitchML row with --jobs N > 1 runs one job
+// alone, then (if that worked) N jobs at once, each bounded by --timeout.
 func (r *labRunner) runSystem(ctx context.Context, lab *netlab.Lab, row *labRow) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.timeout)
-	defer cancel()
-	before, err := lab.Counters(ctx)
-	if err != nil {
-		row.Error = err.Error()
-		return
-	}
-	switch row.System {
-	case sysSwitchML:
-		err = r.runSwitchML(ctx, lab, row)
-	case sysGloo:
-		err = r.runGloo(ctx, lab, row)
-	case sysRing:
-		err = r.runRing(ctx, lab, row)
-	}
-	if err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			err = fmt.Errorf("not done within --timeout %v: %w", r.cfg.timeout, err)
+	d, err := r.measure(ctx, lab, func(ctx context.Context) error {
+		switch row.System {
+		case sysSwitchML:
+			return r.runSwitchML(ctx, lab, row)
+		case sysGloo:
+			return r.runGloo(ctx, lab, row)
+		default:
+			return r.runRing(ctx, lab, row)
 		}
-		row.Error = err.Error()
-	}
-	after, cerr := lab.Counters(context.WithoutCancel(ctx))
-	if cerr != nil {
-		if row.Error == "" {
-			row.Error = cerr.Error()
-		}
-		return
-	}
-	d := after.Sub(before)
+	})
 	row.UDPRcvbufErrors, row.SwitchUDPRcvbufErrors, row.QueueDrops, row.LossDrops = d.UDPRcvbufErrors, d.SwitchUDPRcvbufErrors, d.QueueDrops, d.LossDrops
 	if row.System == sysGloo {
 		row.Retransmissions = d.TCPRetransSegs
 	}
+	if err != nil {
+		row.Error = err.Error()
+		return
+	}
+	if row.System != sysSwitchML || row.Jobs < 2 {
+		return
+	}
+	sh := &labShared{}
+	d, err = r.measure(ctx, lab, func(ctx context.Context) error { return r.runShared(ctx, lab, row, sh) })
+	sh.UDPRcvbufErrors, sh.SwitchUDPRcvbufErrors, sh.QueueDrops, sh.LossDrops = d.UDPRcvbufErrors, d.SwitchUDPRcvbufErrors, d.QueueDrops, d.LossDrops
+	row.Shared = sh
+	if err != nil {
+		row.Error = fmt.Sprintf("%d jobs at once: %v", row.Jobs, err)
+		row.Verified = false
+	}
+}
+
+// measure runs fn bounded by --timeout and returns the lab's counters over
+// it (zero if they could not be read: then the error says so).
+func (r *labRunner) measure(ctx context.Context, lab *netlab.Lab, fn func(context.Context) error) (netlab.Counters, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.timeout)
+	defer cancel()
+	before, err := lab.Counters(ctx)
+	if err != nil {
+		return netlab.Counters{}, err
+	}
+	err = fn(ctx)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("not done within --timeout %v: %w", r.cfg.timeout, err)
+	}
+	after, cerr := lab.Counters(context.WithoutCancel(ctx))
+	if cerr != nil {
+		return netlab.Counters{}, cmp.Or(err, cerr)
+	}
+	return after.Sub(before), err
 }
 
 // labProc is a process of a row: its command and what it wrote.
@@ -432,11 +546,14 @@ type labProc struct {
 	name           string
 	cmd            *exec.Cmd
 	stdout, stderr bytes.Buffer
+	// started is when it was started; exited when waitAll saw it end.
+	started, exited time.Time
 }
 
 func startLabProc(cmd *exec.Cmd, name string) (*labProc, error) {
 	p := &labProc{name: name, cmd: cmd}
 	cmd.Stdout, cmd.Stderr = &p.stdout, &p.stderr
+	p.started = time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -473,7 +590,9 @@ func waitAll(procs []*labProc) error {
 	errc := make(chan error, len(procs))
 	for _, p := range procs {
 		go func() {
-			if err := p.cmd.Wait(); err != nil {
+			err := p.cmd.Wait()
+			p.exited = time.Now()
+			if err != nil {
 				errc <- p.failure(err)
 				return
 			}
@@ -497,66 +616,172 @@ func waitAll(procs []*labProc) error {
 var switchDropsLine = regexp.MustCompile(`(?m)^\s*drops\s+\d+\s+\((.*)\)`)
 var dropReason = regexp.MustCompile(`(\w+)=(\d+)`)
 
+// runSwitchML runs one SwitchML job alone: session 1, every worker on its
+// first address. The row gets its result.
 func (r *labRunner) runSwitchML(ctx context.Context, lab *netlab.Lab, row *labRow) error {
-	ctl := netip.AddrPortFrom(lab.SwitchAddr, labControllerPort).String()
-	sw, err := startLabProc(lab.Command(ctx, lab.Switch, r.exe, append([]string{"switch", "--addr", lab.SwitchAddr.String(), "--controller-addr", ctl,
-		"--log-level", "warn"}, r.cfg.switchArg...)...), "switch")
+	jobs, drops, err := r.runSwitchMLJobs(ctx, lab, row, 1)
 	if err != nil {
 		return err
 	}
-	defer stopAll([]*labProc{sw})
-	var workers []*labProc
-	defer func() { stopAll(workers) }()
-	for i, ns := range lab.Workers {
-		args := append([]string{"worker", "--controller", ctl, "--addr", lab.WorkerAddrs[i].String(), "--rank", strconv.Itoa(i),
-			"--workers", strconv.Itoa(row.Workers), "--size", strconv.Itoa(row.TensorBytes), "--iters", strconv.Itoa(row.Iters),
-			"--warmup", strconv.Itoa(row.Warmup), "--packet-size", strconv.Itoa(r.cfg.packetSize), "--msg-size", strconv.Itoa(r.cfg.msgSize),
-			"--json", "--log-level", "warn"}, r.cfg.workerArgs...)
-		p, err := startLabProc(lab.Command(ctx, ns, r.exe, args...), fmt.Sprintf("worker rank %d", i))
-		if err != nil {
-			return err
-		}
-		workers = append(workers, p)
-	}
-	if err := waitAll(workers); err != nil {
+	j := jobs[0]
+	row.SwitchDrops = drops
+	row.setTimes(j.MedianNs, j.MinNs, j.MaxNs)
+	row.Packets, row.Retransmissions = j.Packets, j.Retransmissions
+	row.setMessages(j.Messages)
+	row.ResultSHA256, row.Verified = j.ResultSHA256, true
+	return nil
+}
+
+// runShared runs row.Jobs SwitchML jobs at once after the row's solo job
+// (whose result row holds) and fills sh with them and their shares.
+func (r *labRunner) runShared(ctx context.Context, lab *netlab.Lab, row *labRow, sh *labShared) error {
+	jobs, drops, err := r.runSwitchMLJobs(ctx, lab, row, row.Jobs)
+	if err != nil {
 		return err
+	}
+	for _, j := range jobs {
+		// Every job's inputs are its ranks' (the same generator as the
+		// solo job's), so every job's sum is the solo job's.
+		if j.ResultSHA256 != row.ResultSHA256 {
+			return fmt.Errorf("job %d: result digest %s differs from the solo job's %s", j.Job, j.ResultSHA256, row.ResultSHA256)
+		}
+	}
+	sh.Jobs, sh.SwitchDrops = jobs, drops
+	sh.setShares(row.ATEPerSec)
+	return nil
+}
+
+// setShares fills the jobs' shares of alone (the solo job's ATE/s), their
+// sum, extremes and fairness index.
+func (sh *labShared) setShares(alone float64) {
+	n := float64(len(sh.Jobs))
+	var sum, sq float64
+	sh.MinShare, sh.MaxShare = math.Inf(1), math.Inf(-1)
+	for _, j := range sh.Jobs {
+		j.Share = j.ATEPerSec / (alone / n)
+		sh.MinShare, sh.MaxShare = min(sh.MinShare, j.Share), max(sh.MaxShare, j.Share)
+		sum += j.ATEPerSec
+		sq += j.ATEPerSec * j.ATEPerSec
+	}
+	sh.ATEPerSec, sh.VsAlone = sum, sum/alone
+	if sq > 0 {
+		sh.Jain = sum * sum / (n * sq)
+	}
+	sh.EqualShare = sh.MinShare >= 1-labShareTolerance && sh.MaxShare <= 1+labShareTolerance
+}
+
+// runSwitchMLJobs runs n SwitchML jobs at once on one switch daemon (a
+// fresh one, so that its drops are these jobs'): job j (1 … n) is session
+// j, its rank i the worker process in worker namespace i bound to that
+// namespace's j-th address, calling the controller at the switch's j-th
+// address (the controller listens on all of them): the lab routes that
+// from the worker's j-th address, which the controller requires to be
+// the RoCE address registered. Every process of every job is started before
+// any is waited for, rank by rank, so the jobs start together. Each
+// worker verifies its every result; the ranks of a job must agree on the
+// result's digest. It returns each job's result and the switch's drops.
+func (r *labRunner) runSwitchMLJobs(ctx context.Context, lab *netlab.Lab, row *labRow, n int) ([]*labJob, map[string]uint64, error) {
+	if n > len(lab.Addrs) {
+		return nil, nil, fmt.Errorf("%d jobs in a lab built with %d addresses per worker", n, len(lab.Addrs))
+	}
+	listen := fmt.Sprintf(":%d", labControllerPort) // every address of the switch namespace: the switch's
+	sw, err := startLabProc(lab.Command(ctx, lab.Switch, r.exe, append([]string{"switch", "--addr", lab.SwitchAddr.String(), "--controller-addr", listen,
+		"--log-level", "warn"}, r.cfg.switchArg...)...), "switch")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer stopAll([]*labProc{sw})
+	var all []*labProc
+	defer func() { stopAll(all) }()
+	byJob := make([][]*labProc, n)
+	for i, ns := range lab.Workers {
+		for j := range n {
+			ctl := netip.AddrPortFrom(lab.SwitchAddrs[j], labControllerPort).String()
+			args := append([]string{"worker", "--controller", ctl, "--session-id", strconv.Itoa(j + 1), "--addr", lab.Addrs[j][i].String(), "--rank", strconv.Itoa(i),
+				"--workers", strconv.Itoa(row.Workers), "--size", strconv.Itoa(row.TensorBytes), "--iters", strconv.Itoa(row.Iters),
+				"--warmup", strconv.Itoa(row.Warmup), "--packet-size", strconv.Itoa(r.cfg.packetSize), "--msg-size", strconv.Itoa(r.cfg.msgSize),
+				"--json", "--log-level", "warn"}, r.cfg.workerArgs...)
+			name := fmt.Sprintf("worker rank %d", i)
+			if n > 1 {
+				name = fmt.Sprintf("job %d worker rank %d", j+1, i)
+			}
+			p, err := startLabProc(lab.Command(ctx, ns, r.exe, args...), name)
+			if err != nil {
+				return nil, nil, err
+			}
+			all = append(all, p)
+			byJob[j] = append(byJob[j], p)
+		}
+	}
+	if err := waitAll(all); err != nil {
+		return nil, nil, err
 	}
 	// The switch prints its final counters on SIGTERM.
 	_ = syscall.Kill(-sw.cmd.Process.Pid, syscall.SIGTERM)
 	if err := sw.cmd.Wait(); err != nil {
-		return sw.failure(err)
+		return nil, nil, sw.failure(err)
 	}
+	var drops map[string]uint64
 	if m := switchDropsLine.FindStringSubmatch(sw.stdout.String()); m != nil {
-		row.SwitchDrops = map[string]uint64{}
+		drops = map[string]uint64{}
 		for _, kv := range dropReason.FindAllStringSubmatch(m[1], -1) {
 			if v, err := strconv.ParseUint(kv[2], 10, 64); err == nil && v > 0 {
-				row.SwitchDrops[kv[1]] = v
+				drops[kv[1]] = v
 			}
 		}
 	}
-	var meds, mins, maxs []int64
-	for _, p := range workers {
-		var res workerResult
-		if err := json.Unmarshal(p.stdout.Bytes(), &res); err != nil {
-			return fmt.Errorf("%s: its JSON: %w", p.name, err)
-		}
-		if !res.Verified {
-			return fmt.Errorf("%s: result not verified", p.name)
-		}
-		if row.ResultSHA256 == "" {
-			row.ResultSHA256 = res.ResultSHA256
-		} else if res.ResultSHA256 != row.ResultSHA256 {
-			return fmt.Errorf("%s: result digest %s differs from rank 0's %s: ranks disagree", p.name, res.ResultSHA256, row.ResultSHA256)
-		}
-		meds, mins, maxs = append(meds, res.MedianNs), append(mins, res.MinNs), append(maxs, res.MaxNs)
-		row.Packets += res.Packets
-		row.Retransmissions += res.Retransmissions
-	}
-	row.setTimes(slices.Max(meds), slices.Min(mins), slices.Max(maxs))
 	perCall := (row.TensorBytes + r.cfg.msgSize - 1) / r.cfg.msgSize
-	row.setMessages(uint64(row.Workers * (row.Warmup + row.Iters) * perCall))
-	row.Verified = true
-	return nil
+	jobs := make([]*labJob, n)
+	for j, procs := range byJob {
+		job := &labJob{Job: j + 1, SessionID: uint32(j + 1)}
+		var meds, mins, maxs []int64
+		first, last := procs[0].started, procs[0].exited
+		for _, p := range procs {
+			var res workerResult
+			if err := json.Unmarshal(p.stdout.Bytes(), &res); err != nil {
+				return nil, nil, fmt.Errorf("%s: its JSON: %w", p.name, err)
+			}
+			if !res.Verified {
+				return nil, nil, fmt.Errorf("%s: result not verified", p.name)
+			}
+			if job.ResultSHA256 == "" {
+				job.ResultSHA256 = res.ResultSHA256
+			} else if res.ResultSHA256 != job.ResultSHA256 {
+				return nil, nil, fmt.Errorf("%s: result digest %s differs from rank 0's %s: ranks disagree", p.name, res.ResultSHA256, job.ResultSHA256)
+			}
+			meds, mins, maxs = append(meds, res.MedianNs), append(mins, res.MinNs), append(maxs, res.MaxNs)
+			job.Packets += res.Packets
+			job.Retransmissions += res.Retransmissions
+			first, last = minTime(first, p.started), maxTime(last, p.exited)
+		}
+		job.MedianNs, job.MinNs, job.MaxNs = slices.Max(meds), slices.Min(mins), slices.Max(maxs)
+		if job.MedianNs > 0 {
+			job.ATEPerSec = float64(row.Elements) / time.Duration(job.MedianNs).Seconds()
+		}
+		job.SpanNs = int64(last.Sub(first))
+		job.Messages = uint64(row.Workers * (row.Warmup + row.Iters) * perCall)
+		if job.Messages > 0 {
+			x := float64(job.Retransmissions) / float64(job.Messages)
+			job.RetransmissionsPerMessage = &x
+		}
+		job.Verified = true
+		jobs[j] = job
+	}
+	return jobs, drops, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func (row *labRow) setMessages(n uint64) {
@@ -699,6 +924,14 @@ func compareRows(rows []*labRow, cfg labConfig) {
 		if row.CeilingATEPerSec > 0 {
 			x := row.ATEPerSec / row.CeilingATEPerSec
 			row.OfCeiling = &x
+			if sh := row.Shared; sh != nil {
+				y := sh.ATEPerSec / row.CeilingATEPerSec
+				sh.OfCeiling = &y
+				for _, j := range sh.Jobs {
+					z := j.ATEPerSec / (row.CeilingATEPerSec / float64(len(sh.Jobs)))
+					j.LinkShare = &z
+				}
+			}
 		}
 		if gloo != nil && row != gloo {
 			x := row.ATEPerSec / gloo.ATEPerSec
@@ -776,6 +1009,68 @@ func printLab(out io.Writer, rep labReport, asJSON bool) error {
 	}
 	fmt.Fprintln(out, "median: the slowest rank's median time per all-reduce. ceiling: ATE/s at the link rate (SwitchML: rate × payload ÷ wire bytes ÷ 32;")
 	fmt.Fprintln(out, "Gloo and ring: rate ÷ (2(N−1)/N) ÷ 32 × payload ÷ wire). retransmissions: SwitchML and ring messages resent, Gloo TCP segments.")
+	return printShared(out, rep.Rows)
+}
+
+// printShared prints, for the SwitchML rows with --jobs N > 1, the solo
+// job and each of the N jobs run at once with its share, then a line per
+// row with the jobs together.
+func printShared(out io.Writer, rows []*labRow) error {
+	var shared []*labRow
+	for _, r := range rows {
+		if r.Shared != nil {
+			shared = append(shared, r)
+		}
+	}
+	if len(shared) == 0 {
+		return nil
+	}
+	fmt.Fprintf(out, "\nSwitchML jobs sharing the switch and the links: in each row one job alone (the row above), then %d at once (sessions 1 … %d,\n", shared[0].Jobs, shared[0].Jobs)
+	fmt.Fprintln(out, "each job's workers on their own addresses). share: the job's ATE/s ÷ (the solo job's ATE/s ÷ jobs); target: each within 20 % of 1.")
+	fmt.Fprintln(out, "link share: the job's ATE/s ÷ (the ceiling ÷ jobs).")
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "workers\trate\tloss\tsize\tjob\tsession\tmedian\tmin\tmax\tATE/s\tshare\tlink share\tspan\tretransmissions\tretx/msg\tverified\t")
+	d := func(ns int64) string { return time.Duration(ns).Round(10 * time.Microsecond).String() }
+	perMsg := func(x *float64) string {
+		if x == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.3f", *x)
+	}
+	for _, r := range shared {
+		head := fmt.Sprintf("%d\t%s\t%g\t%s", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes))
+		fmt.Fprintf(w, "%s\talone\t1\t%s\t%s\t%s\t%s\t-\t-\t-\t%d\t%s\t%v\t\n", head, d(r.MedianNs), d(r.MinNs), d(r.MaxNs), formatSI(r.ATEPerSec),
+			r.Retransmissions, perMsg(r.RetransmissionsPerMessage), r.Verified)
+		for _, j := range r.Shared.Jobs {
+			link := "-"
+			if j.LinkShare != nil {
+				link = fmt.Sprintf("%.2f", *j.LinkShare)
+			}
+			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t%d\t%s\t%v\t\n", head, j.Job, j.SessionID, d(j.MedianNs), d(j.MinNs), d(j.MaxNs), formatSI(j.ATEPerSec),
+				j.Share, link, d(j.SpanNs), j.Retransmissions, perMsg(j.RetransmissionsPerMessage), j.Verified)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	for _, r := range shared {
+		sh := r.Shared
+		if len(sh.Jobs) == 0 {
+			continue // failed: the FAILED line above says why
+		}
+		verdict := "each within 20 % of an equal share"
+		if !sh.EqualShare {
+			verdict = "NOT each within 20 % of an equal share"
+		}
+		ofCeiling := ""
+		if sh.OfCeiling != nil {
+			ofCeiling = fmt.Sprintf("%.2f of the ceiling, ", *sh.OfCeiling)
+		}
+		fmt.Fprintf(out, "%d workers, %s, loss %g, %s: %d jobs at once %s ATE/s (%s%.2f× one job alone); shares %.2f–%.2f, Jain index %.3f: %s; switch drops %s, socket drops %d (%d), queue drops %d, loss drops %d\n",
+			r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), len(sh.Jobs), formatSI(sh.ATEPerSec), ofCeiling, sh.VsAlone,
+			sh.MinShare, sh.MaxShare, sh.Jain, verdict, formatDrops(sh.SwitchDrops), sh.UDPRcvbufErrors, sh.SwitchUDPRcvbufErrors, sh.QueueDrops, sh.LossDrops)
+	}
+	fmt.Fprintln(out, "span: first start to last exit of the job's worker processes; where spans differ, the slower job's last all-reduces may have run alone.")
 	return nil
 }
 

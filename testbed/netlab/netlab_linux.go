@@ -53,6 +53,13 @@ type Config struct {
 	Prefix string
 	// Subnet is the lab's IPv4 /24 or larger (DefaultSubnet if zero).
 	Subnet netip.Prefix
+	// AddrsPerWorker is how many address sets the lab has (0 means 1),
+	// e.g. one per concurrent job whose processes each bind their own
+	// address: set k is an address of every worker (Lab.Addrs[k]) and
+	// one of the switch (Lab.SwitchAddrs[k]), and worker i reaches the
+	// switch's k-th address from its own k-th. Hosts(Workers,
+	// AddrsPerWorker) is at most MaxHosts.
+	AddrsPerWorker int
 }
 
 // Shaping is what every link direction does to its packets.
@@ -77,6 +84,17 @@ type Lab struct {
 	// worker i's (on WorkerIf in Workers[i]).
 	SwitchAddr  netip.Addr
 	WorkerAddrs []netip.Addr
+	// Address set k < Config.AddrsPerWorker: Addrs[k][i] is worker i's
+	// k-th address (on WorkerIf in Workers[i]; the first primary, the
+	// others secondaries of the subnet), SwitchAddrs[k] the switch's (on
+	// BridgeIf). Addrs[0] is WorkerAddrs, SwitchAddrs[0] SwitchAddr. For
+	// k ≥ 1 worker i's namespace routes SwitchAddrs[k] with Addrs[k][i] as
+	// the preferred source, so a connection whose socket is not bound (a
+	// gRPC client) to the switch's k-th address comes from the worker's
+	// k-th. Host numbers in the subnet: the switch 1, then Addrs[k][i]
+	// 2 + k·workers + i, then SwitchAddrs[1 …].
+	Addrs       [][]netip.Addr
+	SwitchAddrs []netip.Addr
 
 	prefix string
 	shaped bool
@@ -145,23 +163,17 @@ func Build(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	if !cfg.Subnet.IsValid() {
 		cfg.Subnet = DefaultSubnet
 	}
-	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 24 {
-		return nil, fmt.Errorf("netlab: subnet %v: give an IPv4 /24 or larger", cfg.Subnet)
+	if cfg.Workers < 1 || cfg.Workers > MaxHosts {
+		return nil, fmt.Errorf("netlab: %d workers: give 1 to %d", cfg.Workers, MaxHosts)
 	}
-	if cfg.Workers < 1 || cfg.Workers > 250 {
-		return nil, fmt.Errorf("netlab: %d workers: give 1 to 250", cfg.Workers)
-	}
-	base := cfg.Subnet.Masked().Addr().As4()
-	at := func(host int) netip.Addr {
-		a := base
-		a[3] = byte(host)
-		return netip.AddrFrom4(a)
+	swAddrs, addrs, err := addrLayout(cfg.Subnet, cfg.Workers, max(cfg.AddrsPerWorker, 1))
+	if err != nil {
+		return nil, err
 	}
 	own := fmt.Sprintf("%s%d-", cfg.Prefix, os.Getpid())
-	l := &Lab{prefix: cfg.Prefix, Switch: own + "sw", SwitchAddr: at(1)}
+	l := &Lab{prefix: cfg.Prefix, Switch: own + "sw", SwitchAddr: swAddrs[0], WorkerAddrs: addrs[0], Addrs: addrs, SwitchAddrs: swAddrs}
 	for i := range cfg.Workers {
 		l.Workers = append(l.Workers, fmt.Sprintf("%sw%d", own, i))
-		l.WorkerAddrs = append(l.WorkerAddrs, at(2+i))
 	}
 	defer func() {
 		if err != nil {
@@ -257,8 +269,10 @@ func (l *Lab) buildLinks(bits int) error {
 	if err != nil {
 		return fmt.Errorf("netlab: %s in %s: %w", BridgeIf, l.Switch, err)
 	}
-	if err := addAddr(sw, br, l.SwitchAddr, bits); err != nil {
-		return fmt.Errorf("netlab: address %v on %s in %s: %w", l.SwitchAddr, BridgeIf, l.Switch, err)
+	for _, a := range l.SwitchAddrs {
+		if err := addAddr(sw, br, a, bits); err != nil {
+			return fmt.Errorf("netlab: address %v on %s in %s: %w", a, BridgeIf, l.Switch, err)
+		}
 	}
 	for _, name := range []string{"lo", BridgeIf} {
 		if err := setUp(sw, name); err != nil {
@@ -291,7 +305,7 @@ func bridgeNoNetfilter() error {
 }
 
 // buildWorker makes worker i's veth link: its switch end enslaved to the
-// bridge, its worker end moved into ns with worker i's address.
+// bridge, its worker end moved into ns with worker i's addresses.
 func (l *Lab) buildWorker(sw *rtnetlink.Conn, br uint32, i int, ns string, bits int) error {
 	wc, wf, err := dialNS(ns)
 	if err != nil {
@@ -318,12 +332,21 @@ func (l *Lab) buildWorker(sw *rtnetlink.Conn, br uint32, i int, ns string, bits 
 	if err != nil {
 		return fmt.Errorf("netlab: %s in %s: %w", WorkerIf, ns, err)
 	}
-	if err := addAddr(wc, widx, l.WorkerAddrs[i], bits); err != nil {
-		return fmt.Errorf("netlab: address %v on %s in %s: %w", l.WorkerAddrs[i], WorkerIf, ns, err)
+	for _, set := range l.Addrs { // the first is the primary, the others secondaries of the same subnet
+		if err := addAddr(wc, widx, set[i], bits); err != nil {
+			return fmt.Errorf("netlab: address %v on %s in %s: %w", set[i], WorkerIf, ns, err)
+		}
 	}
 	for _, name := range []string{"lo", WorkerIf} {
 		if err := setUp(wc, name); err != nil {
 			return fmt.Errorf("netlab: set %s up in %s: %w", name, ns, err)
+		}
+	}
+	for k := 1; k < len(l.Addrs); k++ {
+		if err := wc.Route.Add(&rtnetlink.RouteMessage{Family: unix.AF_INET, DstLength: 32, Table: unix.RT_TABLE_MAIN, Protocol: unix.RTPROT_BOOT,
+			Scope: unix.RT_SCOPE_LINK, Type: unix.RTN_UNICAST, Attributes: rtnetlink.RouteAttributes{
+				Dst: net.IP(l.SwitchAddrs[k].AsSlice()), Src: net.IP(l.Addrs[k][i].AsSlice()), OutIface: widx}}); err != nil {
+			return fmt.Errorf("netlab: route to %v from %v in %s: %w", l.SwitchAddrs[k], l.Addrs[k][i], ns, err)
 		}
 	}
 	return nil

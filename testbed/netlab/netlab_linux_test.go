@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // needLab skips when this process cannot build a lab (not root, or ip or
@@ -30,16 +34,24 @@ func needLab(t *testing.T) {
 // switch namespace's bridge) and counts those that arrive within a bound.
 func udpAcross(t *testing.T, l *Lab, n int) int {
 	t.Helper()
+	return udpBetween(t, l, 0, l.WorkerAddrs[0], 1, l.WorkerAddrs[1], n)
+}
+
+// udpBetween sends n datagrams from address from of worker i to address
+// to of worker j and counts those that arrive from that address within a
+// bound.
+func udpBetween(t *testing.T, l *Lab, i int, from netip.Addr, j int, to netip.Addr, n int) int {
+	t.Helper()
 	var rx, tx *net.UDPConn
-	if err := l.Do(l.Workers[1], func() (err error) {
-		rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: l.WorkerAddrs[1].AsSlice(), Port: 9999})
+	if err := l.Do(l.Workers[j], func() (err error) {
+		rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: to.AsSlice(), Port: 9999})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	defer rx.Close()
-	if err := l.Do(l.Workers[0], func() (err error) {
-		tx, err = net.DialUDP("udp4", &net.UDPAddr{IP: l.WorkerAddrs[0].AsSlice()}, &net.UDPAddr{IP: l.WorkerAddrs[1].AsSlice(), Port: 9999})
+	if err := l.Do(l.Workers[i], func() (err error) {
+		tx, err = net.DialUDP("udp4", &net.UDPAddr{IP: from.AsSlice()}, &net.UDPAddr{IP: to.AsSlice(), Port: 9999})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -52,10 +64,13 @@ func udpAcross(t *testing.T, l *Lab, n int) int {
 		buf := make([]byte, 2048)
 		for got < n {
 			rx.SetReadDeadline(time.Now().Add(time.Second))
-			if _, err := rx.Read(buf); err != nil {
+			_, src, err := rx.ReadFromUDPAddrPort(buf)
+			if err != nil {
 				break
 			}
-			got++
+			if src.Addr() == from {
+				got++
+			}
 		}
 		counted <- got
 	}()
@@ -157,6 +172,99 @@ func TestLab(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
+}
+
+// TestLabAddrs: with AddrsPerWorker 3 every worker's eth0 and the
+// switch's br0 hold exactly their three addresses of the layout, traffic
+// flows between secondary addresses (from the address bound, to the
+// address bound), an unbound socket to the switch's k-th address gets the
+// worker's k-th as its source, and Close removes them with the namespaces.
+func TestLabAddrs(t *testing.T) {
+	needLab(t)
+	prefix := "swlabaddr"
+	l, err := Build(context.Background(), Config{Workers: 2, Prefix: prefix, AddrsPerWorker: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if len(l.Addrs) != 3 || !slices.Equal(l.Addrs[0], l.WorkerAddrs) || len(l.SwitchAddrs) != 3 || l.SwitchAddrs[0] != l.SwitchAddr {
+		t.Fatalf("Addrs %v, WorkerAddrs %v, SwitchAddrs %v: want 3 sets, the first WorkerAddrs and SwitchAddr", l.Addrs, l.WorkerAddrs, l.SwitchAddrs)
+	}
+	if got := ifAddrs(t, l.Switch, BridgeIf); !slices.Equal(got, l.SwitchAddrs) {
+		t.Errorf("%s in %s holds %v, want %v", BridgeIf, l.Switch, got, l.SwitchAddrs)
+	}
+	for i, ns := range l.Workers {
+		var want []netip.Addr
+		for _, set := range l.Addrs {
+			want = append(want, set[i])
+		}
+		if got := ifAddrs(t, ns, WorkerIf); !slices.Equal(got, want) {
+			t.Errorf("%s in %s holds %v, want %v", WorkerIf, ns, got, want)
+		}
+		for k, to := range l.SwitchAddrs {
+			var from netip.Addr
+			if err := l.Do(ns, func() error {
+				c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: to.AsSlice(), Port: 9})
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				from = c.LocalAddr().(*net.UDPAddr).AddrPort().Addr()
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if from != l.Addrs[k][i] {
+				t.Errorf("worker %d to the switch's %v: from %v, want its address %d, %v", i, to, from, k, l.Addrs[k][i])
+			}
+		}
+	}
+	if got := udpBetween(t, l, 0, l.Addrs[2][0], 1, l.Addrs[1][1], 50); got != 50 {
+		t.Errorf("%v → %v: %d of 50 datagrams arrived from the address sent from", l.Addrs[2][0], l.Addrs[1][1], got)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range l.Workers {
+		if _, _, err := dialNS(ns); err == nil {
+			t.Errorf("after Close, %s (and its addresses) still there", ns)
+		}
+	}
+	if ns, err := Namespaces(fmt.Sprintf("%s%d-", prefix, os.Getpid())); err != nil || len(ns) != 0 {
+		t.Errorf("after Close: namespaces %v, %v; want none", ns, err)
+	}
+}
+
+// ifAddrs lists the IPv4 addresses of interface name in namespace ns, in
+// the kernel's order (primary first).
+func ifAddrs(t *testing.T, ns, name string) []netip.Addr {
+	t.Helper()
+	c, f, err := dialNS(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	defer c.Close()
+	idx, err := linkIndex(c, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := c.Address.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []netip.Addr
+	for _, m := range msgs {
+		if m.Index != idx || m.Family != unix.AF_INET || m.Attributes == nil {
+			continue
+		}
+		a, ok := netip.AddrFromSlice(m.Attributes.Address.To4())
+		if !ok {
+			t.Fatalf("address %v of %s in %s", m.Attributes.Address, name, ns)
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 func TestCleanup(t *testing.T) {

@@ -22,9 +22,10 @@ const (
 var DefaultSubnet = netip.MustParsePrefix("10.77.0.0/24")
 
 type Config struct {
-	Workers int
-	Prefix  string
-	Subnet  netip.Prefix
+	Workers        int
+	Prefix         string
+	Subnet         netip.Prefix
+	AddrsPerWorker int
 }
 
 type Shaping struct {
@@ -37,6 +38,8 @@ type Lab struct {
 	Workers     []string
 	SwitchAddr  netip.Addr
 	WorkerAddrs []netip.Addr
+	Addrs       [][]netip.Addr
+	SwitchAddrs []netip.Addr
 }
 
 type Counters struct {
