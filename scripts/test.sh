@@ -29,6 +29,8 @@ command -v protoc >/dev/null || need+=(protobuf-compiler)
 command -v make >/dev/null || need+=(make)
 # nftables: the network lab's loss rules (TestLab in go test, and the lab block below)
 command -v nft >/dev/null || need+=(nftables)
+# ethtool: the lab's wire packets (GSO/TSO cut before lossy links; TestWirePacketsLoss)
+command -v ethtool >/dev/null || need+=(ethtool)
 # p4app-switchML's C++ client, for the QEMU scenario allreduce-p4app: when
 # ../shared/interop/p4app-switchml is there, harness.sh builds it with that
 # directory's build.sh against Debian's gRPC, protobuf and glog. These are
@@ -183,6 +185,7 @@ if [ "$(id -u)" != 0 ]; then
 else
 	lab_need=()
 	command -v nft >/dev/null || lab_need+=(nftables)
+	command -v ethtool >/dev/null || lab_need+=(ethtool)
 	/usr/bin/python3 -c 'import torch' 2>/dev/null || lab_need+=(python3-torch)
 	if [ ${#lab_need[@]} -gt 0 ]; then
 		export DEBIAN_FRONTEND=noninteractive

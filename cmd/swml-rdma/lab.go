@@ -113,6 +113,11 @@ type labConfig struct {
 	python, prefix, plot  string
 }
 
+// wirePackets: a sweep with loss runs on wire packets (netlab.SetWirePackets).
+func (c labConfig) wirePackets() bool {
+	return slices.ContainsFunc(c.losses, func(p float64) bool { return p > 0 })
+}
+
 func labFlags(c *cli.Context) (labConfig, error) {
 	cfg := labConfig{jobs: c.Int("jobs"), iters: c.Int("iters"), warmup: c.Int("warmup"), timeout: c.Duration("timeout"), queue: c.Duration("queue"),
 		packetSize: c.Int("packet-size"), python: c.String("python"), prefix: c.String("prefix"), plot: c.String("plot"),
@@ -320,16 +325,19 @@ type labJob struct {
 const labSchemaVersion = 1
 
 type labReport struct {
-	SchemaVersion int       `json:"schema_version"`
-	Kernel        string    `json:"kernel"`
-	CPUs          int       `json:"cpus"`
-	QueueNs       int64     `json:"queue_ns"`
-	PacketSize    int       `json:"packet_size"`
-	MessageSize   int       `json:"message_size"`
-	WorkerArgs    []string  `json:"worker_args"`
-	LoadAvgStart  string    `json:"load_avg_start"`
-	LoadAvgEnd    string    `json:"load_avg_end"`
-	Rows          []*labRow `json:"rows"`
+	SchemaVersion int      `json:"schema_version"`
+	Kernel        string   `json:"kernel"`
+	CPUs          int      `json:"cpus"`
+	QueueNs       int64    `json:"queue_ns"`
+	PacketSize    int      `json:"packet_size"`
+	MessageSize   int      `json:"message_size"`
+	WorkerArgs    []string `json:"worker_args"`
+	// WirePackets: the links cut GSO/TSO datagrams into packets before
+	// the loss rules (a sweep with loss; netlab.SetWirePackets).
+	WirePackets  bool      `json:"wire_packets"`
+	LoadAvgStart string    `json:"load_avg_start"`
+	LoadAvgEnd   string    `json:"load_avg_end"`
+	Rows         []*labRow `json:"rows"`
 }
 
 func runLab(c *cli.Context) error {
@@ -379,7 +387,7 @@ func runLab(c *cli.Context) error {
 		}
 	}
 	rep := labReport{SchemaVersion: labSchemaVersion, Kernel: kernelRelease(), CPUs: runtime.NumCPU(), QueueNs: int64(cfg.queue),
-		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, WorkerArgs: cfg.workerArgs, LoadAvgStart: loadAvg()}
+		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, WorkerArgs: cfg.workerArgs, WirePackets: cfg.wirePackets(), LoadAvgStart: loadAvg()}
 	runErr := r.sweep(ctx, &rep)
 	lossInflation(rep.Rows)
 	rep.LoadAvgEnd = loadAvg()
@@ -438,6 +446,11 @@ func (r *labRunner) sweepWorkers(ctx context.Context, n int, rep *labReport) err
 			fmt.Fprintln(r.log, "lab: removing the lab:", err)
 		}
 	}()
+	// A sweep with loss runs every row on wire packets (GSO/TSO cut in
+	// software before the links), loss-free rows included.
+	if err := lab.SetWirePackets(ctx, r.cfg.wirePackets()); err != nil {
+		return err
+	}
 	for _, rate := range r.cfg.rates {
 		if err := lab.Shape(ctx, netlab.Shaping{RateBps: rate, Queue: r.cfg.queue}); err != nil {
 			return err
@@ -966,6 +979,9 @@ func printLab(out io.Writer, rep labReport, asJSON bool) error {
 		rep.Kernel, rep.CPUs, rep.LoadAvgStart, rep.LoadAvgEnd, time.Duration(rep.QueueNs), rep.PacketSize, rep.MessageSize)
 	if len(rep.WorkerArgs) > 0 {
 		fmt.Fprintf(out, "; worker flags %s", strings.Join(rep.WorkerArgs, " "))
+	}
+	if rep.WirePackets {
+		fmt.Fprint(out, "; wire packets (GSO/TSO cut before the links, for per-packet loss)")
 	}
 	fmt.Fprintln(out)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)

@@ -113,3 +113,96 @@ func TestGSOToDeclaredPeer(t *testing.T) {
 		})
 	}
 }
+
+// TestWirePacketsLoss: with SetWirePackets the loss rules drop packets,
+// not GSO datagrams. 20 GSO datagrams of 24 packets cross a link losing
+// half its packets: per packet, a datagram arrives whole or not at all with
+// probability 2⁻²³, so some arrive in part; a drop per datagram never
+// delivers part of one.
+func TestWirePacketsLoss(t *testing.T) {
+	needLab(t)
+	if gso, _ := udp.Probe(); !gso {
+		t.Skip("kernel without UDP GSO")
+	}
+	ctx := context.Background()
+	l, err := Build(ctx, Config{Workers: 1, Prefix: "swlabwire"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.SetWirePackets(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetLoss(ctx, 0.5); err != nil {
+		t.Fatal(err)
+	}
+	var w, sw *udp.Conn
+	for _, e := range []struct {
+		ns string
+		a  netip.Addr
+		c  **udp.Conn
+	}{{l.Workers[0], l.WorkerAddrs[0], &w}, {l.Switch, l.SwitchAddr, &sw}} {
+		if err := l.Do(e.ns, func() (err error) {
+			*e.c, err = udp.Listen(udp.Config{Addr: e.a})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer (*e.c).Close()
+	}
+	w.AllowGSO(l.SwitchAddr, true)
+	const run, dgrams = 24, 20
+	msgs := make([]udp.Msg, run)
+	for d := range dgrams {
+		for i := range msgs {
+			b := make([]byte, 1000)
+			b[0] = byte(d)
+			msgs[i] = udp.Msg{Buf: b, N: len(b), Addr: netip.AddrPortFrom(l.SwitchAddr, 4791)}
+		}
+		if _, err := w.WriteBatch(msgs); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond) // within the socket buffer either way
+	}
+	if s := w.Stats(); s.TxGSODatagrams != dgrams {
+		t.Fatalf("%d GSO datagrams sent, want %d", s.TxGSODatagrams, dgrams)
+	}
+	rx := make([]udp.Msg, 64)
+	for i := range rx {
+		rx[i].Buf = make([]byte, 2048)
+	}
+	var per [dgrams]int
+	got := 0
+	go func() { // ReadBatch blocks: end it once the links are quiet
+		time.Sleep(500 * time.Millisecond)
+		sw.Close()
+	}()
+	for {
+		n, err := sw.ReadBatch(rx)
+		if err != nil {
+			break
+		}
+		for _, m := range rx[:n] {
+			if d := int(m.Bytes()[0]); d < dgrams {
+				per[d]++
+			}
+		}
+		got += n
+	}
+	partial := 0
+	for _, k := range per {
+		if k > 0 && k < run {
+			partial++
+		}
+	}
+	if partial == 0 {
+		t.Fatalf("packets arrived per datagram %v: the loss rules dropped whole GSO datagrams", per)
+	}
+	c, err := l.Counters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.LossDrops+uint64(got) != run*dgrams {
+		t.Fatalf("%d packets arrived and %d dropped by the loss rules, of %d sent", got, c.LossDrops, run*dgrams)
+	}
+}

@@ -99,6 +99,7 @@ type Lab struct {
 	prefix string
 	shaped bool
 	lossy  bool
+	wire   bool // SetWirePackets
 	closed bool
 }
 
@@ -114,7 +115,7 @@ func checkEUID(euid int) error {
 
 // tools are the programs a lab execs: iproute2's ip (namespaces) and tc
 // (qdiscs), and nft (loss).
-var tools = []struct{ name, pkg string }{{"ip", "iproute2"}, {"tc", "iproute2"}, {"nft", "nftables"}}
+var tools = []struct{ name, pkg string }{{"ip", "iproute2"}, {"tc", "iproute2"}, {"nft", "nftables"}, {"ethtool", "ethtool"}}
 
 // CheckTools reports the programs the lab needs that are missing, naming
 // the Debian packages that hold them.
@@ -423,6 +424,33 @@ func (l *Lab) Shape(ctx context.Context, s Shaping) error {
 		}
 	}
 	l.shaped = true
+	return nil
+}
+
+// SetWirePackets makes every link end cut UDP GSO and TCP TSO datagrams
+// into the packets a wire would carry before they reach the link (ethtool
+// -K tx-udp-segmentation off tso off: the kernel segments in software at
+// the veth), or gives the veths their default offloads back (off). A veth
+// otherwise carries a GSO datagram of up to 64 KiB as one buffer: tbf
+// charges it packet by packet, but the loss rules see one packet and drop
+// the whole burst (a SwitchML message, a run of TCP segments), which is not
+// what 1 % loss on a wire does. The lab turns it on for every row of a
+// sweep with loss, so the loss-free rows it is compared with pay the same
+// segmentation.
+func (l *Lab) SetWirePackets(ctx context.Context, on bool) error {
+	if on == l.wire {
+		return nil
+	}
+	v := "on"
+	if on {
+		v = "off"
+	}
+	for _, e := range l.linkEnds() {
+		if err := run(ctx, "ip", "netns", "exec", e[0], "ethtool", "-K", e[1], "tx-udp-segmentation", v, "tso", v); err != nil {
+			return err
+		}
+	}
+	l.wire = on
 	return nil
 }
 

@@ -55,6 +55,7 @@ func CheckTools() error                                   { return ErrNotSupport
 func Build(context.Context, Config) (*Lab, error)         { return nil, ErrNotSupported }
 func (l *Lab) Shape(context.Context, Shaping) error       { return ErrNotSupported }
 func (l *Lab) SetLoss(context.Context, float64) error     { return ErrNotSupported }
+func (l *Lab) SetWirePackets(context.Context, bool) error { return ErrNotSupported }
 func (l *Lab) Do(string, func() error) error              { return ErrNotSupported }
 func (l *Lab) Counters(context.Context) (Counters, error) { return Counters{}, ErrNotSupported }
 func (l *Lab) Close() error                               { return nil }
