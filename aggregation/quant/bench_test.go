@@ -144,10 +144,12 @@ func BenchmarkInt32(b *testing.B) {
 	}
 }
 
-// BenchmarkHalf: Quantize16 and Dequantize16 (scalar Go) for both 16-bit
-// formats. size is the 16-bit tensor's bytes (the wire payload is twice
+// BenchmarkHalf: Quantize16, Dequantize16 and BlockExponent16 for both
+// 16-bit formats, on every path (paths(): the AVX2/F16C kernels and the
+// scalar Go). size is the 16-bit tensor's bytes (the wire payload is twice
 // that); copy() moves the tensor's bytes, so x-copy compares the quantizer
-// with copying the tensor once.
+// with copying the tensor once (the quantizer moves 1.5 times those bytes:
+// 2 read and 4 written per value, or 4 read and 2 written).
 func BenchmarkHalf(b *testing.B) {
 	for _, sz := range benchSizes {
 		for _, f := range []Format{BFloat16, Float16} {
@@ -169,18 +171,24 @@ func BenchmarkHalf(b *testing.B) {
 			}
 			other := make([]byte, sz.bytes)
 			xb := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), sz.bytes)
-			b.Run(fmt.Sprintf("Quantize/%v/%s", f, sz.name), func(b *testing.B) {
-				runVsCopy(b, sz.bytes, other, xb, func() { _ = Quantize16(q, x, f, s) })
-			})
-			b.Run(fmt.Sprintf("Dequantize/%v/%s", f, sz.name), func(b *testing.B) {
-				runVsCopy(b, sz.bytes, xb, other, func() { Dequantize16(x, q, f, s) })
-			})
-			b.Run(fmt.Sprintf("BlockExponent/%v/%s", f, sz.name), func(b *testing.B) {
-				b.SetBytes(int64(sz.bytes))
-				for range b.N {
-					_, _ = BlockExponent16(x, f)
-				}
-			})
+			for _, path := range paths() {
+				b.Run(fmt.Sprintf("Quantize/%v/%s/%s", f, sz.name, path), func(b *testing.B) {
+					defer usePath(path)()
+					runVsCopy(b, sz.bytes, other, xb, func() { _ = Quantize16(q, x, f, s) })
+				})
+				b.Run(fmt.Sprintf("Dequantize/%v/%s/%s", f, sz.name, path), func(b *testing.B) {
+					defer usePath(path)()
+					runVsCopy(b, sz.bytes, xb, other, func() { Dequantize16(x, q, f, s) })
+				})
+				b.Run(fmt.Sprintf("BlockExponent/%v/%s/%s", f, sz.name, path), func(b *testing.B) {
+					defer usePath(path)()
+					b.SetBytes(int64(sz.bytes))
+					b.ReportAllocs()
+					for range b.N {
+						_, _ = BlockExponent16(x, f)
+					}
+				})
+			}
 		}
 	}
 }

@@ -14,8 +14,15 @@ import (
 // code.
 var useAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 
+// hasF16C: the CPU converts float16 (VCVTPH2PS, VCVTPS2PH). The float16
+// kernels need it as well as AVX2; bfloat16 needs AVX2 only.
+var hasF16C = cpu.X86.HasF16C
+
 // simdName names the kernels in use, for test logs and benchmarks.
 var simdName = map[bool]string{true: "avx2", false: "scalar"}[useAVX2]
+
+// simd16 reports whether the 16-bit kernels for f run on this CPU.
+func simd16(f Format) bool { return useAVX2 && (f == BFloat16 || hasF16C) }
 
 // ntThreshold is the output size from which the kernels store with
 // non-temporal hints, as the runtime's memmove does: such outputs do not fit
@@ -42,16 +49,35 @@ func dequantizeAVX2(dst *float32, src *byte, n int, inv float32, nt bool)
 //go:noescape
 func bswap32AVX2(dst, src *byte, n int, nt bool)
 
-// ntHead decides whether to store an output of size bytes at p with
-// non-temporal stores, and if so how many leading 4-byte values to write
-// normally so the rest starts 32-byte aligned. Outputs that are not even
-// 4-byte aligned use normal stores.
-func ntHead(p unsafe.Pointer, size int) (head int, nt bool) {
-	a := uintptr(p) & 31
-	if size < ntThreshold || a&3 != 0 {
+// The 16-bit kernels (quant16_amd64.s): maxAbsBits16AVX2 takes n a multiple
+// of 16, the others n a multiple of 8. The quantize kernels report
+// finiteness as quantizeAVX2 does.
+
+//go:noescape
+func maxAbsBits16AVX2(src *uint16, n int) uint16
+
+//go:noescape
+func quantizeBF16AVX2(dst *byte, src *uint16, n int, factor, limit float32, nt bool) (nonFinite uint32)
+
+//go:noescape
+func quantizeF16AVX2(dst *byte, src *uint16, n int, factor, limit float32, nt bool) (nonFinite uint32)
+
+//go:noescape
+func dequantizeBF16AVX2(dst *uint16, src *byte, n int, inv float32, nt bool)
+
+//go:noescape
+func dequantizeF16AVX2(dst *uint16, src *byte, n int, inv float32, nt bool)
+
+// ntHead decides whether to store an output of size bytes at p, made of
+// elem-byte values (2 or 4), with non-temporal stores, and if so how many
+// leading values to write normally so the rest starts 32-byte aligned.
+// Outputs that are not even elem-byte aligned use normal stores.
+func ntHead(p unsafe.Pointer, size, elem int) (head int, nt bool) {
+	a := int(uintptr(p) & 31)
+	if size < ntThreshold || a%elem != 0 {
 		return 0, false
 	}
-	return int((32-a)&31) / 4, true
+	return ((32 - a) & 31) / elem, true
 }
 
 func maxAbsBits(x []float32) uint32 {
@@ -66,7 +92,7 @@ func quantize(dst []byte, src []float32, factor, limit float32) uint32 {
 	if !useAVX2 || len(src) < 8 {
 		return quantizeGeneric(dst, src, factor, limit)
 	}
-	head, nt := ntHead(unsafe.Pointer(&dst[0]), len(dst))
+	head, nt := ntHead(unsafe.Pointer(&dst[0]), len(dst), 4)
 	m := quantizeGeneric(dst[:4*head], src[:head], factor, limit)
 	src, dst = src[head:], dst[4*head:]
 	if k := len(src) &^ 7; k > 0 {
@@ -81,7 +107,7 @@ func dequantize(dst []float32, src []byte, inv float32) {
 		dequantizeGeneric(dst, src, inv)
 		return
 	}
-	head, nt := ntHead(unsafe.Pointer(&dst[0]), 4*len(dst))
+	head, nt := ntHead(unsafe.Pointer(&dst[0]), 4*len(dst), 4)
 	dequantizeGeneric(dst[:head], src[:4*head], inv)
 	dst, src = dst[head:], src[4*head:]
 	if k := len(dst) &^ 7; k > 0 {
@@ -96,7 +122,7 @@ func encodeInt32(dst []byte, src []int32) {
 		encodeInt32Generic(dst, src)
 		return
 	}
-	head, nt := ntHead(unsafe.Pointer(&dst[0]), len(dst))
+	head, nt := ntHead(unsafe.Pointer(&dst[0]), len(dst), 4)
 	encodeInt32Generic(dst[:4*head], src[:head])
 	src, dst = src[head:], dst[4*head:]
 	if k := len(src) &^ 7; k > 0 {
@@ -111,7 +137,7 @@ func decodeInt32(dst []int32, src []byte) {
 		decodeInt32Generic(dst, src)
 		return
 	}
-	head, nt := ntHead(unsafe.Pointer(&dst[0]), 4*len(dst))
+	head, nt := ntHead(unsafe.Pointer(&dst[0]), 4*len(dst), 4)
 	decodeInt32Generic(dst[:head], src[:4*head])
 	dst, src = dst[head:], src[4*head:]
 	if k := len(dst) &^ 7; k > 0 {
@@ -119,4 +145,52 @@ func decodeInt32(dst []int32, src []byte) {
 		dst, src = dst[k:], src[4*k:]
 	}
 	decodeInt32Generic(dst, src)
+}
+
+func maxAbsBits16(x []uint16) uint16 {
+	k := len(x) &^ 15
+	if !useAVX2 || k == 0 {
+		return maxAbsBits16Generic(x)
+	}
+	return max(maxAbsBits16AVX2(&x[0], k), maxAbsBits16Generic(x[k:]))
+}
+
+func quantize16(dst []byte, src []uint16, f Format, factor, limit float32) (nonFinite bool) {
+	if !simd16(f) || len(src) < 8 {
+		return quantize16Generic(dst, src, f, factor, limit) >= f.infBits16()
+	}
+	head, nt := ntHead(unsafe.Pointer(&dst[0]), len(dst), 4)
+	m := quantize16Generic(dst[:4*head], src[:head], f, factor, limit)
+	src, dst = src[head:], dst[4*head:]
+	var bad uint32
+	if k := len(src) &^ 7; k > 0 {
+		// Direct calls (not through a func value) keep go:noescape.
+		if f == BFloat16 {
+			bad = quantizeBF16AVX2(&dst[0], &src[0], k, factor, limit, nt)
+		} else {
+			bad = quantizeF16AVX2(&dst[0], &src[0], k, factor, limit, nt)
+		}
+		src, dst = src[k:], dst[4*k:]
+	}
+	m = max(m, quantize16Generic(dst, src, f, factor, limit))
+	return bad != 0 || m >= f.infBits16()
+}
+
+func dequantize16(dst []uint16, src []byte, f Format, inv float32) {
+	if !simd16(f) || len(dst) < 8 {
+		dequantize16Generic(dst, src, f, inv)
+		return
+	}
+	head, nt := ntHead(unsafe.Pointer(&dst[0]), 2*len(dst), 2)
+	dequantize16Generic(dst[:head], src[:4*head], f, inv)
+	dst, src = dst[head:], src[4*head:]
+	if k := len(dst) &^ 7; k > 0 {
+		if f == BFloat16 {
+			dequantizeBF16AVX2(&dst[0], &src[0], k, inv, nt)
+		} else {
+			dequantizeF16AVX2(&dst[0], &src[0], k, inv, nt)
+		}
+		dst, src = dst[k:], src[4*k:]
+	}
+	dequantize16Generic(dst, src, f, inv)
 }

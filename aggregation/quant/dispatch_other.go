@@ -16,3 +16,13 @@ func dequantize(dst []float32, src []byte, inv float32) { dequantizeGeneric(dst,
 func encodeInt32(dst []byte, src []int32) { encodeInt32Generic(dst, src) }
 
 func decodeInt32(dst []int32, src []byte) { decodeInt32Generic(dst, src) }
+
+func maxAbsBits16(x []uint16) uint16 { return maxAbsBits16Generic(x) }
+
+func quantize16(dst []byte, src []uint16, f Format, factor, limit float32) (nonFinite bool) {
+	return quantize16Generic(dst, src, f, factor, limit) >= f.infBits16()
+}
+
+func dequantize16(dst []uint16, src []byte, f Format, inv float32) {
+	dequantize16Generic(dst, src, f, inv)
+}

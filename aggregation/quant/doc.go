@@ -38,15 +38,15 @@
 // bfloat16 and float16 tensors ([Format]) are quantized straight into the
 // same int32 wire ([BlockExponent16], [Quantize16], [Dequantize16]): each
 // value widens to float32 exactly and is quantized as float32 would be; the
-// result is rounded back to the format ([Scale.ErrorBound16]). This code is
-// scalar Go.
+// result is rounded back to the format ([Scale.ErrorBound16]).
 //
 // # Implementation
 //
 // On amd64 CPUs with AVX2 (and FMA) the loops run in Go assembly (8 lanes per
 // instruction, non-temporal stores for outputs of 1 MiB or more, like the
-// runtime's memmove); elsewhere, with the purego build tag, or on CPUs
-// without AVX2, the scalar Go reference runs. The choice is made once at
+// runtime's memmove), for float32, int32 and both 16-bit formats (float16
+// also needs F16C); elsewhere, with the purego build tag, or on CPUs
+// without them, the scalar Go reference runs. The choice is made once at
 // start-up (golang.org/x/sys/cpu) and does not change results.
 //
 // # Concurrency

@@ -123,7 +123,10 @@ func (f Format) exponentOfBits16(m uint16) int8 {
 	return int8(biased - 14)
 }
 
-func maxAbsBits16(x []uint16) uint16 {
+// maxAbsBits16Generic returns max over x of x&0x7FFF: as for float32, the
+// magnitudes of both formats order like their bit patterns, and NaN and ±Inf
+// have the largest ones.
+func maxAbsBits16Generic(x []uint16) uint16 {
 	var m uint16
 	for _, v := range x {
 		m = max(m, v&0x7FFF)
@@ -174,25 +177,31 @@ func Quantize16(dst []byte, src []uint16, f Format, s Scale) error {
 		clear(dst)
 		return nil
 	}
-	factor, limit := s.factor, s.limit
-	inf := f.infBits16()
+	if quantize16(dst, src, f, s.factor, s.limit) {
+		return f.firstNonFinite16(src)
+	}
+	return nil
+}
+
+// quantize16Generic is Quantize16 without the checks; it returns
+// maxAbsBits16Generic(src) so the caller can tell whether src was finite.
+// len(dst) == 4·len(src).
+func quantize16Generic(dst []byte, src []uint16, f Format, factor, limit float32) uint16 {
+	dst = dst[:4*len(src)]
 	var m uint16
 	if f == BFloat16 {
 		for i, h := range src {
 			m = max(m, h&0x7FFF)
 			binary.BigEndian.PutUint32(dst[4*i:], quantizeOne(math.Float32frombits(uint32(h)<<16), factor, limit))
 		}
-	} else {
-		tab := float16Table()
-		for i, h := range src {
-			m = max(m, h&0x7FFF)
-			binary.BigEndian.PutUint32(dst[4*i:], quantizeOne(tab[h], factor, limit))
-		}
+		return m
 	}
-	if m >= inf {
-		return f.firstNonFinite16(src)
+	tab := float16Table()
+	for i, h := range src {
+		m = max(m, h&0x7FFF)
+		binary.BigEndian.PutUint32(dst[4*i:], quantizeOne(tab[h], factor, limit))
 	}
-	return nil
+	return m
 }
 
 var (
@@ -242,11 +251,18 @@ func Dequantize16(dst []uint16, src []byte, f Format, s Scale) {
 		}
 		return
 	}
-	inv := s.inv
+	dequantize16(dst, src, f, s.inv)
+}
+
+// dequantize16Generic is Dequantize16 without the checks. len(src) ==
+// 4·len(dst). The float32 result is never NaN (a finite sum times a finite
+// inverse), so bfloat16 needs no NaN case.
+func dequantize16Generic(dst []uint16, src []byte, f Format, inv float32) {
+	src = src[:4*len(dst)]
 	if f == BFloat16 {
 		for i := range dst {
 			r := float32(int32(binary.BigEndian.Uint32(src[4*i:]))) * inv
-			b := math.Float32bits(r) // never NaN: a finite sum times a finite inverse
+			b := math.Float32bits(r)
 			dst[i] = uint16((b + 0x7FFF + (b>>16)&1) >> 16)
 		}
 		return

@@ -345,16 +345,21 @@ func TestAllReduceErrorBound16(t *testing.T) {
 }
 
 func TestAllocs16(t *testing.T) {
-	x := make([]uint16, 4096)
+	x := make([]uint16, 4099)
 	buf := make([]byte, 4*len(x))
 	s, _ := NewScale(4, 3)
-	for _, f := range formats {
-		if a := testing.AllocsPerRun(10, func() {
-			_, _ = BlockExponent16(x, f)
-			_ = Quantize16(buf, x, f, s)
-			Dequantize16(x, buf, f, s)
-		}); a != 0 {
-			t.Errorf("%v: %v allocations per run", f, a)
+	for _, path := range paths() {
+		restore := usePath(path)
+		for _, f := range formats {
+			if a := testing.AllocsPerRun(10, func() {
+				_, _ = BlockExponent16(x, f)
+				_ = MarkedBlockExponent16(x, f)
+				_ = Quantize16(buf, x, f, s)
+				Dequantize16(x, buf, f, s)
+			}); a != 0 {
+				t.Errorf("%s %v: %v allocations per run", path, f, a)
+			}
 		}
+		restore()
 	}
 }

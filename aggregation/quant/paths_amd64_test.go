@@ -2,7 +2,9 @@
 
 package quant
 
-// paths are the implementations the public API can run on this machine.
+// paths are the implementations the public API can run on this machine:
+// "avx2" is the assembly kernels (the float16 ones only where the CPU also
+// has F16C), "scalar" the Go reference.
 func paths() []string {
 	if useAVX2 {
 		return []string{"avx2", "scalar"}

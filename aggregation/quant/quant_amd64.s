@@ -9,12 +9,13 @@
 // the default MXCSR rounding (nearest even; Go never changes it), VPSHUFB to
 // swap bytes, VCVTDQ2PS for int32 → float32.
 
-// VPSHUFB control reversing the bytes of each 32-bit word of both lanes.
-DATA bswapMask<>+0x00(SB)/8, $0x0405060700010203
-DATA bswapMask<>+0x08(SB)/8, $0x0c0d0e0f08090a0b
-DATA bswapMask<>+0x10(SB)/8, $0x0405060700010203
-DATA bswapMask<>+0x18(SB)/8, $0x0c0d0e0f08090a0b
-GLOBL bswapMask<>(SB), RODATA|NOPTR, $32
+// VPSHUFB control reversing the bytes of each 32-bit word of both lanes
+// (package-wide: quant16_amd64.s uses it too).
+DATA ·bswapMask+0x00(SB)/8, $0x0405060700010203
+DATA ·bswapMask+0x08(SB)/8, $0x0c0d0e0f08090a0b
+DATA ·bswapMask+0x10(SB)/8, $0x0405060700010203
+DATA ·bswapMask+0x18(SB)/8, $0x0c0d0e0f08090a0b
+GLOBL ·bswapMask(SB), RODATA|NOPTR, $32
 
 // REDUCE_MAX leaves max over the 8 dwords of Y0 in X0 lane 0, clobbering Y1.
 #define REDUCE_MAX \
@@ -95,7 +96,7 @@ TEXT ·quantizeAVX2(SB), NOSPLIT, $0-44
 	VBROADCASTSS limit+28(FP), Y13
 	VXORPS       Y14, Y14, Y14
 	VSUBPS       Y13, Y14, Y14
-	VMOVDQU      bswapMask<>(SB), Y15
+	VMOVDQU      ·bswapMask(SB), Y15
 	VXORPS       Y11, Y11, Y11
 	VXORPS       Y4, Y4, Y4
 	VXORPS       Y5, Y5, Y5
@@ -182,7 +183,7 @@ TEXT ·dequantizeAVX2(SB), NOSPLIT, $0-29
 	MOVQ         n+16(FP), CX
 	VBROADCASTSS inv+24(FP), Y12
 	MOVBQZX      nt+28(FP), AX
-	VMOVDQU      bswapMask<>(SB), Y15
+	VMOVDQU      ·bswapMask(SB), Y15
 	CMPQ         CX, $32
 	JB           d8
 	TESTQ        AX, AX
@@ -244,7 +245,7 @@ TEXT ·bswap32AVX2(SB), NOSPLIT, $0-25
 	MOVQ    src+8(FP), SI
 	MOVQ    n+16(FP), CX
 	MOVBQZX nt+24(FP), AX
-	VMOVDQU bswapMask<>(SB), Y15
+	VMOVDQU ·bswapMask(SB), Y15
 	CMPQ    CX, $32
 	JB      b8
 	TESTQ   AX, AX
