@@ -44,7 +44,7 @@ func TestGSOToDeclaredPeer(t *testing.T) {
 	sw := listen(l.Switch, l.SwitchAddr)
 	dst := netip.AddrPortFrom(l.SwitchAddr, rdma.UDPPort)
 
-	const run, size = 24, 1000 // 24 kB: one GSO datagram below tbf's 32 KiB burst
+	const run, size = 24, 1000 // 24 kB: one GSO datagram, below tbf's burst
 	seq := uint32(0)
 	send := func() {
 		t.Helper()
