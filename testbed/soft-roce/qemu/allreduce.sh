@@ -446,7 +446,8 @@ allreduce-p4app-loss)
 	;;
 rxe-bench)
 	# A measurement, not in "all": the project's ibverbs workers, float32,
-	# $SWML_BENCH_SIZE (default 4 MiB), 2 then 4 workers, 8 QPs, 1 KiB
+	# $SWML_BENCH_SIZE (default 4 MiB), 2 then 4 workers, $SWML_BENCH_QPS
+	# QPs (default 8, the worker's), 1 KiB
 	# packets, in the two shapes rxe accepts (the defaults, 16 KiB messages
 	# with --writes auto, are refused on rxe: tried first, it must fail in
 	# configuration): one packet per message (p4app's shape) and 16-packet
@@ -462,7 +463,7 @@ rxe-bench)
 	# a job that could not start; a job past its bound is a measurement.
 	BT=${SWML_BENCH_TIMEOUT:-300}
 	BSIZE=${SWML_BENCH_SIZE:-4MiB}
-	JOB=(--size $BSIZE --iters ${SWML_BENCH_ITERS:-3} --warmup 1 --connect-timeout 30s --json)
+	JOB=(--size $BSIZE --iters ${SWML_BENCH_ITERS:-3} --warmup 1 --qps ${SWML_BENCH_QPS:-8} --connect-timeout 30s --json)
 	bench_snap() { # file: rxe0 hw_counters and UDP counters of both netns
 		{
 			for f in $CNT/*; do [ "${f##*/}" = lifespan ] || echo "rxe.${f##*/} $(cat "$f")"; done
@@ -511,7 +512,7 @@ rxe-bench)
 		kill $scr 2>/dev/null
 		wait $scr 2>/dev/null
 		bench_snap $LOG/$tag.after
-		say "BENCH $tag: $n workers x $BSIZE float32 ($*), $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}') s for the job$([ $to = 1 ] && echo ", NOT FINISHED within ${BT} s")"
+		say "BENCH $tag: $n workers x $BSIZE float32 (--qps ${SWML_BENCH_QPS:-8} $*), $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}') s for the job$([ $to = 1 ] && echo ", NOT FINISHED within ${BT} s")"
 		for r in $(seq 0 $((n - 1))); do
 			say "BENCH $tag rank $r: $(tr -d ' \n' <$LOG/$tag.$r.json | grep -o '"median_ns":[0-9]*\|"packets":[0-9]*\|"retransmissions":[0-9]*\|"writes":"[a-z]*"\|"packet_write_calls":[0-9]*\|"verified":[a-z]*' | tr '\n' ' ')"
 			say "BENCH $tag rank $r metrics: $(grep -E '^swml_worker_[a-z_]*_total|^swml_rdma_' $LOG/$tag.$r.metrics 2>/dev/null | grep -v ' 0$\|hw_counters' | sed 's/{[^}]*}//; s/^swml_//' | tr '\n' ' ')"

@@ -27,11 +27,11 @@ for kv in $(cat /proc/cmdline); do
 	swml.scenarios=*) scenarios=${kv#swml.scenarios=} ;;
 	swml.timeout=*) timeout_s=${kv#swml.timeout=} ;;
 	swml.msgsize=*) export SWML_TEST_MSG_SIZE=${kv#swml.msgsize=} ;;
-	swml.bench=*) # size,iters,timeout of rxe-bench
-		b=${kv#swml.bench=}
-		export SWML_BENCH_SIZE=${b%%,*} SWML_BENCH_TIMEOUT=${b##*,}
-		b=${b#*,}
-		export SWML_BENCH_ITERS=${b%%,*}
+	swml.bench=*) # size,iters,timeout,qps of rxe-bench
+		IFS=, read -r SWML_BENCH_SIZE SWML_BENCH_ITERS SWML_BENCH_TIMEOUT SWML_BENCH_QPS <<EOF
+${kv#swml.bench=}
+EOF
+		export SWML_BENCH_SIZE SWML_BENCH_ITERS SWML_BENCH_TIMEOUT SWML_BENCH_QPS
 		;;
 	esac
 done
