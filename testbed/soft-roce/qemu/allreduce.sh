@@ -185,6 +185,7 @@ p4app_teardown() {
 # registration (reason in $p4why), 2 otherwise (wrong sums, a crash or a
 # timeout; printed).
 P4TIMER=5000
+P4NUMEL=16384 P4JOBS=2
 p4why=
 p4app_job() {
 	local tag=$1 ty=$2 err=$3 pids=() r d t0
@@ -195,7 +196,7 @@ p4app_job() {
 		sed -e "s/^rank = .*/rank = $r/" -e "s/^num_workers = .*/num_workers = 2/" -e "s/^timeout = .*/timeout = $P4TIMER/" \
 			$P4/switchml.cfg.example >$d/switchml.cfg
 		(cd $d && ulimit -c 0 && SWITCHML_NO_BIND=1 GLOG_logtostderr=1 exec timeout $T $P4/allreduce_benchmark --tensor-type $ty \
-			--tensor-numel 16384 --num-warmup-jobs 1 --num-jobs 2 --verify 1 --err $err) >$LOG/$tag.$r.log 2>&1 &
+			--tensor-numel $P4NUMEL --num-warmup-jobs 1 --num-jobs $P4JOBS --verify 1 --err $err) >$LOG/$tag.$r.log 2>&1 &
 		pids+=($!)
 	done
 	# A refused registration is a glog CHECK failure in rank 0 (abort);
@@ -442,6 +443,114 @@ allreduce-p4app-loss)
 	done
 	stop_switch
 	p4app_teardown
+	;;
+rxe-bench)
+	# A measurement, not in "all": the project's ibverbs workers, float32,
+	# $SWML_BENCH_SIZE (default 4 MiB), 2 then 4 workers, $SWML_BENCH_QPS
+	# QPs (default 8, the worker's), 1 KiB
+	# packets, in the two shapes rxe accepts (the defaults, 16 KiB messages
+	# with --writes auto, are refused on rxe: tried first, it must fail in
+	# configuration): one packet per message (p4app's shape) and 16-packet
+	# messages sent as packet writes. Each job is bounded by
+	# $SWML_BENCH_TIMEOUT s (default 300). Then p4app-switchML's client at
+	# the same size with its own 100 ms timer as the reference, when
+	# harness.sh could build it (docs/testbed.md, "rxe-bench").
+	# Prints per job: each rank's median,
+	# packets and retransmissions (--json), the worker's timer counters
+	# (its /metrics, scraped while it runs: they survive a timeout), the
+	# switch's counters, rxe0's hw_counters and the UDP drop counters of
+	# both namespaces (rises over the job). Fails only on a wrong result or
+	# a job that could not start; a job past its bound is a measurement.
+	BT=${SWML_BENCH_TIMEOUT:-300}
+	BSIZE=${SWML_BENCH_SIZE:-4MiB}
+	JOB=(--size $BSIZE --iters ${SWML_BENCH_ITERS:-3} --warmup 1 --qps ${SWML_BENCH_QPS:-8} --connect-timeout 30s --json)
+	bench_snap() { # file: rxe0 hw_counters and UDP counters of both netns
+		{
+			for f in $CNT/*; do [ "${f##*/}" = lifespan ] || echo "rxe.${f##*/} $(cat "$f")"; done
+			awk '/^Udp:/{if(!h){split($0,k);h=1}else{for(i=2;i<=NF;i++)print "udp-init." k[i], $i}}' /proc/net/snmp
+			$IP netns exec peer awk '/^Udp:/{if(!h){split($0,k);h=1}else{for(i=2;i<=NF;i++)print "udp-switch." k[i], $i}}' /proc/net/snmp
+		} >"$1"
+	}
+	bench_delta() { # before after: the counters that rose
+		awk 'NR==FNR{a[$1]=$2;next} $2-a[$1]!=0{printf "%s %d\n", $1, $2-a[$1]}' "$1" "$2" | grep -v 'InDatagrams\|OutDatagrams' | tr '\n' ' '
+	}
+	bench_job() { # tag workers worker-flags...
+		local tag=$1 n=$2 pids=() r scr t0 t1 rc to=0
+		shift 2
+		sid=$((sid + 1))
+		start_switch 4
+		bench_snap $LOG/$tag.before
+		t0=$(cut -d' ' -f1 /proc/uptime)
+		for r in $(seq 0 $((n - 1))); do
+			timeout $BT $SW worker --nic ibverbs --addr $WADDR --controller $CTRL --session-id $sid --rank $r --workers $n \
+				--dtype float32 --metrics-addr 127.0.0.1:$((9500 + r)) "${JOB[@]}" "$@" >$LOG/$tag.$r.json 2>$LOG/$tag.$r.log &
+			pids+=($!)
+		done
+		# Keep each rank's last /metrics page.
+		(while :; do
+			for r in $(seq 0 $((n - 1))); do
+				# (busybox's wget -T dies of SIGSEGV: timeout(1) bounds it)
+				timeout 5 wget -q -O - http://127.0.0.1:$((9500 + r))/metrics >$LOG/$tag.$r.m.tmp 2>/dev/null &&
+					mv $LOG/$tag.$r.m.tmp $LOG/$tag.$r.metrics
+			done
+			sleep 1
+		done) &
+		scr=$!
+		for r in $(seq 0 $((n - 1))); do
+			wait ${pids[$r]}
+			rc=$?
+			case $rc in
+			0) ;;
+			124) to=1 ;;
+			*)
+				say "BENCH $tag rank $r: exit $rc: $(grep -v '^\s*$' $LOG/$tag.$r.log | tail -1)"
+				grep -q 'RESULT MISMATCH' $LOG/$tag.$r.log && fail "$tag: rank $r's result is wrong"
+				;;
+			esac
+		done
+		t1=$(cut -d' ' -f1 /proc/uptime)
+		kill $scr 2>/dev/null
+		wait $scr 2>/dev/null
+		bench_snap $LOG/$tag.after
+		say "BENCH $tag: $n workers x $BSIZE float32 (--qps ${SWML_BENCH_QPS:-8} $*), $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}') s for the job$([ $to = 1 ] && echo ", NOT FINISHED within ${BT} s")"
+		for r in $(seq 0 $((n - 1))); do
+			say "BENCH $tag rank $r: $(tr -d ' \n' <$LOG/$tag.$r.json | grep -o '"median_ns":[0-9]*\|"packets":[0-9]*\|"retransmissions":[0-9]*\|"writes":"[a-z]*"\|"packet_write_calls":[0-9]*\|"verified":[a-z]*' | tr '\n' ' ')"
+			say "BENCH $tag rank $r metrics: $(grep -E '^swml_worker_[a-z_]*_total|^swml_rdma_' $LOG/$tag.$r.metrics 2>/dev/null | grep -v ' 0$\|hw_counters' | sed 's/{[^}]*}//; s/^swml_//' | tr '\n' ' ')"
+		done
+		say "BENCH $tag switch: $(switch_metric_dump | grep -E '^swml_switch_[a-z_]*_total' | grep -v ' 0$' | sed 's/^swml_switch_//' | tr '\n' ' ')"
+		say "BENCH $tag counters: $(bench_delta $LOG/$tag.before $LOG/$tag.after)"
+		stop_switch
+	}
+	# The defaults: refused before any packet (exit 1, not a timeout).
+	start_switch 4
+	run_defaults=$(timeout 60 $SW worker --nic ibverbs --addr $WADDR --controller $CTRL --session-id 99 --rank 0 --workers 1 --dtype float32 --json 2>&1 >/dev/null)
+	stop_switch
+	case $run_defaults in
+	*"invalid configuration"*) say "BENCH defaults: refused on rxe as expected: ${run_defaults#*: }" ;;
+	*) fail "the worker's defaults (16 KiB messages, --writes auto) were not refused on rxe: $run_defaults" ;;
+	esac
+	for n in 2 4; do
+		bench_job rxe-1pkt-${n}w $n --msg-size 1KiB
+		bench_job rxe-pw-${n}w $n --writes packet
+	done
+	if [ -e $P4/unavailable ] || [ ! -x $P4/allreduce_benchmark ]; then
+		say "BENCH p4app: not measured: $(cat $P4/unavailable 2>/dev/null || echo "$P4/allreduce_benchmark is not in the guest")"
+	else
+		# Same elements as $BSIZE of float32, 2 workers, the client's own
+		# 100 ms timer; p4app_job verifies and prints p4app's median.
+		p4app_setup
+		P4TIMER=100 P4NUMEL=$(($(echo $BSIZE | sed 's/MiB/*1048576/; s/KiB/*1024/') / 4)) P4JOBS=${SWML_BENCH_ITERS:-3}
+		T=$BT
+		start_switch 4
+		bench_snap $LOG/p4.before
+		p4app_job p4bench float 1
+		rc=$?
+		bench_snap $LOG/p4.after
+		say "BENCH p4app: 2 workers x $BSIZE float32 (timer ${P4TIMER} ms): $([ $rc = 0 ] && grep -h '^Median' $LOG/p4bench.0.log || echo "did not verify (rc $rc)")"
+		say "BENCH p4app counters: $(bench_delta $LOG/p4.before $LOG/p4.after)"
+		stop_switch
+		p4app_teardown
+	fi
 	;;
 *)
 	fail "unknown scenario '${1:-}'"

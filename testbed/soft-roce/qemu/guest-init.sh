@@ -27,6 +27,12 @@ for kv in $(cat /proc/cmdline); do
 	swml.scenarios=*) scenarios=${kv#swml.scenarios=} ;;
 	swml.timeout=*) timeout_s=${kv#swml.timeout=} ;;
 	swml.msgsize=*) export SWML_TEST_MSG_SIZE=${kv#swml.msgsize=} ;;
+	swml.bench=*) # size,iters,timeout,qps of rxe-bench
+		IFS=, read -r SWML_BENCH_SIZE SWML_BENCH_ITERS SWML_BENCH_TIMEOUT SWML_BENCH_QPS <<EOF
+${kv#swml.bench=}
+EOF
+		export SWML_BENCH_SIZE SWML_BENCH_ITERS SWML_BENCH_TIMEOUT SWML_BENCH_QPS
+		;;
 	esac
 done
 mount -t tmpfs tmpfs /run
@@ -132,7 +138,7 @@ run_one() { # scenario
 		bash /bin/lab.sh down && bash /bin/lab.sh down && bash /bin/lab.sh up && bash /bin/lab.sh up >/dev/null &&
 			timeout "$timeout_s" /bin/interop -scenario ibv-loopback
 		;;
-	allreduce-* | worker-killed) timeout "$timeout_s" bash /bin/allreduce.sh "$1" ;;
+	allreduce-* | worker-killed | rxe-bench) timeout "$timeout_s" bash /bin/allreduce.sh "$1" ;;
 	*) timeout "$timeout_s" /bin/interop -scenario "$1" ;;
 	esac
 }

@@ -24,6 +24,10 @@
 #   SWML_SCENARIO_TIMEOUT seconds per scenario inside the guest (default 300)
 #   SWML_TEST_MSG_SIZE  --msg-size of the all-reduce scenarios (default 1KiB:
 #                       one-packet messages; e.g. 16KiB for 16-packet ones)
+#   SWML_BENCH_SIZE, SWML_BENCH_ITERS, SWML_BENCH_TIMEOUT, SWML_BENCH_QPS
+#                       rxe-bench's tensor size (default 4MiB), measured
+#                       all-reduces (3), bound per job in s (300) and
+#                       worker QPs (8)
 #   SWML_ARTIFACTS      directory where blobs printed by the guest
 #                       (e.g. the captured sysfs tree) are written
 #   SWML_P4APP_DIR      p4app-switchML's client sources and build.sh for
@@ -48,7 +52,7 @@ ALL_SCENARIOS=(
 	allreduce-ibverbs allreduce-mixed allreduce-ibverbs-loss allreduce-packet-writes worker-killed
 	rdmadev allreduce-p4app
 )
-EXTRA_SCENARIOS=(smoke capture-sysfs devices lab-script allreduce-p4app-loss)
+EXTRA_SCENARIOS=(smoke capture-sysfs devices lab-script allreduce-p4app-loss rxe-bench)
 
 log() { printf 'harness: %s\n' "$*" >&2; }
 # skip MESSAGE: outside CI a skip is exit 0 with a clear message; with CI
@@ -263,7 +267,7 @@ p4app_unavailable() { # SKIP|FAIL reason
 	mkdir -p "$work/extra/opt/p4app"
 	echo "$1: $2" >"$work/extra/opt/p4app/unavailable"
 }
-if [[ " ${scenarios[*]} " == *" allreduce-p4app"[\ -]* ]]; then
+if [[ " ${scenarios[*]} " == *" allreduce-p4app"[\ -]* || " ${scenarios[*]} " == *" rxe-bench "* ]]; then
 	if [ ! -x "$P4APP_DIR/build.sh" ]; then
 		p4app_unavailable SKIP "no p4app-switchML client sources at $P4APP_DIR (set SWML_P4APP_DIR; see docs/interop.md)"
 	else
@@ -310,7 +314,7 @@ timeout --foreground -k 10 "$QEMU_TIMEOUT" qemu-system-x86_64 \
 	-accel tcg,thread=multi -cpu max -smp 2 -m 1024 \
 	-nographic -no-reboot -nic none \
 	-kernel "$kdir/vmlinux" -initrd "$work/initramfs.cpio" \
-	-append "console=ttyS0 panic=-1 quiet swml.scenarios=$list swml.timeout=$SCENARIO_TIMEOUT swml.msgsize=${SWML_TEST_MSG_SIZE:-1KiB}" \
+	-append "console=ttyS0 panic=-1 quiet swml.scenarios=$list swml.timeout=$SCENARIO_TIMEOUT swml.msgsize=${SWML_TEST_MSG_SIZE:-1KiB} swml.bench=${SWML_BENCH_SIZE:-4MiB},${SWML_BENCH_ITERS:-3},${SWML_BENCH_TIMEOUT:-300},${SWML_BENCH_QPS:-8}" \
 	</dev/null >"$work/console.log" 2>&1
 qrc=$?
 set -e
