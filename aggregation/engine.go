@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
@@ -75,16 +76,79 @@ type qpState struct {
 	// pkts are the message's packet results, with per-packet recovery
 	// (engine.pktBits > 0): each packet resent on its own is answered on
 	// its own (receive.go).
-	pkts struct {
-		got   []uint64 // bitmap of the packets whose result is back
-		n     int      // how many
-		resE0 int8     // the result exponent of its last packet
-		resE1 int8     // and its loss signal (adaptState)
-		// first is when the first one came back, if that was before any
-		// resend (so it answers the first transmission); zero otherwise.
-		first time.Time
-		last  time.Time // when the latest one came back
+	pkts pktResults
+}
+
+// pktResults are a message's packet results so far.
+type pktResults struct {
+	got   []uint64 // bitmap of the packets whose result is back
+	n     int      // how many
+	resE0 int8     // the result exponent of its last packet
+	resE1 int8     // and its loss signal (adaptState)
+	// first is when the first one came back, if that was before any
+	// resend (so it answers the first transmission); zero otherwise.
+	first time.Time
+	last  time.Time // when the latest one came back
+	// hi is the highest packet index whose result came back after
+	// the latest transmission (-1: none), above when the first
+	// result came back after it with a packet still missing below:
+	// the in-message evidence of loss (lostAt).
+	hi    int
+	above time.Time
+	// since is when the first result came back after the latest
+	// transmission, cnt how many have since: their pace.
+	since time.Time
+	cnt   int
+}
+
+// firstMissing is the lowest packet index whose result is not back (the
+// message's packet count if none is missing).
+func (p *pktResults) firstMissing() int {
+	for i, w := range p.got {
+		if w != ^uint64(0) {
+			return i*64 + bits.TrailingZeros64(^w)
+		}
 	}
+	return len(p.got) * 64
+}
+
+// record notes packet k's result, back at now; xmit is the message's
+// latest transmission.
+func (p *pktResults) record(k int, now, xmit time.Time) {
+	p.got[k>>6] |= 1 << (k & 63)
+	p.n++
+	p.last = now
+	if !now.After(xmit) {
+		return
+	}
+	if p.cnt++; p.cnt == 1 {
+		p.since = now
+	}
+	if k > p.hi {
+		p.hi = k
+		if p.above.IsZero() && p.firstMissing() < k {
+			p.above = now
+		}
+	}
+}
+
+// tailDue is when the results still missing above the highest one back
+// are overdue: the pace of those back since the latest transmission, kept
+// up for each missing one, twice over, plus the reordering window. On
+// loopback they come back at once (the window alone); on a slow path
+// (a shaped link, rxe under emulation) they are spread, and the wait
+// follows the spread.
+func (p *pktResults) tailDue(missing int, reo time.Duration) time.Time {
+	var pace time.Duration
+	if p.cnt > 1 {
+		pace = p.last.Sub(p.since) / time.Duration(p.cnt-1)
+	}
+	return p.last.Add(2*pace*time.Duration(missing) + reo)
+}
+
+// transmitted restarts the in-message evidence for a new transmission.
+func (p *pktResults) transmitted() {
+	p.hi, p.above, p.since, p.cnt = -1, time.Time{}, time.Time{}, 0
 }
 
 // engine is the state of the session's engine that outlives a call

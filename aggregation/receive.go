@@ -152,9 +152,8 @@ func (s *Session) match(st *qpState, wc *verbs.Completion, now time.Time) result
 	if k >= ppm || id != wire.PacketMsgID(st.msg.id, k, bits) || p.got[k>>6]&(1<<(k&63)) != 0 {
 		return resultStale
 	}
-	p.got[k>>6] |= 1 << (k & 63)
-	p.last = now
-	if p.n++; p.n == 1 && st.timer.resends == 0 {
+	p.record(k, now, st.timer.xmit)
+	if p.n == 1 && st.timer.resends == 0 {
 		p.first = now
 	}
 	if k == ppm-1 {

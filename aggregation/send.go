@@ -117,10 +117,11 @@ func (s *Session) post(st *qpState, e0 int8, now time.Time) error {
 		st.pkts.n = 0
 	}
 	st.pkts.first = time.Time{}
+	st.pkts.transmitted()
 	s.startTimer(st, now)
 	s.stats.messages.Add(1)
 	if s.eng.pktWrites {
-		return s.transmitPackets(st)
+		return s.transmitPackets(st, s.cfg.PacketsPerMessage)
 	}
 	return s.transmit(st, m.wr[:], s.cfg.PacketsPerMessage)
 }
@@ -158,18 +159,18 @@ func (s *Session) transmit(st *qpState, wrs []verbs.SendWR, packets int) error {
 	return nil
 }
 
-// transmitPackets sends each packet of st's message whose result is not
-// back as a one-packet WRITE ONLY WITH IMMEDIATE: packet k goes to pool
+// transmitPackets sends each packet below upto of st's message whose
+// result is not back as a one-packet WRITE ONLY WITH IMMEDIATE: packet k goes to pool
 // index pool+2k with the packet message id of k, lands at its own offset of
 // the receive region, and is answered by a one-packet result. Only the
 // last work request is signaled: its completion stands for all of them
 // (st.queued counts one).
-func (s *Session) transmitPackets(st *qpState) error {
+func (s *Session) transmitPackets(st *qpState, upto int) error {
 	ps := s.cfg.PacketSize
 	m := &st.msg
 	recv := s.recvOff(m.set, st.index)
 	wrs := s.eng.pktWRs[:0]
-	for k := range s.cfg.PacketsPerMessage {
+	for k := range min(upto, s.cfg.PacketsPerMessage) {
 		if st.pkts.got[k>>6]&(1<<(k&63)) != 0 {
 			continue
 		}

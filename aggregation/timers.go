@@ -312,25 +312,53 @@ func (s *Session) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 
 // lostAt is when st's message is taken for lost without a timeout, if
 // there is evidence: a result of a message sent after it is back (RACK),
-// or, with packet writes, some of its own packets' results came back after
-// its latest transmission and the rest did not follow within the
-// reordering window (every worker sends a message's packets together, so
-// its results come back together).
+// or, with packet writes, a packet's result came back after the message's
+// latest transmission while a packet sent before it in that transmission
+// is still missing (packet-level RACK: every worker sends a message's
+// packets in order and the switch completes their slots in that order, so
+// their results come back in order).
+//
+// With packet writes, a message some of whose results are back is judged
+// only by its own packets: its last results follow its first by the time
+// the path takes to carry the message (16 packets at 200 Mbit/s: 0.7 ms;
+// far more on rxe under emulation), which neither the reordering window
+// nor another message's time to its first result covers. Before, any gap
+// longer than the reordering window between two of its results, or
+// another QP's result, took the rest for lost: on shaped links under loss
+// and on rxe that resent most of every message (docs/benchmarks.md,
+// session 7).
 func (s *Session) lostAt(st *qpState) (time.Time, bool) {
 	rack := &s.eng.rack
 	xmit := st.timer.xmit
 	reo := rack.reoWnd(s.eng.rtt.SRTT())
-	var t time.Time
-	ok := false
-	if xmit.Before(rack.xmit) {
-		t, ok = xmit.Add(rack.rtt+reo), true
-	}
-	if s.eng.pktWrites && st.pkts.last.After(xmit) {
-		if u := st.pkts.last.Add(reo); !ok || u.Before(t) {
-			t, ok = u, true
+	p := &st.pkts
+	if s.eng.pktWrites && p.n > 0 {
+		if !p.above.IsZero() && p.firstMissing() < p.hi {
+			return p.above.Add(reo), true
 		}
+		if p.cnt > 0 {
+			// No gap: the rest are overdue once the results stop
+			// coming at their pace.
+			return p.tailDue(s.cfg.PacketsPerMessage-p.n, reo), true
+		}
+		return time.Time{}, false
 	}
-	return t, ok
+	if xmit.Before(rack.xmit) {
+		return xmit.Add(rack.rtt + reo), true
+	}
+	return time.Time{}, false
+}
+
+// evidenceUpTo is how many of st's packets a resend on evidence covers:
+// with a gap among the packet results (lostAt), the missing ones below the
+// highest result back, the others may still be on their way; otherwise
+// every missing one.
+func (s *Session) evidenceUpTo(st *qpState) int {
+	p := &st.pkts
+	if s.eng.pktWrites && p.n > 0 && p.hi >= 0 && !p.above.IsZero() && p.firstMissing() < p.hi {
+		return p.hi
+	}
+	return s.cfg.PacketsPerMessage
 }
 
 // rto is the first timeout of st's new message: RFC 6298 over the measured
@@ -412,7 +440,9 @@ func (s *Session) retransmit(st *qpState, now time.Time) error {
 		// are resent, one packet each, which adds next to no load. Resend
 		// at the pace of the estimate, undoing any backoff: it would
 		// only make the wait for a lost resend longer (at 20 % loss the
-		// resend of the last packet is lost again a third of the time).
+		// resend of the last packet is lost again a third of the time;
+		// backing off when nothing came back since the latest resend, as
+		// tried in session 7, made 20 % loss on loopback 3-6x slower).
 		t.silent = 0
 		t.rto = s.rto(st)
 	} else if t.silent++; t.silent%s.cfg.BackoffAfter == 0 {
@@ -433,14 +463,21 @@ func (s *Session) fastRetransmit(st *qpState, now time.Time) error {
 		return nil // as retransmit; its send completion wakes the engine
 	}
 	s.stats.fastRetransmissions.Add(1)
-	return s.resend(st, now)
+	return s.resendUpTo(st, now, s.evidenceUpTo(st))
 }
 
 func (s *Session) resend(st *qpState, now time.Time) error {
+	return s.resendUpTo(st, now, s.cfg.PacketsPerMessage)
+}
+
+// resendUpTo resends st's message: with per-packet recovery the packets
+// below upto whose result is not back, otherwise all of it.
+func (s *Session) resendUpTo(st *qpState, now time.Time, upto int) error {
 	t := &st.timer
 	t.resends++
 	t.xmit, t.deferred = now, false
 	t.deadline = now.Add(t.rto)
+	st.pkts.transmitted()
 	s.stats.retransmissions.Add(1)
 	if s.eng.pktBits == 0 {
 		return s.transmit(st, st.msg.wr[:], s.cfg.PacketsPerMessage)
@@ -452,7 +489,7 @@ func (s *Session) resend(st *qpState, now time.Time) error {
 	// and of its answer to get through at once: at 5 % loss, 19 % of the
 	// tries with 16 packets. Packet by packet, each try repairs 90 % of
 	// what is missing. The switch treats each as a one-packet message.
-	return s.transmitPackets(st)
+	return s.transmitPackets(st, upto)
 }
 
 // deadPeer is the error of a message that had no result for

@@ -225,7 +225,7 @@ func TestPacketWriteTimer(t *testing.T) {
 	expire := func() []verbs.SendWR {
 		t.Helper()
 		st.queued = 0
-		now = now.Add(st.timer.rto)
+		now = now.Add(st.timer.rto + time.Microsecond)
 		if err := s.retransmit(st, now); err != nil {
 			t.Fatal(err)
 		}
@@ -261,39 +261,69 @@ type fakeMR struct {
 func (m *fakeMR) Bytes() []byte { return m.buf }
 func (m *fakeMR) LKey() uint32  { return 1 }
 
-// TestPacketWriteLossEvidence: with packet writes a message whose packets'
-// results stopped coming is taken for lost a reordering window after the
-// last one came back, without waiting for a later message's result (RACK)
-// or the timer; with message writes, and before any result, there is no
-// such evidence.
+// TestPacketWriteLossEvidence: with packet writes a message whose packet
+// results came back with a gap (a packet missing below one whose result is
+// back, after the latest transmission) is taken for lost a reordering
+// window after the first such result: packet-level RACK. Results that
+// stopped without a gap make the rest overdue only once they are late at
+// the pace the others came back at (a slow path spreads a message's
+// results); another QP's result is no evidence once some of the message's
+// own are back; with none back, RACK across QPs applies as with message
+// writes.
 func TestPacketWriteLossEvidence(t *testing.T) {
 	now := time.Now()
-	s := &Session{}
+	s := &Session{cfg: Config{PacketsPerMessage: 16}}
 	s.eng.pktWrites = true
 	s.eng.rack.curMin = 4 * time.Millisecond // reordering window 1 ms
 	st := &qpState{}
+	st.pkts.got = make([]uint64, 1)
 	st.timer.xmit = now
+	st.pkts.transmitted()
 	if _, ok := s.lostAt(st); ok {
 		t.Fatal("evidence of loss before any result")
 	}
-	st.pkts.last, st.pkts.n = now.Add(3*time.Millisecond), 15
-	if at, ok := s.lostAt(st); !ok || !at.Equal(now.Add(4*time.Millisecond)) {
-		t.Fatalf("15 of 16 back 3 ms after sending: lost at %v (%v), want +4ms", at.Sub(now), ok)
+	back := func(k int, at time.Duration) { st.pkts.record(k, now.Add(at), st.timer.xmit) }
+	for k := range 14 {
+		back(k, time.Duration(k)*100*time.Microsecond)
 	}
-	// A later message's result gives the earlier of the two times.
+	// 1 to 13 came back 100 µs apart after the transmission: the last two
+	// are overdue two paces each after 13, plus the window.
+	tail := now.Add(1300*time.Microsecond + 2*2*100*time.Microsecond + time.Millisecond)
+	if at, ok := s.lostAt(st); !ok || !at.Equal(tail) {
+		t.Fatalf("14 of 16 back in order: lost at %v (%v), want %v", at.Sub(now), ok, tail.Sub(now))
+	}
+	if got := s.evidenceUpTo(st); got != 16 {
+		t.Fatalf("resend of an overdue tail covers %d packets, want all 16", got)
+	}
+	// Another QP's later result: no evidence for a message with results back.
 	s.eng.rack.xmit, s.eng.rack.rtt = now.Add(time.Millisecond), time.Millisecond
-	if at, _ := s.lostAt(st); !at.Equal(now.Add(2 * time.Millisecond)) {
-		t.Fatalf("with RACK evidence: lost at %v, want +2ms", at.Sub(now))
+	if at, _ := s.lostAt(st); !at.Equal(tail) {
+		t.Fatalf("RACK across QPs for a message whose own results are coming back: lost at %v", at.Sub(now))
 	}
-	s.eng.rack.xmit = time.Time{}
+	back(15, 3*time.Millisecond) // packet 14 missing below it
+	if at, ok := s.lostAt(st); !ok || !at.Equal(now.Add(4*time.Millisecond)) {
+		t.Fatalf("packet 14 missing below 15: lost at %v (%v), want +4ms", at.Sub(now), ok)
+	}
+	if got := s.evidenceUpTo(st); got != 15 {
+		t.Fatalf("resend on evidence covers %d packets, want 15", got)
+	}
 	s.eng.pktWrites = false
-	if _, ok := s.lostAt(st); ok {
-		t.Fatal("message writes: evidence from packet results")
+	if at, ok := s.lostAt(st); !ok || !at.Equal(now.Add(2*time.Millisecond)) {
+		t.Fatalf("message writes: lost at %v (%v), want RACK's +2ms", at.Sub(now), ok)
 	}
 	s.eng.pktWrites = true
 	st.timer.xmit = now.Add(5 * time.Millisecond) // resent after the last result
+	st.pkts.transmitted()
 	if _, ok := s.lostAt(st); ok {
 		t.Fatal("evidence from results that came back before the latest resend")
+	}
+	// Nothing of a message back: RACK across QPs.
+	st2 := &qpState{}
+	st2.pkts.got = make([]uint64, 1)
+	st2.timer.xmit = now
+	st2.pkts.transmitted()
+	if at, ok := s.lostAt(st2); !ok || !at.Equal(now.Add(2*time.Millisecond)) {
+		t.Fatalf("nothing back, a later message's result back: lost at %v (%v), want +2ms", at.Sub(now), ok)
 	}
 }
 
