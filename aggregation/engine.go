@@ -170,13 +170,21 @@ type engine struct {
 	rtt, joinRTT timing.RTT
 	// standing bounds the timeout (timers.go, rto): the smallest time to
 	// result over the last round trip or two, queueing included.
-	standing   timing.StandingRTT
-	rack       rackState
+	standing timing.StandingRTT
+	rack     rackState
+	// backedOff is the largest timeout backed off since the latest round
+	// trip measured: before any round trip is measured, new messages
+	// start no shorter (timers.go, rto).
+	backedOff  time.Duration
 	lastResult time.Time // when any result last arrived
 	// progress is when a result last completed a message or a packet of
 	// one (not a duplicate answer): RFC 6298 5.3's "new data acknowledged",
 	// which restarts the retransmission timers (timers.go, expiry).
 	progress time.Time
+	// rackProgress is when a result RACK could use last came back: one
+	// sampled, or a resent message's accepted as the answer to its latest
+	// transmission (timers.go, expiry).
+	rackProgress time.Time
 	// probe is when the latest probe was sent: the one message resent
 	// when the path went silent (timers.go, expire).
 	probe time.Time
@@ -365,7 +373,7 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 func (s *Session) start(c *call) (int, error) {
 	now := time.Now()
 	e := &s.eng
-	e.callStart, e.lastPass, e.notified, e.progress, e.due = now, now, false, now, time.Time{}
+	e.callStart, e.lastPass, e.notified, e.progress, e.rackProgress, e.due = now, now, false, now, now, time.Time{}
 	e.rack.newCall()
 	active := 0
 	for _, st := range s.qps {
@@ -440,6 +448,13 @@ func (s *Session) switchGoneAt() (time.Time, bool) {
 
 func minTime(a, b time.Time) time.Time {
 	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
 		return b
 	}
 	return a

@@ -220,13 +220,19 @@ func (s *Session) expire(st *qpState, now time.Time, late time.Duration) error {
 // cannot see: the last messages of a call, and a path gone silent. Once
 // resent, a message keeps its own timer: under heavy loss the progress
 // of packet results answering other QPs' resends, which RACK does not
-// see, would otherwise put it off for good.
+// see, would otherwise put it off for good. For the same reason only
+// results RACK can use count as progress here (engine.rackProgress): a
+// result whose transmission is ambiguous tells RACK nothing, and under
+// heavy loss hardly any result is unambiguous (most messages are resent),
+// so a first transmission lost whole was found by neither RACK nor the
+// timer while other QPs' results trickled in — at 20 % loss on loopback
+// a call waited out the peer timeout on a message never resent (session 8).
 func (s *Session) expiry(st *qpState) time.Time {
 	t := &st.timer
 	if t.resends > 0 {
 		return t.deadline
 	}
-	if p := s.eng.progress.Add(t.rto); p.After(t.deadline) {
+	if p := s.eng.rackProgress.Add(t.rto); p.After(t.deadline) {
 		return p
 	}
 	return t.deadline
@@ -267,11 +273,17 @@ func (s *Session) sampleResult(st *qpState, r resultKind, now time.Time) {
 		s.sampleRTT(st, now.Sub(t.sent), t.xmit)
 	default:
 		rack := &s.eng.rack
-		if d := now.Sub(t.xmit); d >= rack.minRTT() && t.xmit.After(rack.xmit) {
+		if m := rack.minRTT(); m > 0 && now.Sub(t.xmit) >= m && t.xmit.After(rack.xmit) {
 			// A resent message: the result can be taken for the answer to
 			// its latest transmission only if it took at least the
-			// smallest time to result since (RFC 8985, section 6.2).
-			rack.xmit, rack.rtt = t.xmit, d
+			// smallest time to result since (RFC 8985, section 6.2), so
+			// not before one is measured: a resend into a slot already
+			// complete is answered in a fraction of a fresh message's
+			// time to result, and taken for RACK's reference it made
+			// every message in flight look lost (packet writes on a
+			// shaped link, docs/benchmarks.md session 8).
+			rack.xmit, rack.rtt = t.xmit, now.Sub(t.xmit)
+			s.eng.rackProgress = now
 		}
 	}
 }
@@ -303,6 +315,8 @@ func (s *Session) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 	} else {
 		e.rtt.Sample(r)
 	}
+	e.backedOff = 0
+	e.rackProgress = maxTime(e.rackProgress, xmit.Add(r))
 	e.rack.sampleMin(r)
 	e.standing.Sample(xmit.Add(r), r, e.rtt.SRTT())
 	if xmit.After(e.rack.xmit) {
@@ -318,25 +332,29 @@ func (s *Session) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 // packets in order and the switch completes their slots in that order, so
 // their results come back in order).
 //
-// With packet writes, a message some of whose results are back is judged
-// only by its own packets: its last results follow its first by the time
-// the path takes to carry the message (16 packets at 200 Mbit/s: 0.7 ms;
-// far more on rxe under emulation), which neither the reordering window
-// nor another message's time to its first result covers. Before, any gap
-// longer than the reordering window between two of its results, or
-// another QP's result, took the rest for lost: on shaped links under loss
-// and on rxe that resent most of every message (docs/benchmarks.md,
-// session 7).
+// With packet writes a message is judged only by its own packets: its
+// last results follow its first by the time the path takes to carry the
+// message (16 packets at 200 Mbit/s: 0.7 ms; far more on rxe under
+// emulation), which neither the reordering window nor another message's
+// time to its first result covers (session 7: any gap longer than the
+// window, or another QP's result, resent most of every message on shaped
+// links under loss and on rxe). And a message none of whose results is
+// back has lost no packet — a lost packet costs it one result, not all —
+// but waits: for a worker that sent it later (workers send their QPs'
+// messages in different orders), or behind a queue. RACK across QPs took
+// that wait for loss and resent every packet into a queue that was
+// already full (session 8: 3.5 k of 6 k resends per rank on a shaped link
+// at 1 % loss); the timer covers a message lost whole.
 func (s *Session) lostAt(st *qpState) (time.Time, bool) {
 	rack := &s.eng.rack
 	xmit := st.timer.xmit
 	reo := rack.reoWnd(s.eng.rtt.SRTT())
 	p := &st.pkts
-	if s.eng.pktWrites && p.n > 0 {
+	if s.eng.pktWrites {
 		if !p.above.IsZero() && p.firstMissing() < p.hi {
 			return p.above.Add(reo), true
 		}
-		if p.cnt > 0 {
+		if p.n > 0 && p.cnt > 0 {
 			// No gap: the rest are overdue once the results stop
 			// coming at their pace.
 			return p.tailDue(s.cfg.PacketsPerMessage-p.n, reo), true
@@ -383,6 +401,21 @@ func (s *Session) rto(st *qpState) time.Duration {
 		// the one probe per silence (expire) keep a long join wait to a
 		// few resends.
 		est = &e.joinRTT
+	}
+	if est.Samples() == 0 && e.backedOff > 0 {
+		// Karn's algorithm, second part (RFC 6298 5.5–5.7): before the
+		// first round trip is measured, a timeout backed off is kept for
+		// new messages. Without it, a path slower than the floor — a
+		// link behind a queue, rxe under emulation — timed out every new
+		// message before its first result, resent it, and so never got
+		// the unambiguous sample that would have set the timeout (packet
+		// writes on a shaped link: not one sample in a whole run, and a
+		// storm of resends). Once there are samples the estimate leads:
+		// carried over, the backoff of a QP whose every first
+		// transmission is lost grew from message to message until the
+		// peer timeout (TestToyStarvation).
+		floor = min(max(floor, e.backedOff), s.cfg.MaxRetransmitTimeout)
+		ceil = max(ceil, floor)
 	}
 	if st.msg.joining {
 		return est.RTO(floor, ceil)
@@ -452,6 +485,7 @@ func (s *Session) retransmit(st *qpState, now time.Time) error {
 		// does not fire at the same pace again, adding a copy of the
 		// whole message to the queue it waits in each time.
 		t.rto = min(2*t.rto, s.cfg.MaxRetransmitTimeout)
+		s.eng.backedOff = max(s.eng.backedOff, t.rto)
 	}
 	return s.resend(st, now)
 }

@@ -49,6 +49,7 @@ func TestTimersBehindAQueue(t *testing.T) {
 	const q, ppm, rounds = 8, 16, 40
 	s := timerSession(q, ppm)
 	base := time.Unix(1000, 0)
+	s.eng.lastPass, s.eng.progress, s.eng.rackProgress = base, base, base      // as start does
 	wire := time.Duration(float64((1024+42)*8) / 200e6 * float64(time.Second)) // one packet
 	const answer = 100 * time.Microsecond
 	var busy time.Duration // when the link is free, after base
@@ -83,6 +84,74 @@ func TestTimersBehindAQueue(t *testing.T) {
 	}
 }
 
+// TestTimersSlowerThanTheFloor: the same link at 50 Mbit/s, where a
+// message's time to result is longer than the timeout's floor from the
+// first message on, so no estimate exists until some message is answered
+// before its timer fires. Resends cross the link too (they queue behind
+// what is there and delay what follows). Karn's algorithm keeps the
+// backed-off timeout for new messages until a round trip is measured:
+// the resends stop within the first rounds. Without it every new message
+// started at the floor, fired before its result, was resent, and left
+// the estimate without a sample for good — resends in every round, a
+// storm on a real link (packet writes on a shaped veth, session 8).
+func TestTimersSlowerThanTheFloor(t *testing.T) {
+	const q, ppm, rounds = 8, 16, 40
+	s := timerSession(q, ppm)
+	base := time.Unix(1000, 0)
+	s.eng.lastPass, s.eng.progress, s.eng.rackProgress = base, base, base // as start does
+	wire := time.Duration(float64((1024+42)*8) / 50e6 * float64(time.Second))
+	const answer = 100 * time.Microsecond
+	var busy time.Duration
+	due := make([]time.Duration, q)
+	posts := make([]int, q)
+	transmit := func(st *qpState, at time.Duration, first bool) {
+		busy = max(busy, at) + ppm*wire
+		if first {
+			due[st.index] = busy + answer // resends answer no sooner
+		}
+		posts[st.index] = len(st.qp.(*postCounter).posted)
+	}
+	for _, st := range s.qps {
+		if err := s.post(st, 0, base); err != nil {
+			t.Fatal(err)
+		}
+		transmit(st, 0, true)
+	}
+	if d := due[0]; d <= s.qps[0].timer.rto {
+		t.Fatalf("time to result %v within the first timeout %v: not the case under test", d, s.qps[0].timer.rto)
+	}
+	const step = 50 * time.Microsecond
+	results := 0
+	late := uint64(0) // resends after the first quarter of the rounds
+	for now := time.Duration(0); results < rounds*q; now += step {
+		for _, st := range s.qps {
+			if due[st.index] <= now {
+				s.playResult(t, st, base.Add(due[st.index]))
+				transmit(st, due[st.index], true)
+				results++
+			}
+		}
+		before := s.stats.retransmissions.Load()
+		if _, err := s.timers(base.Add(now)); err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range s.qps {
+			st.queued = 0
+			if n := len(st.qp.(*postCounter).posted); n > posts[st.index] {
+				transmit(st, now, false)
+			}
+		}
+		if results > rounds*q/4 {
+			late += s.stats.retransmissions.Load() - before
+		}
+	}
+	if late != 0 || s.eng.rtt.Samples() == 0 {
+		t.Fatalf("%d resends after round %d of %d (%d in all), %d samples: the timeout never caught up with the path (estimate %v)",
+			late, rounds/4, rounds, s.stats.retransmissions.Load(), s.eng.rtt.Samples(), s.eng.rtt.SRTT())
+	}
+	t.Logf("%d resends in all, all in the first rounds; estimate %v ± %v", s.stats.retransmissions.Load(), s.eng.rtt.SRTT(), s.eng.rtt.RTTVar())
+}
+
 // TestSilenceProbe: when every message's timer expires because the path
 // went silent (a stall: nothing lost), one message is resent as a probe
 // and the others' timers restart while it is out; a result (progress)
@@ -94,7 +163,8 @@ func TestSilenceProbe(t *testing.T) {
 	now := time.Unix(1000, 0)
 	s.eng.joinRTT.Sample(2 * time.Millisecond)
 	s.eng.rtt.Sample(2 * time.Millisecond)
-	s.eng.progress, s.eng.lastPass = now, now
+	s.eng.rack.sampleMin(2 * time.Millisecond)
+	s.eng.progress, s.eng.rackProgress, s.eng.lastPass = now, now, now
 	for _, st := range s.qps {
 		st.msg.joining = false
 		if err := s.post(st, 0, now); err != nil {
@@ -120,7 +190,7 @@ func TestSilenceProbe(t *testing.T) {
 	}
 	// Results of other messages kept coming until 5 ms: nothing expires
 	// before 5 ms + the timeout, although every deadline has passed.
-	s.eng.progress = now.Add(5 * time.Millisecond)
+	s.eng.progress, s.eng.rackProgress = now.Add(5*time.Millisecond), now.Add(5*time.Millisecond)
 	if n := pass(now.Add(10 * time.Millisecond)); n != 0 {
 		t.Fatalf("%d resends while results came within a timeout", n)
 	}
@@ -147,7 +217,7 @@ func TestSilenceProbe(t *testing.T) {
 	// A pass that comes late polls once more before a timer fires.
 	st := s.qps[1]
 	at := st.timer.deadline.Add(10 * time.Millisecond)
-	s.eng.progress = st.timer.xmit
+	s.eng.progress, s.eng.rackProgress = st.timer.xmit, st.timer.xmit
 	s.eng.lastPass, s.eng.due = at.Add(-20*time.Millisecond), at.Add(-10*time.Millisecond)
 	before := s.stats.retransmissions.Load()
 	if _, err := s.timers(at); err != nil {

@@ -240,14 +240,18 @@ type labRow struct {
 	// Gloo.
 	Messages                  uint64   `json:"messages"`
 	RetransmissionsPerMessage *float64 `json:"retransmissions_per_message"`
+	// Why SwitchML's workers resent (summed over them; zero otherwise).
+	resendCauses
 	// SwitchDrops are the software switch's drops by reason (SwitchML).
 	SwitchDrops map[string]uint64 `json:"switch_drops,omitempty"`
 	// Kernel counters over the run: full socket receive buffers (all
-	// namespaces, and the switch namespace's alone), tbf queue drops, and
-	// the loss rules' drops.
+	// namespaces, and the switch namespace's alone), tbf queue drops (all,
+	// then worker → switch and switch → worker), and the loss rules' drops.
 	UDPRcvbufErrors       uint64 `json:"udp_rcvbuf_errors"`
 	SwitchUDPRcvbufErrors uint64 `json:"switch_udp_rcvbuf_errors"`
 	QueueDrops            uint64 `json:"queue_drops"`
+	QueueDropsUp          uint64 `json:"queue_drops_up"`
+	QueueDropsDown        uint64 `json:"queue_drops_down"`
 	LossDrops             uint64 `json:"loss_drops"`
 	Verified              bool   `json:"verified"`
 	ResultSHA256          string `json:"result_sha256,omitempty"`
@@ -318,8 +322,9 @@ type labJob struct {
 	Retransmissions           uint64   `json:"retransmissions"`
 	Messages                  uint64   `json:"messages"`
 	RetransmissionsPerMessage *float64 `json:"retransmissions_per_message"`
-	ResultSHA256              string   `json:"result_sha256"`
-	Verified                  bool     `json:"verified"`
+	resendCauses
+	ResultSHA256 string `json:"result_sha256"`
+	Verified     bool   `json:"verified"`
 }
 
 const labSchemaVersion = 1
@@ -514,6 +519,7 @@ func (r *labRunner) runSystem(ctx context.Context, lab *netlab.Lab, row *labRow)
 		}
 	})
 	row.UDPRcvbufErrors, row.SwitchUDPRcvbufErrors, row.QueueDrops, row.LossDrops = d.UDPRcvbufErrors, d.SwitchUDPRcvbufErrors, d.QueueDrops, d.LossDrops
+	row.QueueDropsUp, row.QueueDropsDown = d.QueueDropsUp, d.QueueDropsDown
 	if row.System == sysGloo {
 		row.Retransmissions = d.TCPRetransSegs
 	}
@@ -639,7 +645,7 @@ func (r *labRunner) runSwitchML(ctx context.Context, lab *netlab.Lab, row *labRo
 	j := jobs[0]
 	row.SwitchDrops = drops
 	row.setTimes(j.MedianNs, j.MinNs, j.MaxNs)
-	row.Packets, row.Retransmissions = j.Packets, j.Retransmissions
+	row.Packets, row.Retransmissions, row.resendCauses = j.Packets, j.Retransmissions, j.resendCauses
 	row.setMessages(j.Messages)
 	row.ResultSHA256, row.Verified = j.ResultSHA256, true
 	return nil
@@ -765,6 +771,7 @@ func (r *labRunner) runSwitchMLJobs(ctx context.Context, lab *netlab.Lab, row *l
 			meds, mins, maxs = append(meds, res.MedianNs), append(mins, res.MinNs), append(maxs, res.MaxNs)
 			job.Packets += res.Packets
 			job.Retransmissions += res.Retransmissions
+			job.resendCauses.add(res.resendCauses)
 			first, last = minTime(first, p.started), maxTime(last, p.exited)
 		}
 		job.MedianNs, job.MinNs, job.MaxNs = slices.Max(meds), slices.Min(mins), slices.Max(maxs)

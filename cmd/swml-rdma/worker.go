@@ -124,6 +124,22 @@ type workerResult struct {
 	// elements little-endian): every rank of a job has the same, and a run
 	// under loss must have the loss-free run's (testbed/soft-roce).
 	ResultSHA256 string `json:"result_sha256"`
+	resendCauses
+}
+
+// resendCauses say why SwitchML workers resent (aggregation.Stats): timer
+// expiries, resends on evidence of loss (RACK), and resends whose result
+// turned out to answer an earlier transmission (not needed).
+type resendCauses struct {
+	Timeouts                uint64 `json:"timeouts"`
+	FastRetransmissions     uint64 `json:"fast_retransmissions"`
+	SpuriousRetransmissions uint64 `json:"spurious_retransmissions"`
+}
+
+func (c *resendCauses) add(o resendCauses) {
+	c.Timeouts += o.Timeouts
+	c.FastRetransmissions += o.FastRetransmissions
+	c.SpuriousRetransmissions += o.SpuriousRetransmissions
 }
 
 func runWorker(c *cli.Context) error {
@@ -361,6 +377,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 			Packets: st.Packets, Retransmissions: st.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: st.PacketWriteCalls},
 		Rank: cfg.rank, JobID: jobID, SessionID: cfg.sessionID, Device: dev.Name(), Controller: cfg.controller,
 		ResultSHA256: run.ResultSHA256,
+		resendCauses: resendCauses{Timeouts: st.Timeouts, FastRetransmissions: st.FastRetransmissions, SpuriousRetransmissions: st.SpuriousRetransmissions},
 	}
 	res.setTimes(benchmark.Summarize(run.Times, n))
 	log.Info("done", "job", jobID, "iters", cfg.iters, "median", time.Duration(res.MedianNs), "verified", true)

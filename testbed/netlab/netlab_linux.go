@@ -560,8 +560,10 @@ type Counters struct {
 	UDPRcvbufErrors, SwitchUDPRcvbufErrors uint64
 	// TCPRetransSegs are TCP segments retransmitted (Gloo).
 	TCPRetransSegs uint64
-	// QueueDrops are packets the tbf qdiscs dropped (a full queue).
-	QueueDrops uint64
+	// QueueDrops are packets the tbf qdiscs dropped (a full queue):
+	// QueueDropsUp those of the worker → switch directions (the workers'
+	// ends), QueueDropsDown those of switch → worker (the switch's).
+	QueueDrops, QueueDropsUp, QueueDropsDown uint64
 	// LossDrops are packets the loss rules dropped.
 	LossDrops uint64
 }
@@ -569,7 +571,8 @@ type Counters struct {
 // Sub is c − o, counter by counter.
 func (c Counters) Sub(o Counters) Counters {
 	return Counters{UDPRcvbufErrors: c.UDPRcvbufErrors - o.UDPRcvbufErrors, SwitchUDPRcvbufErrors: c.SwitchUDPRcvbufErrors - o.SwitchUDPRcvbufErrors,
-		TCPRetransSegs: c.TCPRetransSegs - o.TCPRetransSegs, QueueDrops: c.QueueDrops - o.QueueDrops, LossDrops: c.LossDrops - o.LossDrops}
+		TCPRetransSegs: c.TCPRetransSegs - o.TCPRetransSegs, QueueDrops: c.QueueDrops - o.QueueDrops,
+		QueueDropsUp: c.QueueDropsUp - o.QueueDropsUp, QueueDropsDown: c.QueueDropsDown - o.QueueDropsDown, LossDrops: c.LossDrops - o.LossDrops}
 }
 
 // Counters reads the lab's counters now.
@@ -616,6 +619,11 @@ func (l *Lab) Counters(ctx context.Context) (Counters, error) {
 				return c, fmt.Errorf("netlab: qdisc counters of %s in %s: %w", e[1], e[0], err)
 			}
 			c.QueueDrops += n
+			if e[0] == l.Switch {
+				c.QueueDropsDown += n
+			} else {
+				c.QueueDropsUp += n
+			}
 		}
 	}
 	return c, nil
