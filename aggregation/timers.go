@@ -310,15 +310,22 @@ func (s *Session) spurious(st *qpState, r resultKind, now time.Time) bool {
 // transmission.
 func (s *Session) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 	e := &s.eng
+	e.backedOff = 0
+	e.rackProgress = maxTime(e.rackProgress, xmit.Add(r))
 	if st.msg.joining {
+		// A QP's first message of a call is round 0, one packet: on an
+		// idle link its result is back in a fraction of a full message's
+		// time (150 µs against 7-16 ms at 200 Mbit/s behind the queue of
+		// 8 QPs). Taken for the minimum, it made the reordering window
+		// and the standing bound (rto: 8 × 150 µs) far too short for the
+		// messages that followed, and every call of a shaped link under
+		// loss started a storm of timer resends (session 8).
 		e.joinRTT.Sample(r)
 	} else {
 		e.rtt.Sample(r)
+		e.rack.sampleMin(r)
+		e.standing.Sample(xmit.Add(r), r, e.rtt.SRTT())
 	}
-	e.backedOff = 0
-	e.rackProgress = maxTime(e.rackProgress, xmit.Add(r))
-	e.rack.sampleMin(r)
-	e.standing.Sample(xmit.Add(r), r, e.rtt.SRTT())
 	if xmit.After(e.rack.xmit) {
 		e.rack.xmit, e.rack.rtt = xmit, r
 	}
@@ -420,7 +427,7 @@ func (s *Session) rto(st *qpState) time.Duration {
 	if st.msg.joining {
 		return est.RTO(floor, ceil)
 	}
-	if m := e.standing.Get(); m > 0 {
+	if m := e.standing.Get(); m > 0 && !e.pktWrites {
 		// Under loss, a message sent once can still wait for another
 		// worker's resend before its slot completes, and that wait feeds
 		// the RTT estimate, which lengthens every timer, which lengthens
@@ -430,11 +437,19 @@ func (s *Session) rto(st *qpState) time.Duration {
 		// does not — breaks that loop without firing under queueing (a
 		// bound by the all-time minimum did: docs/benchmarks.md "On a
 		// link with a queue").
-		k := time.Duration(rtoStandingRTTs)
-		if e.pktWrites {
-			k = rtoStandingRTTsPacketWrites
-		}
-		ceil = min(ceil, max(floor, k*m))
+		//
+		// Not with packet writes: their samples are times to a message's
+		// first packet result, which do not wait for another worker's
+		// resend (the loop is weaker), and whose minimum is the time of a
+		// worker that comes last to slots the others filled long before
+		// — under loss, a worker whose previous message on the QP needed
+		// a resend: two packet times, 200 µs at 200 Mbit/s, where the
+		// messages behind the link's queue took 16 ms. Eight times that
+		// minimum fired every timer of a shaped link at 1 % loss into a
+		// storm (session 8; an earlier bound of 4 fired for slow peers at
+		// 32 workers: docs/benchmarks.md "A/B runs behind the loss
+		// design").
+		ceil = min(ceil, max(floor, rtoStandingRTTs*m))
 	}
 	return est.RTO(floor, ceil)
 }
@@ -442,14 +457,6 @@ func (s *Session) rto(st *qpState) time.Duration {
 // rtoStandingRTTs bounds the retransmission timeout, in standing times to
 // result (see rto).
 const rtoStandingRTTs = 4
-
-// rtoStandingRTTsPacketWrites is rtoStandingRTTs for packet writes: their
-// samples are times to the first packet result, which do not wait for
-// another worker's resend, so the loop the bound breaks is weaker, while a
-// tight bound fires for slow peers (docs/benchmarks.md "A/B runs behind
-// the loss design": at 32 workers, 8 instead of 4 sent 29–33 k instead of
-// 52 k spurious resends without loss).
-const rtoStandingRTTsPacketWrites = 8
 
 // retransmit resends st's message unchanged after a timeout. The switch's
 // bitmaps make that idempotent: a contribution already counted is not

@@ -254,3 +254,53 @@ func TestInitialTimeout(t *testing.T) {
 		t.Fatalf("after a sample of 2 ms: %v, want 6ms", got)
 	}
 }
+
+// TestTimersJoinAndPacketWriteBound: two ways a short time to result set
+// every timeout of a shaped link under loss far below its time to result
+// (a storm of timer resends, session 8):
+//   - a QP's first message of a call (round 0, one packet, on an idle
+//     link) is answered in a fraction of a full message's time; it feeds
+//     the joining estimate only, not the minimum (RACK's reordering
+//     window) nor the standing time to result (the timeout's bound);
+//   - with packet writes a sample is the time to a message's first packet
+//     result, and a worker that comes last to slots the others filled is
+//     answered in two packet times: the standing bound is for message
+//     writes only.
+func TestTimersJoinAndPacketWriteBound(t *testing.T) {
+	s := timerSession(1, 16)
+	st := s.qps[0]
+	now := time.Unix(1000, 0)
+	s.eng.lastPass, s.eng.progress, s.eng.rackProgress = now, now, now
+	if err := s.post(st, 0, now); err != nil {
+		t.Fatal(err)
+	}
+	st.queued = 0
+	now = now.Add(150 * time.Microsecond)
+	s.playResult(t, st, now) // the joining message; posts the next one
+	if m, g := s.eng.rack.minRTT(), s.eng.standing.Get(); m != 0 || g != 0 || s.eng.joinRTT.Samples() != 1 {
+		t.Fatalf("after the joining result: minimum %v, standing %v, %d joining samples; want 0, 0, 1", m, g, s.eng.joinRTT.Samples())
+	}
+	// Behind the link's queue every message takes 16 ms.
+	const queued = 16 * time.Millisecond
+	for range 8 {
+		now = now.Add(queued)
+		s.playResult(t, st, now)
+	}
+	if m := s.eng.rack.minRTT(); m != queued {
+		t.Fatalf("minimum %v, want the queue's %v", m, queued)
+	}
+	if w := s.eng.rack.reoWnd(s.eng.rtt.SRTT()); w != queued/4 {
+		t.Fatalf("reordering window %v, want %v", w, queued/4)
+	}
+	// One message answered at once (its slots were complete when it came).
+	now = now.Add(200 * time.Microsecond)
+	s.playResult(t, st, now)
+	s.eng.pktWrites = false
+	if got, want := s.rto(st), rtoStandingRTTs*200*time.Microsecond; got != max(want, s.cfg.RetransmitTimeout) {
+		t.Fatalf("message writes: timeout %v, want the standing bound %v", got, want)
+	}
+	s.eng.pktWrites = true
+	if got, srtt := s.rto(st), s.eng.rtt.SRTT(); got < srtt {
+		t.Fatalf("packet writes: timeout %v below the smoothed time to result %v (the standing bound applied)", got, srtt)
+	}
+}
