@@ -171,6 +171,10 @@ type engine struct {
 	// standing bounds the timeout (timers.go, rto): the smallest time to
 	// result over the last round trip or two, queueing included.
 	standing timing.StandingRTT
+	// delivery is the fastest recent rate at which messages complete:
+	// with the messages in flight, the queueing a timeout must cover
+	// (timers.go, rto).
+	delivery timing.DeliveryRate
 	rack     rackState
 	// backedOff is the largest timeout backed off since the latest round
 	// trip measured: before any round trip is measured, new messages
@@ -375,6 +379,7 @@ func (s *Session) start(c *call) (int, error) {
 	e := &s.eng
 	e.callStart, e.lastPass, e.notified, e.progress, e.rackProgress, e.due = now, now, false, now, now, time.Time{}
 	e.rack.newCall()
+	e.delivery.NewEpoch()
 	active := 0
 	for _, st := range s.qps {
 		st.next, st.msg.busy, st.msg.cur, st.msg.joining = st.index, false, -1, true

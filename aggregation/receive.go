@@ -93,6 +93,11 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 		return false, nil
 	}
 	s.eng.progress = now
+	if r == resultWhole {
+		s.eng.delivery.Sample(now, s.cfg.PacketsPerMessage)
+	} else {
+		s.eng.delivery.Sample(now, 1)
+	}
 	if r == resultPacket {
 		return false, nil
 	}

@@ -427,7 +427,7 @@ func (s *Session) rto(st *qpState) time.Duration {
 	if st.msg.joining {
 		return est.RTO(floor, ceil)
 	}
-	if m := e.standing.Get(); m > 0 && !e.pktWrites {
+	if m := e.standing.Get(); m > 0 {
 		// Under loss, a message sent once can still wait for another
 		// worker's resend before its slot completes, and that wait feeds
 		// the RTT estimate, which lengthens every timer, which lengthens
@@ -438,25 +438,55 @@ func (s *Session) rto(st *qpState) time.Duration {
 		// bound by the all-time minimum did: docs/benchmarks.md "On a
 		// link with a queue").
 		//
-		// Not with packet writes: their samples are times to a message's
-		// first packet result, which do not wait for another worker's
-		// resend (the loop is weaker), and whose minimum is the time of a
-		// worker that comes last to slots the others filled long before
-		// — under loss, a worker whose previous message on the QP needed
-		// a resend: two packet times, 200 µs at 200 Mbit/s, where the
-		// messages behind the link's queue took 16 ms. Eight times that
-		// minimum fired every timer of a shaped link at 1 % loss into a
-		// storm (session 8; an earlier bound of 4 fired for slow peers at
-		// 32 workers: docs/benchmarks.md "A/B runs behind the loss
-		// design").
-		ceil = min(ceil, max(floor, rtoStandingRTTs*m))
+		// Plus the time the messages in flight take to come back at the
+		// path's rate (engine.delivery): the standing minimum can be far
+		// below the queue a new message waits in. A worker that comes
+		// last to slots the others filled long before — under loss, one
+		// whose previous message on the QP needed a resend, its own link
+		// drained meanwhile — is answered in two packet times (200 µs at
+		// 200 Mbit/s) while the messages behind the link's queue take
+		// 7-16 ms; a bound of 8 × that minimum fired every timer of a
+		// shaped link at 1 % loss into a storm (session 8). Loss slows
+		// completions and never speeds them up, so this term does not
+		// feed the loop the bound breaks; on loopback it is ~0.
+		k := time.Duration(rtoStandingRTTs)
+		if e.pktWrites {
+			k = rtoStandingRTTsPacketWrites
+		}
+		ceil = min(ceil, max(floor, k*m+rtoDrainWindows*e.delivery.Drain(s.inFlight())))
 	}
 	return est.RTO(floor, ceil)
 }
 
+// inFlight is how many packets of the session's messages in flight have
+// no result back.
+func (s *Session) inFlight() int {
+	n := 0
+	for _, st := range s.qps {
+		if st.msg.busy {
+			n += s.cfg.PacketsPerMessage - st.pkts.n
+		}
+	}
+	return n
+}
+
+// rtoDrainWindows is how many times the packets in flight the bound allows
+// to drain at the path's rate (rto). 2 made 20 % loss on loopback 1.25x
+// slower than 1 (docs/benchmarks.md, session 9) and did no better on a
+// shaped link.
+const rtoDrainWindows = 1
+
 // rtoStandingRTTs bounds the retransmission timeout, in standing times to
 // result (see rto).
 const rtoStandingRTTs = 4
+
+// rtoStandingRTTsPacketWrites is rtoStandingRTTs for packet writes: their
+// samples are times to the first packet result, which do not wait for
+// another worker's resend, so the loop the bound breaks is weaker, while a
+// tight bound fires for slow peers (docs/benchmarks.md "A/B runs behind
+// the loss design": at 32 workers, 8 instead of 4 sent 29–33 k instead of
+// 52 k spurious resends without loss).
+const rtoStandingRTTsPacketWrites = 8
 
 // retransmit resends st's message unchanged after a timeout. The switch's
 // bitmaps make that idempotent: a contribution already counted is not

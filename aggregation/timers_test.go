@@ -255,33 +255,46 @@ func TestInitialTimeout(t *testing.T) {
 	}
 }
 
-// TestTimersJoinAndPacketWriteBound: two ways a short time to result set
-// every timeout of a shaped link under loss far below its time to result
-// (a storm of timer resends, session 8):
+// TestTimersJoinAndQueueBound: two ways a short time to result set every
+// timeout of a shaped link under loss far below its time to result (a
+// storm of timer resends, session 8):
 //   - a QP's first message of a call (round 0, one packet, on an idle
 //     link) is answered in a fraction of a full message's time; it feeds
 //     the joining estimate only, not the minimum (RACK's reordering
 //     window) nor the standing time to result (the timeout's bound);
-//   - with packet writes a sample is the time to a message's first packet
-//     result, and a worker that comes last to slots the others filled is
-//     answered in two packet times: the standing bound is for message
-//     writes only.
-func TestTimersJoinAndPacketWriteBound(t *testing.T) {
-	s := timerSession(1, 16)
-	st := s.qps[0]
+//   - a worker that comes last to slots the others filled long before is
+//     answered in two packet times while the messages behind the link's
+//     queue take the time its packets in flight take to drain: the bound
+//     (a multiple of the standing time to result) covers that drain at
+//     the path's delivery rate too, with either writes. It still breaks
+//     the loop it is for: a wait for another worker's resend does not
+//     lengthen the timeout.
+func TestTimersJoinAndQueueBound(t *testing.T) {
+	const q, ppm = 8, 16
+	s := timerSession(q, ppm)
 	now := time.Unix(1000, 0)
 	s.eng.lastPass, s.eng.progress, s.eng.rackProgress = now, now, now
-	if err := s.post(st, 0, now); err != nil {
-		t.Fatal(err)
+	for _, st := range s.qps {
+		if err := s.post(st, 0, now); err != nil {
+			t.Fatal(err)
+		}
+		st.queued = 0
 	}
-	st.queued = 0
+	st := s.qps[0]
 	now = now.Add(150 * time.Microsecond)
 	s.playResult(t, st, now) // the joining message; posts the next one
 	if m, g := s.eng.rack.minRTT(), s.eng.standing.Get(); m != 0 || g != 0 || s.eng.joinRTT.Samples() != 1 {
 		t.Fatalf("after the joining result: minimum %v, standing %v, %d joining samples; want 0, 0, 1", m, g, s.eng.joinRTT.Samples())
 	}
-	// Behind the link's queue every message takes 16 ms.
-	const queued = 16 * time.Millisecond
+	// A 200 Mbit/s link: packet results every 42.6 µs; 8 messages of 16
+	// packets in flight take 5.45 ms to drain, and each is answered after
+	// those ahead of it.
+	wire := 42600 * time.Nanosecond
+	for range 1000 {
+		now = now.Add(wire)
+		s.eng.delivery.Sample(now, 1)
+	}
+	queued := q*ppm*wire + 100*time.Microsecond
 	for range 8 {
 		now = now.Add(queued)
 		s.playResult(t, st, now)
@@ -295,12 +308,20 @@ func TestTimersJoinAndPacketWriteBound(t *testing.T) {
 	// One message answered at once (its slots were complete when it came).
 	now = now.Add(200 * time.Microsecond)
 	s.playResult(t, st, now)
-	s.eng.pktWrites = false
-	if got, want := s.rto(st), rtoStandingRTTs*200*time.Microsecond; got != max(want, s.cfg.RetransmitTimeout) {
-		t.Fatalf("message writes: timeout %v, want the standing bound %v", got, want)
+	for _, pw := range []bool{false, true} {
+		s.eng.pktWrites = pw
+		if got := s.rto(st); got < queued {
+			t.Fatalf("packet writes %v: timeout %v below the time to result behind the queue %v (standing %v)", pw, got, queued, s.eng.standing.Get())
+		}
 	}
-	s.eng.pktWrites = true
-	if got, srtt := s.rto(st), s.eng.rtt.SRTT(); got < srtt {
-		t.Fatalf("packet writes: timeout %v below the smoothed time to result %v (the standing bound applied)", got, srtt)
+	s.eng.pktWrites = false
+	// A wait for another worker's resend: 100 ms, sampled.
+	now = now.Add(100 * time.Millisecond)
+	s.playResult(t, st, now)
+	for _, pw := range []bool{false, true} {
+		s.eng.pktWrites = pw
+		if got, bound := s.rto(st), rtoStandingRTTsPacketWrites*200*time.Microsecond+q*ppm*wire; got > bound {
+			t.Fatalf("packet writes %v: timeout %v after a 100 ms wait, want the bound %v at most", pw, got, bound)
+		}
 	}
 }
