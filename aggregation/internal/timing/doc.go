@@ -1,4 +1,4 @@
-// Package timing holds the two pieces of loss-recovery timekeeping that
+// Package timing holds the loss-recovery timekeeping that
 // the SwitchML worker engine (package aggregation) and the ring all-reduce
 // (package aggregation/ring) share:
 //
@@ -8,6 +8,11 @@
 //     a cancelled context, Close);
 //   - RTT, RFC 6298's smoothed round-trip time and variation, and the
 //     retransmission timeout derived from them within a floor and a ceiling.
+//   - StandingRTT, the smallest round trip of the last one or two (Copa's
+//     RTT_standing), and DeliveryRate, the fastest recent rate of packet
+//     results (BBR's bandwidth filter): together they bound a timeout
+//     below what the waits for other workers' resends make of the
+//     estimate, yet above the queue a new message waits in.
 //
 // What each engine does with them (RACK, backoff, per-packet recovery)
 // stays in that engine.
