@@ -203,6 +203,12 @@ want = {(s, w, r, l) for s in ("switchml", "gloo", "ring") for w in (2, 4) for r
 got = {(r["system"], r["workers"], r["rate_bps"], r["loss"]) for r in rows if r["verified"] and not r.get("error")}
 if got != want:
     sys.exit("network lab: rows missing or not verified: %s" % sorted(want - got))
+# Where the CPU goes: every SwitchML and Gloo row measured its processes'
+# CPU inside the all-reduces (getrusage), SwitchML its switch daemon too.
+nocpu = [(r["system"], r["workers"], r["rate_bps"], r["loss"]) for r in rows if r["system"] != "ring"
+         and (r["cpu_user_ns_per_call"] + r["cpu_sys_ns_per_call"] <= 0 or (r["system"] == "switchml" and r["switch_cpu_ns_per_call"] <= 0))]
+if nocpu:
+    sys.exit("network lab: rows without CPU accounting: %s" % nocpu)
 lossy = sum(r["loss_drops"] for r in rows if r["loss"] > 0)
 if lossy == 0:
     sys.exit("network lab: the 1% rows dropped nothing: the loss rules did not work")

@@ -135,6 +135,14 @@ func (b *Buffers) get(dtype wire.DType, n, elements int) ([][]float32, [][]int32
 type Result struct {
 	// Times are the measured all-reduces' durations, in call order.
 	Times []time.Duration
+	// CPUUser and CPUSys are this process's CPU time (every thread, user
+	// and kernel mode) inside the measured all-reduces — the calls alone,
+	// not the checks between them: with one reducer, what one rank costs
+	// its host; in-process (bench), every rank's and the switch's. The
+	// kernel's part includes the network stack's work done in this
+	// process's system calls (on veth and loopback, often the receiver's
+	// too). Zero where getrusage is not available.
+	CPUUser, CPUSys time.Duration
 	// ResultSHA256 is the SHA-256 of the last result's elements
 	// (little-endian): every rank of a job has the same, and a run under
 	// loss has the loss-free run's.
@@ -204,6 +212,7 @@ func Run(ctx context.Context, reducers []AllReducer, cfg Config) (Result, error)
 			}
 		}
 		var err error
+		u0, s0 := processCPU()
 		start := time.Now()
 		if len(reducers) == 1 {
 			err = call(0) // a worker process: its own error, no rank to name
@@ -218,6 +227,7 @@ func Run(ctx context.Context, reducers []AllReducer, cfg Config) (Result, error)
 			}
 		}
 		elapsed := time.Since(start)
+		u1, s1 := processCPU()
 		if err != nil {
 			return res, fmt.Errorf("%s: %w", name(it), err)
 		}
@@ -233,6 +243,8 @@ func Run(ctx context.Context, reducers []AllReducer, cfg Config) (Result, error)
 		}
 		if it >= cfg.Warmup {
 			res.Times = append(res.Times, elapsed)
+			res.CPUUser += u1 - u0
+			res.CPUSys += s1 - s0
 		}
 		if cfg.Step != nil {
 			cfg.Step()

@@ -3,6 +3,7 @@ package benchmark
 import (
 	"context"
 	"net/netip"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -99,4 +100,35 @@ func TestRunArgs(t *testing.T) {
 			t.Fatalf("%+v: no error", c)
 		}
 	}
+}
+
+// spinReducer is a one-rank all-reduce that burns d of this process's CPU
+// time and leaves the tensor as it is (the sum over one rank).
+type spinReducer struct{ d time.Duration }
+
+func (s spinReducer) spin() {
+	u0, s0 := processCPU()
+	for {
+		u, k := processCPU()
+		if u+k-u0-s0 >= s.d {
+			return
+		}
+	}
+}
+func (s spinReducer) AllReduce(ctx context.Context, v []float32) error    { s.spin(); return nil }
+func (s spinReducer) AllReduceInt32(ctx context.Context, v []int32) error { s.spin(); return nil }
+
+// TestRunCPU: Run counts the process's CPU inside the measured calls: three
+// calls that each burn 20 ms of CPU, after a warm-up, are at least 60 ms.
+func TestRunCPU(t *testing.T) {
+	const spin, iters = 20 * time.Millisecond, 3
+	res, err := Run(context.Background(), []AllReducer{spinReducer{spin}}, Config{Workers: 1, Elements: 16, DType: wire.Float32, Warmup: 1, Iters: iters})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := res.CPUUser + res.CPUSys
+	if runtime.GOOS == "linux" && got < iters*spin {
+		t.Fatalf("CPU inside %d calls spinning %v each: %v user + %v kernel", iters, spin, res.CPUUser, res.CPUSys)
+	}
+	t.Logf("%v user + %v kernel", res.CPUUser, res.CPUSys)
 }

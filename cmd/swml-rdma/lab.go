@@ -253,10 +253,21 @@ type labRow struct {
 	QueueDropsUp          uint64 `json:"queue_drops_up"`
 	QueueDropsDown        uint64 `json:"queue_drops_down"`
 	LossDrops             uint64 `json:"loss_drops"`
-	Verified              bool   `json:"verified"`
-	ResultSHA256          string `json:"result_sha256,omitempty"`
-	LoadAvg               string `json:"load_avg"` // /proc/loadavg's first three fields at the start
-	Error                 string `json:"error,omitempty"`
+	// CPU per measured all-reduce, summed over the system's processes
+	// (each measures itself around its calls, not its checks: SwitchML's
+	// workers and Gloo's ranks; the ring runs in the lab process and is
+	// not measured), in user and kernel mode; SwitchCPUNs is the switch
+	// daemon's CPU over its life ÷ the all-reduces it served (warm-up
+	// included; SwitchML only). Kernel time includes the network stack's
+	// work done in the process's system calls (on a veth, often the
+	// receiving side's too). 0 when not measured.
+	CPUUserNs    int64  `json:"cpu_user_ns_per_call"`
+	CPUSysNs     int64  `json:"cpu_sys_ns_per_call"`
+	SwitchCPUNs  int64  `json:"switch_cpu_ns_per_call"`
+	Verified     bool   `json:"verified"`
+	ResultSHA256 string `json:"result_sha256,omitempty"`
+	LoadAvg      string `json:"load_avg"` // /proc/loadavg's first three fields at the start
+	Error        string `json:"error,omitempty"`
 	// Jobs is --jobs in SwitchML rows, 1 in Gloo's and the ring's (they
 	// run one job whatever --jobs says). With Jobs > 1 every field above
 	// is one SwitchML job run alone first (session 1, the workers' first
@@ -323,8 +334,14 @@ type labJob struct {
 	Messages                  uint64   `json:"messages"`
 	RetransmissionsPerMessage *float64 `json:"retransmissions_per_message"`
 	resendCauses
+	// CPU per measured all-reduce, summed over the job's workers (labRow).
+	CPUUserNs    int64  `json:"cpu_user_ns_per_call"`
+	CPUSysNs     int64  `json:"cpu_sys_ns_per_call"`
 	ResultSHA256 string `json:"result_sha256"`
 	Verified     bool   `json:"verified"`
+	// switchCPU is the switch daemon's CPU per all-reduce it served
+	// (every job's: it is shared).
+	switchCPU int64
 }
 
 const labSchemaVersion = 1
@@ -646,6 +663,7 @@ func (r *labRunner) runSwitchML(ctx context.Context, lab *netlab.Lab, row *labRo
 	row.SwitchDrops = drops
 	row.setTimes(j.MedianNs, j.MinNs, j.MaxNs)
 	row.Packets, row.Retransmissions, row.resendCauses = j.Packets, j.Retransmissions, j.resendCauses
+	row.CPUUserNs, row.CPUSysNs, row.SwitchCPUNs = j.CPUUserNs, j.CPUSysNs, j.switchCPU
 	row.setMessages(j.Messages)
 	row.ResultSHA256, row.Verified = j.ResultSHA256, true
 	return nil
@@ -740,6 +758,10 @@ func (r *labRunner) runSwitchMLJobs(ctx context.Context, lab *netlab.Lab, row *l
 	if err := sw.cmd.Wait(); err != nil {
 		return nil, nil, sw.failure(err)
 	}
+	var switchCPU int64
+	if ps := sw.cmd.ProcessState; ps != nil {
+		switchCPU = int64(ps.UserTime()+ps.SystemTime()) / int64(n*(row.Warmup+row.Iters))
+	}
 	var drops map[string]uint64
 	if m := switchDropsLine.FindStringSubmatch(sw.stdout.String()); m != nil {
 		drops = map[string]uint64{}
@@ -752,7 +774,7 @@ func (r *labRunner) runSwitchMLJobs(ctx context.Context, lab *netlab.Lab, row *l
 	perCall := (row.TensorBytes + r.cfg.msgSize - 1) / r.cfg.msgSize
 	jobs := make([]*labJob, n)
 	for j, procs := range byJob {
-		job := &labJob{Job: j + 1, SessionID: uint32(j + 1)}
+		job := &labJob{Job: j + 1, SessionID: uint32(j + 1), switchCPU: switchCPU}
 		var meds, mins, maxs []int64
 		first, last := procs[0].started, procs[0].exited
 		for _, p := range procs {
@@ -772,6 +794,8 @@ func (r *labRunner) runSwitchMLJobs(ctx context.Context, lab *netlab.Lab, row *l
 			job.Packets += res.Packets
 			job.Retransmissions += res.Retransmissions
 			job.resendCauses.add(res.resendCauses)
+			job.CPUUserNs += res.CPUUserNs / int64(row.Iters)
+			job.CPUSysNs += res.CPUSysNs / int64(row.Iters)
 			first, last = minTime(first, p.started), maxTime(last, p.exited)
 		}
 		job.MedianNs, job.MinNs, job.MaxNs = slices.Max(meds), slices.Min(mins), slices.Max(maxs)
@@ -819,6 +843,8 @@ type glooResult struct {
 	ResultSHA256 string  `json:"result_sha256"`
 	Verified     bool    `json:"verified"`
 	Error        string  `json:"error"`
+	CPUUserNs    int64   `json:"cpu_user_ns"`
+	CPUSysNs     int64   `json:"cpu_sys_ns"`
 }
 
 func (r *labRunner) runGloo(ctx context.Context, lab *netlab.Lab, row *labRow) error {
@@ -859,6 +885,8 @@ func (r *labRunner) runGloo(ctx context.Context, lab *netlab.Lab, row *labRow) e
 		}
 		s := benchmark.Summarize(ts, row.Elements)
 		meds, mins, maxs = append(meds, int64(s.Median)), append(mins, int64(s.Min)), append(maxs, int64(s.Max))
+		row.CPUUserNs += res.CPUUserNs / int64(row.Iters)
+		row.CPUSysNs += res.CPUSysNs / int64(row.Iters)
 	}
 	row.setTimes(slices.Max(meds), slices.Min(mins), slices.Max(maxs))
 	row.Verified = true
@@ -992,7 +1020,7 @@ func printLab(out io.Writer, rep labReport, asJSON bool) error {
 	}
 	fmt.Fprintln(out)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "workers\trate\tloss\tsize\tsystem\tmedian\tmin\tmax\tATE/s\tceiling\tof ceiling\tvs Gloo\tvs loss-free\tretransmissions\tretx/msg\tswitch drops\tsocket drops (switch)\tqueue drops\tloss drops\tverified\t")
+	fmt.Fprintln(w, "workers\trate\tloss\tsize\tsystem\tmedian\tmin\tmax\tATE/s\tceiling\tof ceiling\tvs Gloo\tvs loss-free\tretransmissions\tretx/msg\tswitch drops\tsocket drops (switch)\tqueue drops\tloss drops\tCPU/call user+sys (switch)\tverified\t")
 	d := func(ns int64) string { return time.Duration(ns).Round(10 * time.Microsecond).String() }
 	ratio := func(x *float64) string {
 		if x == nil {
@@ -1010,7 +1038,7 @@ func printLab(out io.Writer, rep labReport, asJSON bool) error {
 			drops = formatDrops(r.SwitchDrops)
 		}
 		if r.Error != "" {
-			fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t\t\t\t%s\t\t\t\t\t\t\t%d (%d)\t%d\t%d\tFAILED\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.System,
+			fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t\t\t\t%s\t\t\t\t\t\t\t%d (%d)\t%d\t%d\t\tFAILED\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.System,
 				"-", ceiling, r.UDPRcvbufErrors, r.SwitchUDPRcvbufErrors, r.QueueDrops, r.LossDrops)
 			continue
 		}
@@ -1018,9 +1046,16 @@ func printLab(out io.Writer, rep labReport, asJSON bool) error {
 		if r.RetransmissionsPerMessage != nil {
 			perMsg = fmt.Sprintf("%.3f", *r.RetransmissionsPerMessage)
 		}
-		fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d (%d)\t%d\t%d\t%v\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.System,
+		cpu := "-"
+		if r.CPUUserNs+r.CPUSysNs > 0 {
+			cpu = d(r.CPUUserNs) + "+" + d(r.CPUSysNs)
+			if r.SwitchCPUNs > 0 {
+				cpu += " (" + d(r.SwitchCPUNs) + ")"
+			}
+		}
+		fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d (%d)\t%d\t%d\t%s\t%v\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.System,
 			d(r.MedianNs), d(r.MinNs), d(r.MaxNs), formatSI(r.ATEPerSec), ceiling, ratio(r.OfCeiling), ratio(r.VsGloo), ratio(r.LossInflation), r.Retransmissions, perMsg, drops,
-			r.UDPRcvbufErrors, r.SwitchUDPRcvbufErrors, r.QueueDrops, r.LossDrops, r.Verified)
+			r.UDPRcvbufErrors, r.SwitchUDPRcvbufErrors, r.QueueDrops, r.LossDrops, cpu, r.Verified)
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -1032,6 +1067,8 @@ func printLab(out io.Writer, rep labReport, asJSON bool) error {
 	}
 	fmt.Fprintln(out, "median: the slowest rank's median time per all-reduce. ceiling: ATE/s at the link rate (SwitchML: rate × payload ÷ wire bytes ÷ 32;")
 	fmt.Fprintln(out, "Gloo and ring: rate ÷ (2(N−1)/N) ÷ 32 × payload ÷ wire). retransmissions: SwitchML and ring messages resent, Gloo TCP segments.")
+	fmt.Fprintln(out, "CPU/call: the workers' (Gloo: the ranks') CPU inside the measured all-reduces, summed, per all-reduce, user+kernel; the switch")
+	fmt.Fprintln(out, "daemon's over its life per all-reduce it served in parentheses; the ring (in this process) is not measured.")
 	return printShared(out, rep.Rows)
 }
 

@@ -124,6 +124,10 @@ type workerResult struct {
 	// elements little-endian): every rank of a job has the same, and a run
 	// under loss must have the loss-free run's (testbed/soft-roce).
 	ResultSHA256 string `json:"result_sha256"`
+	// CPUUserNs and CPUSysNs are this process's CPU time inside the
+	// measured all-reduces (benchmark.Result), user and kernel mode.
+	CPUUserNs int64 `json:"cpu_user_ns"`
+	CPUSysNs  int64 `json:"cpu_sys_ns"`
 	resendCauses
 }
 
@@ -376,7 +380,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 			PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Verified: true,
 			Packets: st.Packets, Retransmissions: st.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: st.PacketWriteCalls},
 		Rank: cfg.rank, JobID: jobID, SessionID: cfg.sessionID, Device: dev.Name(), Controller: cfg.controller,
-		ResultSHA256: run.ResultSHA256,
+		ResultSHA256: run.ResultSHA256, CPUUserNs: int64(run.CPUUser), CPUSysNs: int64(run.CPUSys),
 		resendCauses: resendCauses{Timeouts: st.Timeouts, FastRetransmissions: st.FastRetransmissions, SpuriousRetransmissions: st.SpuriousRetransmissions},
 	}
 	res.setTimes(benchmark.Summarize(run.Times, n))
