@@ -325,3 +325,53 @@ func TestTimersJoinAndQueueBound(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinProbe: before any result of a call is back, every QP's first
+// message waits for the same thing (the last worker to join the call), so
+// only the lowest busy QP's — the same on every worker — is resent as the
+// call's probe, however many expiries pass; once a result is back, the
+// others expire as usual.
+func TestJoinProbe(t *testing.T) {
+	const q = 4
+	s := timerSession(q, 2)
+	now := time.Unix(1000, 0)
+	s.eng.callStart, s.eng.lastPass, s.eng.progress, s.eng.rackProgress = now, now, now, now
+	for _, st := range s.qps {
+		if err := s.post(st, 0, now); err != nil {
+			t.Fatal(err)
+		}
+		st.queued = 0
+	}
+	pass := func(at time.Time) {
+		t.Helper()
+		s.eng.due, s.eng.lastPass = time.Time{}, at
+		if _, err := s.timers(at); err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range s.qps {
+			st.queued = 0
+		}
+	}
+	for i := 1; i <= 200; i++ {
+		pass(now.Add(time.Duration(i) * 500 * time.Microsecond)) // 100 ms of silence
+	}
+	for _, st := range s.qps[1:] {
+		if st.timer.resends != 0 {
+			t.Fatalf("QP %d's joining message resent %d times before any result: only QP 0 probes", st.index, st.timer.resends)
+		}
+	}
+	if r := s.qps[0].timer.resends; r < 3 {
+		t.Fatalf("the probe (QP 0) resent %d times in 100 ms of silence from a 1 ms timeout, want its backoff's share", r)
+	}
+	// The probe's answer: the call has progress; the others' timers run.
+	at := now.Add(101 * time.Millisecond)
+	s.playResult(t, s.qps[0], at)
+	for i := 1; i <= 40; i++ {
+		pass(at.Add(time.Duration(i) * 500 * time.Microsecond))
+	}
+	for _, st := range s.qps[1:] {
+		if st.timer.resends == 0 {
+			t.Fatalf("QP %d not resent in the 20 ms after the probe's answer (timeout %v)", st.index, st.timer.rto)
+		}
+	}
+}
