@@ -43,10 +43,10 @@ type Lab struct {
 }
 
 type Counters struct {
-	UDPRcvbufErrors, SwitchUDPRcvbufErrors uint64
-	TCPRetransSegs                         uint64
-	QueueDrops                             uint64
-	LossDrops                              uint64
+	UDPRcvbufErrors, SwitchUDPRcvbufErrors   uint64
+	TCPRetransSegs                           uint64
+	QueueDrops, QueueDropsUp, QueueDropsDown uint64
+	LossDrops                                uint64
 }
 
 func (c Counters) Sub(o Counters) Counters                { return Counters{} }
