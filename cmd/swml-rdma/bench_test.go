@@ -423,6 +423,12 @@ func TestBenchEdges(t *testing.T) {
 			t.Fatalf("--metrics-addr foo: %v, want the metrics port as the example, not the controller's", err)
 		}
 	})
+	t.Run("worker cpuprofile", func(t *testing.T) {
+		_, _, err := run(t, "worker", "--rank", "0", "--workers", "1", "--cpuprofile", "/nonexistent-dir/w{rank}.prof")
+		if err == nil || !strings.Contains(err.Error(), "/nonexistent-dir/w0.prof") || !strings.Contains(err.Error(), "writable file") {
+			t.Fatalf("worker --cpuprofile in a missing directory: %v, want the path with the rank and the fix", err)
+		}
+	})
 	t.Run("peer timeout flag", func(t *testing.T) {
 		_, _, err := run(t, "bench", "--peer-timeout", "0s")
 		if err == nil || !strings.Contains(err.Error(), "--peer-timeout 0s") {

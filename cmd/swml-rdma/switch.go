@@ -43,6 +43,7 @@ func switchCommand() *cli.Command {
 			&cli.StringFlag{Name: "addr", Value: "127.0.0.1", Usage: "the switch's RoCE `IP` (UDP 4791): workers write to it", EnvVars: []string{"SWML_SWITCH_ADDR"}, Category: "network"},
 			&cli.StringFlag{Name: "controller-addr", Value: control.DefaultAddr, Usage: "gRPC listen `ADDR` (host:port) of the controller; port 0 picks a free one", EnvVars: []string{"SWML_CONTROLLER_ADDR"}, Category: "network"},
 			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics at http://`ADDR`/metrics (host:port; empty: off)", EnvVars: []string{"SWML_METRICS_ADDR"}, Category: "output"},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (runtime/pprof) of the switch daemon, until it stops, to `FILE`", EnvVars: []string{"SWML_CPUPROFILE"}, Category: "output"},
 			&cli.UintFlag{Name: "pool-size", Value: switchmodel.DefaultPoolSize, Usage: "aggregation slots shared by all jobs", EnvVars: []string{"SWML_POOL_SIZE"}, Category: "switch"},
 			&cli.StringFlag{Name: "icrc", Value: swswitch.ICRCVerify.String(), Usage: "which requests to ICRC-check: verify (all) or verify-ipv6 (for rxe workers over IPv4, whose IPv4 ID a socket cannot see)", EnvVars: []string{"SWML_ICRC"}, Category: "switch"},
 			&cli.DurationFlag{Name: "session-timeout", Value: control.DefaultSessionTimeout, Usage: "how long a job waits for all its workers to register", EnvVars: []string{"SWML_SESSION_TIMEOUT"}, Category: "switch"},
@@ -261,6 +262,13 @@ func runSwitch(c *cli.Context) error {
 		return cli.Exit(err.Error(), 2)
 	}
 	log := newLogger(c.App.ErrWriter, cfg.logLevel)
+	if path := c.String("cpuprofile"); path != "" {
+		stopProfile, err := startCPUProfile(path)
+		if err != nil {
+			return cli.Exit(err.Error(), 2)
+		}
+		defer stopProfile()
+	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serveSwitch(ctx, stop, cfg, log, c.App.Writer); err != nil {

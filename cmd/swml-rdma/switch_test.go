@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -44,6 +45,7 @@ func TestSwitchBadFlags(t *testing.T) {
 		{"log level", []string{"--log-level", "loud"}, "use debug, info, warn or error"},
 		{"positional", []string{"now"}, "takes no arguments"},
 		{"pcap", []string{"--addr", "127.13.20.9", "--controller-addr", "127.0.0.1:0", "--pcap", filepath.Join(t.TempDir(), "no", "such", "dir.pcap")}, "--pcap"},
+		{"cpuprofile", []string{"--addr", "127.13.20.9", "--controller-addr", "127.0.0.1:0", "--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "cpu.prof")}, "--cpuprofile"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,5 +93,28 @@ func TestSwitchAddressInUse(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSwitchCPUProfile: --cpuprofile writes a pprof profile (gzip) of the
+// daemon once it stops. Address: 127.13.20.11.
+func TestSwitchCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "switch.prof")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	swCtx, stopSwitch := context.WithCancel(ctx)
+	_, stderr, done := runInProcess(swCtx, "switch", "--addr", "127.13.20.11", "--controller-addr", "127.0.0.1:0", "--cpuprofile", path)
+	exited := make(chan struct{})
+	var runErr error
+	go func() { runErr = <-done; close(exited) }()
+	waitForLine(t, "switch", stderr, readyRE, exited, 30*time.Second)
+	stopSwitch()
+	<-exited
+	if runErr != nil {
+		t.Fatalf("switch: %v\n%s", runErr, stderr)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("--cpuprofile %s: %d bytes, %v; want a gzip-compressed pprof profile", path, len(b), err)
 	}
 }

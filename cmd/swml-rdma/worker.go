@@ -55,6 +55,7 @@ func workerCommand() *cli.Command {
 			// variables, and names the variable in its errors.
 			&cli.IntFlag{Name: "workers", Usage: "workers of the job", DefaultText: "$SWML_WORKERS, else $OMPI_COMM_WORLD_SIZE, else $WORLD_SIZE", Category: "job"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON", EnvVars: []string{"SWML_JSON"}, Category: "output"},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (runtime/pprof) of this worker to `FILE`; {rank} in it becomes the rank (one file per worker process)", EnvVars: []string{"SWML_CPUPROFILE"}, Category: "output"},
 		}, allReduceFlags("bench")...), jobMemberFlags("")...), offloadFlag("nic"), logLevelFlag()),
 		Action: runWorker,
 	}
@@ -159,6 +160,13 @@ func runWorker(c *cli.Context) error {
 		return cli.Exit(err.Error(), 2)
 	}
 	log := newLogger(c.App.ErrWriter, level).With("rank", cfg.rank)
+	if path := c.String("cpuprofile"); path != "" {
+		stopProfile, err := startCPUProfile(strings.ReplaceAll(path, "{rank}", strconv.Itoa(cfg.rank)))
+		if err != nil {
+			return cli.Exit(err.Error(), 2)
+		}
+		defer stopProfile()
+	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
