@@ -462,26 +462,22 @@ func (s *Session) rto(st *qpState) time.Duration {
 		// bound by the all-time minimum did: docs/benchmarks.md "On a
 		// link with a queue").
 		//
-		// Or, where it is longer, the standing time plus the time the
-		// packets in flight take to come back at the path's delivery rate
-		// (engine.delivery): the standing minimum can be far below the
-		// queue a new message waits in. A worker that comes last to slots
-		// the others filled long before — under loss, one whose previous
-		// message on the QP needed a resend, its own link drained
-		// meanwhile — is answered in two packet times (200 µs at
+		// Plus the time the messages in flight take to come back at the
+		// path's rate (engine.delivery): the standing minimum can be far
+		// below the queue a new message waits in. A worker that comes
+		// last to slots the others filled long before — under loss, one
+		// whose previous message on the QP needed a resend, its own link
+		// drained meanwhile — is answered in two packet times (200 µs at
 		// 200 Mbit/s) while the messages behind the link's queue take
-		// 5-16 ms; a bound of 8 × that minimum alone fired every timer of
-		// a shaped link at 1 % loss into a storm (session 8). Loss slows
-		// the delivery of packet results and never speeds it up, so this
-		// term does not feed the loop the bound breaks. The larger of the
-		// two, not their sum: added to the multiple, the drain loosened
-		// the bound where the CPU paces the results (20 % loss on
-		// loopback 1.2x slower, 8 workers at 1 % on a shaped link 1.1x).
+		// 7-16 ms; a bound of 8 × that minimum fired every timer of a
+		// shaped link at 1 % loss into a storm (session 8). Loss slows
+		// completions and never speeds them up, so this term does not
+		// feed the loop the bound breaks; on loopback it is ~0.
 		k := time.Duration(rtoStandingRTTs)
 		if e.pktWrites {
 			k = rtoStandingRTTsPacketWrites
 		}
-		ceil = min(ceil, max(floor, k*m, m+e.delivery.Drain(s.inFlight())))
+		ceil = min(ceil, max(floor, k*m+rtoDrainWindows*e.delivery.Drain(s.inFlight())))
 	}
 	return est.RTO(floor, ceil)
 }
@@ -497,6 +493,12 @@ func (s *Session) inFlight() int {
 	}
 	return n
 }
+
+// rtoDrainWindows is how many times the packets in flight the bound allows
+// to drain at the path's rate (rto). 2 made 20 % loss on loopback 1.25x
+// slower than 1 (docs/benchmarks.md, session 9) and did no better on a
+// shaped link.
+const rtoDrainWindows = 1
 
 // rtoStandingRTTs bounds the retransmission timeout, in standing times to
 // result (see rto).

@@ -265,10 +265,10 @@ func TestInitialTimeout(t *testing.T) {
 //   - a worker that comes last to slots the others filled long before is
 //     answered in two packet times while the messages behind the link's
 //     queue take the time its packets in flight take to drain: the bound
-//     (a multiple of the standing time to result) is at least the
-//     standing time plus that drain at the path's delivery rate, with
-//     either writes. It still breaks the loop it is for: a wait for
-//     another worker's resend does not lengthen the timeout.
+//     (a multiple of the standing time to result) covers that drain at
+//     the path's delivery rate too, with either writes. It still breaks
+//     the loop it is for: a wait for another worker's resend does not
+//     lengthen the timeout.
 func TestTimersJoinAndQueueBound(t *testing.T) {
 	const q, ppm = 8, 16
 	s := timerSession(q, ppm)
@@ -320,7 +320,7 @@ func TestTimersJoinAndQueueBound(t *testing.T) {
 	s.playResult(t, st, now)
 	for _, pw := range []bool{false, true} {
 		s.eng.pktWrites = pw
-		if got, bound := s.rto(st), max(rtoStandingRTTsPacketWrites*200*time.Microsecond, 200*time.Microsecond+q*ppm*wire); got > bound {
+		if got, bound := s.rto(st), rtoStandingRTTsPacketWrites*200*time.Microsecond+q*ppm*wire; got > bound {
 			t.Fatalf("packet writes %v: timeout %v after a 100 ms wait, want the bound %v at most", pw, got, bound)
 		}
 	}
