@@ -171,8 +171,8 @@ type engine struct {
 	// standing bounds the timeout (timers.go, rto): the smallest time to
 	// result over the last round trip or two, queueing included.
 	standing timing.StandingRTT
-	// delivery is the fastest recent rate at which messages complete:
-	// with the messages in flight, the queueing a timeout must cover
+	// delivery is the fastest recent rate at which packet results come
+	// back: with the packets in flight, the queueing a timeout must cover
 	// (timers.go, rto).
 	delivery timing.DeliveryRate
 	rack     rackState

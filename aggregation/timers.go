@@ -462,8 +462,8 @@ func (s *Session) rto(st *qpState) time.Duration {
 		// bound by the all-time minimum did: docs/benchmarks.md "On a
 		// link with a queue").
 		//
-		// Plus the time the messages in flight take to come back at the
-		// path's rate (engine.delivery): the standing minimum can be far
+		// Plus the time the packets in flight take to come back at the
+		// path's delivery rate (engine.delivery): the standing minimum can be far
 		// below the queue a new message waits in. A worker that comes
 		// last to slots the others filled long before — under loss, one
 		// whose previous message on the QP needed a resend, its own link
@@ -471,8 +471,13 @@ func (s *Session) rto(st *qpState) time.Duration {
 		// 200 Mbit/s) while the messages behind the link's queue take
 		// 7-16 ms; a bound of 8 × that minimum fired every timer of a
 		// shaped link at 1 % loss into a storm (session 8). Loss slows
-		// completions and never speeds them up, so this term does not
-		// feed the loop the bound breaks; on loopback it is ~0.
+		// the delivery of packet results and never speeds it up, so this
+		// term does not feed the loop the bound breaks. The sum, not the
+		// larger of the two: the rate filter, fed by results read in
+		// batches, overestimates a link's rate, and the multiple of the
+		// standing time is the margin that covers it (the larger of the
+		// two resent 30 % of packet writes on a shaped link without loss;
+		// docs/benchmarks.md, session 9).
 		k := time.Duration(rtoStandingRTTs)
 		if e.pktWrites {
 			k = rtoStandingRTTsPacketWrites
@@ -495,9 +500,9 @@ func (s *Session) inFlight() int {
 }
 
 // rtoDrainWindows is how many times the packets in flight the bound allows
-// to drain at the path's rate (rto). 2 made 20 % loss on loopback 1.25x
-// slower than 1 (docs/benchmarks.md, session 9) and did no better on a
-// shaped link.
+// to drain at the path's delivery rate (rto). 2 made 20 % loss on loopback
+// 1.25x slower than 1 (docs/benchmarks.md, session 9) and did no better on
+// a shaped link.
 const rtoDrainWindows = 1
 
 // rtoStandingRTTs bounds the retransmission timeout, in standing times to
