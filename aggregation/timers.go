@@ -30,6 +30,8 @@ package aggregation
 
 import (
 	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
 )
 
 // rackState is RACK's (RFC 8985) view of the session's QPs taken together:
@@ -43,10 +45,10 @@ import (
 type rackState struct {
 	xmit time.Time
 	rtt  time.Duration
-	// curMin and prevMin are the smallest times to result of this call
-	// and of the one before: minRTT follows the host's load within a call
-	// or two instead of keeping an idle moment's minimum forever.
-	curMin, prevMin time.Duration
+	// min is the smallest time to result of this call and the one
+	// before: minRTT follows the host's load within a call or two instead
+	// of keeping an idle moment's minimum forever.
+	min timing.WindowMin
 	// reoMult scales the reordering window (RFC 8985 section 6.2.4): each
 	// spurious resend widens it by min_RTT/4, up to the smoothed round
 	// trip; reoCalls counts the calls since the last widening, and after
@@ -64,27 +66,13 @@ func (r *rackState) spurious() {
 	r.reoCalls = 0
 }
 
-// sampleMin folds a time to result into the windowed minimum.
-func (r *rackState) sampleMin(d time.Duration) {
-	if r.curMin == 0 || d < r.curMin {
-		r.curMin = d
-	}
-}
-
 // minRTT is the smallest time to result of this call and the last; 0
 // before any.
-func (r *rackState) minRTT() time.Duration {
-	if r.prevMin > 0 && (r.curMin == 0 || r.prevMin < r.curMin) {
-		return r.prevMin
-	}
-	return r.curMin
-}
+func (r *rackState) minRTT() time.Duration { return r.min.Get() }
 
 // newCall starts the next window of the minimum.
 func (r *rackState) newCall() {
-	if r.curMin > 0 {
-		r.prevMin, r.curMin = r.curMin, 0
-	}
+	r.min.Next()
 	if r.reoCalls++; r.reoCalls >= reoResetCalls {
 		r.reoMult, r.reoCalls = 0, 0
 	}
@@ -347,7 +335,7 @@ func (s *Session) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 		e.joinRTT.Sample(r)
 	} else {
 		e.rtt.Sample(r)
-		e.rack.sampleMin(r)
+		e.rack.min.Sample(r)
 		e.standing.Sample(xmit.Add(r), r, e.rtt.SRTT())
 	}
 	if xmit.After(e.rack.xmit) {
@@ -472,7 +460,9 @@ func (s *Session) rto(st *qpState) time.Duration {
 		// 7-16 ms; a bound of 8 × that minimum fired every timer of a
 		// shaped link at 1 % loss into a storm (session 8). Loss slows
 		// the delivery of packet results and never speeds it up, so this
-		// term does not feed the loop the bound breaks. The sum, not the
+		// term does not feed the loop the bound breaks. Once, not twice
+		// (2 drains made 20 % loss on loopback 1.25x slower and did no
+		// better on a shaped link). The sum, not the
 		// larger of the two: the rate filter, fed by results read in
 		// batches, overestimates a link's rate, and the multiple of the
 		// standing time is the margin that covers it (the larger of the
@@ -482,7 +472,7 @@ func (s *Session) rto(st *qpState) time.Duration {
 		if e.pktWrites {
 			k = rtoStandingRTTsPacketWrites
 		}
-		ceil = min(ceil, max(floor, k*m+rtoDrainWindows*e.delivery.Drain(s.inFlight())))
+		ceil = min(ceil, max(floor, k*m+e.delivery.Drain(s.inFlight())))
 	}
 	return est.RTO(floor, ceil)
 }
@@ -498,12 +488,6 @@ func (s *Session) inFlight() int {
 	}
 	return n
 }
-
-// rtoDrainWindows is how many times the packets in flight the bound allows
-// to drain at the path's delivery rate (rto). 2 made 20 % loss on loopback
-// 1.25x slower than 1 (docs/benchmarks.md, session 9) and did no better on
-// a shaped link.
-const rtoDrainWindows = 1
 
 // rtoStandingRTTs bounds the retransmission timeout, in standing times to
 // result (see rto).

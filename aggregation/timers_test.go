@@ -163,7 +163,7 @@ func TestSilenceProbe(t *testing.T) {
 	now := time.Unix(1000, 0)
 	s.eng.joinRTT.Sample(2 * time.Millisecond)
 	s.eng.rtt.Sample(2 * time.Millisecond)
-	s.eng.rack.sampleMin(2 * time.Millisecond)
+	s.eng.rack.min.Sample(2 * time.Millisecond)
 	s.eng.progress, s.eng.rackProgress, s.eng.lastPass = now, now, now
 	for _, st := range s.qps {
 		st.msg.joining = false

@@ -274,7 +274,7 @@ func TestPacketWriteLossEvidence(t *testing.T) {
 	now := time.Now()
 	s := &Session{cfg: Config{PacketsPerMessage: 16}}
 	s.eng.pktWrites = true
-	s.eng.rack.curMin = 4 * time.Millisecond // reordering window 1 ms
+	s.eng.rack.min.Sample(4 * time.Millisecond) // reordering window 1 ms
 	st := &qpState{}
 	st.pkts.got = make([]uint64, 1)
 	st.timer.xmit = now

@@ -20,9 +20,9 @@ const deliveryWindow = 128
 // the timeout — follow the loss recovery instead of the path. The zero
 // value has no sample; owned by one goroutine.
 type DeliveryRate struct {
-	start    time.Time     // of the current window
-	n        int           // packets in it
-	cur, prv time.Duration // shortest time per packet, this epoch and the last (0: none)
+	start time.Time // of the current window
+	n     int       // packets in it
+	per   WindowMin // shortest time per packet, this epoch and the last
 }
 
 // Sample notes that the results of n packets came back now.
@@ -36,10 +36,7 @@ func (d *DeliveryRate) Sample(now time.Time, n int) {
 		return
 	}
 	if span := now.Sub(d.start); span > 0 {
-		per := span / time.Duration(d.n)
-		if d.cur == 0 || per < d.cur {
-			d.cur = per
-		}
+		d.per.Sample(span / time.Duration(d.n))
 	}
 	d.start, d.n = now, 0
 }
@@ -47,20 +44,13 @@ func (d *DeliveryRate) Sample(now time.Time, n int) {
 // NewEpoch starts the next window of the maximum; the first results of an
 // epoch (a call) wait for every worker to join, so no window spans into it.
 func (d *DeliveryRate) NewEpoch() {
-	if d.cur > 0 {
-		d.prv, d.cur = d.cur, 0
-	}
+	d.per.Next()
 	d.start, d.n = time.Time{}, 0
 }
 
 // PerPacket is the shortest recent time per packet result; 0 before a
 // sample.
-func (d *DeliveryRate) PerPacket() time.Duration {
-	if d.prv > 0 && (d.cur == 0 || d.prv < d.cur) {
-		return d.prv
-	}
-	return d.cur
-}
+func (d *DeliveryRate) PerPacket() time.Duration { return d.per.Get() }
 
 // Drain is how long n packets take to come back at that rate; 0 before a
 // sample (on loopback, where results come in batches read at one time, it

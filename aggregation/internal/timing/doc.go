@@ -8,6 +8,8 @@
 //     a cancelled context, Close);
 //   - RTT, RFC 6298's smoothed round-trip time and variation, and the
 //     retransmission timeout derived from them within a floor and a ceiling.
+//   - WindowMin, the smallest sample of this window and the last (RACK's
+//     minimum time to result, the delivery rate's fastest packet);
 //   - StandingRTT, the smallest round trip of the last one or two (Copa's
 //     RTT_standing), and DeliveryRate, the fastest recent rate of packet
 //     results (BBR's bandwidth filter): together they bound a timeout
