@@ -63,14 +63,16 @@ type qpState struct {
 
 	// timer is the message's retransmission timer (timers.go).
 	timer struct {
-		sent     time.Time // first transmission
-		xmit     time.Time // latest transmission (RACK)
-		deadline time.Time
-		rto      time.Duration
-		timeouts int  // expiries
-		resends  int  // transmissions after the first (timer or RACK)
-		silent   int  // consecutive expiries that saw no sign of loss
-		deferred bool // its expiry was put off once (timers.go, expire)
+		sent time.Time // first transmission
+		xmit time.Time // latest transmission (RACK)
+		// delivered is the delivery-rate count at xmit (timing.DeliveryRate).
+		delivered int64
+		deadline  time.Time
+		rto       time.Duration
+		timeouts  int  // expiries
+		resends   int  // transmissions after the first (timer or RACK)
+		silent    int  // consecutive expiries that saw no sign of loss
+		deferred  bool // its expiry was put off once (timers.go, expire)
 	}
 
 	// pkts are the message's packet results, with per-packet recovery

@@ -93,11 +93,7 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 		return false, nil
 	}
 	s.eng.progress = now
-	if r == resultWhole {
-		s.eng.delivery.Sample(now, s.cfg.PacketsPerMessage)
-	} else {
-		s.eng.delivery.Sample(now, 1)
-	}
+	s.delivered(st, r, now)
 	if r == resultPacket {
 		return false, nil
 	}
@@ -119,6 +115,20 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 	s.hearLoss(e1)
 	sent, err := s.sendNext(c, st, maxE, now)
 	return !sent, err
+}
+
+// delivered counts the packet results of r, a result for st back now, for
+// the delivery rate, and takes a rate sample over its transmission's round
+// trip when the result surely answers it (sent once: Karn).
+func (s *Session) delivered(st *qpState, r resultKind, now time.Time) {
+	if r == resultWhole {
+		s.eng.delivery.Deliver(s.cfg.PacketsPerMessage)
+	} else {
+		s.eng.delivery.Deliver(1)
+	}
+	if st.timer.resends == 0 {
+		s.eng.delivery.Sample(now, st.timer.xmit, st.timer.delivered)
+	}
 }
 
 // resultKind is what a received result is to the message in flight.

@@ -94,7 +94,7 @@ func (r *rackState) reoWnd(srtt time.Duration) time.Duration {
 // startTimer starts the timer of st's new message, sent now.
 func (s *Session) startTimer(st *qpState, now time.Time) {
 	t := &st.timer
-	t.sent, t.xmit = now, now
+	t.sent, t.xmit, t.delivered = now, now, s.eng.delivery.Delivered()
 	t.rto = s.rto(st)
 	t.deadline = now.Add(t.rto)
 	t.timeouts, t.resends, t.silent, t.deferred = 0, 0, 0, false
@@ -450,29 +450,31 @@ func (s *Session) rto(st *qpState) time.Duration {
 		// bound by the all-time minimum did: docs/benchmarks.md "On a
 		// link with a queue").
 		//
-		// Plus the time the packets in flight take to come back at the
-		// path's delivery rate (engine.delivery): the standing minimum can be far
-		// below the queue a new message waits in. A worker that comes
-		// last to slots the others filled long before — under loss, one
-		// whose previous message on the QP needed a resend, its own link
-		// drained meanwhile — is answered in two packet times (200 µs at
-		// 200 Mbit/s) while the messages behind the link's queue take
-		// 7-16 ms; a bound of 8 × that minimum fired every timer of a
-		// shaped link at 1 % loss into a storm (session 8). Loss slows
-		// the delivery of packet results and never speeds it up, so this
-		// term does not feed the loop the bound breaks. Once, not twice
-		// (2 drains made 20 % loss on loopback 1.25x slower and did no
-		// better on a shaped link). The sum, not the
-		// larger of the two: the rate filter, fed by results read in
-		// batches, overestimates a link's rate, and the multiple of the
-		// standing time is the margin that covers it (the larger of the
-		// two resent 30 % of packet writes on a shaped link without loss;
-		// docs/benchmarks.md, session 9).
+		// Or, when longer, that standing time plus the time the packets
+		// in flight take to come back at the path's delivery rate
+		// (engine.delivery): the standing minimum can be far below the
+		// queue a new message waits in. A worker that comes last to
+		// slots the others filled long before — under loss, one whose
+		// previous message on the QP needed a resend, its own link
+		// drained meanwhile — is answered in two packet times (200 µs
+		// at 200 Mbit/s) while the messages behind the link's queue
+		// take 7-16 ms; a bound of 8 × that minimum fired every timer
+		// of a shaped link at 1 % loss into a storm (session 8). Loss
+		// slows the delivery of packet results and never speeds it up,
+		// so this term does not feed the loop the bound breaks.
+		//
+		// The larger of the two, not their sum (session 9's form): the
+		// sum was there because session 9's rate filter, timing results
+		// as they were read, took batches for a link up to 50x faster
+		// than it is, and the multiple was the margin; with the rate
+		// measured over each message's round trip (session 10) the drain
+		// is within 10 % of the link's, and the sum only made 20 % loss
+		// on loopback 1.2-1.4x slower (docs/benchmarks.md, session 10).
 		k := time.Duration(rtoStandingRTTs)
 		if e.pktWrites {
 			k = rtoStandingRTTsPacketWrites
 		}
-		ceil = min(ceil, max(floor, k*m+e.delivery.Drain(s.inFlight())))
+		ceil = min(ceil, max(floor, k*m, m+e.delivery.Drain(s.inFlight())))
 	}
 	return est.RTO(floor, ceil)
 }
@@ -559,7 +561,7 @@ func (s *Session) resend(st *qpState, now time.Time) error {
 func (s *Session) resendUpTo(st *qpState, now time.Time, upto int) error {
 	t := &st.timer
 	t.resends++
-	t.xmit, t.deferred = now, false
+	t.xmit, t.deferred, t.delivered = now, false, s.eng.delivery.Delivered()
 	t.deadline = now.Add(t.rto)
 	st.pkts.transmitted()
 	s.stats.retransmissions.Add(1)

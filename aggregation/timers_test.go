@@ -25,6 +25,7 @@ func timerSession(q, ppm int) *Session {
 func (s *Session) playResult(t *testing.T, st *qpState, now time.Time) {
 	t.Helper()
 	s.eng.lastResult, s.eng.progress = now, now
+	s.delivered(st, resultWhole, now)
 	s.sampleResult(st, resultWhole, now)
 	st.msg.busy, st.msg.joining = false, false
 	st.queued = 0
@@ -81,6 +82,12 @@ func TestTimersBehindAQueue(t *testing.T) {
 			t.Fatalf("at %v, after %d results (time to result %v, estimate %v ± %v): %d resends behind a queue that loses nothing",
 				now, results, q*ppm*wire, s.eng.rtt.SRTT(), s.eng.rtt.RTTVar(), n)
 		}
+	}
+	// The delivery rate is the link's: each result's round trip carried
+	// the window (results come one message at a time, 16 packets at once,
+	// as a link lets them through in a burst).
+	if got, want := s.eng.delivery.Drain(q*ppm), q*ppm*wire; got < want*9/10 || got > want*11/10 {
+		t.Fatalf("drain of %d packets %v, want the link's %v ± 10 %%", q*ppm, got, want)
 	}
 }
 
@@ -290,9 +297,11 @@ func TestTimersJoinAndQueueBound(t *testing.T) {
 	// packets in flight take 5.45 ms to drain, and each is answered after
 	// those ahead of it.
 	wire := 42600 * time.Nanosecond
-	for range 1000 {
-		now = now.Add(wire)
-		s.eng.delivery.Sample(now, 1)
+	for range 32 {
+		at, xmit := s.eng.delivery.Delivered(), now
+		now = now.Add(q * ppm * wire)
+		s.eng.delivery.Deliver(q * ppm)
+		s.eng.delivery.Sample(now, xmit, at)
 	}
 	queued := q*ppm*wire + 100*time.Microsecond
 	for range 8 {

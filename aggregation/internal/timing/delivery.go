@@ -2,59 +2,89 @@ package timing
 
 import "time"
 
-// deliveryWindow is how many packets a delivery-rate sample spans: eight
-// 16-packet messages, so that results read in one batch, or compressed by
-// a late poll, do not pass for a link faster than it is.
-const deliveryWindow = 128
+// DeliveryMinPackets is the fewest packet results a delivery-rate sample
+// must span: four 16-packet messages, more than a shaped link lets through
+// in one token-bucket burst (64 KiB) or a late poll reads in one batch, so
+// that neither passes for a faster link. A worker with fewer packets in
+// flight than this takes no samples, and its Drain stays 0.
+const DeliveryMinPackets = 64
+
+// deliveryGroup is how many consecutive samples the filter averages
+// before it takes the fastest: results that come back together, each
+// sample spanning its own round trip, so a group spans about two. One
+// sample's round trip can still fall inside a burst a shaped link lets
+// through at once: on a 500 Mbit/s link with a 64 KiB token bucket, the
+// fastest single samples were 2.6x the link's rate, the fastest group of
+// 16 1.2x (its median 1.04x; session 10).
+const deliveryGroup = 16
 
 // DeliveryRate is the fastest recent rate at which packet results come back
-// (BBR's bottleneck-bandwidth filter, counted in packets): the shortest
-// time per packet over windows of deliveryWindow packets, the least of this
-// epoch's and the last one's (an epoch is whatever the caller makes it: a
-// call). It is for Drain: the time the packets in flight ahead of a new
-// message take to come back at the path's rate, the queueing a timeout must
-// cover (docs/protocol.md "Bound"). Counted in packet results, not in
-// completed messages: under heavy loss a message waits for the resend of
-// its last packet while the others' results keep the path busy, and
-// message completions slowed by those waits made the rate — and with it
-// the timeout — follow the loss recovery instead of the path. The zero
-// value has no sample; owned by one goroutine.
+// (BBR's bottleneck-bandwidth filter, counted in packets). Each sample is
+// BBR's: when the result of a transmission comes back, the packet results
+// delivered since that transmission left, over the time it took — the
+// delivery rate over the transmission's own round trip. The filter keeps
+// the shortest time per packet among groups of deliveryGroup consecutive
+// samples (their packets over their spans), this epoch's and the last
+// one's (an epoch is whatever the caller makes it: a call); a group that
+// is not full waits for the next epoch's samples.
+//
+// A sample spans a round trip, not a count of results: windows of results
+// timed by when they were read (session 9's filter) took a batch of
+// results read at once, or let through by a link's burst, for a link many
+// times faster than it is, and Drain came out at 50 µs for 160 packets on
+// a 500 Mbit/s link that takes 2.9 ms to carry them (session 10).
+//
+// It is for Drain: the time the packets in flight ahead of a new message
+// take to come back at the path's rate, the queueing a timeout must cover
+// (docs/protocol.md "Bound"). Counted in packet results, not in completed
+// messages: under heavy loss a message waits for the resend of its last
+// packet while the others' results keep the path busy. The zero value has
+// no sample; owned by one goroutine.
 type DeliveryRate struct {
-	start time.Time // of the current window
-	n     int       // packets in it
-	per   WindowMin // shortest time per packet, this epoch and the last
+	delivered int64 // packet results so far
+	// The samples of the current group: how many, and their packets and
+	// spans summed.
+	k    int
+	n    int64
+	span time.Duration
+	per  WindowMin // shortest time per packet of a group, this epoch and the last
 }
 
-// Sample notes that the results of n packets came back now.
-func (d *DeliveryRate) Sample(now time.Time, n int) {
-	if d.start.IsZero() {
-		d.start = now // the window starts with the first result, not counted
+// Delivered is the count of packet results so far; a transmission is
+// stamped with it when it leaves, for Sample.
+func (d *DeliveryRate) Delivered() int64 { return d.delivered }
+
+// Deliver counts the results of n packets, back now.
+func (d *DeliveryRate) Deliver(n int) { d.delivered += int64(n) }
+
+// Sample takes a rate sample from the result, back now, of a transmission
+// that left at xmit when Delivered was at (call it after Deliver). Only
+// for a transmission the result surely answers (sent once: Karn's rule).
+func (d *DeliveryRate) Sample(now, xmit time.Time, at int64) {
+	n := d.delivered - at
+	span := now.Sub(xmit)
+	if n < DeliveryMinPackets || span <= 0 {
 		return
 	}
+	d.k++
 	d.n += n
-	if d.n < deliveryWindow {
+	d.span += span
+	if d.k < deliveryGroup {
 		return
 	}
-	if span := now.Sub(d.start); span > 0 {
-		d.per.Sample(span / time.Duration(d.n))
-	}
-	d.start, d.n = now, 0
+	d.per.Sample(d.span / time.Duration(d.n))
+	d.k, d.n, d.span = 0, 0, 0
 }
 
-// NewEpoch starts the next window of the maximum; the first results of an
-// epoch (a call) wait for every worker to join, so no window spans into it.
-func (d *DeliveryRate) NewEpoch() {
-	d.per.Next()
-	d.start, d.n = time.Time{}, 0
-}
+// NewEpoch starts the next window of the maximum.
+func (d *DeliveryRate) NewEpoch() { d.per.Next() }
 
 // PerPacket is the shortest recent time per packet result; 0 before a
 // sample.
 func (d *DeliveryRate) PerPacket() time.Duration { return d.per.Get() }
 
 // Drain is how long n packets take to come back at that rate; 0 before a
-// sample (on loopback, where results come in batches read at one time, it
-// stays near 0).
+// sample.
 func (d *DeliveryRate) Drain(n int) time.Duration {
 	return time.Duration(n) * d.PerPacket()
 }
