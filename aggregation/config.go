@@ -34,6 +34,8 @@ const (
 	// the other workers to join a call costs a few resends, not one per
 	// floor period. (p4app-switchML doubles after 100.)
 	DefaultBackoffAfter = 1
+	// DefaultQueueDelay is Config.QueueDelay's default.
+	DefaultQueueDelay = 500 * time.Microsecond
 	// DefaultMaxRetransmitTimeout caps the doubling.
 	DefaultMaxRetransmitTimeout = time.Second
 	// DefaultPeerTimeout bounds how long a message may go without a result
@@ -105,6 +107,15 @@ type Config struct {
 	// MaxRetransmitTimeout (DefaultMaxRetransmitTimeout if 0).
 	BackoffAfter         int
 	MaxRetransmitTimeout time.Duration
+	// QueueDelay sets the worker's window: it keeps in flight at most two
+	// messages plus QueueDelay's worth of packets at the path's measured
+	// delivery rate (docs/protocol.md "Congestion"), and never fewer
+	// than two messages or more than one per QP. That is the bottleneck
+	// link's round trip (a message up, its result down) and a queue that
+	// rides out the hosts' delays; more only lengthens the queue.
+	// DefaultQueueDelay if 0; negative: no window, every QP keeps a
+	// message in flight.
+	QueueDelay time.Duration
 	// PeerTimeout: if a message has had no result for this long, the switch
 	// or another worker is taken for dead and AllReduce fails
 	// (DefaultPeerTimeout if 0). A worker that dies is normally reported
@@ -299,6 +310,9 @@ func (c Config) defaults() (Config, error) {
 	}
 	if c.PeerTimeout == 0 {
 		c.PeerTimeout = DefaultPeerTimeout
+	}
+	if c.QueueDelay == 0 {
+		c.QueueDelay = DefaultQueueDelay
 	}
 	switch {
 	case c.Writes < AdaptiveWrites || c.Writes > PacketWrites:

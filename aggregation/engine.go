@@ -52,6 +52,7 @@ type qpState struct {
 	msg struct {
 		busy    bool            // sent, no result yet
 		cur     int             // tensor message; -1 for round 0 (length, exponents)
+		key     int             // its place in the call's order (send.go, orderKey)
 		set     uint8           // which of the slot's two sets
 		id      uint16          // wire message id
 		e0      int8            // the look-ahead exponent it carries
@@ -73,6 +74,14 @@ type qpState struct {
 		resends   int  // transmissions after the first (timer or RACK)
 		silent    int  // consecutive expiries that saw no sign of loss
 		deferred  bool // its expiry was put off once (timers.go, expire)
+	}
+
+	// parked is the QP's next message while it waits for room in the
+	// window (send.go, launch): round 0, or the next tensor message with
+	// the maximum exponent maxE.
+	parked struct {
+		round0 bool
+		maxE   int8
 	}
 
 	// pkts are the message's packet results, with per-packet recovery
@@ -177,7 +186,10 @@ type engine struct {
 	// back: with the packets in flight, the queueing a timeout must cover
 	// (timers.go, rto).
 	delivery timing.DeliveryRate
-	rack     rackState
+	// parked are the QPs whose next message waits for room in the
+	// window, in the call's order (send.go, launch).
+	parked []*qpState
+	rack   rackState
 	// backedOff is the largest timeout backed off since the latest round
 	// trip measured: before any round trip is measured, new messages
 	// start no shorter (timers.go, rto).
@@ -382,6 +394,7 @@ func (s *Session) start(c *call) (int, error) {
 	e.callStart, e.lastPass, e.notified, e.progress, e.rackProgress, e.due = now, now, false, now, now, time.Time{}
 	e.rack.newCall()
 	e.delivery.NewEpoch()
+	e.parked = e.parked[:0]
 	active := 0
 	for _, st := range s.qps {
 		st.next, st.msg.busy, st.msg.cur, st.msg.joining = st.index, false, -1, true
@@ -389,8 +402,9 @@ func (s *Session) start(c *call) (int, error) {
 			continue
 		}
 		// Round 0 on every QP: the look-ahead exponent (float) and the
-		// call's length (every type), calltensor.go.
-		if err := s.sendExponents(c, st, now); err != nil {
+		// call's length (every type), calltensor.go; in the window's
+		// order, like every message (send.go, launch).
+		if _, err := s.launch(c, st, true, 0, now); err != nil {
 			return 0, err
 		}
 		active++

@@ -113,8 +113,8 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 		maxE, e1 = st.pkts.resE0, st.pkts.resE1
 	}
 	s.hearLoss(e1)
-	sent, err := s.sendNext(c, st, maxE, now)
-	return !sent, err
+	more, err := s.launch(c, st, false, maxE, now)
+	return !more, err
 }
 
 // delivered counts the packet results of r, a result for st back now, for

@@ -64,6 +64,7 @@ func allReduceFlags(category string) []cli.Flag {
 		&cli.IntFlag{Name: "packet-size", Value: aggregation.DefaultPacketSize, Usage: "payload bytes per packet: 256, 512, 1024, 2048, 4096", EnvVars: []string{"SWML_PACKET_SIZE"}, Category: "protocol"},
 		&cli.IntFlag{Name: "qps", Value: aggregation.DefaultQPs, Usage: "UC queue pairs per worker", EnvVars: []string{"SWML_QPS"}, Category: "protocol"},
 		&cli.StringFlag{Name: "msg-size", Value: "16KiB", Usage: "message size: packet size × a power of two", EnvVars: []string{"SWML_MSG_SIZE"}, Category: "protocol"},
+		&cli.DurationFlag{Name: "queue-delay", Value: aggregation.DefaultQueueDelay, Usage: "the worker's window: two messages in flight plus this long at the measured delivery rate, at most one per QP (a link's queue stays short); negative: every QP keeps a message in flight", EnvVars: []string{"SWML_QUEUE_DELAY"}, Category: "protocol"},
 		&cli.DurationFlag{Name: "peer-timeout", Value: aggregation.DefaultPeerTimeout, Usage: "fail an all-reduce when a message has had no result for this long: the switch or another worker is taken for dead", EnvVars: []string{"SWML_PEER_TIMEOUT"}, Category: "protocol"},
 		&cli.StringFlag{Name: "writes", Value: aggregation.AdaptiveWrites.String(), Usage: "how a message goes on the wire: auto (one multi-packet WRITE per message until loss is seen, then one WRITE per packet), message or packet (needed on rxe with --msg-size above --packet-size); docs/protocol.md", EnvVars: []string{"SWML_WRITES"}, Category: "protocol"},
 	}

@@ -20,7 +20,7 @@ type jobSpec struct {
 	packetSize, qps, msgSize int
 	dtype                    wire.DType
 	writes                   aggregation.Writes
-	peerTimeout              time.Duration
+	peerTimeout, queueDelay  time.Duration
 }
 
 // elements is the tensor's length (4-byte elements).
@@ -28,14 +28,14 @@ func (j jobSpec) elements() int { return j.size / 4 }
 
 // session is the part of a worker's aggregation.Config the job flags set.
 func (j jobSpec) session() aggregation.Config {
-	return aggregation.Config{QPs: j.qps, PacketSize: j.packetSize, PacketsPerMessage: j.msgSize / j.packetSize, DType: j.dtype, Writes: j.writes, PeerTimeout: j.peerTimeout, TensorBytes: j.size}
+	return aggregation.Config{QPs: j.qps, PacketSize: j.packetSize, PacketsPerMessage: j.msgSize / j.packetSize, DType: j.dtype, Writes: j.writes, PeerTimeout: j.peerTimeout, QueueDelay: j.queueDelay, TensorBytes: j.size}
 }
 
 // configFlags name the flag that sets each aggregation.Config field, for
 // the errors of Config.Validate (aggregation.FieldError).
 var configFlags = map[string]string{
 	"Workers": "--workers", "Rank": "--rank", "QPs": "--qps", "PacketSize": "--packet-size",
-	"PacketsPerMessage": "--msg-size", "DType": "--dtype", "Writes": "--writes", "PeerTimeout": "--peer-timeout", "TensorBytes": "--size",
+	"PacketsPerMessage": "--msg-size", "DType": "--dtype", "Writes": "--writes", "PeerTimeout": "--peer-timeout", "QueueDelay": "--queue-delay", "TensorBytes": "--size",
 }
 
 // flagError renders a Config error in the terms of the flags: the flag of
@@ -72,7 +72,7 @@ func (j jobSpec) flagError(err error) error {
 // whose errors name the flag), so that what the flags accept is what Open
 // accepts.
 func parseJobFlags(c *cli.Context, workers int) (jobSpec, error) {
-	j := jobSpec{iters: c.Int("iters"), warmup: c.Int("warmup"), packetSize: c.Int("packet-size"), qps: c.Int("qps"), peerTimeout: c.Duration("peer-timeout")}
+	j := jobSpec{iters: c.Int("iters"), warmup: c.Int("warmup"), packetSize: c.Int("packet-size"), qps: c.Int("qps"), peerTimeout: c.Duration("peer-timeout"), queueDelay: c.Duration("queue-delay")}
 	var err error
 	if j.size, err = parseSize(c.String("size")); err != nil {
 		return j, fmt.Errorf("--size: %v", err)

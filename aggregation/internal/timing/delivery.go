@@ -3,11 +3,13 @@ package timing
 import "time"
 
 // DeliveryMinPackets is the fewest packet results a delivery-rate sample
-// must span: four 16-packet messages, more than a shaped link lets through
-// in one token-bucket burst (64 KiB) or a late poll reads in one batch, so
-// that neither passes for a faster link. A worker with fewer packets in
-// flight than this takes no samples, and its Drain stays 0.
-const DeliveryMinPackets = 64
+// must span: two 16-packet messages, the fewest a worker's window keeps
+// in flight (aggregation.Config.QueueDelay). A round trip that short can
+// fall inside the burst a shaped link's token bucket lets through, or a
+// batch read late; the grouping (deliveryGroup) averages those out. A
+// worker with fewer packets in flight takes no samples, and its Drain
+// stays 0.
+const DeliveryMinPackets = 32
 
 // deliveryGroup is how many consecutive samples the filter averages
 // before it takes the fastest: results that come back together, each
