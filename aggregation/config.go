@@ -74,8 +74,9 @@ type Config struct {
 	Workers int
 
 	// QPs is the number of UC queue pairs to the switch (DefaultQPs if 0).
-	// With one message in flight per QP, the window is QPs ×
-	// PacketsPerMessage packets: size it to the bandwidth-delay product.
+	// With at most one message in flight per QP, the window is at most
+	// QPs × PacketsPerMessage packets (QueueDelay trims it to what the
+	// path needs): size it to the bandwidth-delay product.
 	QPs int
 	// PacketSize is the payload bytes per packet (the path MTU): 256, 512,
 	// 1024, 2048 or 4096 (the Tofino program: 256, or 1024 with

@@ -27,7 +27,8 @@
 // buffer layout, the exponent look-ahead (the first round on each QP carries
 // exponents only), sets and the switch's bitmaps, loss recovery by
 // retransmission of identical messages, the quantization error bound and how
-// jobs share a switch. In short: one message in flight per QP; QP i sends
+// jobs share a switch. In short: at most one message in flight per QP, and
+// per worker at most what the path needs (Config.QueueDelay); QP i sends
 // tensor messages i, i+q, i+2q, …; every new message flips the QP's set bit
 // and advances its 16-bit message id, a retransmission changes neither; a
 // result whose message id is not the one in flight is a duplicate and is
@@ -41,7 +42,9 @@
 // so that is evidence of loss), or else when its QP's timer expires: the
 // timeout adapts to the measured time to result, queueing included (RFC
 // 6298: smoothed RTT + 4 × its variation, never below RetransmitTimeout,
-// at most 4 × the standing time to result of the last round trip or two)
+// bounded by 4 × the standing time to result of the last round trip or
+// two, or that plus the time the packets in flight take to drain at the
+// measured delivery rate, whichever is longer)
 // and doubles on every expiry of the same message that brought no news
 // (after BackoffAfter of them), up to MaxRetransmitTimeout
 // (docs/protocol.md "Loss recovery" and "Congestion").
