@@ -145,15 +145,23 @@ func (p *pktResults) record(k int, now, xmit time.Time) {
 
 // tailDue is when the results still missing above the highest one back
 // are overdue: the pace of those back since the latest transmission, kept
-// up for each missing one, twice over, plus the reordering window. On
-// loopback they come back at once (the window alone); on a slow path
-// (a shaped link, rxe under emulation) they are spread, and the wait
-// follows the spread.
-func (p *pktResults) tailDue(missing int, reo time.Duration) time.Time {
+// up for each missing one, twice over, plus the reordering window — and
+// at least the path's time per packet result (pathPace, the delivery
+// rate's) for each missing one, plus the window. On loopback they come
+// back at once (the window alone); on a slow path (a shaped link, rxe
+// under emulation) they are spread, and the wait follows the spread.
+// Results read in one batch have no pace of their own: the path's keeps
+// their tail from being overdue a window after them. Once, not twice, the
+// path's pace: on rxe (a millisecond per packet under emulation) real
+// tail losses then waited for the timer (4 workers with packet writes,
+// rank 0: 267 timer resends with twice, 190 with once; docs/benchmarks.md
+// session 10).
+func (p *pktResults) tailDue(missing int, reo, pathPace time.Duration) time.Time {
 	var pace time.Duration
 	if p.cnt > 1 {
 		pace = p.last.Sub(p.since) / time.Duration(p.cnt-1)
 	}
+	pace = max(pace, pathPace/2)
 	return p.last.Add(2*pace*time.Duration(missing) + reo)
 }
 

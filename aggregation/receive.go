@@ -120,14 +120,20 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 
 // delivered counts the packet results of r, a result for st back now, for
 // the delivery rate, and takes a rate sample over its transmission's round
-// trip when the result surely answers it (sent once: Karn).
+// trip when the result completes it and surely answers it (sent once:
+// Karn).
 func (s *Session) delivered(st *qpState, r resultKind, now time.Time) {
 	if r == resultWhole {
 		s.eng.delivery.Deliver(s.cfg.PacketsPerMessage)
 	} else {
 		s.eng.delivery.Deliver(1)
 	}
-	if st.timer.resends == 0 {
+	if r != resultPacket && st.timer.resends == 0 {
+		// One sample per transmission, when its last result is back:
+		// a message's packet results come back together (a batch, a
+		// link's burst), and a sample for each of them made a group of
+		// 16 samples one message's burst (packet writes on a shaped
+		// link: a tenth of the link's time per packet).
 		s.eng.delivery.Sample(now, st.timer.xmit, st.timer.delivered)
 	}
 }

@@ -376,7 +376,7 @@ func (s *Session) lostAt(st *qpState) (time.Time, bool) {
 		if p.n > 0 && p.cnt > 0 {
 			// No gap: the rest are overdue once the results stop
 			// coming at their pace.
-			return p.tailDue(s.cfg.PacketsPerMessage-p.n, reo), true
+			return p.tailDue(s.cfg.PacketsPerMessage-p.n, reo, s.eng.delivery.PerPacket()), true
 		}
 		return time.Time{}, false
 	}

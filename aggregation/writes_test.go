@@ -317,6 +317,29 @@ func TestPacketWriteLossEvidence(t *testing.T) {
 	if _, ok := s.lostAt(st); ok {
 		t.Fatal("evidence from results that came back before the latest resend")
 	}
+	// Three results read in one batch, then a pause: their own pace is
+	// nothing, but the rest come no faster than the path delivers packet
+	// results (44 µs each at 200 Mbit/s: engine.delivery). Paced by the
+	// batch alone, the tail was overdue a reordering window after it:
+	// 5-27 % of the messages of a loss-free shaped link were resent
+	// (session 10).
+	st3 := &qpState{}
+	st3.pkts.got = make([]uint64, 1)
+	st3.timer.xmit = now
+	st3.pkts.transmitted()
+	for k := range 3 {
+		st3.pkts.record(k, now.Add(2*time.Millisecond), now)
+	}
+	per := 44 * time.Microsecond
+	for range 32 {
+		at := s.eng.delivery.Delivered()
+		s.eng.delivery.Deliver(128)
+		s.eng.delivery.Sample(now.Add(128*per), now, at)
+	}
+	if at, ok := s.lostAt(st3); !ok || !at.Equal(now.Add(2*time.Millisecond+13*per+time.Millisecond)) {
+		t.Fatalf("3 of 16 back in one batch: lost at %v (%v), want the path's time per packet for each missing one after them, plus the window (%v)",
+			at.Sub(now), ok, 2*time.Millisecond+13*per+time.Millisecond)
+	}
 	// Nothing of a message back: no evidence, whatever other QPs get (a
 	// packet loss costs a message one packet result, not all of them;
 	// all missing means its slots wait for another worker, or a queue).
