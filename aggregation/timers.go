@@ -373,9 +373,13 @@ func (s *Session) lostAt(st *qpState) (time.Time, bool) {
 		if !p.above.IsZero() && p.firstMissing() < p.hi {
 			return p.above.Add(reo), true
 		}
-		if p.n > 0 && p.cnt > 0 {
+		if p.n > 0 && p.cnt > 0 && rack.minRTT() > 0 {
 			// No gap: the rest are overdue once the results stop
-			// coming at their pace.
+			// coming at their pace. Not before a time to result is
+			// measured (RFC 8985 needs one): with no reordering window
+			// and no path pace yet, a session's first messages had
+			// their tails resent microseconds after a batch of their
+			// first results (session 10).
 			return p.tailDue(s.cfg.PacketsPerMessage-p.n, reo, s.eng.delivery.PerPacket()), true
 		}
 		return time.Time{}, false

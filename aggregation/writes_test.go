@@ -274,11 +274,21 @@ func TestPacketWriteLossEvidence(t *testing.T) {
 	now := time.Now()
 	s := &Session{cfg: Config{PacketsPerMessage: 16}}
 	s.eng.pktWrites = true
-	s.eng.rack.min.Sample(4 * time.Millisecond) // reordering window 1 ms
 	st := &qpState{}
 	st.pkts.got = make([]uint64, 1)
 	st.timer.xmit = now
 	st.pkts.transmitted()
+	// Before any time to result is measured, a tail is no evidence: no
+	// reordering window, no pace to be late by.
+	for k := range 4 {
+		st.pkts.record(k, now.Add(time.Millisecond), now)
+	}
+	if at, ok := s.lostAt(st); ok {
+		t.Fatalf("4 of 16 back before any time to result was measured: lost at %v, want no evidence", at.Sub(now))
+	}
+	st.pkts.got[0], st.pkts.n = 0, 0
+	st.pkts.transmitted()
+	s.eng.rack.min.Sample(4 * time.Millisecond) // reordering window 1 ms
 	if _, ok := s.lostAt(st); ok {
 		t.Fatal("evidence of loss before any result")
 	}
