@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -375,6 +375,29 @@ type tcpProxy struct {
 	lis   net.Listener
 	mu    sync.Mutex
 	conns []net.Conn
+	// dead: kill has begun; nothing read from then on is forwarded.
+	dead atomic.Bool
+}
+
+// pipe forwards src to dst until either fails or the proxy is killed,
+// then closes dst.
+func (p *tcpProxy) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if p.dead.Load() {
+			return
+		}
+		if n > 0 {
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func newTCPProxy(t *testing.T, target string) *tcpProxy {
@@ -398,8 +421,8 @@ func newTCPProxy(t *testing.T, target string) *tcpProxy {
 			p.mu.Lock()
 			p.conns = append(p.conns, c, u)
 			p.mu.Unlock()
-			go func() { io.Copy(u, c); u.Close() }()
-			go func() { io.Copy(c, u); c.Close() }()
+			go p.pipe(u, c)
+			go p.pipe(c, u)
 		}
 	}()
 	return p
@@ -408,18 +431,17 @@ func newTCPProxy(t *testing.T, target string) *tcpProxy {
 func (p *tcpProxy) addr() string { return p.lis.Addr().String() }
 
 func (p *tcpProxy) kill() {
+	// Nothing read from now on is forwarded, before any connection
+	// closes: closing them one by one let the controller see one rank's
+	// stream go and tell the other, through its still open pair, that
+	// the job ended — before the switch was gone for it too (a flake
+	// under load, also when the workers' ends were closed first).
+	p.dead.Store(true)
 	p.lis.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// The workers' ends first, then the controller's: closing them pair
-	// by pair let the controller see rank 0 go and tell rank 1 that the
-	// job ended, through rank 1's still open pair, before the switch was
-	// gone for rank 1 too (a flake under load).
-	for i := 0; i < len(p.conns); i += 2 {
-		p.conns[i].Close()
-	}
-	for i := 1; i < len(p.conns); i += 2 {
-		p.conns[i].Close()
+	for _, c := range p.conns {
+		c.Close()
 	}
 	p.conns = nil
 }
