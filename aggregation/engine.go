@@ -52,7 +52,6 @@ type qpState struct {
 	msg struct {
 		busy    bool            // sent, no result yet
 		cur     int             // tensor message; -1 for round 0 (length, exponents)
-		key     int             // its place in the call's order (send.go, orderKey)
 		set     uint8           // which of the slot's two sets
 		id      uint16          // wire message id
 		e0      int8            // the look-ahead exponent it carries
@@ -161,8 +160,8 @@ func (p *pktResults) tailDue(missing int, reo, pathPace time.Duration) time.Time
 	if p.cnt > 1 {
 		pace = p.last.Sub(p.since) / time.Duration(p.cnt-1)
 	}
-	pace = max(pace, pathPace/2)
-	return p.last.Add(2*pace*time.Duration(missing) + reo)
+	wait := max(2*pace, pathPace) * time.Duration(missing)
+	return p.last.Add(wait + reo)
 }
 
 // transmitted restarts the in-message evidence for a new transmission.

@@ -46,7 +46,7 @@ func (s *Session) sendExponents(c *call, st *qpState, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	st.msg.cur, st.msg.key = -1, st.index-len(s.qps)
+	st.msg.cur = -1
 	return s.post(st, e0, now)
 }
 
@@ -76,9 +76,9 @@ func (s *Session) launch(c *call, st *qpState, round0 bool, maxE int8, now time.
 	}
 	e := &s.eng
 	st.parked.round0, st.parked.maxE = round0, maxE
-	key := s.orderKey(st, round0)
+	key := s.parkedKey(st)
 	i := len(e.parked)
-	for i > 0 && s.orderKey(e.parked[i-1], e.parked[i-1].parked.round0) > key {
+	for i > 0 && s.parkedKey(e.parked[i-1]) > key {
 		i--
 	}
 	e.parked = append(e.parked, nil)
@@ -96,12 +96,12 @@ func (s *Session) releaseParked(c *call, now time.Time) error {
 	e := &s.eng
 	for len(e.parked) > 0 {
 		st := e.parked[0]
-		key := s.orderKey(st, st.parked.round0)
+		key := s.parkedKey(st)
 		busy, oldest := 0, true
 		for _, q := range s.qps {
 			if q.msg.busy {
 				busy++
-				oldest = oldest && q.msg.key > key
+				oldest = oldest && s.orderKey(q, q.msg.cur < 0, q.msg.cur) > key
 			}
 		}
 		if busy >= s.window() && !oldest {
@@ -121,15 +121,18 @@ func (s *Session) releaseParked(c *call, now time.Time) error {
 	return nil
 }
 
-// orderKey is a message's place in the call's order, the same on every
-// worker: round 0 of every QP first (by QP), then the tensor messages by
-// index.
-func (s *Session) orderKey(st *qpState, round0 bool) int {
+// orderKey is the place in the call's order, the same on every worker, of
+// st's round 0 or of its tensor message j: round 0 of every QP first (by
+// QP), then the tensor messages by index.
+func (s *Session) orderKey(st *qpState, round0 bool, j int) int {
 	if round0 {
 		return st.index - len(s.qps)
 	}
-	return st.next
+	return j
 }
+
+// parkedKey is the order key of st's parked message.
+func (s *Session) parkedKey(st *qpState) int { return s.orderKey(st, st.parked.round0, st.next) }
 
 // window is how many messages the worker keeps in flight
 // (Config.QueueDelay): two, plus what the path delivers in QueueDelay at
@@ -180,7 +183,7 @@ func (s *Session) sendNext(c *call, st *qpState, maxE int8, now time.Time) (bool
 	// The last message of a tensor is padded with zeros: the switch adds
 	// whole packets, and zeros change no sum.
 	clear(buf[4*(hi-lo):])
-	st.msg.cur, st.msg.key = j, j
+	st.msg.cur = j
 	st.next = j + len(s.qps)
 	return true, s.post(st, e0, now)
 }

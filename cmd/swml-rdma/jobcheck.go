@@ -35,7 +35,7 @@ func (j jobSpec) session() aggregation.Config {
 // the errors of Config.Validate (aggregation.FieldError).
 var configFlags = map[string]string{
 	"Workers": "--workers", "Rank": "--rank", "QPs": "--qps", "PacketSize": "--packet-size",
-	"PacketsPerMessage": "--msg-size", "DType": "--dtype", "Writes": "--writes", "PeerTimeout": "--peer-timeout", "QueueDelay": "--queue-delay", "TensorBytes": "--size",
+	"PacketsPerMessage": "--msg-size", "DType": "--dtype", "Writes": "--writes", "PeerTimeout": "--peer-timeout", "TensorBytes": "--size",
 }
 
 // flagError renders a Config error in the terms of the flags: the flag of

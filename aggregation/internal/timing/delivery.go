@@ -2,14 +2,14 @@ package timing
 
 import "time"
 
-// DeliveryMinPackets is the fewest packet results a delivery-rate sample
+// deliveryMinPackets is the fewest packet results a delivery-rate sample
 // must span: two 16-packet messages, the fewest a worker's window keeps
 // in flight (aggregation.Config.QueueDelay). A round trip that short can
 // fall inside the burst a shaped link's token bucket lets through, or a
 // batch read late; the grouping (deliveryGroup) averages those out. A
 // worker with fewer packets in flight takes no samples, and its Drain
 // stays 0.
-const DeliveryMinPackets = 32
+const deliveryMinPackets = 32
 
 // deliveryGroup is how many consecutive samples the filter averages
 // before it takes the fastest: results that come back together, each
@@ -65,7 +65,7 @@ func (d *DeliveryRate) Deliver(n int) { d.delivered += int64(n) }
 func (d *DeliveryRate) Sample(now, xmit time.Time, at int64) {
 	n := d.delivered - at
 	span := now.Sub(xmit)
-	if n < DeliveryMinPackets || span <= 0 {
+	if n < deliveryMinPackets || span <= 0 {
 		return
 	}
 	d.k++

@@ -35,7 +35,7 @@ func window(d *DeliveryRate, now time.Time, results, w int, per time.Duration, b
 // TestDeliveryRate: the rate is the packets delivered over a round trip,
 // grouped: a window-limited sender on a 200 Mbit/s link gives the link's
 // rate; a round trip that fell inside a burst does not pass for a faster
-// link; fewer packets in flight than DeliveryMinPackets give no sample; a
+// link; fewer packets in flight than deliveryMinPackets give no sample; a
 // call's rate outlives one epoch.
 func TestDeliveryRate(t *testing.T) {
 	const per = 42600 * time.Nanosecond // 1 KiB packets at 200 Mbit/s
@@ -73,11 +73,11 @@ func TestDeliveryRate(t *testing.T) {
 		t.Fatalf("after a batch read late: drain %v, want %v", got, want)
 	}
 
-	// Fewer than DeliveryMinPackets in flight: no sample.
+	// Fewer than deliveryMinPackets in flight: no sample.
 	var f DeliveryRate
-	window(&f, t0, 1000, DeliveryMinPackets-1, per, 0)
+	window(&f, t0, 1000, deliveryMinPackets-1, per, 0)
 	if got := f.Drain(128); got != 0 {
-		t.Fatalf("%d packets in flight: drain %v, want 0 (no sample)", DeliveryMinPackets-1, got)
+		t.Fatalf("%d packets in flight: drain %v, want 0 (no sample)", deliveryMinPackets-1, got)
 	}
 
 	// The next epoch keeps the last one's rate until it has its own,

@@ -10,8 +10,8 @@ import "time"
 // minimum fires at every message once a queue builds up. The zero value
 // has no sample; owned by one goroutine.
 type StandingRTT struct {
-	cur, prev time.Duration
-	start     time.Time // of the bucket cur
+	min   WindowMin // this bucket's and the last one's
+	start time.Time // of the current bucket
 }
 
 // Sample folds in a round trip r measured now; span is how long a bucket
@@ -19,17 +19,11 @@ type StandingRTT struct {
 // last one to two round trips).
 func (s *StandingRTT) Sample(now time.Time, r, span time.Duration) {
 	if s.start.IsZero() || now.Sub(s.start) >= span {
-		s.prev, s.cur, s.start = s.cur, 0, now
+		s.min.Next()
+		s.start = now
 	}
-	if s.cur == 0 || r < s.cur {
-		s.cur = r
-	}
+	s.min.Sample(r)
 }
 
 // Get is the standing round trip; 0 before any sample.
-func (s *StandingRTT) Get() time.Duration {
-	if s.prev > 0 && (s.cur == 0 || s.prev < s.cur) {
-		return s.prev
-	}
-	return s.cur
-}
+func (s *StandingRTT) Get() time.Duration { return s.min.Get() }
