@@ -9,8 +9,18 @@ package aggregation
 //	send.go     a message's way out: quantize, stage, ring the doorbell
 //	receive.go  a completion's way in: match the result, sample its time,
 //	            dequantize, hand the QP its next message
-//	timers.go   a result that does not come: RACK, the retransmission
-//	            timer and its backoff, the dead peer
+//	timers.go   a result that does not come: sample the estimates, run
+//	            the rules below each pass, resend
+//
+// and the rules those flows apply, one file each:
+//
+//	rack.go     loss by evidence (RACK, RFC 8985): the reordering window,
+//	            lostAt, fastRetransmit
+//	rto.go      the retransmission timer (RFC 6298): its timeout and
+//	            bound, expiry, backoff, the join probe, the dead peer
+//	window.go   how many messages may be in flight; the parked queue
+//	writes.go   message writes or packet writes (Config.Writes): the
+//	            adaptive choice and its loss signal
 //
 // docs/protocol.md is the protocol these files implement.
 

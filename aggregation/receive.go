@@ -17,9 +17,10 @@ package aggregation
 //     when it surely answers a known transmission (timers.go).
 //  5. deliver dequantizes the sum from the receive region into the
 //     caller's tensor.
-//  6. launch hands the QP its next message (send.go), quantized with the
-//     maximum exponent this result carried, or parks it until the
-//     worker's window has room; a QP with none left is done.
+//  6. hearLoss notes the result's loss signal (writes.go), and launch
+//     hands the QP its next message (window.go, then send.go), quantized
+//     with the maximum exponent this result carried, or parks it until
+//     the worker's window has room; a QP with none left is done.
 //
 // A send completion only says the NIC has put a message on the wire
 // (st.queued, which keeps the timers from stacking copies behind it).

@@ -8,7 +8,7 @@ package aggregation
 //     when its previous message's result came back (receive.go,
 //     complete → launch). launch parks it while the worker's window is
 //     full; parked messages leave in the call's order as results free
-//     room (releaseParked).
+//     room (window.go: launch, releaseParked).
 //  2. sendNext quantizes the message's elements into the QP's staging
 //     region of the registered buffer, with the scale the switch's
 //     maximum exponent for it gives (the look-ahead of the previous
@@ -16,15 +16,17 @@ package aggregation
 //     next message.
 //  3. post gives it the QP's next set and message id and builds its work
 //     request: one RDMA WRITE WITH IMMEDIATE of the whole message to the
-//     switch (message writes), or one per packet (packet writes,
-//     chooseWrites). It starts the message's timer (timers.go).
+//     switch (message writes), or one per packet (packet writes;
+//     writes.go, chooseWrites), and carries the loss signal (lossSignal).
+//     It starts the message's timer (rto.go, startTimer).
 //  4. transmit stages the work requests on the QP (verbs.StagedSender):
 //     the NIC builds the packets but does not send them yet.
 //  5. At the end of the engine's pass, ringDoorbell sends everything
 //     staged by every QP in one system call (drive, step 4).
 //
-// A resend (timers.go) re-enters at step 4 with the same work request, so
-// the switch sees an identical message.
+// A resend (timers.go, resendUpTo: on evidence, rack.go, or on a timeout,
+// rto.go) re-enters at step 4 with the same work request, so the switch
+// sees an identical message.
 
 import (
 	"fmt"
@@ -62,97 +64,6 @@ func (s *Session) exponent(c *call, j int) (int8, error) {
 		return 0, fmt.Errorf("aggregation: AllReduce: tensor changed during the call: %w", err)
 	}
 	return e, nil
-}
-
-// launch hands st its next message — round 0 if round0, else its next
-// tensor message, to be quantized with the maximum exponent maxE: it
-// joins the parked messages in the call's order (orderKey), and those
-// that fit in the window leave (releaseParked). false: the QP has no
-// message left in this call.
-func (s *Session) launch(c *call, st *qpState, round0 bool, maxE int8, now time.Time) (bool, error) {
-	if st.next >= c.msgs {
-		// Done, but its message freed room for the parked ones.
-		return false, s.releaseParked(c, now)
-	}
-	e := &s.eng
-	st.parked.round0, st.parked.maxE = round0, maxE
-	key := s.parkedKey(st)
-	i := len(e.parked)
-	for i > 0 && s.parkedKey(e.parked[i-1]) > key {
-		i--
-	}
-	e.parked = append(e.parked, nil)
-	copy(e.parked[i+1:], e.parked[i:])
-	e.parked[i] = st
-	return true, s.releaseParked(c, now)
-}
-
-// releaseParked sends parked messages, oldest first, while the window has
-// room. A parked message older than every message in flight goes whatever
-// the window: every worker sends the call's messages in the same order, so
-// the oldest message the job waits for is always on its way from every
-// worker, and workers whose windows differ cannot wait on each other.
-func (s *Session) releaseParked(c *call, now time.Time) error {
-	e := &s.eng
-	for len(e.parked) > 0 {
-		st := e.parked[0]
-		key := s.parkedKey(st)
-		busy, oldest := 0, true
-		for _, q := range s.qps {
-			if q.msg.busy {
-				busy++
-				oldest = oldest && s.orderKey(q, q.msg.cur < 0, q.msg.cur) > key
-			}
-		}
-		if busy >= s.window() && !oldest {
-			return nil
-		}
-		e.parked = e.parked[:copy(e.parked, e.parked[1:])]
-		var err error
-		if st.parked.round0 {
-			err = s.sendExponents(c, st, now)
-		} else {
-			_, err = s.sendNext(c, st, st.parked.maxE, now)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// orderKey is the place in the call's order, the same on every worker, of
-// st's round 0 or of its tensor message j: round 0 of every QP first (by
-// QP), then the tensor messages by index.
-func (s *Session) orderKey(st *qpState, round0 bool, j int) int {
-	if round0 {
-		return st.index - len(s.qps)
-	}
-	return j
-}
-
-// parkedKey is the order key of st's parked message.
-func (s *Session) parkedKey(st *qpState) int { return s.orderKey(st, st.parked.round0, st.next) }
-
-// window is how many messages the worker keeps in flight
-// (Config.QueueDelay): two, plus what the path delivers in QueueDelay at
-// its measured rate, at most one per QP. Every QP until the rate is
-// measured, where results come back faster than QueueDelay covers the
-// QPs' messages (loopback, fast links), and under loss.
-func (s *Session) window() int {
-	q := len(s.qps)
-	per := s.eng.delivery.PerPacket()
-	if per <= 0 || s.cfg.QueueDelay < 0 || s.eng.adapt.lossy() {
-		// Under loss, results come back at the pace of the loss
-		// recovery, not of the path: the measured rate would shrink
-		// the window just when more messages in flight hide the waits
-		// for resends (20 % loss on loopback: 182 against 150 ms per
-		// 4 MiB call, session 10).
-		return q
-	}
-	msg := per * time.Duration(s.cfg.PacketsPerMessage)
-	w := 2 + int((s.cfg.QueueDelay+msg-1)/msg)
-	return min(w, q)
 }
 
 // sendNext sends the QP's next tensor message, quantized with the maximum
@@ -296,96 +207,4 @@ func (s *Session) ringDoorbell() error {
 		return fmt.Errorf("aggregation: %v: send: %w", s.who(), err)
 	}
 	return nil
-}
-
-// adaptState is AdaptiveWrites' memory: what the running call has seen of
-// loss, and how many calls in a row have sent packet writes.
-//
-// Every worker of a job must decide alike, or a call mixes message writes
-// and packet writes, and a slot completed by a one-packet write is then
-// broadcast as a WRITE ONLY into the other workers' open multi-packet
-// result messages, which a UC receiver that follows the IBA drops (rxe
-// wedges the QP). Each worker's own view of loss differs, so they agree
-// through the switch, without a message of their own: a worker that has
-// seen loss in a call sets e1 = 1 in the immediates of the messages it
-// sends afterwards (lossSignal), the switch returns max(e1) over the
-// contributions of each slot, and every worker receives the same results,
-// so the OR of e1 over a call's results (heard) is the same on every
-// worker, and so is the next call's choice (chooseWrites).
-type adaptState struct {
-	fast    uint64 // the session's fast retransmissions when the call started
-	msgs    int    // the call's messages
-	signal  bool   // this worker has seen loss in the call: e1 = 1 from now on
-	heard   bool   // a result of the call carried e1 ≠ 0
-	pktRuns int    // calls in a row that sent packet writes
-	// lastHeard: a result of the call before carried e1 ≠ 0.
-	lastHeard bool
-}
-
-// lossy says whether this call or the one before saw loss (adaptState).
-func (a *adaptState) lossy() bool { return a.signal || a.heard || a.lastHeard }
-
-const (
-	// lossyFastRetransmits: a worker has seen loss in a call once RACK
-	// found one message in this many of the call's messages lost (not
-	// reordering: without loss RACK fires for a few messages in 10⁴ here,
-	// see docs/benchmarks.md).
-	lossyFastRetransmits = 64
-	// probeMessageWrites: in a run of packet-write calls, every this many
-	// calls goes back to message writes to see whether the loss is over.
-	probeMessageWrites = 16
-	// e1Loss is the immediate's e1 of a message sent after its worker saw
-	// loss in the call (0 otherwise, as p4app-switchML's workers send).
-	e1Loss int8 = 1
-)
-
-// chooseWrites decides whether the call starting now sends packet writes
-// (Config.Writes) and starts the call's loss signal (adaptState).
-// AdaptiveWrites: message writes cost the least CPU and are the right
-// choice without loss; after a call whose results said some worker saw
-// loss, the next ones send packet writes, and every probeMessageWrites-th
-// of them tries message writes again. Every worker of the job hears the
-// same results and counts the same calls, so all decide alike.
-func (s *Session) chooseWrites(msgs int) bool {
-	e := &s.eng
-	a := &e.adapt
-	lossy := a.heard
-	*a = adaptState{fast: s.stats.fastRetransmissions.Load(), msgs: msgs, pktRuns: a.pktRuns, lastHeard: lossy}
-	if e.pktBits == 0 {
-		return false
-	}
-	switch s.cfg.Writes {
-	case PacketWrites:
-		return true
-	case MessageWrites:
-		return false
-	}
-	if !e.pktWrites {
-		a.pktRuns = 0
-		return lossy
-	}
-	// Packet writes lose little to loss, and RACK's count under them
-	// says little about it: probe with message writes now and then.
-	a.pktRuns++
-	return a.pktRuns%probeMessageWrites != 0
-}
-
-// lossSignal is the e1 of a message sent now (adaptState): e1Loss once
-// RACK found one in lossyFastRetransmits of the call's messages lost.
-func (s *Session) lossSignal() int8 {
-	a := &s.eng.adapt
-	if !a.signal && (s.stats.fastRetransmissions.Load()-a.fast)*lossyFastRetransmits >= uint64(max(a.msgs, 1)) {
-		a.signal = true
-	}
-	if a.signal {
-		return e1Loss
-	}
-	return 0
-}
-
-// hearLoss notes the e1 of a result the engine used (adaptState).
-func (s *Session) hearLoss(e1 int8) {
-	if e1 > 0 {
-		s.eng.adapt.heard = true
-	}
 }

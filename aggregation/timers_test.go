@@ -100,7 +100,7 @@ func TestTimersBehindAQueue(t *testing.T) {
 // the resends stop within the first rounds. Without it every new message
 // started at the floor, fired before its result, was resent, and left
 // the estimate without a sample for good — resends in every round, a
-// storm on a real link (packet writes on a shaped veth, session 8).
+// storm on a real link (packet writes on a shaped veth).
 func TestTimersSlowerThanTheFloor(t *testing.T) {
 	const q, ppm, rounds = 8, 16, 40
 	s := timerSession(q, ppm)
@@ -264,7 +264,7 @@ func TestInitialTimeout(t *testing.T) {
 
 // TestTimersJoinAndQueueBound: two ways a short time to result set every
 // timeout of a shaped link under loss far below its time to result (a
-// storm of timer resends, session 8):
+// storm of timer resends):
 //   - a QP's first message of a call (round 0, one packet, on an idle
 //     link) is answered in a fraction of a full message's time; it feeds
 //     the joining estimate only, not the minimum (RACK's reordering

@@ -330,9 +330,8 @@ func TestPacketWriteLossEvidence(t *testing.T) {
 	// Three results read in one batch, then a pause: their own pace is
 	// nothing, but the rest come no faster than the path delivers packet
 	// results (44 µs each at 200 Mbit/s: engine.delivery). Paced by the
-	// batch alone, the tail was overdue a reordering window after it:
-	// 5-27 % of the messages of a loss-free shaped link were resent
-	// (session 10).
+	// batch alone, the tail would be overdue a reordering window after
+	// it, and a loss-free shaped link would resend many of its messages.
 	st3 := &qpState{}
 	st3.pkts.got = make([]uint64, 1)
 	st3.timer.xmit = now

@@ -15,9 +15,9 @@ const deliveryMinPackets = 32
 // before it takes the fastest: results that come back together, each
 // sample spanning its own round trip, so a group spans about two. One
 // sample's round trip can still fall inside a burst a shaped link lets
-// through at once: on a 500 Mbit/s link with a 64 KiB token bucket, the
-// fastest single samples were 2.6x the link's rate, the fastest group of
-// 16 1.2x (its median 1.04x; session 10).
+// through at once (its token bucket) and pass for a link several times
+// faster than it is; averaged over a group, the burst is diluted to
+// within a small margin of the link's rate.
 const deliveryGroup = 16
 
 // DeliveryRate is the fastest recent rate at which packet results come back
@@ -30,18 +30,18 @@ const deliveryGroup = 16
 // one's (an epoch is whatever the caller makes it: a call); a group that
 // is not full waits for the next epoch's samples.
 //
-// A sample spans a round trip, not a count of results: windows of results
-// timed by when they were read (session 9's filter) took a batch of
-// results read at once, or let through by a link's burst, for a link many
-// times faster than it is, and Drain came out at 50 µs for 160 packets on
-// a 500 Mbit/s link that takes 2.9 ms to carry them (session 10).
+// A sample spans a round trip, not a count of results: results timed by
+// when they were read would take a batch read at once, or a link's burst,
+// for a link many times faster than it is, and Drain would come out far
+// below the time the packets in flight take to come back.
 //
 // It is for Drain: the time the packets in flight ahead of a new message
 // take to come back at the path's rate, the queueing a timeout must cover
-// (docs/protocol.md "Bound"). Counted in packet results, not in completed
-// messages: under heavy loss a message waits for the resend of its last
-// packet while the others' results keep the path busy. The zero value has
-// no sample; owned by one goroutine.
+// (docs/protocol.md "Loss recovery, step by step": Bound, Delivery rate).
+// Counted in packet results, not in completed messages: under heavy loss a
+// message waits for the resend of its last packet while the others'
+// results keep the path busy. The zero value has no sample; owned by one
+// goroutine.
 type DeliveryRate struct {
 	delivered int64 // packet results so far
 	// The samples of the current group: how many, and their packets and

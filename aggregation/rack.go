@@ -1,0 +1,146 @@
+package aggregation
+
+// RACK (RFC 8985): loss found by evidence, not by a timeout. A worker's
+// QPs share one path through one switch, so a result that overtook a
+// message shows that the message or its result was lost, the way a later
+// acknowledgement does for TCP; the loss is then repaired about one round
+// trip after it happened instead of a retransmission timeout later
+// (docs/protocol.md "Loss recovery, step by step", mechanism 1).
+
+import (
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
+)
+
+// rackState is RACK's view of the session's QPs taken together (RFC 8985
+// section 6.2, step 2): the latest transmission time among messages whose
+// result arrived, and that message's time to result. A message still
+// waiting that was transmitted before it, by more than the reordering
+// window, has been lost (its request or its result).
+type rackState struct {
+	xmit time.Time
+	rtt  time.Duration
+	// min is the smallest time to result of this call and the one
+	// before (RFC 8985's min_RTT, windowed): it follows the host's load
+	// within a call or two instead of keeping an idle moment's minimum
+	// forever.
+	min timing.WindowMin
+	// reoMult scales the reordering window (RFC 8985 section 6.2, step
+	// 4): each spurious resend widens it by min_RTT/4, up to the smoothed
+	// round trip; reoCalls counts the calls since the last widening, and
+	// after reoResetCalls of them it narrows again.
+	reoMult, reoCalls int
+}
+
+// reoResetCalls is how many calls without a spurious resend narrow the
+// reordering window back: RFC 8985 section 6.2, step 4, resets it after
+// 16 loss recoveries, and a call is this engine's unit of recovery.
+const reoResetCalls = 16
+
+// spurious widens the reordering window after a spurious resend (RFC 8985
+// section 6.2, step 4): the result it took for overdue was only late.
+func (r *rackState) spurious() {
+	r.reoMult++
+	r.reoCalls = 0
+}
+
+// minRTT is the smallest time to result of this call and the last; 0
+// before any.
+func (r *rackState) minRTT() time.Duration { return r.min.Get() }
+
+// newCall starts the next window of the minimum, and narrows the
+// reordering window back after reoResetCalls calls without a spurious
+// resend.
+func (r *rackState) newCall() {
+	r.min.Next()
+	if r.reoCalls++; r.reoCalls >= reoResetCalls {
+		r.reoMult, r.reoCalls = 0, 0
+	}
+}
+
+// reoWnd is how much later than its successor a result may come before
+// the message is taken for lost: min_RTT / 4 × reoMult, at most srtt (RFC
+// 8985 section 6.2, step 4). Results of different QPs are reordered when
+// workers send them in different orders, and more so behind a queue; a
+// spurious resend costs a message of bandwidth and widens the window
+// (docs/protocol.md "Loss recovery, step by step", "Spurious resends").
+func (r *rackState) reoWnd(srtt time.Duration) time.Duration {
+	w := r.minRTT() / 4 * time.Duration(1+r.reoMult)
+	if srtt > 0 {
+		w = min(w, srtt)
+	}
+	return w
+}
+
+// lostAt is when st's message is taken for lost without a timeout, if
+// there is evidence (RFC 8985 section 6.2, step 5):
+//   - message writes: the result of a message sent after it is back, and
+//     the reordering window has passed since that message's time to
+//     result;
+//   - packet writes: a packet's result came back after the message's
+//     latest transmission while a packet sent before it in that
+//     transmission is still missing, or, with no gap, the results stopped
+//     coming at their pace (pktResults.tailDue). Every worker sends a
+//     message's packets in order and the switch completes their slots in
+//     that order, so their results come back in order.
+//
+// With packet writes a message is judged only by its own packets. Its
+// last results follow its first by the time the path takes to carry the
+// message, which on a slow path (a shaped link, rxe under emulation)
+// neither the reordering window nor another message's time to result
+// covers. And a message none of whose results is back has lost no packet
+// — a lost packet costs it one result, not all — but waits: for a worker
+// that sent it later, or behind a queue; resending it would add a whole
+// message to that queue. The timer covers a message lost whole
+// (docs/protocol.md "Loss recovery, step by step", mechanism 1).
+func (s *Session) lostAt(st *qpState) (time.Time, bool) {
+	rack := &s.eng.rack
+	xmit := st.timer.xmit
+	reo := rack.reoWnd(s.eng.rtt.SRTT())
+	p := &st.pkts
+	if s.eng.pktWrites {
+		if !p.above.IsZero() && p.firstMissing() < p.hi {
+			return p.above.Add(reo), true
+		}
+		if p.n > 0 && p.cnt > 0 && rack.minRTT() > 0 {
+			// No gap: the rest are overdue once the results stop
+			// coming at their pace. Not before a time to result is
+			// measured (RFC 8985 needs one): with neither a reordering
+			// window nor a path pace, a tail would be overdue as soon
+			// as a batch of first results was read.
+			return p.tailDue(s.cfg.PacketsPerMessage-p.n, reo, s.eng.delivery.PerPacket()), true
+		}
+		return time.Time{}, false
+	}
+	if xmit.Before(rack.xmit) {
+		return xmit.Add(rack.rtt + reo), true
+	}
+	return time.Time{}, false
+}
+
+// evidenceUpTo is how many of st's packets a resend on evidence covers:
+// with a gap among the packet results (lostAt), the missing ones below the
+// highest result back, since the others may still be on their way;
+// otherwise every missing one.
+func (s *Session) evidenceUpTo(st *qpState) int {
+	p := &st.pkts
+	if s.eng.pktWrites && p.n > 0 && p.hi >= 0 && !p.above.IsZero() && p.firstMissing() < p.hi {
+		return p.hi
+	}
+	return s.cfg.PacketsPerMessage
+}
+
+// fastRetransmit resends st's message because RACK found it lost
+// (lostAt): the missing packets evidenceUpTo names; its timer restarts
+// (resendUpTo). Not while the QP's earlier sends are still in the NIC
+// (st.queued): another copy would only queue behind them, and its send
+// completion wakes the engine to look again (docs/protocol.md "Loss
+// recovery, step by step").
+func (s *Session) fastRetransmit(st *qpState, now time.Time) error {
+	if st.queued > 0 {
+		return nil // as retransmit; its send completion wakes the engine
+	}
+	s.stats.fastRetransmissions.Add(1)
+	return s.resendUpTo(st, now, s.evidenceUpTo(st))
+}

@@ -1,0 +1,285 @@
+package aggregation
+
+// The retransmission timer (RFC 6298): for what evidence cannot show — the
+// last messages of a call, a lost resend with nothing sent after it, a
+// path gone silent. A timer is a loss detector, not a clock: the time to
+// result includes queueing and the wait for the slowest worker, and a
+// timer that fires while a message waits adds a copy of it to the queue it
+// waits in (docs/protocol.md "Loss recovery, step by step", mechanism 3).
+
+import "time"
+
+// startTimer starts the timer of st's new message, sent now (RFC 6298
+// section 5.1): the timeout is rto's, the deadline one timeout away.
+func (s *Session) startTimer(st *qpState, now time.Time) {
+	t := &st.timer
+	t.sent, t.xmit, t.delivered = now, now, s.eng.delivery.Delivered()
+	t.rto = s.rto(st)
+	t.deadline = now.Add(t.rto)
+	t.timeouts, t.resends, t.silent, t.deferred = 0, 0, 0, false
+}
+
+// rto is the first timeout of st's new message: RFC 6298 section 2 over
+// the measured times to result (queueing included: every message sent once
+// is sampled), never below Config.RetransmitTimeout, and bounded by the
+// standing time to result (below). A QP's first message of a call has its
+// own estimate: its result also waits for the last worker to join the
+// call, which is not loss and which resending does not shorten
+// (docs/protocol.md "Loss recovery, step by step", mechanism 3: Estimate,
+// Bound, and the QP's first message).
+func (s *Session) rto(st *qpState) time.Duration {
+	e := &s.eng
+	floor, ceil := s.cfg.RetransmitTimeout, s.cfg.MaxRetransmitTimeout
+	est := &e.rtt
+	if st.msg.joining || est.Samples() == 0 {
+		// Before any time to result of a message in the middle of a
+		// call, the joining estimate is the best there is: it includes
+		// a queue's wait, where the floor alone fires at every QP's
+		// second message behind a queue. Before any sample at all the
+		// timeout is the floor, not RFC 6298's initial 1 s (section
+		// 2.1): under heavy loss hardly a message is sampled, and each
+		// loss would cost the initial timeout; the backoff and the one
+		// probe per silence (expire) keep a long join wait to a few
+		// resends.
+		est = &e.joinRTT
+	}
+	if est.Samples() == 0 && e.backedOff > 0 {
+		// Karn's algorithm (RFC 6298 sections 3 and 5.5–5.7): until a
+		// round trip is measured, a timeout backed off is kept for new
+		// messages. Otherwise, on a path slower than the floor (a link
+		// behind a queue, rxe under emulation), every new message times
+		// out before its first result, is resent, and so never gives
+		// the unambiguous sample that would set the timeout. Once there
+		// are samples the estimate leads: carried over, the backoff of a
+		// QP whose every first transmission is lost would grow from
+		// message to message up to the peer timeout.
+		floor = min(max(floor, e.backedOff), s.cfg.MaxRetransmitTimeout)
+		ceil = max(ceil, floor)
+	}
+	if st.msg.joining {
+		return est.RTO(floor, ceil)
+	}
+	if m := e.standing.Get(); m > 0 {
+		// The bound (docs/protocol.md "Loss recovery, step by step",
+		// mechanism 3, Bound): the larger of k × the standing time to
+		// result — the smallest of the last round trip or two — and
+		// that standing time plus the time the packets in flight take
+		// to come back at the path's delivery rate (engine.delivery).
+		//
+		// Under loss, a message sent once can still wait for another
+		// worker's resend before its slot completes; that wait feeds the
+		// estimate, which lengthens every timer, which lengthens the
+		// waits. A queue raises the standing time for every message and
+		// one message's wait does not, so a multiple of it breaks that
+		// loop without firing under queueing, where a multiple of the
+		// all-time minimum would.
+		//
+		// The drain term covers a new message's wait in a queue far
+		// deeper than the standing minimum: a worker that comes last to
+		// slots the others filled long before (under loss, one whose
+		// previous message on the QP needed a resend, its own link
+		// drained meanwhile) is answered in two packet times, while the
+		// messages behind its link's queue take as long as that queue
+		// takes to drain. Loss slows the delivery of packet results and
+		// never speeds it up, so this term does not feed the loop.
+		//
+		// The larger of the two, not their sum: the delivery rate is
+		// measured over each transmission's round trip, so the drain
+		// term needs no margin, and a sum would only lengthen the
+		// timeouts under loss.
+		k := time.Duration(rtoStandingRTTs)
+		if e.pktWrites {
+			k = rtoStandingRTTsPacketWrites
+		}
+		ceil = min(ceil, max(floor, k*m, m+e.delivery.Drain(s.inFlight())))
+	}
+	return est.RTO(floor, ceil)
+}
+
+// inFlight is how many packets of the session's messages in flight have
+// no result back: what must drain ahead of a new message (rto).
+func (s *Session) inFlight() int {
+	n := 0
+	for _, st := range s.qps {
+		if st.msg.busy {
+			n += s.cfg.PacketsPerMessage - st.pkts.n
+		}
+	}
+	return n
+}
+
+// rtoStandingRTTs bounds the retransmission timeout, in standing times to
+// result (see rto).
+const rtoStandingRTTs = 4
+
+// rtoStandingRTTsPacketWrites is rtoStandingRTTs for packet writes: their
+// samples are times to the first packet result, which do not wait for
+// another worker's resend, so the loop the bound breaks is weaker, while a
+// tight bound fires for slow peers (docs/protocol.md "Loss recovery, step
+// by step", mechanism 3, Bound; measured in docs/benchmarks.md "A/B runs
+// behind the loss design").
+const rtoStandingRTTsPacketWrites = 8
+
+// expiry is when st's retransmission timer fires: its deadline, but for
+// a message not resent yet never sooner than a timeout after the latest
+// progress of any QP (RFC 6298 section 5.3: the timer restarts when new
+// data is acknowledged; docs/protocol.md "Loss recovery, step by step",
+// Restart on progress). Behind a link's queue each worker's messages come
+// back one after another, later ones after longer waits; while results
+// keep coming the path works, and a message that was lost is found by RACK
+// as soon as one sent after it is back. The timer is left for what RACK
+// cannot see: the last messages of a call, and a path gone silent.
+//
+// Once resent, a message keeps its own timer: under heavy loss the packet
+// results answering other QPs' resends, which RACK does not see, would
+// otherwise put it off for good. For the same reason only results RACK can
+// use count as progress here (engine.rackProgress): under heavy loss
+// hardly any result is unambiguous, and a first transmission lost whole
+// must not wait, found by neither RACK nor the timer, while other QPs'
+// ambiguous results trickle in.
+func (s *Session) expiry(st *qpState) time.Time {
+	t := &st.timer
+	if t.resends > 0 {
+		return t.deadline
+	}
+	if p := s.eng.rackProgress.Add(t.rto); p.After(t.deadline) {
+		return p
+	}
+	return t.deadline
+}
+
+// expire handles the expiry of st's timer, found by a pass that came late
+// by late. An expiry is put off once per transmission, for a timeout at
+// most, in two cases:
+//   - the pass came late by more than an eighth of the timeout (this
+//     process was descheduled, or slept past its timer): results that
+//     arrived meanwhile may still wait in the NIC's socket, unread; poll
+//     once more, as late again (docs/protocol.md "Loss recovery, step by
+//     step", A late pass looks again);
+//   - the path has been silent for a timeout, and another message was
+//     already resent as a probe in this silence (RFC 6298 section 5.4
+//     resends the earliest segment, not the window; docs/protocol.md, One
+//     probe per silence). A stall (a descheduled peer, host or switch)
+//     then costs one resend instead of one per QP; a burst that lost them
+//     all is repaired by RACK once the probe's answer is back, since they
+//     were sent before it. Only once: a message's result also waits for
+//     the other workers' contributions, which their own probes may be
+//     holding back.
+//
+// Before any result of the call is back, a QP's first message is resent
+// only on the call's lowest busy QP (joinProbe), and the others' expiries
+// are put off by a timeout each time: every one of them waits for the
+// same thing, the last worker to join the call (at a session's first
+// call, the last worker process to start), and resending them all at each
+// expiry only adds spurious resends. Once the probe's answer is back the
+// usual rules apply.
+//
+// With some of the message's packet results back, the rest were lost:
+// they are resent at once (retransmit).
+func (s *Session) expire(st *qpState, now time.Time, late time.Duration) error {
+	t := &st.timer
+	e := &s.eng
+	if st.msg.joining && !e.progress.After(e.callStart) && st != s.joinProbe() {
+		t.deadline = now.Add(t.rto)
+		return nil
+	}
+	if !t.deferred && st.pkts.n == 0 {
+		switch {
+		case late > t.rto/8:
+			t.deferred = true
+			t.deadline = now.Add(min(late, t.rto))
+			return nil
+		case e.probe.After(e.progress):
+			t.deferred = true
+			t.deadline = now.Add(t.rto)
+			return nil
+		}
+	}
+	if err := s.retransmit(st, now); err != nil {
+		return err
+	}
+	if t.xmit.Equal(now) && st.pkts.n == 0 {
+		e.probe = now
+	}
+	return nil
+}
+
+// joinProbe is the QP whose first message probes the call's silence
+// before any result is back (expire): the lowest one in flight. That is
+// QP 0 on every worker, since all send round 0 on the same QPs, so the
+// workers' probes meet in one slot and cannot hold each other back
+// (docs/protocol.md "Loss recovery, step by step", One probe per silence).
+func (s *Session) joinProbe() *qpState {
+	for _, st := range s.qps {
+		if st.msg.busy {
+			return st
+		}
+	}
+	return nil
+}
+
+// retransmit resends st's message unchanged after a timeout. The switch's
+// bitmaps make that idempotent: a contribution already counted is not
+// added again, and a resend into a completed slot gets the result back
+// (docs/protocol.md "Sets and bitmaps (switch side)").
+func (s *Session) retransmit(st *qpState, now time.Time) error {
+	t := &st.timer
+	if st.queued > 0 {
+		// The NIC has not yet sent what was posted before: another copy
+		// would only queue behind it, and a slow NIC (rxe under
+		// emulation) would send stale resends long after the worker
+		// moved on, with the resends of the message that matters behind
+		// them. Look again a timeout later.
+		t.deadline = now.Add(t.rto)
+		return nil
+	}
+	t.timeouts++
+	s.stats.timeouts.Add(1)
+	if st.pkts.n > 0 {
+		// Some of the message's own packet results are back (every
+		// worker sends a message's packets together, so their results
+		// come back together): the missing ones were lost, and only they
+		// are resent, one packet each, which adds next to no load. So
+		// resend at the pace of the estimate, undoing any backoff: a
+		// backoff would only lengthen the wait when the resend of the
+		// last packet is lost again, which heavy loss makes common
+		// (docs/protocol.md "Loss recovery, step by step", Backoff).
+		t.silent = 0
+		t.rto = s.rto(st)
+	} else if t.silent++; t.silent%s.cfg.BackoffAfter == 0 {
+		// Nothing of it came back: it was lost, or it waits in a queue
+		// or for a slow peer, or the switch is gone. Back off (RFC 6298
+		// section 5.5) whatever other QPs get, so that a timer that
+		// fired early does not fire at the same pace again, adding a
+		// copy of the whole message to the queue it waits in each time.
+		t.rto = min(2*t.rto, s.cfg.MaxRetransmitTimeout)
+		s.eng.backedOff = max(s.eng.backedOff, t.rto)
+	}
+	return s.resend(st, now)
+}
+
+// deadPeer is the error of a message that had no result for
+// Config.PeerTimeout: what was seen, typed, so that the caller can tell
+// heavy loss from a peer or switch that is gone (docs/protocol.md "Loss
+// recovery, step by step"; docs/operations.md "Errors you may meet" says
+// what to do about each case).
+func (s *Session) deadPeer(st *qpState, now time.Time) error {
+	e := &s.eng
+	t := &st.timer
+	err := &PeerTimeoutError{
+		Job: s.assign.JobID, Rank: s.cfg.Rank, QP: st.index, Message: st.msg.cur,
+		Waited: now.Sub(t.sent), Resends: t.resends, Timeouts: t.timeouts,
+		Switch: s.assign.SwitchAddr, KeepAliveBroken: s.ctlLost.Load() != 0,
+		Messages: s.stats.messages.Load(), Retransmissions: s.stats.retransmissions.Load(),
+	}
+	if e.pktBits > 0 {
+		err.PacketsBack, err.Packets = st.pkts.n, s.cfg.PacketsPerMessage
+	}
+	if e.lastResult.After(e.callStart) {
+		err.LastResult = now.Sub(e.lastResult)
+	}
+	// Other QPs got results within half a PeerTimeout: the switch and the
+	// workers are there, the network drops too much.
+	err.HeavyLoss = !e.lastResult.IsZero() && now.Sub(e.lastResult) < s.cfg.PeerTimeout/2
+	return err
+}

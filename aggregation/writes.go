@@ -1,0 +1,105 @@
+package aggregation
+
+// Message writes and packet writes (Config.Writes): how a message goes on
+// the wire, chosen per call. A message write (one multi-packet UC WRITE)
+// costs the least CPU, but with UC one lost packet loses the whole
+// message; packet writes (one WRITE ONLY WITH IMMEDIATE per packet) lose
+// one packet per lost packet. AdaptiveWrites sends message writes while
+// the job sees no loss and packet writes after a call that saw some, and
+// every worker decides alike through the loss signal e1 (docs/protocol.md
+// "Message writes and packet writes (`Config.Writes`, `--writes`)").
+
+// adaptState is AdaptiveWrites' memory: what the running call has seen of
+// loss, and how many calls in a row have sent packet writes.
+//
+// Every worker of a job must decide alike, or a call mixes message writes
+// and packet writes, and a slot completed by a one-packet write is then
+// broadcast as a WRITE ONLY into the other workers' open multi-packet
+// result messages, which a UC receiver that follows the IBA drops (rxe
+// wedges the QP). Each worker's own view of loss differs, so they agree
+// through the switch, without a message of their own: a worker that has
+// seen loss in a call sets e1 = 1 in the immediates of the messages it
+// sends afterwards (lossSignal), the switch returns max(e1) over the
+// contributions of each slot, and every worker receives the same results,
+// so the OR of e1 over a call's results (heard) is the same on every
+// worker, and so is the next call's choice (chooseWrites).
+type adaptState struct {
+	fast    uint64 // the session's fast retransmissions when the call started
+	msgs    int    // the call's messages
+	signal  bool   // this worker has seen loss in the call: e1 = 1 from now on
+	heard   bool   // a result of the call carried e1 ≠ 0
+	pktRuns int    // calls in a row that sent packet writes
+	// lastHeard: a result of the call before carried e1 ≠ 0.
+	lastHeard bool
+}
+
+// lossy says whether this call or the one before saw loss (adaptState);
+// the window steps aside while it does (window).
+func (a *adaptState) lossy() bool { return a.signal || a.heard || a.lastHeard }
+
+const (
+	// lossyFastRetransmits: a worker has seen loss in a call once RACK
+	// found one message in this many of the call's messages lost. Far
+	// above what reordering alone makes RACK find without loss, so that
+	// only loss switches the job to packet writes.
+	lossyFastRetransmits = 64
+	// probeMessageWrites: in a run of packet-write calls, every this many
+	// calls goes back to message writes to see whether the loss is over.
+	probeMessageWrites = 16
+	// e1Loss is the immediate's e1 of a message sent after its worker saw
+	// loss in the call (0 otherwise, as p4app-switchML's workers send).
+	e1Loss int8 = 1
+)
+
+// chooseWrites decides whether the call starting now sends packet writes
+// (Config.Writes) and starts the call's loss signal (adaptState).
+// AdaptiveWrites: message writes cost the least CPU and are the right
+// choice without loss; after a call whose results said some worker saw
+// loss, the next ones send packet writes, and every probeMessageWrites-th
+// of them tries message writes again. Every worker of the job hears the
+// same results and counts the same calls, so all decide alike.
+func (s *Session) chooseWrites(msgs int) bool {
+	e := &s.eng
+	a := &e.adapt
+	lossy := a.heard
+	*a = adaptState{fast: s.stats.fastRetransmissions.Load(), msgs: msgs, pktRuns: a.pktRuns, lastHeard: lossy}
+	if e.pktBits == 0 {
+		return false
+	}
+	switch s.cfg.Writes {
+	case PacketWrites:
+		return true
+	case MessageWrites:
+		return false
+	}
+	if !e.pktWrites {
+		a.pktRuns = 0
+		return lossy
+	}
+	// Packet writes lose little to loss, and RACK's count under them
+	// says little about it: probe with message writes now and then.
+	a.pktRuns++
+	return a.pktRuns%probeMessageWrites != 0
+}
+
+// lossSignal is the e1 of a message sent now (adaptState): e1Loss once
+// RACK found one in lossyFastRetransmits of the call's messages lost.
+func (s *Session) lossSignal() int8 {
+	a := &s.eng.adapt
+	if !a.signal && (s.stats.fastRetransmissions.Load()-a.fast)*lossyFastRetransmits >= uint64(max(a.msgs, 1)) {
+		a.signal = true
+	}
+	if a.signal {
+		return e1Loss
+	}
+	return 0
+}
+
+// hearLoss notes the e1 of a result the engine used (adaptState). The
+// result's immediate is its last packet's, which every worker's
+// contribution reaches, so every worker hears the same.
+func (s *Session) hearLoss(e1 int8) {
+	if e1 > 0 {
+		s.eng.adapt.heard = true
+	}
+}
