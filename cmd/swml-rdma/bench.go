@@ -22,6 +22,7 @@ import (
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/benchmark"
+	"github.com/swml-rdma/swml-rdma/aggregation/instant"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
@@ -37,9 +38,11 @@ func benchCommand() *cli.Command {
 			"result against a float64 (int32: exact) reference. A mismatch fails the run. With --baseline ring\n" +
 			"(the default) the same workers then run a ring all-reduce over the same NICs, checked the same way,\n" +
 			"and the table gives SwitchML's ATE/s as a multiple of the ring's. --workers 2,4,8,16 sweeps worker\n" +
-			"counts (one row per count and algorithm); --plot draws the sweep. See docs/bench.md.",
+			"counts (one row per count and algorithm); --plot draws the sweep. --switch instant measures the worker\n" +
+			"engine alone instead (no switch or network cost; docs/bench.md \"Engine alone\"). See docs/bench.md.",
 		Flags: append(append(append([]cli.Flag{
 			&cli.StringFlag{Name: "workers", Value: "4", Usage: "number of workers, or a comma list to sweep, e.g. 2,4,8,16", EnvVars: []string{"SWML_WORKERS"}, Category: "job"},
+			&cli.StringFlag{Name: "switch", Value: switchSoftware, Usage: "software: the software switch and userspace NICs on loopback; instant: the worker engine alone, one worker whose writes an in-process switch answers inside the engine's own calls (no network): the engine's capacity, against the memory-bandwidth limit", EnvVars: []string{"SWML_SWITCH"}, Category: "job"},
 			&cli.StringFlag{Name: "switch-addr", Value: "127.0.0.1", Usage: "embedded switch's IPv4 address; workers take the next ones", EnvVars: []string{"SWML_SWITCH_ADDR"}, Category: "network"},
 			&cli.StringFlag{Name: "loss", Value: "0", Usage: "loss probability at the switch's ingress and egress (the ring: at its NICs' send and receive), e.g. 0.01, or a comma list to sweep, e.g. 0,0.001,0.01,0.05", EnvVars: []string{"SWML_LOSS"}, Category: "protocol"},
 			&cli.StringFlag{Name: "baseline", Value: "ring", Usage: "also run this all-reduce among the same workers over the same NICs: ring or none", EnvVars: []string{"SWML_BASELINE"}, Category: "job"},
@@ -121,6 +124,32 @@ type benchRun struct {
 	// every worker; SwitchDrops the switch's drop counters by reason.
 	RetransmissionsPerMessage float64           `json:"retransmissions_per_message"`
 	SwitchDrops               map[string]uint64 `json:"switch_drops"`
+	// Switch is --switch; Engine the engine-alone measurement of
+	// --switch instant (null otherwise).
+	Switch string        `json:"switch"`
+	Engine *engineResult `json:"engine"`
+}
+
+// The values of --switch.
+const (
+	switchSoftware = "software"
+	switchInstant  = "instant"
+)
+
+// engineResult is what --switch instant measures beyond a run's columns
+// (benchmark.EngineAloneResult): over the measured calls, this process's
+// CPU time and the tensor's Gbit/s per second of it, the messages sent,
+// the heap objects allocated and their number per message, and copy() of
+// the tensor twice timed in the same run with the median call's time ÷
+// it.
+type engineResult struct {
+	CPUNs            int64   `json:"cpu_ns"`
+	GbpsPerCore      float64 `json:"gbit_per_s_per_core"`
+	Messages         uint64  `json:"messages"`
+	Allocs           uint64  `json:"allocs"`
+	AllocsPerMessage float64 `json:"allocs_per_message"`
+	CopyLimitNs      int64   `json:"copy_limit_ns"`
+	CopyLimitRatio   float64 `json:"copy_limit_ratio"`
 }
 
 // baselineResult is the ring all-reduce among the same workers. Packets
@@ -144,6 +173,7 @@ type baselineResult struct {
 
 type benchConfig struct {
 	jobSpec
+	sw         string // --switch
 	workers    int
 	sweep      []int     // worker counts; workers is the one running
 	losses     []float64 // loss sweep; loss is the one running
@@ -179,6 +209,7 @@ var embeddedOnlyFlags = []struct{ name, why string }{
 	{"baseline", "the ring baseline needs every worker in this process"},
 	{"plot", "a plot needs a sweep of worker counts"},
 	{"loss", "loss is simulated by the switch: pass --loss to `swml-rdma switch`"},
+	{"switch", "the switch is the one behind --controller"},
 	{"switch-addr", "the switch is the one behind --controller"},
 	{"cpuprofile", "profile the embedded bench, or the worker with `go tool pprof` on a test"},
 }
@@ -218,6 +249,9 @@ func runBench(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.sw == switchInstant {
+		return runEngineAlone(ctx, c, cfg)
+	}
 	prog := newProgress(c.App.ErrWriter, benchSteps(cfg))
 	defer prog.tick(time.Second)()
 	report := benchReport{SchemaVersion: benchSchemaVersion}
@@ -295,8 +329,15 @@ func benchSteps(cfg benchConfig) int {
 }
 
 func benchFlags(c *cli.Context) (benchConfig, error) {
-	cfg := benchConfig{baseline: c.String("baseline"), plot: c.String("plot")}
+	cfg := benchConfig{baseline: c.String("baseline"), plot: c.String("plot"), sw: c.String("switch")}
 	var err error
+	switch cfg.sw {
+	case switchSoftware:
+	case switchInstant:
+		return cfg, engineAloneFlags(c, &cfg)
+	default:
+		return cfg, fmt.Errorf("--switch %q: use software (the software switch and userspace NICs on loopback) or instant (the worker engine alone)%s", cfg.sw, envSource("switch", cfg.sw))
+	}
 	if cfg.offload, err = parseOffload(c); err != nil {
 		return cfg, err
 	}
@@ -378,7 +419,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (ben
 	if err != nil {
 		return benchRun{}, err
 	}
-	run := benchRun{Warmup: cfg.warmup, benchResult: benchResult{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(), Iters: cfg.iters,
+	run := benchRun{Warmup: cfg.warmup, Switch: switchSoftware, benchResult: benchResult{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(), Iters: cfg.iters,
 		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Loss: cfg.loss, Verified: true,
 		Packets: res.Packets, Retransmissions: res.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: res.PacketWriteCalls},
 		SwitchDrops: res.SwitchDrops}
@@ -489,4 +530,94 @@ func humanBytes(n int) string {
 		return fmt.Sprintf("%d KiB", n>>10)
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// engineAloneFlags checks the flags of --switch instant: the job's, for a
+// one-worker job; those of the software switch and its network are
+// refused, naming why.
+func engineAloneFlags(c *cli.Context, cfg *benchConfig) error {
+	for _, f := range []struct{ name, why string }{
+		{"loss", "the instant switch loses nothing"},
+		{"baseline", "the ring needs several workers and a network"},
+		{"plot", "a plot needs a sweep of worker counts"},
+		{"switch-addr", "the instant switch has no network address"},
+		{"offload", "no socket carries the job's traffic"},
+	} {
+		if c.IsSet(f.name) {
+			return fmt.Errorf("--%s%s does not apply with --switch instant: %s; drop it", f.name, envSource(f.name, c.String(f.name)), f.why)
+		}
+	}
+	if w := c.String("workers"); c.IsSet("workers") && w != "1" {
+		return fmt.Errorf("--workers %s%s with --switch instant: the engine alone is one worker (a one-worker job, whose sum is its own tensor); drop --workers", w, envSource("workers", w))
+	}
+	cfg.workers, cfg.sweep, cfg.losses, cfg.baseline = 1, []int{1}, []float64{0}, "none"
+	var err error
+	if cfg.jobSpec, err = parseJobFlags(c, 1); err != nil {
+		return err
+	}
+	var need memoryNeed
+	size := uint64(cfg.size)
+	need.add(2*size, "2 × %s: the input and the all-reduce buffer", approxBytes(size))
+	need.add(2*size, "2 × %s: the copies that time the memory-bandwidth limit", approxBytes(size))
+	mr := uint64(cfg.session().RegisteredBytes())
+	need.add(mr+baseBytes, "%s registered messages and process", approxBytes(mr+baseBytes))
+	return need.check(fmt.Sprintf("--size %s with --switch instant", approxBytes(size)), "lower --size")
+}
+
+// runEngineAlone is bench --switch instant: the worker engine alone
+// (benchmark.EngineAlone), printed as a table or a one-run JSON document.
+func runEngineAlone(ctx context.Context, c *cli.Context, cfg benchConfig) error {
+	const label = "engine alone"
+	prog := newProgress(c.App.ErrWriter, cfg.warmup+cfg.iters)
+	defer prog.tick(time.Second)()
+	prog.phase(label)
+	res, err := benchmark.EngineAlone(ctx, benchmark.EngineAloneConfig{
+		Session: cfg.session(), Elements: cfg.elements(), Warmup: cfg.warmup, Iters: cfg.iters,
+		Step: func() { prog.step(label) },
+	})
+	prog.clear()
+	if err != nil {
+		if ctx.Err() != nil && c.Context.Err() == nil {
+			return cli.Exit("bench --switch instant: interrupted (SIGINT or SIGTERM); nothing left running", exitInterrupted)
+		}
+		return cli.Exit(fmt.Sprintf("bench --switch instant: %v%s", err, remedy(err)), 1)
+	}
+	st := res.Session
+	run := benchRun{Warmup: cfg.warmup, Switch: switchInstant, benchResult: benchResult{Workers: 1, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(), Iters: cfg.iters,
+		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Verified: true,
+		Packets: st.Packets, Retransmissions: st.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: st.PacketWriteCalls},
+		SwitchDrops: make(map[string]uint64),
+		Engine: &engineResult{CPUNs: int64(res.CPU), GbpsPerCore: res.GbpsPerCore, Messages: res.Messages, Allocs: res.Allocs, AllocsPerMessage: res.AllocsPerMessage,
+			CopyLimitNs: int64(res.CopyLimit), CopyLimitRatio: res.LimitRatio},
+	}
+	run.setTimes(res.Summary)
+	if st.Messages > 0 {
+		run.RetransmissionsPerMessage = float64(st.Retransmissions) / float64(st.Messages)
+	}
+	for r, n := range res.Switch.Drops {
+		run.SwitchDrops[instant.DropReason(r).String()] = n
+	}
+	rep := benchReport{SchemaVersion: benchSchemaVersion, Runs: []benchRun{run}}
+	if c.Bool("json") {
+		return printBench(c.App.Writer, rep, true)
+	}
+	return printEngineAlone(c.App.Writer, run)
+}
+
+// printEngineAlone prints bench --switch instant's table.
+func printEngineAlone(out io.Writer, r benchRun) error {
+	e := r.Engine
+	fmt.Fprintf(out, "SwitchML worker engine alone (instant switch: one worker, no network): %s tensor of %s (%d elements), packet %d B, message %d B, %d QPs, %s writes, %d iters (+%d warmup)\n",
+		r.DType, humanBytes(r.TensorBytes), r.Elements, r.PacketSize, r.MessageSize, r.QPs, r.Writes, r.Iters, r.Warmup)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "median\tmin\tmax\telements/s\tGbit/s\tGbit/s per core\tmessages/call\tallocs/message\t2 × copy\tvs 2 × copy\tverified\t")
+	d := func(ns int64) time.Duration { return time.Duration(ns).Round(time.Microsecond) }
+	fmt.Fprintf(w, "%v\t%v\t%v\t%.3g\t%.2f\t%.2f\t%d\t%.3f\t%v\t%.2f×\t%v\t\n", d(r.MedianNs), d(r.MinNs), d(r.MaxNs), r.ATEPerSec, r.Gbps, e.GbpsPerCore,
+		e.Messages/uint64(r.Iters), e.AllocsPerMessage, time.Duration(e.CopyLimitNs).Round(time.Microsecond), e.CopyLimitRatio, r.Verified)
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "Gbit/s per core: the tensor per second of this process's CPU time. vs 2 × copy: the median ÷ copy() of the tensor twice,")
+	fmt.Fprintln(out, "timed in the same run — quantizing and dequantizing each read and write 4 B per element, so 1.00× is the memory-bandwidth limit.")
+	return nil
 }

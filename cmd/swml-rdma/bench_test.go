@@ -51,8 +51,90 @@ func TestBenchJSON(t *testing.T) {
 			if r.ATERatio == nil || *r.ATERatio != r.ATEPerSec/b.ATEPerSec {
 				t.Fatalf("ate_ratio %v, want %v", r.ATERatio, r.ATEPerSec/b.ATEPerSec)
 			}
+			if r.Switch != "software" || r.Engine != nil {
+				t.Fatalf("switch %q, engine %+v: want software and null", r.Switch, r.Engine)
+			}
 		})
 	}
+}
+
+// TestBenchEngineAlone: --switch instant runs the engine alone (no
+// sockets), exits 0 and prints the ratio to the memory-bandwidth limit.
+func TestBenchEngineAlone(t *testing.T) {
+	out, _, err := run(t, "bench", "--switch", "instant", "--size", "64KiB", "--iters", "2", "--warmup", "1", "--packet-size", "256", "--msg-size", "4KiB", "--qps", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) < 3 || !strings.Contains(lines[0], "engine alone") || !strings.Contains(lines[1], "vs 2 × copy") || !strings.Contains(lines[1], "allocs/message") ||
+		!strings.Contains(lines[1], "Gbit/s per core") || !strings.Contains(lines[2], "×") || !strings.HasSuffix(strings.TrimSpace(lines[2]), "true") {
+		t.Fatalf("table:\n%s", out)
+	}
+	// 16384 elements in 1024-element messages, 2 QPs: 16 messages and 2
+	// exponent rounds per call.
+	if f := strings.Fields(lines[2]); len(f) != 11 || f[6] != "18" {
+		t.Fatalf("row %q: want 11 columns, 18 messages per call", lines[2])
+	}
+}
+
+func TestBenchEngineAloneJSON(t *testing.T) {
+	for _, dtype := range []string{"float32", "int32"} {
+		t.Run(dtype, func(t *testing.T) {
+			out, _, err := run(t, "bench", "--switch", "instant", "--size", "40000", "--iters", "2", "--warmup", "1", "--packet-size", "256", "--msg-size", "1KiB",
+				"--qps", "2", "--writes", "packet", "--dtype", dtype, "--json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkBenchSchema(t, out, false)
+			var rep benchReport
+			if err := json.Unmarshal([]byte(out), &rep); err != nil {
+				t.Fatal(err)
+			}
+			r := rep.Runs[0]
+			if len(rep.Runs) != 1 || r.Switch != "instant" || r.Workers != 1 || r.DType != dtype || !r.Verified || r.Writes != "packet" || r.PacketWriteCalls != 3 || r.Retransmissions != 0 {
+				t.Fatalf("run %+v", r)
+			}
+			// 10000 elements in 256-element messages: 40 messages and 2
+			// exponent rounds per call, 4 packets each.
+			e := r.Engine
+			if e == nil || e.Messages != 2*42 || r.Packets != 3*42*4 || e.CopyLimitNs <= 0 || e.CopyLimitRatio <= 0 || e.AllocsPerMessage != float64(e.Allocs)/float64(e.Messages) {
+				t.Fatalf("engine %+v, packets %d", e, r.Packets)
+			}
+			var doc struct {
+				Runs []map[string]json.RawMessage `json:"runs"`
+			}
+			if err := json.Unmarshal([]byte(out), &doc); err != nil {
+				t.Fatal(err)
+			}
+			var got map[string]json.RawMessage
+			if err := json.Unmarshal(doc.Runs[0]["engine"], &got); err != nil {
+				t.Fatal(err)
+			}
+			if want := docEngineKeys(t); !slices.Equal(sortedKeys(got), want) {
+				t.Fatalf("engine keys %v, docs/bench.md shows %v", sortedKeys(got), want)
+			}
+		})
+	}
+}
+
+// docEngineKeys are the keys of docs/bench.md's engine example (the
+// first JSON block under "## Engine alone").
+func docEngineKeys(t *testing.T) []string {
+	t.Helper()
+	md, err := os.ReadFile("../../docs/bench.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(md), "## Engine alone")
+	if ok {
+		_, after, ok = strings.Cut(after, "```json\n")
+	}
+	example, _, ok2 := strings.Cut(after, "```")
+	var doc map[string]json.RawMessage
+	if !ok || !ok2 || json.Unmarshal([]byte(example), &doc) != nil {
+		t.Fatal("docs/bench.md has no engine JSON example under \"## Engine alone\"")
+	}
+	return sortedKeys(doc)
 }
 
 // docBenchKeys are the keys of docs/bench.md's JSON example: the
@@ -266,6 +348,13 @@ func TestBenchBadFlags(t *testing.T) {
 		{"plot", []string{"--plot", "out.jpg"}, "ending in .svg"},
 		{"plot png", []string{"--plot", "out.png"}, "SVG only: give a file name ending in .svg"},
 		{"cpuprofile", []string{"--cpuprofile", "/nonexistent-dir/cpu.prof"}, "writable file"},
+		{"switch", []string{"--switch", "tofino"}, `--switch "tofino": use software`},
+		{"instant workers", []string{"--switch", "instant", "--workers", "4"}, "the engine alone is one worker"},
+		{"instant loss", []string{"--switch", "instant", "--loss", "0.01"}, "--loss does not apply with --switch instant"},
+		{"instant baseline", []string{"--switch", "instant", "--baseline", "ring"}, "--baseline does not apply with --switch instant"},
+		{"instant switch addr", []string{"--switch", "instant", "--switch-addr", "127.0.0.1"}, "--switch-addr does not apply with --switch instant"},
+		{"instant job flags", []string{"--switch", "instant", "--msg-size", "3000"}, "power of two"},
+		{"controller with switch", []string{"--controller", "127.0.0.1:1", "--rank", "0", "--switch", "instant"}, "--switch does not apply with --controller"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
