@@ -60,8 +60,8 @@ func (r *rackState) newCall() {
 }
 
 // reoWnd is how much later than its successor a result may come before
-// the message is taken for lost: min_RTT / 4 × reoMult, at most srtt (RFC
-// 8985 section 6.2, step 4). Results of different QPs are reordered when
+// the message is taken for lost: min_RTT / 4 × (1 + reoMult), at most
+// srtt (RFC 8985 section 6.2, step 4). Results of different QPs are reordered when
 // workers send them in different orders, and more so behind a queue; a
 // spurious resend costs a message of bandwidth and widens the window
 // (docs/protocol.md "Loss recovery, step by step", "Spurious resends").
@@ -75,13 +75,15 @@ func (r *rackState) reoWnd(srtt time.Duration) time.Duration {
 
 // lostAt is when st's message is taken for lost without a timeout, if
 // there is evidence (RFC 8985 section 6.2, step 5):
-//   - message writes: the result of a message sent after it is back, and
-//     the reordering window has passed since that message's time to
-//     result;
+//   - message writes: the result of a message sent after it is back; it
+//     is lost at its own transmission time plus that message's time to
+//     result plus the reordering window (RACK.xmit_ts + RACK.rtt +
+//     RACK.reo_wnd);
 //   - packet writes: a packet's result came back after the message's
 //     latest transmission while a packet sent before it in that
-//     transmission is still missing, or, with no gap, the results stopped
-//     coming at their pace (pktResults.tailDue). Every worker sends a
+//     transmission is still missing (lost a reordering window after that
+//     result), or, with no gap, the results stopped coming at their pace
+//     (pktResults.tailDue). Every worker sends a
 //     message's packets in order and the switch completes their slots in
 //     that order, so their results come back in order.
 //
