@@ -78,6 +78,15 @@ type Config struct {
 	// QPs × PacketsPerMessage packets (QueueDelay trims it to what the
 	// path needs): size it to the bandwidth-delay product.
 	QPs int
+	// Threads is how many goroutines drive the QPs (1 if 0): each drives
+	// every Threads-th QP through its own completion queue, so one call
+	// uses up to Threads cores for quantizing, dequantizing and the NIC's
+	// work requests, as p4app-switchML's client runs a thread per group
+	// of QPs. At most QPs; a local choice that other workers need not
+	// share. More than one pays off where the host is the bottleneck (a
+	// fast RNIC); with the userspace NIC, whose socket is shared, it
+	// mostly adds goroutines.
+	Threads int
 	// PacketSize is the payload bytes per packet (the path MTU): 256, 512,
 	// 1024, 2048 or 4096 (the Tofino program: 256, or 1024 with
 	// recirculation). DefaultPacketSize if 0.
@@ -283,6 +292,12 @@ func (c Config) defaults() (Config, error) {
 	}
 	if c.QPs < 0 || c.QPs > MaxQPs {
 		return c, &FieldError{Field: "QPs", Value: c.QPs, Max: MaxQPs, Reason: fmt.Sprintf("use 1 to %d queue pairs", MaxQPs)}
+	}
+	if c.Threads == 0 {
+		c.Threads = 1
+	}
+	if c.Threads < 0 || c.Threads > MaxQPs {
+		return c, &FieldError{Field: "Threads", Value: c.Threads, Max: MaxQPs, Reason: "use 1 to QPs driving goroutines"}
 	}
 	if c.PacketSize == 0 {
 		c.PacketSize = DefaultPacketSize

@@ -180,7 +180,7 @@ func TestSoftKilledWorker(t *testing.T) {
 				errs[r] = j.workers[r].sess.AllReduce(context.Background(), clone2(in)[r])
 			}()
 		}
-		testutil.WaitBlocked(t, 2, "aggregation.(*Session).drive") // the survivors' calls are under way
+		testutil.WaitBlocked(t, 2, "aggregation.(*lane).drive") // the survivors' calls are under way
 		killed := time.Now()
 		j.workers[2].cli.Close() // the process is gone: its controller connection drops
 		j.workers[2].dev.Close() // and its NIC

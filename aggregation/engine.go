@@ -1,8 +1,12 @@
 package aggregation
 
-// The engine: the goroutine that calls AllReduce drives every QP of the
-// session through one tensor, alone (no goroutine per call, QP or packet).
-// Follow one message through it in four files:
+// The engine: the goroutines that run AllReduce drive the session's QPs
+// through one tensor. The QPs are split into lanes (Config.Threads): each
+// lane owns every Threads-th QP, its own completion queue, its own
+// estimators and window, and is driven by one goroutine — the caller's for
+// lane 0 — with no goroutine per QP or packet and nothing shared on the
+// hot path but the tensor (each message owns its span) and atomic counters
+// (lane.go). Follow one message through a lane in four files:
 //
 //	engine.go   the state (qpState, engine) and the loop (drive):
 //	            poll → complete → timers → doorbell → wait
@@ -94,7 +98,7 @@ type qpState struct {
 	}
 
 	// pkts are the message's packet results, with per-packet recovery
-	// (engine.pktBits > 0): each packet resent on its own is answered on
+	// (Session.pktBits > 0): each packet resent on its own is answered on
 	// its own (receive.go).
 	pkts pktResults
 }
@@ -160,11 +164,9 @@ func (p *pktResults) record(k int, now, xmit time.Time) {
 // back at once (the window alone); on a slow path (a shaped link, rxe
 // under emulation) they are spread, and the wait follows the spread.
 // Results read in one batch have no pace of their own: the path's keeps
-// their tail from being overdue a window after them. Once, not twice, the
-// path's pace: on rxe (a millisecond per packet under emulation) real
-// tail losses then waited for the timer (4 workers with packet writes,
-// rank 0: 267 timer resends with twice, 190 with once; docs/benchmarks.md
-// session 10).
+// their tail from being overdue a window after them. The path's pace
+// counts once, not twice: where it is slow (rxe under emulation, a
+// millisecond per packet) twice made real tail losses wait for the timer.
 func (p *pktResults) tailDue(missing int, reo, pathPace time.Duration) time.Time {
 	var pace time.Duration
 	if p.cnt > 1 {
@@ -179,20 +181,13 @@ func (p *pktResults) transmitted() {
 	p.hi, p.above, p.since, p.cnt = -1, time.Time{}, time.Time{}, 0
 }
 
-// engine is the state of the session's engine that outlives a call
-// (guarded by Session.mu: only the goroutine running AllReduce touches it).
+// engine is the state of a lane's engine that outlives a call (guarded by
+// Session.mu: only the goroutine driving the lane touches it).
 type engine struct {
 	wcs     []verbs.Completion
 	recvWRs []verbs.RecvWR // postRecvs' scratch
-	// pktBits > 0 enables per-packet recovery (timers.go, resend): the
-	// packet index bits of wire.PacketMsgID; pktWRs is its scratch.
-	pktBits uint
-	pktWRs  []verbs.SendWR
-	// pktWrites: the running call sends packet writes (Config.Writes;
-	// send.go, chooseWrites); adapt is the call's loss signal and
-	// chooseWrites' memory.
-	pktWrites bool
-	adapt     adaptState
+	// pktWRs is per-packet recovery's scratch (Session.pktBits).
+	pktWRs []verbs.SendWR
 	// Times to result: of messages in the middle of a call, and of each
 	// QP's first message of a call (timers.go).
 	rtt, joinRTT timing.RTT
@@ -247,7 +242,7 @@ func wrID(qp int, kind uint64) uint64 { return uint64(qp)<<32 | kind }
 // recvOff is where the switch writes the result of a message sent in set:
 // the RETH va the worker sends and the switch echoes.
 func (s *Session) recvOff(set uint8, qp int) uint64 {
-	return uint64((int(set)*len(s.qps) + qp) * s.msgBytes)
+	return uint64((int(set)*s.cfg.QPs + qp) * s.msgBytes)
 }
 
 // AllReduce replaces x, on every worker of the job, by the element-wise sum
@@ -316,16 +311,18 @@ func (s *Session) runCall(ctx context.Context, c call) error {
 		}
 		return fmt.Errorf("aggregation: %w: %w", ErrBroken, s.broken)
 	}
-	s.wake.Reset()
-	stop := context.AfterFunc(ctx, s.wake.Fire)
+	for _, l := range s.lanes {
+		l.wake.Reset()
+	}
+	stop := context.AfterFunc(ctx, s.fire)
 	defer stop()
 	c.vals = s.msgBytes / 4
 	c.msgs = (c.n + c.vals - 1) / c.vals
-	s.eng.pktWrites = s.chooseWrites(c.msgs)
-	if s.eng.pktWrites {
+	s.pktWrites = s.chooseWrites(c.msgs)
+	if s.pktWrites {
 		s.stats.packetWriteCalls.Add(1)
 	}
-	if err := s.drive(ctx, &c); err != nil {
+	if err := s.driveLanes(ctx, &c); err != nil {
 		s.broken = err
 		return err
 	}
@@ -348,7 +345,7 @@ func (s *Session) runCall(ctx context.Context, c call) error {
 //  5. wait for a completion, the next timer or an event from outside
 //     (Close, a cancelled context, the controller), unless this pass had
 //     work: then the next pass polls again at once.
-func (s *Session) drive(ctx context.Context, c *call) error {
+func (s *lane) drive(ctx context.Context, c *call) error {
 	active, err := s.start(c)
 	if err != nil {
 		return err
@@ -405,7 +402,7 @@ func (s *Session) drive(ctx context.Context, c *call) error {
 // start sends the first message of every QP that has a tensor message in
 // this call (every worker leaves the same QPs idle) and returns how many
 // QPs take part.
-func (s *Session) start(c *call) (int, error) {
+func (s *lane) start(c *call) (int, error) {
 	now := time.Now()
 	e := &s.eng
 	e.callStart, e.lastPass, e.notified, e.progress, e.rackProgress, e.due = now, now, false, now, now, time.Time{}
@@ -431,7 +428,7 @@ func (s *Session) start(c *call) (int, error) {
 
 // cqFailed is the error of a failed CQ operation: the interruption that
 // caused it (a closed session closes the CQ), or the CQ's own.
-func (s *Session) cqFailed(ctx context.Context, err error) error {
+func (s *lane) cqFailed(ctx context.Context, err error) error {
 	if ierr := s.interrupted(ctx); ierr != nil {
 		return ierr
 	}
@@ -439,9 +436,12 @@ func (s *Session) cqFailed(ctx context.Context, err error) error {
 }
 
 // interrupted says why the engine must stop, if it must.
-func (s *Session) interrupted(ctx context.Context) error {
+func (s *lane) interrupted(ctx context.Context) error {
 	if s.closing.Load() {
 		return ErrClosed
+	}
+	if s.laneStop.Load() {
+		return errLaneStopped
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("aggregation: %v: AllReduce interrupted: %w", s.who(), err)
@@ -469,7 +469,7 @@ const switchGoneAfter = 500 * time.Millisecond
 
 // switchGoneAt is when the running call fails for a broken keep-alive
 // stream unless a result arrives first; false if the stream is fine.
-func (s *Session) switchGoneAt() (time.Time, bool) {
+func (s *lane) switchGoneAt() (time.Time, bool) {
 	n := s.ctlLost.Load()
 	if n == 0 {
 		return time.Time{}, false

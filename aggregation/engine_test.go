@@ -321,14 +321,15 @@ func TestToyStarvation(t *testing.T) {
 // answering) from a gone peer or switch (nothing comes back).
 func TestPeerTimeoutError(t *testing.T) {
 	now := time.Now()
-	newSession := func() *Session {
+	newSession := func() *lane {
 		s := &Session{cfg: Config{PeerTimeout: 10 * time.Second, PacketsPerMessage: 16, Workers: 4, QPs: 8, PacketSize: 1024, Rank: 2},
 			assign: &control.Assignment{JobID: 7, SwitchAddr: addr4(10, 0, 0, 1)}}
-		s.eng.pktBits = 4
+		s.pktBits = 4
 		s.stats.messages.Store(200)
 		s.stats.retransmissions.Store(50)
-		s.eng.callStart = now.Add(-12 * time.Second)
-		return s
+		l := oneLane(s)
+		l.eng.callStart = now.Add(-12 * time.Second)
+		return l
 	}
 	st := &qpState{index: 3}
 	st.msg.cur = 41

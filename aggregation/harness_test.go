@@ -183,7 +183,7 @@ func gradients(seed uint64, n, l int) [][]float32 {
 }
 
 // clone2 copies every worker's tensor (the inputs a call overwrites).
-func clone2[T float32 | int32](in [][]T) [][]T {
+func clone2[T float32 | int32 | uint16](in [][]T) [][]T {
 	out := make([][]T, len(in))
 	for i, x := range in {
 		out[i] = append([]T(nil), x...)

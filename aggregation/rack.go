@@ -96,12 +96,12 @@ func (r *rackState) reoWnd(srtt time.Duration) time.Duration {
 // that sent it later, or behind a queue; resending it would add a whole
 // message to that queue. The timer covers a message lost whole
 // (docs/protocol.md "Loss recovery, step by step", mechanism 1).
-func (s *Session) lostAt(st *qpState) (time.Time, bool) {
+func (s *lane) lostAt(st *qpState) (time.Time, bool) {
 	rack := &s.eng.rack
 	xmit := st.timer.xmit
 	reo := rack.reoWnd(s.eng.rtt.SRTT())
 	p := &st.pkts
-	if s.eng.pktWrites {
+	if s.pktWrites {
 		if !p.above.IsZero() && p.firstMissing() < p.hi {
 			return p.above.Add(reo), true
 		}
@@ -125,9 +125,9 @@ func (s *Session) lostAt(st *qpState) (time.Time, bool) {
 // with a gap among the packet results (lostAt), the missing ones below the
 // highest result back, since the others may still be on their way;
 // otherwise every missing one.
-func (s *Session) evidenceUpTo(st *qpState) int {
+func (s *lane) evidenceUpTo(st *qpState) int {
 	p := &st.pkts
-	if s.eng.pktWrites && p.n > 0 && p.hi >= 0 && !p.above.IsZero() && p.firstMissing() < p.hi {
+	if s.pktWrites && p.n > 0 && p.hi >= 0 && !p.above.IsZero() && p.firstMissing() < p.hi {
 		return p.hi
 	}
 	return s.cfg.PacketsPerMessage
@@ -139,7 +139,7 @@ func (s *Session) evidenceUpTo(st *qpState) int {
 // (st.queued): another copy would only queue behind them, and its send
 // completion wakes the engine to look again (docs/protocol.md "Loss
 // recovery, step by step").
-func (s *Session) fastRetransmit(st *qpState, now time.Time) error {
+func (s *lane) fastRetransmit(st *qpState, now time.Time) error {
 	if st.queued > 0 {
 		return nil // as retransmit; its send completion wakes the engine
 	}

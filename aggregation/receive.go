@@ -38,7 +38,7 @@ import (
 // leave their receive posted; the queue's capacity (Session.recvDepth)
 // bounds those, and a full queue has a receive for every answer still
 // possible.
-func (s *Session) postRecvs(st *qpState, n int) error {
+func (s *lane) postRecvs(st *qpState, n int) error {
 	n = min(n, s.recvDepth-st.recvs, len(s.eng.recvWRs))
 	if n <= 0 {
 		return nil
@@ -56,7 +56,7 @@ func (s *Session) postRecvs(st *qpState, n int) error {
 }
 
 // completeAll handles wcs and returns how many QPs finished.
-func (s *Session) completeAll(c *call, wcs []verbs.Completion) (int, error) {
+func (s *lane) completeAll(c *call, wcs []verbs.Completion) (int, error) {
 	finished := 0
 	for i := range wcs {
 		done, err := s.complete(c, &wcs[i])
@@ -72,12 +72,14 @@ func (s *Session) completeAll(c *call, wcs []verbs.Completion) (int, error) {
 
 // complete handles one completion; done is true when its QP has nothing
 // more to send in this call.
-func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error) {
+func (s *lane) complete(c *call, wc *verbs.Completion) (done bool, err error) {
 	qi := int(wc.WRID >> 32)
-	if qi >= len(s.qps) {
+	// The work request id holds the session's QP index; the lane's CQ
+	// completes only the lane's QPs.
+	if qi >= len(s.Session.qps) || qi%len(s.lanes) != s.index {
 		return false, fmt.Errorf("aggregation: %v: completion of unknown work request %#x", s.who(), wc.WRID)
 	}
-	st := s.qps[qi]
+	st := s.Session.qps[qi]
 	if wc.Status != verbs.WCSuccess {
 		return false, fmt.Errorf("aggregation: %v: QP %d: %w", s.who(), qi, wc.Err())
 	}
@@ -123,7 +125,7 @@ func (s *Session) complete(c *call, wc *verbs.Completion) (done bool, err error)
 // the delivery rate, and takes a rate sample over its transmission's round
 // trip when the result completes it and surely answers it (sent once:
 // Karn).
-func (s *Session) delivered(st *qpState, r resultKind, now time.Time) {
+func (s *lane) delivered(st *qpState, r resultKind, now time.Time) {
 	if r == resultWhole {
 		s.eng.delivery.Deliver(s.cfg.PacketsPerMessage)
 	} else {
@@ -151,7 +153,7 @@ const (
 
 // match classifies wc's result for st's message in flight and records a
 // packet result.
-func (s *Session) match(st *qpState, wc *verbs.Completion, now time.Time) resultKind {
+func (s *lane) match(st *qpState, wc *verbs.Completion, now time.Time) resultKind {
 	if !st.msg.busy || !wc.HasImm {
 		return resultStale
 	}
@@ -166,7 +168,7 @@ func (s *Session) match(st *qpState, wc *verbs.Completion, now time.Time) result
 	}
 	// One packet of the message, answered alone (per-packet recovery):
 	// the message is complete when all of them are.
-	bits, ppm := s.eng.pktBits, s.cfg.PacketsPerMessage
+	bits, ppm := s.pktBits, s.cfg.PacketsPerMessage
 	if bits == 0 {
 		return resultStale
 	}
@@ -191,7 +193,7 @@ func (s *Session) match(st *qpState, wc *verbs.Completion, now time.Time) result
 // deliver dequantizes (or decodes) st's result into the caller's tensor.
 // Round 0 delivers nothing: its result carries the call's length, checked
 // to be the same on every worker (calltensor.go).
-func (s *Session) deliver(c *call, st *qpState) error {
+func (s *lane) deliver(c *call, st *qpState) error {
 	off := s.recvOff(st.msg.set, st.index)
 	if st.msg.cur < 0 {
 		return s.checkLengthHeader(s.mr.Bytes()[off:off+lengthHeaderBytes], c.n)

@@ -11,7 +11,7 @@ import "time"
 
 // startTimer starts the timer of st's new message, sent now (RFC 6298
 // section 5.1): the timeout is rto's, the deadline one timeout away.
-func (s *Session) startTimer(st *qpState, now time.Time) {
+func (s *lane) startTimer(st *qpState, now time.Time) {
 	t := &st.timer
 	t.sent, t.xmit, t.delivered = now, now, s.eng.delivery.Delivered()
 	t.rto = s.rto(st)
@@ -27,7 +27,7 @@ func (s *Session) startTimer(st *qpState, now time.Time) {
 // call, which is not loss and which resending does not shorten
 // (docs/protocol.md "Loss recovery, step by step", mechanism 3: Estimate,
 // Bound, and the QP's first message).
-func (s *Session) rto(st *qpState) time.Duration {
+func (s *lane) rto(st *qpState) time.Duration {
 	e := &s.eng
 	floor, ceil := s.cfg.RetransmitTimeout, s.cfg.MaxRetransmitTimeout
 	est := &e.rtt
@@ -88,7 +88,7 @@ func (s *Session) rto(st *qpState) time.Duration {
 		// term needs no margin, and a sum would only lengthen the
 		// timeouts under loss.
 		k := time.Duration(rtoStandingRTTs)
-		if e.pktWrites {
+		if s.pktWrites {
 			k = rtoStandingRTTsPacketWrites
 		}
 		ceil = min(ceil, max(floor, k*m, m+e.delivery.Drain(s.inFlight())))
@@ -98,7 +98,7 @@ func (s *Session) rto(st *qpState) time.Duration {
 
 // inFlight is how many packets of the session's messages in flight have
 // no result back: what must drain ahead of a new message (rto).
-func (s *Session) inFlight() int {
+func (s *lane) inFlight() int {
 	n := 0
 	for _, st := range s.qps {
 		if st.msg.busy {
@@ -137,7 +137,7 @@ const rtoStandingRTTsPacketWrites = 8
 // hardly any result is unambiguous, and a first transmission lost whole
 // must not wait, found by neither RACK nor the timer, while other QPs'
 // ambiguous results trickle in.
-func (s *Session) expiry(st *qpState) time.Time {
+func (s *lane) expiry(st *qpState) time.Time {
 	t := &st.timer
 	if t.resends > 0 {
 		return t.deadline
@@ -176,7 +176,7 @@ func (s *Session) expiry(st *qpState) time.Time {
 //
 // With some of the message's packet results back, the rest were lost:
 // they are resent at once (retransmit).
-func (s *Session) expire(st *qpState, now time.Time, late time.Duration) error {
+func (s *lane) expire(st *qpState, now time.Time, late time.Duration) error {
 	t := &st.timer
 	e := &s.eng
 	if st.msg.joining && !e.progress.After(e.callStart) && st != s.joinProbe() {
@@ -209,7 +209,7 @@ func (s *Session) expire(st *qpState, now time.Time, late time.Duration) error {
 // QP 0 on every worker, since all send round 0 on the same QPs, so the
 // workers' probes meet in one slot and cannot hold each other back
 // (docs/protocol.md "Loss recovery, step by step", One probe per silence).
-func (s *Session) joinProbe() *qpState {
+func (s *lane) joinProbe() *qpState {
 	for _, st := range s.qps {
 		if st.msg.busy {
 			return st
@@ -222,7 +222,7 @@ func (s *Session) joinProbe() *qpState {
 // bitmaps make that idempotent: a contribution already counted is not
 // added again, and a resend into a completed slot gets the result back
 // (docs/protocol.md "Sets and bitmaps (switch side)").
-func (s *Session) retransmit(st *qpState, now time.Time) error {
+func (s *lane) retransmit(st *qpState, now time.Time) error {
 	t := &st.timer
 	if st.queued > 0 {
 		// The NIC has not yet sent what was posted before: another copy
@@ -263,7 +263,7 @@ func (s *Session) retransmit(st *qpState, now time.Time) error {
 // heavy loss from a peer or switch that is gone (docs/protocol.md "Loss
 // recovery, step by step"; docs/operations.md "Errors you may meet" says
 // what to do about each case).
-func (s *Session) deadPeer(st *qpState, now time.Time) error {
+func (s *lane) deadPeer(st *qpState, now time.Time) error {
 	e := &s.eng
 	t := &st.timer
 	err := &PeerTimeoutError{
@@ -272,7 +272,7 @@ func (s *Session) deadPeer(st *qpState, now time.Time) error {
 		Switch: s.assign.SwitchAddr, KeepAliveBroken: s.ctlLost.Load() != 0,
 		Messages: s.stats.messages.Load(), Retransmissions: s.stats.retransmissions.Load(),
 	}
-	if e.pktBits > 0 {
+	if s.pktBits > 0 {
 		err.PacketsBack, err.Packets = st.pkts.n, s.cfg.PacketsPerMessage
 	}
 	if e.lastResult.After(e.callStart) {

@@ -40,7 +40,7 @@ import (
 // sendExponents starts a call on st with round 0: a message of zeros but
 // for the call's length (calltensor.go, every type) and, for a float call,
 // the look-ahead exponent of the QP's first tensor message.
-func (s *Session) sendExponents(c *call, st *qpState, now time.Time) error {
+func (s *lane) sendExponents(c *call, st *qpState, now time.Time) error {
 	buf := s.mr.Bytes()[st.sendOff : st.sendOff+uint64(s.msgBytes)]
 	clear(buf)
 	putLengthHeader(buf, c.n)
@@ -54,7 +54,7 @@ func (s *Session) sendExponents(c *call, st *qpState, now time.Time) error {
 
 // exponent is the block exponent of tensor message j, or MinExponent (the
 // identity of the switch's max) if there is no such message.
-func (s *Session) exponent(c *call, j int) (int8, error) {
+func (s *lane) exponent(c *call, j int) (int8, error) {
 	if j >= c.msgs {
 		return quant.MinExponent, nil
 	}
@@ -68,7 +68,7 @@ func (s *Session) exponent(c *call, j int) (int8, error) {
 
 // sendNext sends the QP's next tensor message, quantized with the maximum
 // exponent maxE the switch returned for it; false if the QP is done.
-func (s *Session) sendNext(c *call, st *qpState, maxE int8, now time.Time) (bool, error) {
+func (s *lane) sendNext(c *call, st *qpState, maxE int8, now time.Time) (bool, error) {
 	j := st.next
 	if j >= c.msgs {
 		return false, nil
@@ -85,7 +85,7 @@ func (s *Session) sendNext(c *call, st *qpState, maxE int8, now time.Time) (bool
 			return false, fmt.Errorf("aggregation: AllReduce: tensor changed during the call: %w", err)
 		}
 		st.msg.scale = sc
-		if e0, err = s.exponent(c, j+len(s.qps)); err != nil {
+		if e0, err = s.exponent(c, j+s.cfg.QPs); err != nil {
 			return false, err
 		}
 	} else {
@@ -95,13 +95,13 @@ func (s *Session) sendNext(c *call, st *qpState, maxE int8, now time.Time) (bool
 	// whole packets, and zeros change no sum.
 	clear(buf[4*(hi-lo):])
 	st.msg.cur = j
-	st.next = j + len(s.qps)
+	st.next = j + s.cfg.QPs // every worker sends message j on QP j mod QPs
 	return true, s.post(st, e0, now)
 }
 
 // post sends a new message from st's staging region: next set, next
 // message id, look-ahead exponent e0, and the loss signal e1.
-func (s *Session) post(st *qpState, e0 int8, now time.Time) error {
+func (s *lane) post(st *qpState, e0 int8, now time.Time) error {
 	m := &st.msg
 	m.set ^= 1
 	m.id = (m.id + 1) & wire.MsgIDMask
@@ -124,7 +124,7 @@ func (s *Session) post(st *qpState, e0 int8, now time.Time) error {
 	st.pkts.transmitted()
 	s.startTimer(st, now)
 	s.stats.messages.Add(1)
-	if s.eng.pktWrites {
+	if s.pktWrites {
 		return s.transmitPackets(st, s.cfg.PacketsPerMessage)
 	}
 	return s.transmit(st, m.wr[:], s.cfg.PacketsPerMessage)
@@ -133,9 +133,9 @@ func (s *Session) post(st *qpState, e0 int8, now time.Time) error {
 // transmit posts wrs (packets packets in all) on st's QP: staged, if the
 // QP can (verbs.StagedSender), for the pass's doorbell. The receives for
 // the answers it can bring are posted first.
-func (s *Session) transmit(st *qpState, wrs []verbs.SendWR, packets int) error {
+func (s *lane) transmit(st *qpState, wrs []verbs.SendWR, packets int) error {
 	answers := len(wrs)
-	if s.eng.pktBits > 0 {
+	if s.pktBits > 0 {
 		// With per-packet recovery every packet's slot can complete on
 		// its own (by another worker's packet resend) and answer alone.
 		answers = packets
@@ -169,7 +169,7 @@ func (s *Session) transmit(st *qpState, wrs []verbs.SendWR, packets int) error {
 // the receive region, and is answered by a one-packet result. Only the
 // last work request is signaled: its completion stands for all of them
 // (st.queued counts one).
-func (s *Session) transmitPackets(st *qpState, upto int) error {
+func (s *lane) transmitPackets(st *qpState, upto int) error {
 	ps := s.cfg.PacketSize
 	m := &st.msg
 	recv := s.recvOff(m.set, st.index)
@@ -185,7 +185,7 @@ func (s *Session) transmitPackets(st *qpState, upto int) error {
 			Local:      verbs.SGE{Addr: st.sendOff + off, Length: uint32(ps), LKey: s.mr.LKey()},
 			RemoteAddr: recv + off,
 			RKey:       uint32(st.pool.Add(k) | wire.PoolIndex(m.set)),
-			Imm:        uint32(wire.MakeImm(wire.PacketMsgID(m.id, k, s.eng.pktBits), m.e0, m.e1)),
+			Imm:        uint32(wire.MakeImm(wire.PacketMsgID(m.id, k, s.pktBits), m.e0, m.e1)),
 		})
 	}
 	s.eng.pktWRs = wrs
@@ -197,7 +197,7 @@ func (s *Session) transmitPackets(st *qpState, upto int) error {
 }
 
 // ringDoorbell sends the messages staged since the last call.
-func (s *Session) ringDoorbell() error {
+func (s *lane) ringDoorbell() error {
 	d := s.eng.doorbell
 	if d == nil {
 		return nil

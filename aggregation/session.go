@@ -72,10 +72,12 @@ type Session struct {
 
 	pd  verbs.PD
 	mr  verbs.MR
-	cq  verbs.CQ
-	qps []*qpState
+	qps []*qpState // every QP, by index
+	// lanes drive the QPs, each its own share (lane.go); laneStop tells
+	// the others that one of them failed.
+	lanes    []*lane
+	laneStop atomic.Bool
 
-	wake      *timing.Waker
 	closing   atomic.Bool
 	ctlLost   atomic.Int64 // UnixNano when the keep-alive stream broke
 	closeOnce sync.Once
@@ -86,7 +88,15 @@ type Session struct {
 
 	mu     sync.Mutex // held by AllReduce and Close
 	broken error      // sticky, guarded by mu
-	eng    engine     // the engine's state (engine.go), guarded by mu
+	// pktWrites: the running call sends packet writes (writes.go,
+	// chooseWrites), set before its lanes start; adapt is the calls'
+	// loss signal and chooseWrites' memory. Guarded by mu but for
+	// adapt's atomics, which the lanes set.
+	pktWrites bool
+	adapt     adaptState
+	// pktBits > 0 enables per-packet recovery (timers.go, resend): the
+	// packet index bits of wire.PacketMsgID.
+	pktBits uint
 
 	stats counters
 
@@ -101,7 +111,10 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{cfg: cfg, msgBytes: cfg.messageBytes(), wake: timing.NewWaker(), watchDone: make(chan struct{}), stopWatch: make(chan struct{})}
+	s := &Session{cfg: cfg, msgBytes: cfg.messageBytes(), watchDone: make(chan struct{}), stopWatch: make(chan struct{})}
+	for i := range threadsFor(&cfg) {
+		s.lanes = append(s.lanes, &lane{Session: s, index: i, wake: timing.NewWaker()})
+	}
 	if err := s.open(ctx); err != nil {
 		_ = s.release(true, err.Error()) // abort: the other workers would wait for this one; err is the one to report
 		return nil, err
@@ -132,24 +145,31 @@ func (s *Session) open(ctx context.Context) error {
 	answers := 1
 	sendDepth := 64
 	if ppm := cfg.PacketsPerMessage; cfg.perPacketRecovery() {
-		s.eng.pktBits = uint(bits.Len(uint(ppm - 1)))
-		s.eng.pktWRs = make([]verbs.SendWR, 0, ppm)
+		s.pktBits = uint(bits.Len(uint(ppm - 1)))
 		// A packet write or a resend is up to ppm one-packet messages,
 		// each answered by a one-packet result.
 		answers = ppm
 		sendDepth += 2 * ppm
 	}
 	depth := recvBase + 8*answers
-	s.eng.recvWRs = make([]verbs.RecvWR, max(answers, recvBase))
 	s.recvDepth = depth
-	if s.cq, err = dev.CreateCQ(q*(depth+sendDepth) + 256); err != nil {
-		return fmt.Errorf("aggregation: create CQ on %s: %w", dev.Name(), err)
+	for _, l := range s.lanes {
+		e := &l.eng
+		if s.pktBits > 0 {
+			e.pktWRs = make([]verbs.SendWR, 0, cfg.PacketsPerMessage)
+		}
+		e.recvWRs = make([]verbs.RecvWR, max(answers, recvBase))
+		e.wcs = make([]verbs.Completion, 64)
+		lq := (q - l.index + len(s.lanes) - 1) / len(s.lanes) // the lane's QPs
+		if l.cq, err = dev.CreateCQ(lq*(depth+sendDepth) + 256); err != nil {
+			return fmt.Errorf("aggregation: create CQ %d on %s: %w", l.index, dev.Name(), err)
+		}
 	}
-	s.eng.wcs = make([]verbs.Completion, 64)
 	qpns := make([]uint32, q)
 	psns := make([]uint32, q)
 	for i := range q {
-		qp, err := s.pd.CreateUCQP(verbs.QPConfig{SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: sendDepth, MaxRecvWR: depth})
+		l := s.lanes[i%len(s.lanes)]
+		qp, err := s.pd.CreateUCQP(verbs.QPConfig{SendCQ: l.cq, RecvCQ: l.cq, MaxSendWR: sendDepth, MaxRecvWR: depth})
 		if err != nil {
 			return fmt.Errorf("aggregation: create UC QP %d of %d on %s: %w", i, q, dev.Name(), err)
 		}
@@ -158,6 +178,7 @@ func (s *Session) open(ctx context.Context) error {
 		st.msg.set, st.msg.id = 1, wire.MsgIDMask
 		st.pkts.got = make([]uint64, (cfg.PacketsPerMessage+63)/64)
 		s.qps = append(s.qps, st)
+		l.qps = append(l.qps, st)
 		if err := qp.Init(verbs.AccessRemoteWrite); err != nil {
 			return fmt.Errorf("aggregation: QP %d to INIT: %w", i, err)
 		}
@@ -219,7 +240,7 @@ func (s *Session) open(ctx context.Context) error {
 		}
 		// Results can arrive as soon as any worker sends: receives go in
 		// before this worker sends anything.
-		if err := s.postRecvs(st, recvBase); err != nil {
+		if err := s.lanes[i%len(s.lanes)].postRecvs(st, recvBase); err != nil {
 			return err
 		}
 	}
@@ -240,12 +261,12 @@ func (s *Session) watch() {
 		// aggregating.
 		err := s.assign.Err()
 		if errors.Is(err, control.ErrJobEnded) {
-			s.wake.Fire()
+			s.fire()
 		} else if errors.Is(err, control.ErrControllerLost) {
 			// The data path decides: a running AllReduce fails if no
 			// result comes back soon (engine.go, interrupted).
 			s.ctlLost.Store(time.Now().UnixNano())
-			s.wake.Fire()
+			s.fire()
 		}
 	case <-s.stopWatch:
 	}
@@ -284,7 +305,7 @@ func (s *Session) end(abortReason string) error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.closing.Store(true)
-		s.wake.Fire()
+		s.fire()
 		s.mu.Lock()
 		broken := s.broken
 		s.broken = ErrClosed
@@ -324,8 +345,10 @@ func (s *Session) release(abort bool, reason string) error {
 	for _, st := range s.qps {
 		st.qp.Close()
 	}
-	if s.cq != nil {
-		s.cq.Close()
+	for _, l := range s.lanes {
+		if l.cq != nil {
+			l.cq.Close()
+		}
 	}
 	if s.mr != nil {
 		s.mr.Close()
@@ -333,7 +356,9 @@ func (s *Session) release(abort bool, reason string) error {
 	if s.pd != nil {
 		s.pd.Close()
 	}
-	s.wake.Halt()
+	for _, l := range s.lanes {
+		l.wake.Halt()
+	}
 	return errors.Join(errs...)
 }
 

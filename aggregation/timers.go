@@ -37,7 +37,7 @@ import "time"
 // passes longer than half a PeerTimeout means this process was not
 // running: its own silence restarts the waits instead of blaming the peers
 // (docs/protocol.md "Loss recovery, step by step", the peer timeout).
-func (s *Session) timers(now time.Time) (time.Time, error) {
+func (s *lane) timers(now time.Time) (time.Time, error) {
 	e := &s.eng
 	if gap := now.Sub(e.lastPass); gap > s.cfg.PeerTimeout/2 {
 		// This process was not running (stopped, or starved of CPU): the
@@ -96,7 +96,7 @@ func (s *Session) timers(now time.Time) (time.Time, error) {
 // section 3), and tells a spurious resend (the result answered an earlier
 // transmission) to RACK (docs/protocol.md "Loss recovery, step by step",
 // Estimate and "Spurious resends").
-func (s *Session) sampleResult(st *qpState, r resultKind, now time.Time) {
+func (s *lane) sampleResult(st *qpState, r resultKind, now time.Time) {
 	t := &st.timer
 	if s.spurious(st, r, now) {
 		// The result answers the first transmission: its time is a sample
@@ -117,7 +117,7 @@ func (s *Session) sampleResult(st *qpState, r resultKind, now time.Time) {
 		// samples, and with the last result's time every loss would
 		// lengthen the next timeouts.
 		s.sampleRTT(st, st.pkts.first.Sub(t.sent), t.sent)
-	case t.resends == 0 || (r == resultWhole && s.eng.pktBits > 0):
+	case t.resends == 0 || (r == resultWhole && s.pktBits > 0):
 		// Karn's rule: only a result that surely answers the first
 		// transmission gives an unambiguous time: the message was sent
 		// once, or (per-packet recovery) it was resent packet by packet,
@@ -147,12 +147,12 @@ func (s *Session) sampleResult(st *qpState, r resultKind, now time.Time) {
 // can only answer the first transmission (resends go packet by packet);
 // otherwise a result faster than the smallest time to result since the
 // latest resend answers an earlier one.
-func (s *Session) spurious(st *qpState, r resultKind, now time.Time) bool {
+func (s *lane) spurious(st *qpState, r resultKind, now time.Time) bool {
 	t := &st.timer
 	if t.resends == 0 || r != resultWhole {
 		return false
 	}
-	if s.eng.pktBits > 0 {
+	if s.pktBits > 0 {
 		return true
 	}
 	return now.Sub(t.xmit) < s.eng.rack.minRTT()
@@ -162,7 +162,7 @@ func (s *Session) spurious(st *qpState, r resultKind, now time.Time) bool {
 // xmit into the estimates: the timer's (the joining one for a QP's first
 // message of the call), the windowed minimum, and RACK's latest delivered
 // transmission.
-func (s *Session) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
+func (s *lane) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 	e := &s.eng
 	e.backedOff = 0
 	e.rackProgress = maxTime(e.rackProgress, xmit.Add(r))
@@ -187,7 +187,7 @@ func (s *Session) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 
 // resend resends st's message after a timeout (retransmit): all of it, or
 // with per-packet recovery every packet whose result is missing.
-func (s *Session) resend(st *qpState, now time.Time) error {
+func (s *lane) resend(st *qpState, now time.Time) error {
 	return s.resendUpTo(st, now, s.cfg.PacketsPerMessage)
 }
 
@@ -196,14 +196,14 @@ func (s *Session) resend(st *qpState, now time.Time) error {
 // that the switch sees an identical message (docs/protocol.md "Loss
 // recovery, step by step", mechanism 2). The timer restarts with the
 // message's current timeout (RFC 6298 section 5.6).
-func (s *Session) resendUpTo(st *qpState, now time.Time, upto int) error {
+func (s *lane) resendUpTo(st *qpState, now time.Time, upto int) error {
 	t := &st.timer
 	t.resends++
 	t.xmit, t.deferred, t.delivered = now, false, s.eng.delivery.Delivered()
 	t.deadline = now.Add(t.rto)
 	st.pkts.transmitted()
 	s.stats.retransmissions.Add(1)
-	if s.eng.pktBits == 0 {
+	if s.pktBits == 0 {
 		return s.transmit(st, st.msg.wr[:], s.cfg.PacketsPerMessage)
 	}
 	// Per-packet recovery: resend each packet whose result is not back as

@@ -3,12 +3,14 @@ package aggregation
 import (
 	"testing"
 	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
 )
 
 // timerSession is a session of q QPs on fake verbs (postCounter, fakeMR),
 // message writes of ppm packets of 1 KiB, for the timer tests: nothing is
 // sent anywhere; each test plays the results itself, on its own clock.
-func timerSession(q, ppm int) *Session {
+func timerSession(q, ppm int) *lane {
 	s := &Session{cfg: Config{PacketSize: 1024, PacketsPerMessage: ppm, RetransmitTimeout: time.Millisecond,
 		MaxRetransmitTimeout: time.Second, BackoffAfter: 1, QPs: q, PeerTimeout: 10 * time.Second},
 		msgBytes: ppm * 1024, mr: &fakeMR{buf: make([]byte, 3*q*ppm*1024)}}
@@ -17,12 +19,19 @@ func timerSession(q, ppm int) *Session {
 		st.msg.joining = true
 		s.qps = append(s.qps, st)
 	}
-	return s
+	return oneLane(s)
+}
+
+// oneLane gives s the one lane of Threads 1, driving all of s.qps.
+func oneLane(s *Session) *lane {
+	l := &lane{Session: s, qps: s.qps, wake: timing.NewWaker()}
+	s.lanes = []*lane{l}
+	return l
 }
 
 // result plays the arrival of st's result at now as complete does (the
 // receive path's bookkeeping without a CQ), and posts its next message.
-func (s *Session) playResult(t *testing.T, st *qpState, now time.Time) {
+func (s *lane) playResult(t *testing.T, st *qpState, now time.Time) {
 	t.Helper()
 	s.eng.lastResult, s.eng.progress = now, now
 	s.delivered(st, resultWhole, now)
@@ -318,17 +327,17 @@ func TestTimersJoinAndQueueBound(t *testing.T) {
 	now = now.Add(200 * time.Microsecond)
 	s.playResult(t, st, now)
 	for _, pw := range []bool{false, true} {
-		s.eng.pktWrites = pw
+		s.pktWrites = pw
 		if got := s.rto(st); got < queued {
 			t.Fatalf("packet writes %v: timeout %v below the time to result behind the queue %v (standing %v)", pw, got, queued, s.eng.standing.Get())
 		}
 	}
-	s.eng.pktWrites = false
+	s.pktWrites = false
 	// A wait for another worker's resend: 100 ms, sampled.
 	now = now.Add(100 * time.Millisecond)
 	s.playResult(t, st, now)
 	for _, pw := range []bool{false, true} {
-		s.eng.pktWrites = pw
+		s.pktWrites = pw
 		if got, bound := s.rto(st), rtoStandingRTTsPacketWrites*200*time.Microsecond+q*ppm*wire; got > bound {
 			t.Fatalf("packet writes %v: timeout %v after a 100 ms wait, want the bound %v at most", pw, got, bound)
 		}

@@ -13,7 +13,7 @@ import "time"
 // joins the parked messages in the call's order (orderKey), and those
 // that fit in the window leave (releaseParked). false: the QP has no
 // message left in this call.
-func (s *Session) launch(c *call, st *qpState, round0 bool, maxE int8, now time.Time) (bool, error) {
+func (s *lane) launch(c *call, st *qpState, round0 bool, maxE int8, now time.Time) (bool, error) {
 	if st.next >= c.msgs {
 		// Done, but its message freed room for the parked ones.
 		return false, s.releaseParked(c, now)
@@ -37,7 +37,7 @@ func (s *Session) launch(c *call, st *qpState, round0 bool, maxE int8, now time.
 // the oldest message the job waits for is always on its way from every
 // worker, and workers whose windows differ cannot wait on each other
 // (docs/protocol.md "Congestion").
-func (s *Session) releaseParked(c *call, now time.Time) error {
+func (s *lane) releaseParked(c *call, now time.Time) error {
 	e := &s.eng
 	for len(e.parked) > 0 {
 		st := e.parked[0]
@@ -69,15 +69,15 @@ func (s *Session) releaseParked(c *call, now time.Time) error {
 // orderKey is the place in the call's order, the same on every worker, of
 // st's round 0 or of its tensor message j: round 0 of every QP first (by
 // QP), then the tensor messages by index (docs/protocol.md "Congestion").
-func (s *Session) orderKey(st *qpState, round0 bool, j int) int {
+func (s *lane) orderKey(st *qpState, round0 bool, j int) int {
 	if round0 {
-		return st.index - len(s.qps)
+		return st.index - s.cfg.QPs
 	}
 	return j
 }
 
 // parkedKey is the order key of st's parked message.
-func (s *Session) parkedKey(st *qpState) int { return s.orderKey(st, st.parked.round0, st.next) }
+func (s *lane) parkedKey(st *qpState) int { return s.orderKey(st, st.parked.round0, st.next) }
 
 // window is how many messages the worker keeps in flight
 // (Config.QueueDelay): two, plus what the path delivers in QueueDelay at
@@ -89,10 +89,14 @@ func (s *Session) parkedKey(st *qpState) int { return s.orderKey(st, st.parked.r
 // Every QP until the rate is measured, where results come back faster than
 // QueueDelay covers the QPs' messages (loopback, fast links), when the
 // window is off (QueueDelay < 0), and under loss.
-func (s *Session) window() int {
+//
+// It is a lane's (lane.go): its own QPs, and the rate at which its own
+// results come back, so the lanes of a worker share the path's rate and
+// keep about one window in flight together, plus two messages each.
+func (s *lane) window() int {
 	q := len(s.qps)
 	per := s.eng.delivery.PerPacket()
-	if per <= 0 || s.cfg.QueueDelay < 0 || s.eng.adapt.lossy() {
+	if per <= 0 || s.cfg.QueueDelay < 0 || s.adapt.lossy() {
 		// Under loss (this call or the one before: adaptState.lossy),
 		// results come back at the pace of the loss recovery, not of
 		// the path: a window sized by that pace would shrink just when

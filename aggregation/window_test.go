@@ -60,9 +60,9 @@ func TestWindowKeepsTheQueueShort(t *testing.T) {
 			t.Fatalf("links dropped packets: up %+v, down %+v", up, down)
 		}
 		for _, w := range j.workers[1:] {
-			window = max(window, w.sess.window())
+			window = max(window, w.sess.lanes[0].window())
 		}
-		t.Logf("queue delay %v: window %d messages (rank 0: %d), up-link queue at most %d packets", delay, window, j.workers[0].sess.window(), up.MaxQueue)
+		t.Logf("queue delay %v: window %d messages (rank 0: %d), up-link queue at most %d packets", delay, window, j.workers[0].sess.lanes[0].window(), up.MaxQueue)
 		return up.MaxQueue, window
 	}
 	withWindow, w := run(t, 90, 0)
@@ -106,11 +106,11 @@ func TestWindowSize(t *testing.T) {
 	if w := s.window(); w != 3 {
 		t.Fatalf("200 Mbit/s: window %d, want 3", w)
 	}
-	s.eng.adapt.lastHeard = true
+	s.adapt.lastHeard = true
 	if w := s.window(); w != q {
 		t.Fatalf("200 Mbit/s after a call with loss: window %d, want every QP (%d)", w, q)
 	}
-	s.eng.adapt.lastHeard = false
+	s.adapt.lastHeard = false
 	s.cfg.QueueDelay = -1
 	if w := s.window(); w != q {
 		t.Fatalf("window off: %d, want %d", w, q)

@@ -9,6 +9,8 @@ package aggregation
 // every worker decides alike through the loss signal e1 (docs/protocol.md
 // "Message writes and packet writes (`Config.Writes`, `--writes`)").
 
+import "sync/atomic"
+
 // adaptState is AdaptiveWrites' memory: what the running call has seen of
 // loss, and how many calls in a row have sent packet writes.
 //
@@ -23,19 +25,25 @@ package aggregation
 // contributions of each slot, and every worker receives the same results,
 // so the OR of e1 over a call's results (heard) is the same on every
 // worker, and so is the next call's choice (chooseWrites).
+//
+// It belongs to the session, not to a lane: the lanes of a worker are one
+// worker to the job, and which QPs a lane drives is this worker's own
+// business (Config.Threads), so the choice and the signal must not depend
+// on it. signal and heard are set by any lane during a call; the other
+// fields change only between calls (chooseWrites, under Session.mu).
 type adaptState struct {
-	fast    uint64 // the session's fast retransmissions when the call started
-	msgs    int    // the call's messages
-	signal  bool   // this worker has seen loss in the call: e1 = 1 from now on
-	heard   bool   // a result of the call carried e1 ≠ 0
-	pktRuns int    // calls in a row that sent packet writes
+	fast    uint64      // the session's fast retransmissions when the call started
+	msgs    int         // the call's messages
+	signal  atomic.Bool // this worker has seen loss in the call: e1 = 1 from now on
+	heard   atomic.Bool // a result of the call carried e1 ≠ 0
+	pktRuns int         // calls in a row that sent packet writes
 	// lastHeard: a result of the call before carried e1 ≠ 0.
 	lastHeard bool
 }
 
 // lossy says whether this call or the one before saw loss (adaptState);
 // the window steps aside while it does (window).
-func (a *adaptState) lossy() bool { return a.signal || a.heard || a.lastHeard }
+func (a *adaptState) lossy() bool { return a.signal.Load() || a.heard.Load() || a.lastHeard }
 
 const (
 	// lossyFastRetransmits: a worker has seen loss in a call once RACK
@@ -59,11 +67,12 @@ const (
 // of them tries message writes again. Every worker of the job hears the
 // same results and counts the same calls, so all decide alike.
 func (s *Session) chooseWrites(msgs int) bool {
-	e := &s.eng
-	a := &e.adapt
-	lossy := a.heard
-	*a = adaptState{fast: s.stats.fastRetransmissions.Load(), msgs: msgs, pktRuns: a.pktRuns, lastHeard: lossy}
-	if e.pktBits == 0 {
+	a := &s.adapt
+	lossy := a.heard.Load()
+	a.fast, a.msgs, a.lastHeard = s.stats.fastRetransmissions.Load(), msgs, lossy
+	a.signal.Store(false)
+	a.heard.Store(false)
+	if s.pktBits == 0 {
 		return false
 	}
 	switch s.cfg.Writes {
@@ -72,7 +81,7 @@ func (s *Session) chooseWrites(msgs int) bool {
 	case MessageWrites:
 		return false
 	}
-	if !e.pktWrites {
+	if !s.pktWrites {
 		a.pktRuns = 0
 		return lossy
 	}
@@ -85,11 +94,11 @@ func (s *Session) chooseWrites(msgs int) bool {
 // lossSignal is the e1 of a message sent now (adaptState): e1Loss once
 // RACK found one in lossyFastRetransmits of the call's messages lost.
 func (s *Session) lossSignal() int8 {
-	a := &s.eng.adapt
-	if !a.signal && (s.stats.fastRetransmissions.Load()-a.fast)*lossyFastRetransmits >= uint64(max(a.msgs, 1)) {
-		a.signal = true
+	a := &s.adapt
+	if !a.signal.Load() && (s.stats.fastRetransmissions.Load()-a.fast)*lossyFastRetransmits >= uint64(max(a.msgs, 1)) {
+		a.signal.Store(true)
 	}
-	if a.signal {
+	if a.signal.Load() {
 		return e1Loss
 	}
 	return 0
@@ -100,6 +109,6 @@ func (s *Session) lossSignal() int8 {
 // contribution reaches, so every worker hears the same.
 func (s *Session) hearLoss(e1 int8) {
 	if e1 > 0 {
-		s.eng.adapt.heard = true
+		s.adapt.heard.Store(true)
 	}
 }

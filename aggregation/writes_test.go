@@ -89,7 +89,7 @@ func TestMixedWrites(t *testing.T) {
 // messages lost.
 func TestChooseWrites(t *testing.T) {
 	s := &Session{}
-	s.eng.pktBits = 4
+	s.pktBits = 4
 	// call starts a call of 640 messages after one whose results carried
 	// the loss signal if heard.
 	call := func(heard bool) bool {
@@ -97,8 +97,8 @@ func TestChooseWrites(t *testing.T) {
 			s.hearLoss(e1Loss)
 		}
 		s.hearLoss(0)
-		s.eng.pktWrites = s.chooseWrites(640)
-		return s.eng.pktWrites
+		s.pktWrites = s.chooseWrites(640)
+		return s.pktWrites
 	}
 	if call(false) {
 		t.Fatal("the first call sends packet writes")
@@ -148,7 +148,7 @@ func TestChooseWrites(t *testing.T) {
 		want    bool
 	}{{PacketWrites, 4, true}, {MessageWrites, 4, false}, {PacketWrites, 0, false}, {AdaptiveWrites, 0, false}} {
 		s := &Session{cfg: Config{Writes: tc.w}}
-		s.eng.pktBits = tc.pktBits
+		s.pktBits = tc.pktBits
 		s.hearLoss(e1Loss)
 		s.chooseWrites(64)
 		s.hearLoss(e1Loss)
@@ -201,10 +201,10 @@ func TestPacketWriteTimer(t *testing.T) {
 	const ppm = 16
 	qp := &postCounter{}
 	mr := &fakeMR{buf: make([]byte, 3*ppm*256)}
-	s := &Session{cfg: Config{PacketSize: 256, PacketsPerMessage: ppm, RetransmitTimeout: time.Millisecond,
+	s := oneLane(&Session{cfg: Config{PacketSize: 256, PacketsPerMessage: ppm, RetransmitTimeout: time.Millisecond,
 		MaxRetransmitTimeout: time.Second, BackoffAfter: 1, QPs: 1}, msgBytes: ppm * 256, mr: mr,
-		qps: []*qpState{{index: 0}}}
-	s.eng.pktBits, s.eng.pktWrites = 4, true
+		qps: []*qpState{{index: 0}}})
+	s.pktBits, s.pktWrites = 4, true
 	s.eng.rtt.Sample(200 * time.Microsecond) // timeout: the 1 ms floor
 	st := s.qps[0]
 	st.qp = qp
@@ -272,8 +272,8 @@ func (m *fakeMR) LKey() uint32  { return 1 }
 // RACK across QPs).
 func TestPacketWriteLossEvidence(t *testing.T) {
 	now := time.Now()
-	s := &Session{cfg: Config{PacketsPerMessage: 16}}
-	s.eng.pktWrites = true
+	s := oneLane(&Session{cfg: Config{PacketsPerMessage: 16}})
+	s.pktWrites = true
 	st := &qpState{}
 	st.pkts.got = make([]uint64, 1)
 	st.timer.xmit = now
@@ -317,11 +317,11 @@ func TestPacketWriteLossEvidence(t *testing.T) {
 	if got := s.evidenceUpTo(st); got != 15 {
 		t.Fatalf("resend on evidence covers %d packets, want 15", got)
 	}
-	s.eng.pktWrites = false
+	s.pktWrites = false
 	if at, ok := s.lostAt(st); !ok || !at.Equal(now.Add(2*time.Millisecond)) {
 		t.Fatalf("message writes: lost at %v (%v), want RACK's +2ms", at.Sub(now), ok)
 	}
-	s.eng.pktWrites = true
+	s.pktWrites = true
 	st.timer.xmit = now.Add(5 * time.Millisecond) // resent after the last result
 	st.pkts.transmitted()
 	if _, ok := s.lostAt(st); ok {
@@ -359,7 +359,7 @@ func TestPacketWriteLossEvidence(t *testing.T) {
 	if at, ok := s.lostAt(st2); ok {
 		t.Fatalf("nothing back, a later message's result back: lost at %v; want no evidence with packet writes", at.Sub(now))
 	}
-	s.eng.pktWrites = false
+	s.pktWrites = false
 	if at, ok := s.lostAt(st2); !ok || !at.Equal(now.Add(2*time.Millisecond)) {
 		t.Fatalf("message writes, nothing back, a later message's result back: lost at %v (%v), want RACK's +2ms", at.Sub(now), ok)
 	}

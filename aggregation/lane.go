@@ -1,0 +1,97 @@
+package aggregation
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
+	"github.com/swml-rdma/swml-rdma/verbs"
+)
+
+// A lane is one driving goroutine's share of a session (Config.Threads):
+// the QPs whose index is lane mod Threads, the completion queue they
+// complete on, and an engine of its own. Lanes run the worker protocol of
+// docs/protocol.md side by side, as p4app-switchML's client runs one
+// thread per group of QPs, and meet only where the job needs one worker:
+//
+//   - the tensor: every message owns its span (call.span), so lanes
+//     quantize and dequantize disjoint memory;
+//   - the choice of writes and the loss signal (writes.go), which must not
+//     depend on how a worker splits its QPs;
+//   - the session's counters, which are atomic;
+//   - the end: the first lane to fail stops the others (driveLanes).
+//
+// Which lane drives which QP is this worker's own business: every worker
+// sends message j on QP j mod QPs whatever its Threads, and the window's
+// oldest-first rule (window.go, releaseParked) holds in each lane, so
+// workers with different Threads never wait on each other.
+//
+// A lane embeds its session: the engine's methods read the session's
+// configuration and counters through it, and its own qps, cq, eng and
+// wake shadow nothing else.
+type lane struct {
+	*Session
+	index int
+	qps   []*qpState // the lane's QPs, by increasing index
+	cq    verbs.CQ
+	eng   engine
+	wake  *timing.Waker
+}
+
+// errLaneStopped ends a lane because another lane of the call failed; the
+// call reports that lane's error.
+var errLaneStopped = errors.New("aggregation: another lane of the call failed")
+
+// driveLanes runs the call on every lane that has a message in it, lane 0
+// on the calling goroutine, and returns the first lane's error.
+func (s *Session) driveLanes(ctx context.Context, c *call) error {
+	lanes := s.lanes
+	if n := min(len(lanes), c.msgs); n < len(lanes) {
+		// A lane whose first QP has no message has none at all.
+		lanes = lanes[:n]
+	}
+	if len(lanes) == 1 {
+		return lanes[0].drive(ctx, c)
+	}
+	s.laneStop.Store(false)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	run := func(l *lane) {
+		err := l.drive(ctx, c)
+		if err == nil || errors.Is(err, errLaneStopped) {
+			return
+		}
+		mu.Lock()
+		if first == nil {
+			first = err
+		}
+		mu.Unlock()
+		s.laneStop.Store(true)
+		s.fire()
+	}
+	for _, l := range lanes[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(l)
+		}()
+	}
+	run(lanes[0])
+	wg.Wait()
+	return first
+}
+
+// fire wakes every lane's wait: Close, Abort, the controller or a
+// cancelled context has something to say.
+func (s *Session) fire() {
+	for _, l := range s.lanes {
+		l.wake.Fire()
+	}
+}
+
+// threadsFor is how many lanes a session of cfg runs.
+func threadsFor(cfg *Config) int { return max(1, min(cfg.Threads, cfg.QPs)) }
