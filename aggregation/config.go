@@ -297,7 +297,7 @@ func (c Config) defaults() (Config, error) {
 		c.Threads = 1
 	}
 	if c.Threads < 0 || c.Threads > MaxQPs {
-		return c, &FieldError{Field: "Threads", Value: c.Threads, Max: MaxQPs, Reason: "use 1 to QPs driving goroutines"}
+		return c, &FieldError{Field: "Threads", Value: c.Threads, Max: MaxQPs, Reason: "use 1 or more driving goroutines (a session uses at most one per QP)"}
 	}
 	if c.PacketSize == 0 {
 		c.PacketSize = DefaultPacketSize

@@ -18,6 +18,7 @@ import (
 type jobSpec struct {
 	size, iters, warmup      int // tensor bytes; all-reduces
 	packetSize, qps, msgSize int
+	threads                  int
 	dtype                    wire.DType
 	writes                   aggregation.Writes
 	peerTimeout, queueDelay  time.Duration
@@ -28,13 +29,13 @@ func (j jobSpec) elements() int { return j.size / 4 }
 
 // session is the part of a worker's aggregation.Config the job flags set.
 func (j jobSpec) session() aggregation.Config {
-	return aggregation.Config{QPs: j.qps, PacketSize: j.packetSize, PacketsPerMessage: j.msgSize / j.packetSize, DType: j.dtype, Writes: j.writes, PeerTimeout: j.peerTimeout, QueueDelay: j.queueDelay, TensorBytes: j.size}
+	return aggregation.Config{QPs: j.qps, Threads: j.threads, PacketSize: j.packetSize, PacketsPerMessage: j.msgSize / j.packetSize, DType: j.dtype, Writes: j.writes, PeerTimeout: j.peerTimeout, QueueDelay: j.queueDelay, TensorBytes: j.size}
 }
 
 // configFlags name the flag that sets each aggregation.Config field, for
 // the errors of Config.Validate (aggregation.FieldError).
 var configFlags = map[string]string{
-	"Workers": "--workers", "Rank": "--rank", "QPs": "--qps", "PacketSize": "--packet-size",
+	"Workers": "--workers", "Rank": "--rank", "QPs": "--qps", "Threads": "--threads", "PacketSize": "--packet-size",
 	"PacketsPerMessage": "--msg-size", "DType": "--dtype", "Writes": "--writes", "PeerTimeout": "--peer-timeout", "TensorBytes": "--size",
 }
 
@@ -72,7 +73,7 @@ func (j jobSpec) flagError(err error) error {
 // whose errors name the flag), so that what the flags accept is what Open
 // accepts.
 func parseJobFlags(c *cli.Context, workers int) (jobSpec, error) {
-	j := jobSpec{iters: c.Int("iters"), warmup: c.Int("warmup"), packetSize: c.Int("packet-size"), qps: c.Int("qps"), peerTimeout: c.Duration("peer-timeout"), queueDelay: c.Duration("queue-delay")}
+	j := jobSpec{iters: c.Int("iters"), warmup: c.Int("warmup"), packetSize: c.Int("packet-size"), qps: c.Int("qps"), threads: c.Int("threads"), peerTimeout: c.Duration("peer-timeout"), queueDelay: c.Duration("queue-delay")}
 	var err error
 	if j.size, err = parseSize(c.String("size")); err != nil {
 		return j, fmt.Errorf("--size: %v", err)
