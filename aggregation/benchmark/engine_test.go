@@ -81,13 +81,17 @@ func benchEngine(b *testing.B, w aggregation.Writes, elements int) {
 	b.StopTimer()
 	a1, st1 := mallocs(), s.Stats()
 	msgs := st1.Messages - st0.Messages
-	if sw := cl.Switch.Stats(); sw.Dropped() != 0 || st1.Retransmissions != st0.Retransmissions {
-		b.Fatalf("switch %+v, %d resends: the instant switch answers everything", sw, st1.Retransmissions-st0.Retransmissions)
+	if sw := cl.Switch.Stats(); sw.Dropped() != 0 || sw.Results != sw.Requests {
+		b.Fatalf("switch %+v: the instant switch answers everything", sw)
 	}
 	perOp := b.Elapsed() / time.Duration(b.N)
 	b.ReportMetric(float64(elements)/perOp.Seconds(), "elements/s")
 	b.ReportMetric(float64(elements)*32/perOp.Seconds()/1e9, "Gbit/s")
 	b.ReportMetric(float64(a1-a0)/float64(max(msgs, 1)), "allocs/msg")
+	// Nothing is lost, so every resend is spurious: a result still in the
+	// CQ behind a full poll batch when the timers ran (docs/benchmarks.md
+	// "Engine alone").
+	b.ReportMetric(float64(st1.Retransmissions-st0.Retransmissions)/float64(b.N), "resends/op")
 	b.ReportMetric(float64(perOp)/float64(CopyTime(4*elements, copyReps)), "x_copy_limit")
 	// The last result is the input quantized and dequantized b.N+1 times:
 	// still the input within the quantizer's bound, compounded.
@@ -120,15 +124,17 @@ func TestEngineAlone(t *testing.T) {
 					t.Fatal(err)
 				}
 				// 50000 elements in 256-element messages: 196 messages and
-				// 2 exponent rounds per call.
-				if res.Messages != iters*198 || res.Packets != 4*res.Messages {
+				// 2 exponent rounds per call, 4 packets each (and any
+				// spurious resend's: nothing is lost, but a result behind
+				// a full poll batch can be taken for lost).
+				if res.Messages != iters*198 || res.Packets < 4*res.Messages {
 					t.Errorf("messages %d, packets %d: want %d and 4 each", res.Messages, res.Packets, iters*198)
 				}
 				perRequest := uint64(4)
 				if w == aggregation.PacketWrites {
 					perRequest = 1
 				}
-				if sw := res.Switch; sw.Dropped() != 0 || sw.Results != sw.Requests || sw.Requests != (iters+1)*198*4/perRequest {
+				if sw := res.Switch; sw.Dropped() != 0 || sw.Results != sw.Requests || sw.Requests < (iters+1)*198*4/perRequest {
 					t.Errorf("switch %+v: want every request of the 4 calls answered", sw)
 				}
 				if res.Median <= 0 || res.ATEPerSec <= 0 || res.CopyLimit <= 0 || res.LimitRatio <= 0 || res.AllocsPerMessage != float64(res.Allocs)/float64(res.Messages) {

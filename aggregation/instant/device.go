@@ -252,6 +252,14 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	if g := sw.gen.Load(); !q.send.valid || q.send.path.gen != g {
 		q.send.path, q.send.src, q.send.valid = sw.resolve(q), nil, true
 	}
+	// The source MR is held (read) across the chain, not per request: a
+	// packet-write chain is 16 requests from one MR.
+	var held *MR
+	defer func() {
+		if held != nil {
+			held.mu.RUnlock()
+		}
+	}()
 	for i := range wrs {
 		wr := &wrs[i]
 		if wr.Opcode != verbs.WRRDMAWrite && wr.Opcode != verbs.WRRDMAWriteWithImm {
@@ -264,26 +272,25 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 			}
 			q.send.src = src
 		}
-		if err := q.post(&q.send.path, wr, src); err != nil {
-			return i, err
+		if src != held {
+			if held != nil {
+				held.mu.RUnlock()
+			}
+			held = src
+			held.mu.RLock()
 		}
+		if src.closed || wr.Local.Addr+uint64(wr.Local.Length) > uint64(len(src.buf)) {
+			return i, fmt.Errorf("instant: post send on QP %d: %w: SGE [%d, +%d) lkey %#x", q.qpn, verbs.ErrInvalidArgument, wr.Local.Addr, wr.Local.Length, wr.Local.LKey)
+		}
+		// The request's completion, then the switch's answer: a NIC
+		// completes a UC send when it is on the wire, before any
+		// result can come back.
+		if wr.Signaled {
+			q.sendCQ.push(verbs.Completion{WRID: wr.ID, Opcode: verbs.WCRDMAWrite, QPN: q.qpn, ByteLen: wr.Local.Length})
+		}
+		sw.answer(&q.send.path, wr, src, src.buf[wr.Local.Addr:wr.Local.Addr+uint64(wr.Local.Length)])
 	}
 	return len(wrs), nil
-}
-
-// post sends one work request from src: its completion, then the switch's
-// answer.
-func (q *QP) post(p *path, wr *verbs.SendWR, src *MR) error {
-	src.mu.RLock()
-	defer src.mu.RUnlock()
-	if src.closed || wr.Local.Addr+uint64(wr.Local.Length) > uint64(len(src.buf)) {
-		return fmt.Errorf("instant: post send on QP %d: %w: SGE [%d, +%d) lkey %#x", q.qpn, verbs.ErrInvalidArgument, wr.Local.Addr, wr.Local.Length, wr.Local.LKey)
-	}
-	if wr.Signaled {
-		q.sendCQ.push(verbs.Completion{WRID: wr.ID, Opcode: verbs.WCRDMAWrite, QPN: q.qpn, ByteLen: wr.Local.Length})
-	}
-	q.dev.sw.answer(p, wr, src, src.buf[wr.Local.Addr:wr.Local.Addr+uint64(wr.Local.Length)])
-	return nil
 }
 
 func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
@@ -370,7 +377,9 @@ func (c *CQ) push(wc verbs.Completion) {
 		c.overruns++
 	}
 	c.mu.Unlock()
-	if c.armed.CompareAndSwap(true, false) {
+	// A load first: the CQ is rarely armed while completions flow, and
+	// the compare-and-swap is a locked instruction on every completion.
+	if c.armed.Load() && c.armed.CompareAndSwap(true, false) {
 		select {
 		case c.notify <- struct{}{}:
 		default:

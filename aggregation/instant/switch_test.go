@@ -177,3 +177,28 @@ func TestSwitchUnknownQP(t *testing.T) {
 		t.Fatalf("after RemoveJob: stats %+v, want a second unknown_qp drop", st)
 	}
 }
+
+// TestAnswerAllocatesNothing: posting a receive, a request and polling
+// both completions allocate nothing, so an engine measured on the instant
+// switch pays only for its own allocations.
+func TestAnswerAllocatesNothing(t *testing.T) {
+	r := newRig(t)
+	recv := []verbs.RecvWR{{ID: 1}}
+	send := []verbs.SendWR{{ID: 2, Opcode: verbs.WRRDMAWriteWithImm, Local: verbs.SGE{Length: 512, LKey: r.mr.LKey()}, RemoteAddr: 1024,
+		RKey: uint32(wire.MakePoolIndex(10, 0)), Signaled: true}}
+	wcs := make([]verbs.Completion, 4)
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := r.qp.PostRecv(recv); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.qp.PostSend(send); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := r.cq.Poll(wcs); n != 2 || err != nil {
+			t.Fatalf("poll: %d, %v", n, err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per request", allocs)
+	}
+}

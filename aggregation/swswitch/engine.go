@@ -13,26 +13,22 @@ import (
 // RETH, ImmDt and ICRC.
 const maxHeaders = rdma.BTHSize + rdma.RETHSize + rdma.ImmDtSize + rdma.ICRCSize
 
-// engine is the switch without its socket: it checks a received datagram,
-// runs it through the model and appends the result datagrams to out. The
-// runtime serialises every call with its mutex; tests and the fuzz target
-// drive it directly.
+// engine is one core of the switch without its sockets: it checks a
+// received datagram, runs it through its pipeline and appends the result
+// datagrams to out. The runtime serialises every call with its core's
+// mutex; tests and the fuzz target drive it directly.
 type engine struct {
-	local  netip.AddrPort
-	policy ICRCPolicy
-	pipe   *switchmodel.Pipeline
-	icrc   rdma.ICRC
-	pkt    rdma.Packet
-	md     switchmodel.Metadata
+	verifier // for input; the runtime's readers verify with their own
+	pipe     *switchmodel.Pipeline
+	pkt      rdma.Packet
+	md       switchmodel.Metadata
 
 	out   []udp.Msg // out[:nout] are ready to send
 	nout  int
 	maxN  int // the largest worker count of an installed job
 	bufSz int
 
-	// Per-flow ICRC state: requests from each worker socket, results to
-	// each worker.
-	inFlows  flowCache
+	// Per-flow ICRC state of the results to each worker.
 	outFlows flowCache
 	shifts   []*rdma.CRCShift // by payload size, for sealing broadcasts
 
@@ -81,7 +77,7 @@ func (c *flowCache) get(remote netip.AddrPort, f func() rdma.Flow) int {
 }
 
 func newEngine(local netip.AddrPort, policy ICRCPolicy, pipe *switchmodel.Pipeline, outCap int) *engine {
-	e := &engine{local: local, policy: policy, pipe: pipe}
+	e := &engine{verifier: verifier{local: local, policy: policy}, pipe: pipe}
 	e.bufSz = rdma.ICRCHeadroom + pipe.Config().MaxPayload + maxHeaders
 	e.out = make([]udp.Msg, outCap)
 	e.qpns = make([]uint32, outCap)
@@ -95,23 +91,23 @@ func newEngine(local netip.AddrPort, policy ICRCPolicy, pipe *switchmodel.Pipeli
 // room reports whether out can take the results of one more packet.
 func (e *engine) room() bool { return len(e.out)-e.nout >= e.maxN }
 
-// input handles the datagram at buf[off:off+n] from src. It never panics,
-// whatever the bytes or the source; buf[:off] must be at least
-// rdma.ICRCHeadroom bytes of scratch. The caller checks room first.
+// input handles the datagram at buf[off:off+n] from src: check, then
+// process. It never panics, whatever the bytes or the source; buf[:off]
+// must be at least rdma.ICRCHeadroom bytes of scratch. The caller checks
+// room first.
 func (e *engine) input(src netip.AddrPort, buf []byte, off, n int) {
-	p := e.pipe
-	b := buf[off : off+n]
-	if e.verify(src) {
-		if err := e.verifyICRC(src, buf, off, n); err != nil {
-			p.Counters.Packets++
-			if err == rdma.ErrICRC {
-				p.Counters.Drops[switchmodel.DropICRC]++
-			} else {
-				p.Counters.Drops[switchmodel.DropMalformed]++
-			}
-			return
-		}
+	if r := e.check(src, buf, off, n); r != switchmodel.NotDropped {
+		e.pipe.Counters.Packets++
+		e.pipe.Counters.Drops[r]++
+		return
 	}
+	e.process(src, buf[off:off+n])
+}
+
+// process runs the checked datagram b from src through the pipeline and
+// appends its results. The caller checks room first.
+func (e *engine) process(src netip.AddrPort, b []byte) {
+	p := e.pipe
 	if err := e.pkt.Parse(b); err != nil {
 		p.Counters.Packets++
 		p.Counters.Drops[switchmodel.DropMalformed]++
@@ -146,22 +142,48 @@ func (e *engine) input(src netip.AddrPort, buf []byte, off, n int) {
 	}
 }
 
+// verifier checks the ICRC of requests, with per-flow state for each
+// worker socket. Each reader of the runtime has its own; not safe for
+// concurrent use.
+type verifier struct {
+	local  netip.AddrPort
+	policy ICRCPolicy
+	icrc   rdma.ICRC
+	flows  flowCache
+}
+
+// check returns why the datagram at buf[off:off+n] from src must be
+// dropped (DropICRC, DropMalformed), or NotDropped.
+func (v *verifier) check(src netip.AddrPort, buf []byte, off, n int) switchmodel.DropReason {
+	if !v.verify(src) {
+		return switchmodel.NotDropped
+	}
+	switch err := v.verifyICRC(src, buf, off, n); err {
+	case nil:
+		return switchmodel.NotDropped
+	case rdma.ErrICRC:
+		return switchmodel.DropICRC
+	default:
+		return switchmodel.DropMalformed
+	}
+}
+
 // verify says whether the ICRC of a datagram from src can and must be
 // checked.
-func (e *engine) verify(src netip.AddrPort) bool {
-	return e.policy == ICRCVerify || !src.Addr().Unmap().Is4()
+func (v *verifier) verify(src netip.AddrPort) bool {
+	return v.policy == ICRCVerify || !src.Addr().Unmap().Is4()
 }
 
 // verifyICRC checks the ICRC of the request at buf[off:off+n] from src.
-func (e *engine) verifyICRC(src netip.AddrPort, buf []byte, off, n int) error {
-	id := e.inFlows.get(src, func() rdma.Flow {
-		return rdma.Flow{Src: src.Addr(), Dst: e.local.Addr(), SrcPort: src.Port(), DstPort: e.local.Port(), DF: true}
+func (v *verifier) verifyICRC(src netip.AddrPort, buf []byte, off, n int) error {
+	id := v.flows.get(src, func() rdma.Flow {
+		return rdma.Flow{Src: src.Addr(), Dst: v.local.Addr(), SrcPort: src.Port(), DstPort: v.local.Port(), DF: true}
 	})
 	if id < 0 {
-		f := rdma.Flow{Src: src.Addr(), Dst: e.local.Addr(), SrcPort: src.Port(), DstPort: e.local.Port(), DF: true}
-		return e.icrc.VerifyHeadroom(&f, buf[:off+n], off)
+		f := rdma.Flow{Src: src.Addr(), Dst: v.local.Addr(), SrcPort: src.Port(), DstPort: v.local.Port(), DF: true}
+		return v.icrc.VerifyHeadroom(&f, buf[:off+n], off)
 	}
-	return e.inFlows.flows[id].Verify(buf[off : off+n])
+	return v.flows.flows[id].Verify(buf[off : off+n])
 }
 
 // maxShifts bounds the CRC shift operators kept (one per payload size in

@@ -33,21 +33,31 @@ func newSwitch(t testing.TB, cfg Config) *Switch {
 
 // fabric is what a test's switch and workers exchange datagrams over:
 // loopback sockets (mem nil) or a private in-memory network (memlink), where
-// tests run in parallel. One test, two transports.
-type fabric struct{ mem *memlink.Network }
+// tests run in parallel. One test, two transports; and the switch's cores.
+type fabric struct {
+	mem   *memlink.Network
+	cores int
+}
 
 // forFabrics runs f as the subtests "memory" (parallel; links losing the
-// fraction loss each way) and "socket".
+// fraction loss each way; a switch of 3 cores behind one endpoint),
+// "memory-1-core" (the same with one core) and "socket" (2 cores, a
+// SO_REUSEPORT group where the kernel has one).
 func forFabrics(t *testing.T, loss float64, f func(t *testing.T, fb fabric)) {
-	t.Run("memory", func(t *testing.T) {
-		t.Parallel()
-		n, err := memlink.New(memlink.Config{Seed: 42, Link: memlink.LinkConfig{Loss: loss}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f(t, fabric{n})
-	})
-	t.Run("socket", func(t *testing.T) { f(t, fabric{}) })
+	for _, c := range []struct {
+		name  string
+		cores int
+	}{{"memory", 3}, {"memory-1-core", 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			n, err := memlink.New(memlink.Config{Seed: 42, Link: memlink.LinkConfig{Loss: loss}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f(t, fabric{n, c.cores})
+		})
+	}
+	t.Run("socket", func(t *testing.T) { f(t, fabric{cores: 2}) })
 }
 
 // newSwitch opens a switch on the fabric; over memory the socket's loss
@@ -60,6 +70,9 @@ func (fb fabric) newSwitch(t testing.TB, cfg Config) *Switch {
 			t.Fatal(err)
 		}
 		cfg.Endpoint, cfg.IngressLoss, cfg.EgressLoss = ep, 0, 0
+	}
+	if cfg.Cores == 0 {
+		cfg.Cores = fb.cores
 	}
 	return newSwitch(t, cfg)
 }
@@ -125,7 +138,7 @@ func newTestWorker(t testing.TB, job *wire.Job, rank, ppm int, sw *Switch) *test
 		c   udp.Endpoint
 		err error
 	)
-	if ep, ok := sw.conn.(*memlink.Endpoint); ok {
+	if ep, ok := sw.conns[0].(*memlink.Endpoint); ok {
 		c, err = ep.Network().Listen(netip.AddrPortFrom(job.Workers[rank].Addr, rdma.UDPPort))
 	} else {
 		c, err = udp.Listen(udp.Config{Addr: job.Workers[rank].Addr, BatchSize: 16})

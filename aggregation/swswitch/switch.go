@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/bpf"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
@@ -76,6 +77,12 @@ type Config struct {
 	Registry prometheus.Registerer
 	// Logger receives job events and I/O errors; nil discards them.
 	Logger *slog.Logger
+	// Cores is the number of cores (goroutines, each with its own
+	// pipeline) that process requests (docs/switch.md, "Cores"); 0 means
+	// GOMAXPROCS up to DefaultMaxCores. With more than one, the switch
+	// receives on as many SO_REUSEPORT sockets where the kernel can steer
+	// them (udp.ReusePortSteering), else on one.
+	Cores int
 	// Endpoint, when set, is the switch's datagram endpoint (e.g. an
 	// in-memory one, verbs/soft/udp/memlink) instead of a socket: the
 	// switch takes it over and closes it (also when New fails); Addr and
@@ -87,13 +94,30 @@ type Config struct {
 // Switch is the software switch: a RoCEv2 endpoint that runs the switch
 // model on every request and sends the results. It implements
 // control.Programmer. All methods are safe for concurrent use.
+//
+// It runs on Config.Cores cores (docs/switch.md, "Cores"): readers receive
+// datagrams (one per socket of a SO_REUSEPORT group, or one on a single
+// endpoint), verify their ICRCs and hand each request, in batches, to the
+// core that owns its destination QPN (coreTable); each core runs its own
+// pipeline under its own mutex and sends its results.
 type Switch struct {
-	cfg  Config
-	log  *slog.Logger
-	conn udp.Endpoint
+	cfg   Config
+	log   *slog.Logger
+	conns []udp.Endpoint // conns[r] is reader r's; core c sends on conns[c%len(conns)]
 
-	mu  sync.Mutex // guards the engine (pipeline, tables, counters)
-	eng *engine
+	cores []*core
+	// table is the core key, replaced whole under jobsMu; readers load it
+	// per batch.
+	table  atomic.Pointer[coreTable]
+	jobsMu sync.Mutex // serialises AddJob and RemoveJob across the cores
+	jobs   map[uint32]*wire.Job
+
+	// free holds the batches not in a reader's or a core's hands (with more
+	// than one core): a reader takes one per core it hands requests to.
+	free chan *batch
+
+	// Requests the readers dropped before any core saw them.
+	rxPackets, rxICRC, rxMalformed atomic.Uint64
 
 	sendErrors atomic.Uint64
 	closeOnce  sync.Once
@@ -101,55 +125,120 @@ type Switch struct {
 	coll       *collector
 }
 
+// core is one core's share of the switch: its pipeline (the registers of
+// the slots and QPs its QPNs own), flow caches and result buffers.
+type core struct {
+	mu  sync.Mutex // guards eng (pipeline, tables, counters)
+	eng *engine
+	in  chan *batch // requests from the readers, in each reader's order
+}
+
+// batch is a run of checked requests handed from a reader to a core.
+type batch struct {
+	msgs []udp.Msg // every Buf allocated; msgs[:n] hold requests
+	n    int
+}
+
 var _ control.Programmer = (*Switch)(nil)
 
-// New opens the switch's socket and starts serving. Close stops it.
+// New opens the switch's sockets and starts serving. Close stops it.
 func New(cfg Config) (*Switch, error) {
 	if cfg.Endpoint != nil {
 		cfg.Addr, cfg.Port = cfg.Endpoint.LocalAddr().Addr(), int(cfg.Endpoint.LocalAddr().Port())
 	}
-	conn, err := newSwitchEndpoint(&cfg)
+	if cfg.Cores == 0 {
+		cfg.Cores = defaultCores()
+	}
+	if cfg.Cores < 1 || cfg.Cores > MaxCores {
+		if cfg.Endpoint != nil {
+			cfg.Endpoint.Close()
+		}
+		return nil, fmt.Errorf("swswitch: Config.Cores %d: use 1 to %d (0: GOMAXPROCS up to %d)", cfg.Cores, MaxCores, DefaultMaxCores)
+	}
+	conns, err := newSwitchEndpoints(&cfg)
 	if err != nil {
 		if cfg.Endpoint != nil {
 			cfg.Endpoint.Close()
 		}
 		return nil, err
 	}
-	pipe, err := switchmodel.New(cfg.Model)
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("swswitch: %w", err)
+	closeConns := func() {
+		for _, c := range conns {
+			c.Close()
+		}
 	}
-	cfg.Model = pipe.Config()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	batch := conn.BatchSize()
 	s := &Switch{
-		cfg:  cfg,
-		log:  log.With("component", "swswitch", "addr", conn.LocalAddr()),
-		conn: conn,
-		eng:  newEngine(conn.LocalAddr(), cfg.ICRC, pipe, max(4*batch, cfg.Model.MaxWorkers)),
-		done: make(chan struct{}),
+		cfg:   cfg,
+		log:   log.With("component", "swswitch", "addr", conns[0].LocalAddr()),
+		conns: conns,
+		jobs:  make(map[uint32]*wire.Job),
+		done:  make(chan struct{}),
 	}
+	batchSize := conns[0].BatchSize()
+	for range cfg.Cores {
+		pipe, err := switchmodel.New(cfg.Model)
+		if err != nil {
+			closeConns()
+			return nil, fmt.Errorf("swswitch: %w", err)
+		}
+		s.cfg.Model = pipe.Config()
+		s.cores = append(s.cores, &core{eng: newEngine(conns[0].LocalAddr(), cfg.ICRC, pipe, max(4*batchSize, s.cfg.Model.MaxWorkers))})
+	}
+	s.table.Store(&coreTable{cores: cfg.Cores, qpns: map[uint32]qpnCore{}})
 	if cfg.Registry != nil {
 		s.coll = newCollector(s)
 		if err := cfg.Registry.Register(s.coll); err != nil {
-			conn.Close()
+			closeConns()
 			return nil, fmt.Errorf("swswitch: register metrics: %w", err)
 		}
 	}
-	in := make([]udp.Msg, batch)
-	for i := range in {
-		in[i] = udp.Msg{Buf: make([]byte, s.eng.bufSz+64), Off: rdma.ICRCHeadroom}
+	bufSz := s.cores[0].eng.bufSz + 64
+	newBatch := func() *batch {
+		b := &batch{msgs: make([]udp.Msg, batchSize)}
+		for i := range b.msgs {
+			b.msgs[i] = udp.Msg{Buf: make([]byte, bufSz), Off: rdma.ICRCHeadroom}
+		}
+		return b
 	}
-	go s.serve(in)
+	var readers, workers sync.WaitGroup
+	if cfg.Cores > 1 {
+		// Each reader holds one batch it reads into and at most one per
+		// core it fills; the rest queue at the cores.
+		nb := len(conns)*(cfg.Cores+1) + 4*cfg.Cores
+		s.free = make(chan *batch, nb)
+		for range nb - len(conns) {
+			s.free <- newBatch()
+		}
+		for i, c := range s.cores {
+			c.in = make(chan *batch, nb)
+			workers.Go(func() { s.work(c, conns[i%len(conns)]) })
+		}
+	}
+	for _, conn := range conns {
+		readers.Go(func() { s.read(conn, newBatch()) })
+	}
+	go func() {
+		readers.Wait()
+		for _, c := range s.cores {
+			if c.in != nil {
+				close(c.in)
+			}
+		}
+		workers.Wait()
+		close(s.done)
+	}()
+	s.log.Debug("switch started", "cores", cfg.Cores, "readers", len(conns))
 	return s, nil
 }
 
-// newSwitchEndpoint checks cfg and returns cfg.Endpoint or a new socket.
-func newSwitchEndpoint(cfg *Config) (udp.Endpoint, error) {
+// newSwitchEndpoints checks cfg and returns cfg.Endpoint or new sockets: a
+// SO_REUSEPORT group of cfg.Cores steered by the reader key where the
+// kernel has it (udp.ReusePortSteering), else one socket.
+func newSwitchEndpoints(cfg *Config) ([]udp.Endpoint, error) {
 	if !cfg.Addr.IsValid() || cfg.Addr.IsUnspecified() {
 		return nil, fmt.Errorf("swswitch: Config.Addr %v: give the switch its own IP address (e.g. 127.0.0.1)", cfg.Addr)
 	}
@@ -158,29 +247,52 @@ func newSwitchEndpoint(cfg *Config) (udp.Endpoint, error) {
 	}
 	cfg.Addr = cfg.Addr.Unmap()
 	if cfg.Endpoint != nil {
-		return cfg.Endpoint, nil
+		return []udp.Endpoint{cfg.Endpoint}, nil
 	}
-	conn, err := udp.Listen(udp.Config{
+	ucfg := udp.Config{
 		Addr: cfg.Addr, Port: cfg.Port, BatchSize: cfg.BatchSize, SocketBuffer: cfg.SocketBuffer,
 		Capture: cfg.Capture, RecvLoss: cfg.IngressLoss, SendLoss: cfg.EgressLoss, Seed: cfg.Seed, Offload: cfg.Offload,
-	})
+	}
+	if cfg.Cores > 1 && udp.ReusePortSteering() {
+		prog, err := bpf.Assemble(readerProgram(cfg.Cores, cfg.Addr.Is6(), skfNetOff))
+		if err != nil {
+			return nil, fmt.Errorf("swswitch: assemble steering program: %w", err)
+		}
+		group, err := udp.ListenGroup(ucfg, cfg.Cores, prog)
+		if err != nil {
+			return nil, fmt.Errorf("swswitch: %w", err)
+		}
+		conns := make([]udp.Endpoint, len(group))
+		for i, c := range group {
+			conns[i] = c
+		}
+		return conns, nil
+	}
+	conn, err := udp.Listen(ucfg)
 	if err != nil {
 		return nil, fmt.Errorf("swswitch: %w", err)
 	}
-	return conn, nil
+	return []udp.Endpoint{conn}, nil
 }
 
 // Addr is the switch's RoCEv2 endpoint.
-func (s *Switch) Addr() netip.AddrPort { return s.conn.LocalAddr() }
+func (s *Switch) Addr() netip.AddrPort { return s.conns[0].LocalAddr() }
 
 // Config returns the configuration in effect (defaults filled in).
 func (s *Switch) Config() Config { return s.cfg }
 
-func (s *Switch) serve(in []udp.Msg) {
-	defer close(s.done)
-	e := s.eng
+// Readers is the number of goroutines receiving: Config.Cores with a
+// SO_REUSEPORT group, 1 on a single endpoint.
+func (s *Switch) Readers() int { return len(s.conns) }
+
+// read receives from conn into b until conn closes. It drops requests whose
+// ICRC fails, and hands the others to their cores: with one core it runs
+// them itself, else in batches, in arrival order.
+func (s *Switch) read(conn udp.Endpoint, b *batch) {
+	v := verifier{local: conn.LocalAddr(), policy: s.cfg.ICRC}
+	out := make([]*batch, len(s.cores))
 	for {
-		n, err := s.conn.ReadBatch(in)
+		n, err := conn.ReadBatch(b.msgs)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -188,32 +300,96 @@ func (s *Switch) serve(in []udp.Msg) {
 			s.log.Warn("receive failed", "err", err)
 			continue
 		}
-		for i := 0; i < n; {
-			s.mu.Lock()
-			for ; i < n && e.room(); i++ {
-				m := &in[i]
-				e.input(m.Addr, m.Buf, m.Off, m.N)
+		table := s.table.Load()
+		kept := 0
+		for i := range n {
+			m := &b.msgs[i]
+			switch v.check(m.Addr, m.Buf, m.Off, m.N) {
+			case switchmodel.NotDropped:
+			case switchmodel.DropICRC:
+				s.rxPackets.Add(1)
+				s.rxICRC.Add(1)
+				continue
+			default:
+				s.rxPackets.Add(1)
+				s.rxMalformed.Add(1)
+				continue
 			}
-			out := e.schedule()
-			e.nout = 0
-			s.mu.Unlock()
-			// The result buffers are only touched by this goroutine, so
-			// they can be sent without the lock.
-			if len(out) > 0 {
-				if sent, err := s.conn.WriteBatch(out); err != nil {
-					if errors.Is(err, net.ErrClosed) {
-						return
-					}
-					s.sendErrors.Add(uint64(len(out) - sent))
-					s.log.Warn("send failed", "err", err)
-				}
+			if len(s.cores) == 1 {
+				b.msgs[kept], b.msgs[i] = b.msgs[i], b.msgs[kept]
+				kept++
+				continue
+			}
+			// The request moves into its core's batch, whose spare buffer
+			// takes its place here.
+			c := table.coreOfPacket(m.Bytes())
+			o := out[c]
+			if o == nil {
+				o = <-s.free
+				o.n = 0
+				out[c] = o
+			}
+			o.msgs[o.n], *m = *m, o.msgs[o.n]
+			o.n++
+		}
+		if len(s.cores) == 1 {
+			if !s.run(s.cores[0], conn, b.msgs[:kept]) {
+				return
+			}
+			continue
+		}
+		for c, o := range out {
+			if o != nil {
+				s.cores[c].in <- o
+				out[c] = nil
 			}
 		}
 	}
 }
 
+// work runs the batches handed to c and sends the results on conn.
+func (s *Switch) work(c *core, conn udp.Endpoint) {
+	closed := false
+	for b := range c.in {
+		if !closed {
+			closed = !s.run(c, conn, b.msgs[:b.n])
+		}
+		s.free <- b
+	}
+}
+
+// run processes checked requests on core c and sends their results on
+// conn; false once conn is closed.
+func (s *Switch) run(c *core, conn udp.Endpoint, msgs []udp.Msg) bool {
+	e := c.eng
+	for i := 0; i < len(msgs); {
+		c.mu.Lock()
+		for ; i < len(msgs) && e.room(); i++ {
+			m := &msgs[i]
+			e.process(m.Addr, m.Bytes())
+		}
+		out := e.schedule()
+		e.nout = 0
+		c.mu.Unlock()
+		// The result buffers are only touched by the goroutine that runs
+		// the core, so they can be sent without the lock.
+		if len(out) > 0 {
+			if sent, err := conn.WriteBatch(out); err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return false
+				}
+				s.sendErrors.Add(uint64(len(out) - sent))
+				s.log.Warn("send failed", "err", err)
+			}
+		}
+	}
+	return true
+}
+
 // AddJob installs a job (control.Programmer): its workers' addresses must be
-// of the switch's address family.
+// of the switch's address family. Every core's pipeline gets it, and its
+// QPNs are bound to cores (coreTable.withJob) before it returns, so its
+// workers' first packets already reach their cores.
 func (s *Switch) AddJob(ctx context.Context, job *wire.Job) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -225,18 +401,43 @@ func (s *Switch) AddJob(ctx context.Context, job *wire.Job) error {
 			}
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.eng.pipe.AddJob(job); err != nil {
-		return fmt.Errorf("swswitch: %w", err)
+	s.jobsMu.Lock()
+	defer s.jobsMu.Unlock()
+	// The first core validates the job against everything installed;
+	// the others hold the same jobs and cannot refuse it.
+	var table *coreTable
+	for i, c := range s.cores {
+		c.mu.Lock()
+		err := c.eng.pipe.AddJob(job)
+		if err == nil {
+			c.eng.maxN = max(c.eng.maxN, len(job.Workers))
+		}
+		c.mu.Unlock()
+		if err != nil {
+			if i > 0 {
+				s.removeFromCores(job.ID, i)
+			}
+			return fmt.Errorf("swswitch: %w", err)
+		}
+		if i == 0 {
+			if table, err = s.table.Load().withJob(job); err != nil {
+				s.removeFromCores(job.ID, 1)
+				return err
+			}
+		}
 	}
-	s.eng.maxN = max(s.eng.maxN, len(job.Workers))
-	if g, ok := s.conn.(udp.GSOPeers); ok {
-		// Workers whose NIC cannot see the IPv4 Identification get their
-		// result bursts as GSO datagrams (wire.Worker.IgnoresIPv4ID); the
-		// latest job of an address decides.
-		for _, w := range job.Workers {
-			g.AllowGSO(w.Addr, w.IgnoresIPv4ID)
+	s.table.Store(table)
+	c := job.Clone()
+	s.jobs[job.ID] = &c
+	for _, conn := range s.conns {
+		if g, ok := conn.(udp.GSOPeers); ok {
+			// Workers whose NIC cannot see the IPv4 Identification get
+			// their result bursts as GSO datagrams
+			// (wire.Worker.IgnoresIPv4ID); the latest job of an address
+			// decides.
+			for _, w := range job.Workers {
+				g.AllowGSO(w.Addr, w.IgnoresIPv4ID)
+			}
 		}
 	}
 	s.log.Info("job added", "job", job.ID, "workers", len(job.Workers), "qps", len(job.Workers[0].QPNs),
@@ -244,12 +445,25 @@ func (s *Switch) AddJob(ctx context.Context, job *wire.Job) error {
 	return nil
 }
 
+// removeFromCores removes job id from the pipelines of cores[:n].
+func (s *Switch) removeFromCores(id uint32, n int) {
+	for _, c := range s.cores[:n] {
+		c.mu.Lock()
+		c.eng.pipe.RemoveJob(id)
+		c.mu.Unlock()
+	}
+}
+
 // RemoveJob removes a job and clears its slots (control.Programmer); an
 // unknown id is not an error.
 func (s *Switch) RemoveJob(ctx context.Context, jobID uint32) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.eng.pipe.RemoveJob(jobID)
+	s.jobsMu.Lock()
+	defer s.jobsMu.Unlock()
+	s.removeFromCores(jobID, len(s.cores))
+	if job, ok := s.jobs[jobID]; ok {
+		delete(s.jobs, jobID)
+		s.table.Store(s.table.Load().withoutJob(job))
+	}
 	s.log.Info("job removed", "job", jobID)
 	return nil
 }
@@ -257,9 +471,17 @@ func (s *Switch) RemoveJob(ctx context.Context, jobID uint32) error {
 // JobPackets is the number of packets that reached job id's QPs since it
 // was added (control.ActivityReporter); false if no such job is installed.
 func (s *Switch) JobPackets(jobID uint32) (uint64, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.eng.pipe.JobPackets(jobID)
+	var sum uint64
+	for _, c := range s.cores {
+		c.mu.Lock()
+		n, ok := c.eng.pipe.JobPackets(jobID)
+		c.mu.Unlock()
+		if !ok {
+			return 0, false
+		}
+		sum += n
+	}
+	return sum, true
 }
 
 // Stats are the switch's counters.
@@ -275,6 +497,9 @@ type Stats struct {
 	SlotsAllocated          uint64 // slots owned by installed jobs
 	PoolSize                uint32
 	Jobs                    int
+	// CorePackets[c] is the requests core c's pipeline processed (its
+	// Model.Packets): how evenly the core key spreads the load.
+	CorePackets []uint64
 }
 
 // Drops returns the count for one reason.
@@ -282,34 +507,59 @@ func (s *Stats) Drops(r switchmodel.DropReason) uint64 { return s.Model.Drops[r]
 
 // Stats returns a snapshot of the counters.
 func (s *Switch) Stats() Stats {
-	cs := s.conn.Stats()
-	s.mu.Lock()
-	p := s.eng.pipe
-	st := Stats{
-		Model:          p.Counters,
-		SlotsInUse:     p.SlotsInUse(),
-		SlotsAllocated: p.SlotsAllocated(),
-		PoolSize:       s.cfg.Model.PoolSize,
-		Jobs:           p.Jobs(),
+	st := Stats{PoolSize: s.cfg.Model.PoolSize, CorePackets: make([]uint64, len(s.cores))}
+	for i, c := range s.cores {
+		c.mu.Lock()
+		p := c.eng.pipe
+		m := &p.Counters
+		st.CorePackets[i] = m.Packets
+		st.Model.Packets += m.Packets
+		st.Model.Aggregated += m.Aggregated
+		st.Model.Retransmissions += m.Retransmissions
+		st.Model.Completed += m.Completed
+		st.Model.Unicasts += m.Unicasts
+		st.Model.ResultPackets += m.ResultPackets
+		st.Model.ResultsSkipped += m.ResultsSkipped
+		for r := range m.Drops {
+			st.Model.Drops[r] += m.Drops[r]
+		}
+		st.SlotsInUse += p.SlotsInUse()
+		if i == 0 {
+			st.SlotsAllocated, st.Jobs = p.SlotsAllocated(), p.Jobs()
+		}
+		c.mu.Unlock()
 	}
-	s.mu.Unlock()
-	st.PacketsIn, st.BytesIn = cs.RxPackets, cs.RxBytes
-	st.PacketsOut, st.BytesOut = cs.TxPackets, cs.TxBytes
-	st.DatagramsIn, st.RecvCalls = cs.RxDatagrams, cs.RxCalls
-	st.DatagramsOut, st.SendCalls = cs.TxDatagrams, cs.TxCalls
-	st.Model.Drops[switchmodel.DropIngressLoss] += cs.RxLossDropped
-	st.Model.Drops[switchmodel.DropEgressLoss] += cs.TxLossDropped
-	st.Model.Drops[switchmodel.DropMalformed] += cs.RxTruncated
+	st.Model.Packets += s.rxPackets.Load()
+	st.Model.Drops[switchmodel.DropICRC] += s.rxICRC.Load()
+	st.Model.Drops[switchmodel.DropMalformed] += s.rxMalformed.Load()
+	for _, conn := range s.conns {
+		cs := conn.Stats()
+		st.PacketsIn += cs.RxPackets
+		st.BytesIn += cs.RxBytes
+		st.PacketsOut += cs.TxPackets
+		st.BytesOut += cs.TxBytes
+		st.DatagramsIn += cs.RxDatagrams
+		st.RecvCalls += cs.RxCalls
+		st.DatagramsOut += cs.TxDatagrams
+		st.SendCalls += cs.TxCalls
+		st.Model.Drops[switchmodel.DropIngressLoss] += cs.RxLossDropped
+		st.Model.Drops[switchmodel.DropEgressLoss] += cs.TxLossDropped
+		st.Model.Drops[switchmodel.DropMalformed] += cs.RxTruncated
+	}
 	st.Model.Drops[switchmodel.DropSendError] += s.sendErrors.Load()
 	return st
 }
 
-// Close stops the switch and waits for its goroutine; it unregisters the
+// Close stops the switch and waits for its goroutines; it unregisters the
 // metrics. Idempotent.
 func (s *Switch) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
-		err = s.conn.Close()
+		for _, c := range s.conns {
+			if cerr := c.Close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}
 		<-s.done
 		if s.coll != nil {
 			s.cfg.Registry.Unregister(s.coll)

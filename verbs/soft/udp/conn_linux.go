@@ -107,7 +107,11 @@ func newLoss(p float64, seed, stream uint64) *lossGen {
 func (l *lossGen) drop() bool { return l != nil && l.r.Float64() < l.p }
 
 // Listen opens an endpoint on cfg.Addr.
-func Listen(cfg Config) (*Conn, error) {
+func Listen(cfg Config) (*Conn, error) { return listenWith(cfg, nil) }
+
+// listenWith opens an endpoint; beforeBind, when set, runs on the socket
+// before it is bound (ListenGroup sets SO_REUSEPORT there).
+func listenWith(cfg Config, beforeBind func(fd int) error) (*Conn, error) {
 	if !cfg.Addr.IsValid() || cfg.Addr.IsUnspecified() {
 		return nil, fmt.Errorf("udp: listen: local address %v: give the NIC's own address (e.g. 127.0.0.2)", cfg.Addr)
 	}
@@ -134,7 +138,7 @@ func Listen(cfg Config) (*Conn, error) {
 	if addr.Is6() {
 		network = "udp6"
 	}
-	uc, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr, uint16(port))))
+	uc, err := listenUDP(network, netip.AddrPortFrom(addr, uint16(port)), beforeBind)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return nil, fmt.Errorf("udp: listen on %v port %d: %w: another NIC or switch already uses this address; give each endpoint its own address (127.0.0.2, 127.0.0.3, …)", addr, port, err)
