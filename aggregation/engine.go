@@ -339,7 +339,9 @@ func (s *Session) runCall(ctx context.Context, c call) error {
 //     loaded host it can be descheduled for longer than a timeout);
 //  2. complete each completion (receive.go): a result hands its QP the
 //     next message, which is staged;
-//  3. run the timers (timers.go): resends are staged too;
+//  3. run the timers (timers.go): resends are staged too — unless the
+//     poll filled its batch: more completions may be waiting, and a
+//     result still in the CQ must not be judged lost;
 //  4. ring the doorbell once: every message staged in this pass, of every
 //     QP, leaves in one system call (send.go);
 //  5. wait for a completion, the next timer or an event from outside
@@ -368,9 +370,11 @@ func (s *lane) drive(ctx context.Context, c *call) error {
 		}
 		active -= done
 		now := time.Now()
-		wakeAt, err := s.timers(now) // 3
-		if err != nil {
-			return err
+		var wakeAt time.Time
+		if k < len(e.wcs) { // 3: only once the CQ is drained
+			if wakeAt, err = s.timers(now); err != nil {
+				return err
+			}
 		}
 		if err := s.ringDoorbell(); err != nil { // 4
 			return err

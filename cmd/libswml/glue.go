@@ -99,6 +99,7 @@ type openArgs struct {
 	timeout       time.Duration
 	peerTimeout   time.Duration      // 0: $SWML_PEER_TIMEOUT, else the default
 	qps, packet   int                // 0: $SWML_QPS / $SWML_PACKET_SIZE, else the defaults
+	threads       int                // 0: $SWML_THREADS, else 1
 	msgSize       int                // 0: $SWML_MSG_SIZE, else 16 packets
 	writes        aggregation.Writes // from $SWML_WRITES (resolve), else auto
 }
@@ -150,7 +151,7 @@ func envDuration(name string) (time.Duration, error) {
 // configEnv names the environment variable of each aggregation.Config
 // field, for the errors of Config.Validate (aggregation.FieldError).
 var configEnv = map[string]string{
-	"Workers": "SWML_WORKERS", "Rank": "SWML_RANK", "QPs": "SWML_QPS", "PacketSize": "SWML_PACKET_SIZE",
+	"Workers": "SWML_WORKERS", "Rank": "SWML_RANK", "QPs": "SWML_QPS", "Threads": "SWML_THREADS", "PacketSize": "SWML_PACKET_SIZE",
 	"PacketsPerMessage": "SWML_MSG_SIZE", "PeerTimeout": "SWML_PEER_TIMEOUT", "Writes": "SWML_WRITES",
 }
 
@@ -247,7 +248,7 @@ func (o *openArgs) nicAddr() error {
 	return nil
 }
 
-// protocol resolves the protocol's parameters (SWML_QPS, SWML_PACKET_SIZE,
+// protocol resolves the protocol's parameters (SWML_QPS, SWML_THREADS, SWML_PACKET_SIZE,
 // SWML_MSG_SIZE, SWML_PEER_TIMEOUT, SWML_WRITES) and checks them as Open
 // will, naming the variable.
 func (o *openArgs) protocol() error {
@@ -260,7 +261,7 @@ func (o *openArgs) protocol() error {
 	for _, v := range []struct {
 		dst  *int
 		name string
-	}{{&o.qps, "SWML_QPS"}, {&o.packet, "SWML_PACKET_SIZE"}, {&o.msgSize, "SWML_MSG_SIZE"}} {
+	}{{&o.qps, "SWML_QPS"}, {&o.threads, "SWML_THREADS"}, {&o.packet, "SWML_PACKET_SIZE"}, {&o.msgSize, "SWML_MSG_SIZE"}} {
 		if *v.dst == 0 {
 			if *v.dst, _, err = envInt(v.name); err != nil {
 				return err
@@ -297,7 +298,7 @@ func (o *openArgs) protocol() error {
 // config is the part of the sessions' aggregation.Config o sets.
 func (o *openArgs) config() aggregation.Config {
 	return aggregation.Config{ControllerAddr: o.controller, Rank: o.rank, Workers: o.workers,
-		QPs: o.qps, PacketSize: o.packet, PacketsPerMessage: o.msgSize / o.packet, PeerTimeout: o.peerTimeout, Writes: o.writes}
+		QPs: o.qps, Threads: o.threads, PacketSize: o.packet, PacketsPerMessage: o.msgSize / o.packet, PeerTimeout: o.peerTimeout, Writes: o.writes}
 }
 
 // open joins the job; it returns the session's id.

@@ -13,7 +13,7 @@ import (
 
 func TestResolve(t *testing.T) {
 	for _, e := range []string{"SWML_CONTROLLER", "SWML_SESSION_ID", "SWML_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SWML_WORKERS", "WORLD_SIZE",
-		"OMPI_COMM_WORLD_SIZE", "SWML_NIC", "SWML_ADDR", "SWML_DEVICE", "SWML_PEER_TIMEOUT", "SWML_QPS", "SWML_PACKET_SIZE", "SWML_MSG_SIZE", "SWML_WRITES"} {
+		"OMPI_COMM_WORLD_SIZE", "SWML_NIC", "SWML_ADDR", "SWML_DEVICE", "SWML_PEER_TIMEOUT", "SWML_QPS", "SWML_THREADS", "SWML_PACKET_SIZE", "SWML_MSG_SIZE", "SWML_WRITES"} {
 		t.Setenv(e, "")
 	}
 	// torchrun's environment fills rank and size; the address follows the rank.
@@ -54,6 +54,8 @@ func TestResolve(t *testing.T) {
 		{[2]string{}, openArgs{sessionID: 1, rank: 253, workers: 256}, "no default NIC address past 127.0.0.254; set SWML_ADDR"},
 		{[2]string{"SWML_MSG_SIZE", "3072"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "SWML_MSG_SIZE: message size 3072: not the packet size times a power of two"},
 		{[2]string{"SWML_QPS", "5000"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "SWML_QPS: QPs is 5000: use 1 to 4096"},
+		{[2]string{"SWML_THREADS", "-2"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "SWML_THREADS: Threads is -2"},
+		{[2]string{"SWML_THREADS", "two"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "SWML_THREADS"},
 		{[2]string{}, openArgs{sessionID: 1, rank: 0, workers: 0}, "world size 0: a job has 1 to"},
 		{[2]string{}, openArgs{sessionID: 1 << 31, rank: 0, workers: 1}, "session id"},
 		{[2]string{}, openArgs{sessionID: 1, rank: 0, workers: 1, nic: "tcp"}, `nic "tcp"`},
