@@ -244,10 +244,6 @@ func packetSizeList() string {
 	return s
 }
 
-func configError(format string, args ...any) error {
-	return fmt.Errorf("aggregation: %w: "+format, append([]any{ErrConfig}, args...)...)
-}
-
 // Validate checks c as Open does, but for the Device, which may be nil:
 // a job's parameters can be checked before a NIC is opened (every worker of
 // a job, or a launcher, checking its flags). Zero fields stand for their
