@@ -153,7 +153,11 @@ type Config struct {
 
 	// Writes chooses how a message goes on the wire: AdaptiveWrites (the
 	// default), MessageWrites or PacketWrites. Give every worker of a job
-	// the same value; mixed jobs give correct results, more slowly.
+	// the same value; mixed jobs give correct results, more slowly. The
+	// job overrides it: when a worker's NIC wedges on a truncated
+	// multi-packet WRITE (Linux rxe, verbs.UCTruncation), every worker of
+	// the job sends packet writes, decided at registration (Open fails on
+	// a worker set to MessageWrites then).
 	Writes Writes
 }
 
@@ -180,7 +184,8 @@ const (
 	// id), so the switch's results are one-packet writes too: a lost packet
 	// costs a one-packet resend instead of the message, at one completion
 	// per packet. Needs per-packet recovery; the only way to send more than
-	// one packet per message to or from Soft-RoCE (rxe).
+	// one packet per message to or from Soft-RoCE (rxe), so a job with an
+	// rxe worker sends them whatever its workers' Writes (Config.Writes).
 	PacketWrites
 )
 
@@ -246,10 +251,6 @@ func packetSizeList() string {
 		s += strconv.Itoa(n)
 	}
 	return s
-}
-
-func configError(format string, args ...any) error {
-	return fmt.Errorf("aggregation: %w: "+format, append([]any{ErrConfig}, args...)...)
 }
 
 // Validate checks c as Open does, but for the Device, which may be nil:

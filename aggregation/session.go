@@ -127,10 +127,10 @@ func (s *Session) open(ctx context.Context) error {
 	cfg := &s.cfg
 	dev := cfg.Device
 	q := cfg.QPs
-	if err := checkUCTruncation(dev, cfg); err != nil {
+	needsPacketWrites, err := checkUCTruncation(dev, cfg)
+	if err != nil {
 		return err
 	}
-	var err error
 	if s.pd, err = dev.AllocPD(); err != nil {
 		return fmt.Errorf("aggregation: open on %s: %w", dev.Name(), err)
 	}
@@ -208,6 +208,9 @@ func (s *Session) open(ctx context.Context) error {
 		// A userspace NIC sees no IPv4 header: the switch may send it
 		// GSO datagrams.
 		IgnoresIPv4ID: isUDPDevice(dev),
+		// A NIC that wedges on a truncated multi-packet WRITE gets only
+		// one-packet results if every worker sends packet writes.
+		NeedsPacketWrites: needsPacketWrites,
 	})
 	if err != nil {
 		return fmt.Errorf("aggregation: join session %d as rank %d of %d: %w", cfg.SessionID, cfg.Rank, cfg.Workers, err)
@@ -219,6 +222,9 @@ func (s *Session) open(ctx context.Context) error {
 	}
 	if a.PacketsPerMessage != 0 && a.PacketsPerMessage != cfg.PacketsPerMessage {
 		return fmt.Errorf("aggregation: job %d: the controller set %d packets per message, this worker %d", a.JobID, a.PacketsPerMessage, cfg.PacketsPerMessage)
+	}
+	if err := agreeWrites(dev, cfg, a, needsPacketWrites); err != nil {
+		return err
 	}
 	if !a.SwitchAddr.IsValid() || a.SwitchAddr.IsUnspecified() {
 		return fmt.Errorf("aggregation: job %d: the controller returned no switch address; configure the controller with the switch's RoCE address", a.JobID)
@@ -436,25 +442,57 @@ func (s *Session) String() string {
 	return fmt.Sprintf("job %d rank %d/%d (%s, %d QPs × %d × %d B)", id, s.cfg.Rank, s.cfg.Workers, s.cfg.DType, s.cfg.QPs, s.cfg.PacketsPerMessage, s.cfg.PacketSize)
 }
 
-// checkUCTruncation refuses multi-packet messages on a NIC whose UC responder
-// wedges when a multi-packet WRITE loses a packet (Linux rxe, see
-// verbs.UCTruncation): the switch's results are multi-packet WRITEs, one loss
-// or one interleaved resend answer would stop every later result on that QP,
-// and the job would end in a timeout far from its cause.
-//
-// Packet writes (Config.Writes PacketWrites) make every request and so
-// every result a one-packet WRITE, as long as every worker of the job sends
-// them: the switch's result mirrors the request that completed its slot.
-func checkUCTruncation(dev verbs.Device, cfg *Config) error {
+// checkUCTruncation says whether this worker's NIC needs the job to send
+// packet writes: a NIC whose UC responder wedges when a multi-packet WRITE
+// loses a packet (Linux rxe, see verbs.UCTruncation) must get every result
+// as a one-packet WRITE, or one lost packet of a result, or one result
+// interleaved with a resend's answer, stops every later result on that QP
+// and the job ends in a timeout far from its cause. The switch's result
+// mirrors the request that completed its slot, so every worker of the job
+// must send packet writes: the worker says so when it registers
+// (control.Registration.NeedsPacketWrites) and the controller tells every
+// worker (agreeWrites). It refuses what cannot work on such a NIC: message
+// writes chosen explicitly, and multi-packet messages without per-packet
+// recovery, which packet writes need.
+func checkUCTruncation(dev verbs.Device, cfg *Config) (needsPacketWrites bool, err error) {
 	w, ok := dev.(verbs.UCTruncation)
-	ppm := cfg.PacketsPerMessage
-	if !ok || ppm <= 1 || cfg.Writes == PacketWrites || !w.UCTruncatedWriteWedges() {
-		return nil
+	if !ok || cfg.PacketsPerMessage <= 1 || !w.UCTruncatedWriteWedges() {
+		return false, nil
 	}
-	return configError("%s is Soft-RoCE (rdma_rxe), whose UC QPs stop accepting messages after a multi-packet RDMA WRITE loses a packet "+
-		"(Linux rxe_resp.c, class D1 errors; docs/testbed.md \"Known limits\"), and with %v writes this job may get results as %d-packet messages: "+
-		"send packet writes on every worker of the job (--writes packet; Config.Writes PacketWrites), or one packet per message (--msg-size %d, equal to --packet-size; Config.PacketsPerMessage 1)",
-		dev.Name(), cfg.Writes, ppm, cfg.PacketSize)
+	wedges := fmt.Sprintf("%s's UC QPs stop accepting messages after a multi-packet WRITE loses a packet (Soft-RoCE; docs/testbed.md \"Known limits\")", dev.Name())
+	switch {
+	case cfg.Writes == MessageWrites:
+		return false, fieldError("Writes", cfg.Writes, "%s: use AdaptiveWrites or PacketWrites", wedges)
+	case cfg.WholeMessageResend:
+		return false, fieldError("WholeMessageResend", true, "%s, and packet writes need per-packet recovery", wedges)
+	case !cfg.perPacketRecovery():
+		return false, &FieldError{Field: "PacketsPerMessage", Value: cfg.PacketsPerMessage, Max: 1 << wire.MaxPacketIDBits,
+			Reason: fmt.Sprintf("%s, and packet writes need at most %d packets per message", wedges, 1<<wire.MaxPacketIDBits)}
+	}
+	return true, nil
+}
+
+// agreeWrites applies the job's choice of writes from the controller's
+// answer: when some worker's NIC needs packet writes (checkUCTruncation),
+// every worker sends them from the first call on, whatever its own
+// Config.Writes would choose, because a mixed job would send that NIC
+// multi-packet results. A worker set to MessageWrites, or one that cannot
+// send packet writes, fails the job at Open; so does a worker that needs
+// packet writes and is answered by a controller that does not know the
+// request.
+func agreeWrites(dev verbs.Device, cfg *Config, a *control.Assignment, needsPacketWrites bool) error {
+	switch {
+	case needsPacketWrites && !a.PacketWrites:
+		return fmt.Errorf("aggregation: job %d: %s needs packet writes, and the controller's answer does not make the job send them (a controller that ignores needs_packet_writes)", a.JobID, dev.Name())
+	case !a.PacketWrites || cfg.PacketsPerMessage <= 1:
+		return nil
+	case cfg.Writes == MessageWrites:
+		return fieldError("Writes", cfg.Writes, "job %d sends packet writes (another worker's NIC needs them): use AdaptiveWrites or PacketWrites", a.JobID)
+	case !cfg.perPacketRecovery():
+		return fieldError("WholeMessageResend", cfg.WholeMessageResend, "job %d sends packet writes (another worker's NIC needs them), which need per-packet recovery", a.JobID)
+	}
+	cfg.Writes = PacketWrites
+	return nil
 }
 
 // PeerTimeoutError is AllReduce's error when a message had no result for

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
+	"time"
 )
 
 // Errors shared by every backend. Backends wrap them with the operation
@@ -363,16 +365,37 @@ type CQ interface {
 	Close() error
 }
 
-// Await polls cq into wcs; if it is empty, it arms the completion
-// notification, polls once more, and blocks until an event arrives (and
-// polls again) or wake is ready, which returns 0, nil. It allocates
-// nothing: an engine calls it with a resettable event as wake, a caller
-// with a context passes ctx.Done() (CQ.Wait is that).
+// BusyPoller is implemented by CQs that Await polls for a while before it
+// arms their completion notification. Where a blocking wake-up costs more
+// than a poll (libibverbs: ibv_req_notify_cq, a read of the completion
+// channel's fd, ibv_get_cq_event and ibv_ack_cq_events, and a goroutine
+// hand-off; a poll is one read of the CQ's ring in user memory), a
+// completion that arrives within a few microseconds is cheaper to catch by
+// polling, as RDMA libraries poll before they sleep.
+type BusyPoller interface {
+	// BusyPoll is how long Await polls an empty CQ before it arms it;
+	// 0 or less: not at all.
+	BusyPoll() time.Duration
+}
+
+// Await polls cq into wcs; if it is empty, it polls it for up to its
+// BusyPoll (a BusyPoller), then arms the completion notification, polls
+// once more, and blocks until an event arrives (and polls again) or wake
+// is ready, which returns 0, nil. It allocates nothing: an engine calls it
+// with a resettable event as wake, a caller with a context passes
+// ctx.Done() (CQ.Wait is that).
 func Await(cq CQ, wcs []Completion, wake <-chan struct{}) (int, error) {
-	for {
-		if n, err := cq.Poll(wcs); n > 0 || err != nil {
-			return n, err
+	if n, err := cq.Poll(wcs); n > 0 || err != nil {
+		return n, err
+	}
+	if b, ok := cq.(BusyPoller); ok {
+		if spin := b.BusyPoll(); spin > 0 {
+			if n, woken, err := busyPoll(cq, wcs, wake, spin); n > 0 || err != nil || woken {
+				return n, err
+			}
 		}
+	}
+	for {
 		if err := cq.RequestNotify(); err != nil {
 			return 0, err
 		}
@@ -383,6 +406,32 @@ func Await(cq CQ, wcs []Completion, wake <-chan struct{}) (int, error) {
 		case <-cq.Notifications():
 		case <-wake:
 			return 0, nil
+		}
+		if n, err := cq.Poll(wcs); n > 0 || err != nil {
+			return n, err
+		}
+	}
+}
+
+// busyPoll polls cq until it yields completions, wake is ready (woken) or
+// spin has passed. Between polls it yields the processor to runnable
+// goroutines (which may be the ones that complete the work: a userspace
+// NIC's), and it stops at once when wake is ready, so a bounded spin
+// neither starves the producer nor delays a timer or an abort.
+func busyPoll(cq CQ, wcs []Completion, wake <-chan struct{}, spin time.Duration) (n int, woken bool, err error) {
+	deadline := time.Now().Add(spin)
+	for {
+		select {
+		case <-wake:
+			return 0, true, nil
+		default:
+		}
+		runtime.Gosched()
+		if n, err := cq.Poll(wcs); n > 0 || err != nil {
+			return n, false, err
+		}
+		if !time.Now().Before(deadline) {
+			return 0, false, nil
 		}
 	}
 }

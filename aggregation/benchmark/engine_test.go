@@ -11,6 +11,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/instant"
 	"github.com/swml-rdma/swml-rdma/aggregation/quant"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 )
 
 // engineSizes are BenchmarkEngineAlone's tensors, in bytes of float32.
@@ -117,6 +118,8 @@ func TestEngineAlone(t *testing.T) {
 	for _, dt := range []wire.DType{wire.Float32, wire.Int32} {
 		for _, w := range []aggregation.Writes{aggregation.MessageWrites, aggregation.PacketWrites} {
 			t.Run(fmt.Sprintf("%v/%v", dt, w), func(t *testing.T) {
+				// Everything EngineAlone opens is closed when it returns.
+				testutil.NoLeaks(t)
 				const elements, iters = 50000, 3
 				sess := aggregation.Config{DType: dt, Writes: w, QPs: 2, PacketSize: 256, PacketsPerMessage: 4}
 				res, err := EngineAlone(context.Background(), EngineAloneConfig{Session: sess, Elements: elements, Warmup: 1, Iters: iters})

@@ -167,6 +167,11 @@ type Registration struct {
 	// Identification of what it receives (verbs.UDPDevice): the switch may
 	// send it UDP GSO datagrams (RdmaSessionRequest.ignores_ipv4_id).
 	IgnoresIPv4ID bool
+	// NeedsPacketWrites says the worker's NIC wedges a UC QP when a
+	// multi-packet WRITE to it loses a packet (verbs.UCTruncation): every
+	// worker of the job must send packet writes
+	// (RdmaSessionRequest.needs_packet_writes, Assignment.PacketWrites).
+	NeedsPacketWrites bool
 	// NoKeepAlive skips the KeepAlive stream (a controller with liveness
 	// checks on aborts the job after its liveness timeout).
 	NoKeepAlive bool
@@ -193,6 +198,9 @@ type Assignment struct {
 	QPPoolIndices     []wire.PoolIndex
 	PacketSize        int
 	PacketsPerMessage int
+	// PacketWrites: a worker of the job registered NeedsPacketWrites, so
+	// every worker sends packet writes (the same answer for every rank).
+	PacketWrites bool
 
 	token  []byte // the job's secret; KeepAlive and EndSession carry it
 	cancel context.CancelFunc
@@ -230,17 +238,18 @@ func (c *Client) RegisterRDMA(ctx context.Context, r Registration) (*Assignment,
 		return nil, fmt.Errorf("control: register: MAC %v is not 48 bits", r.MAC)
 	}
 	req := &pb.RdmaSessionRequest{
-		SessionId:       r.SessionID,
-		Rank:            uint32(r.Rank),
-		NumWorkers:      uint32(r.NumWorkers),
-		Mac:             macToUint64(r.MAC),
-		Rkey:            r.RKey,
-		PacketSizeBytes: uint32(r.PacketSize),
-		MessageSize:     uint32(r.MessageSize),
-		Qpns:            r.QPNs,
-		Psns:            r.PSNs,
-		TensorBytes:     r.TensorBytes,
-		IgnoresIpv4Id:   r.IgnoresIPv4ID,
+		SessionId:         r.SessionID,
+		Rank:              uint32(r.Rank),
+		NumWorkers:        uint32(r.NumWorkers),
+		Mac:               macToUint64(r.MAC),
+		Rkey:              r.RKey,
+		PacketSizeBytes:   uint32(r.PacketSize),
+		MessageSize:       uint32(r.MessageSize),
+		Qpns:              r.QPNs,
+		Psns:              r.PSNs,
+		TensorBytes:       r.TensorBytes,
+		IgnoresIpv4Id:     r.IgnoresIPv4ID,
+		NeedsPacketWrites: r.NeedsPacketWrites,
 	}
 	switch r.PacketSize { // for p4app controllers, which know only the enum
 	case 256:
@@ -274,6 +283,7 @@ func (c *Client) RegisterRDMA(ctx context.Context, r Registration) (*Assignment,
 		PoolSlots:         resp.GetPoolSlots(),
 		PacketSize:        int(resp.GetPacketSizeBytes()),
 		PacketsPerMessage: int(resp.GetPacketsPerMessage()),
+		PacketWrites:      resp.GetPacketWrites(),
 		token:             resp.GetJobToken(),
 		done:              make(chan struct{}),
 	}

@@ -859,3 +859,28 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestPacketWritesAgreed: one rank whose NIC needs packet writes makes the
+// whole job send them (every rank's Assignment says so); a job without such
+// a rank does not.
+func TestPacketWritesAgreed(t *testing.T) {
+	testutil.NoLeaks(t)
+	e := startController(t, nil)
+	for _, tc := range []struct {
+		name  string
+		sid   uint32
+		needs int // the rank that needs packet writes; -1: none
+	}{{"one rank needs them", 31, 2}, {"no rank needs them", 32, -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			as := e.registerAll(t, context.Background(), tc.sid, 3, 1, func(r *Registration) {
+				r.NeedsPacketWrites = r.Rank == tc.needs
+			})
+			defer endAll(t, e, as)
+			for _, a := range as {
+				if a.PacketWrites != (tc.needs >= 0) {
+					t.Errorf("rank %d: PacketWrites %v, want %v", a.Rank, a.PacketWrites, tc.needs >= 0)
+				}
+			}
+		})
+	}
+}

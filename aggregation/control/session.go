@@ -55,6 +55,8 @@ type registration struct {
 	psns   []uint32
 	// ignoresIPv4ID: RdmaSessionRequest.ignores_ipv4_id.
 	ignoresIPv4ID bool
+	// needsPacketWrites: RdmaSessionRequest.needs_packet_writes.
+	needsPacketWrites bool
 	// switchQPNs and switchPSNs are drawn at registration for p4app
 	// sessions (the answer cannot wait for the job); nil otherwise.
 	switchQPNs []uint32
@@ -92,14 +94,17 @@ type job struct {
 	idle       *time.Timer
 	packets    uint64 // p4app jobs: JobPackets at the last idle check
 	switchPSNs [][]uint32
-	ended      []bool // rank called EndSession
-	attached   []bool // rank opened a KeepAlive stream at some point
-	streamOpen []bool
-	ending     bool
-	liveness   *time.Timer
-	done       chan struct{}
-	aborted    bool
-	reason     string
+	// packetWrites: a rank registered needs_packet_writes, so every rank
+	// sends packet writes (RdmaSessionResponse.packet_writes).
+	packetWrites bool
+	ended        []bool // rank called EndSession
+	attached     []bool // rank opened a KeepAlive stream at some point
+	streamOpen   []bool
+	ending       bool
+	liveness     *time.Timer
+	done         chan struct{}
+	aborted      bool
+	reason       string
 }
 
 func (j *job) id() uint32 { return j.spec.ID }
@@ -650,7 +655,8 @@ func (c *Controller) parseRegistration(req *pb.RdmaSessionRequest) (*registratio
 		qpns: slices.Clone(req.GetQpns()),
 		psns: slices.Clone(req.GetPsns()),
 
-		ignoresIPv4ID: req.GetIgnoresIpv4Id(),
+		ignoresIPv4ID:     req.GetIgnoresIpv4Id(),
+		needsPacketWrites: req.GetNeedsPacketWrites(),
 	}
 	return reg, sessionParams{numWorkers: n, packetSize: size, messageSize: msg, qps: q, dtype: dt, v6: v6,
 		tensorBytes: req.GetTensorBytes(), p4app: req.GetPacketSizeBytes() == 0}, nil
@@ -780,6 +786,7 @@ func (c *Controller) allocJob(p *pendingSession) (*job, error) {
 			sq, psns = c.drawSwitchQPs(r, prm.qps)
 		}
 		j.switchPSNs[r] = psns
+		j.packetWrites = j.packetWrites || reg.needsPacketWrites
 		j.spec.Workers[r] = wire.Worker{
 			Rank:       r,
 			Addr:       reg.addr,
@@ -839,6 +846,7 @@ func (c *Controller) response(j *job, rank int) *pb.RdmaSessionResponse {
 	resp := c.buildResponse(j.sessionID, j.params, j.pool, j.spec.Workers[rank].SwitchQPNs, j.switchPSNs[rank])
 	resp.JobId = j.id()
 	resp.JobToken = slices.Clone(j.token)
+	resp.PacketWrites = j.packetWrites
 	return resp
 }
 

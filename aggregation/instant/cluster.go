@@ -115,7 +115,8 @@ func (c *Cluster) Close() error {
 		if c.Controller != nil {
 			errs = append(errs, c.Controller.Close())
 			if c.ControllerAddr != "" {
-				<-c.serveErr
+				// nil after Close; an error if the listener failed.
+				errs = append(errs, <-c.serveErr)
 			}
 		}
 		c.closeErr = errors.Join(errs...)

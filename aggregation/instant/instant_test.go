@@ -60,6 +60,7 @@ func TestSums(t *testing.T) {
 	for _, writes := range []aggregation.Writes{aggregation.MessageWrites, aggregation.PacketWrites} {
 		for _, dt := range []string{"float32", "int32", "bfloat16", "float16"} {
 			t.Run(fmt.Sprintf("%v/%s", writes, dt), func(t *testing.T) {
+				testutil.NoLeaks(t)
 				cfg := aggregation.Config{SessionID: 1, QPs: 4, PacketSize: 256, PacketsPerMessage: 16, Writes: writes}
 				if dt == "int32" {
 					cfg.DType = wire.Int32
@@ -200,6 +201,7 @@ func check16(t *testing.T, f quant.Format, in, out []uint16, msgVals int) {
 // TestMoreWorkersRefused: the switch serves one-worker jobs, and says so
 // to the controller (AddJob) and through it to a worker (Open).
 func TestMoreWorkersRefused(t *testing.T) {
+	testutil.NoLeaks(t)
 	sw, err := instant.NewSwitch(instant.DefaultSwitchAddr)
 	if err != nil {
 		t.Fatal(err)

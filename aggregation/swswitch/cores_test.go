@@ -252,7 +252,7 @@ type sentPacket struct {
 // duplicated and delivered late, between the worker's later messages of
 // the round or of the next one. Every worker ends each QP's round with an
 // intact copy, so every slot completes before its set is used again: the
-// one promise workers make (docs/protocol.md, "Sets and bitmaps").
+// one promise workers make (docs/protocol.md, "Sets and bitmaps (switch side)").
 func adversarialStream(t *testing.T, job *wire.Job, swAddr netip.AddrPort, ppm, rounds int, seed uint64) []sentPacket {
 	rng := rand.New(rand.NewPCG(seed, 0xc0de))
 	n, q := len(job.Workers), len(job.Workers[0].QPNs)

@@ -18,9 +18,18 @@
 // and egress loss, seeded), pcap capture of every datagram, and Prometheus
 // metrics (swml_switch_…, on a registry passed in) are configurable.
 //
-// Concurrency: one goroutine per Switch receives a batch, runs it through
-// the model under the switch's mutex and sends the results; AddJob,
-// RemoveJob, Stats and metric scrapes take the same mutex between batches.
-// All methods are safe for concurrent use; Close is idempotent and waits for
-// the goroutine.
+// Cores (docs/switch.md, "Cores"): the switch runs on Config.Cores cores,
+// each with a pipeline of its own that owns whole QP indices of every job,
+// and so their slots (steer.go: the core key). Readers — one per socket of
+// a SO_REUSEPORT group steered by source address, or one on a single
+// endpoint — verify ICRCs and hand each request to its core in batches, in
+// arrival order.
+//
+// Concurrency: a reader goroutine per socket, and with more than one core a
+// goroutine per core that runs its batches under the core's mutex and
+// sends the results; with one core the reader does that itself. AddJob and
+// RemoveJob take every core's mutex in turn (under a job lock) and replace
+// the core table, which readers load without a lock; Stats and metric
+// scrapes take each core's mutex between its batches. All methods are safe
+// for concurrent use; Close is idempotent and waits for the goroutines.
 package swswitch

@@ -1,6 +1,8 @@
 package swswitch
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
@@ -13,14 +15,23 @@ type collector struct {
 
 	packets, bytes, aggregated, retransmissions, completed, unicasts, results, skipped, drops *prometheus.Desc
 	slotsInUse, slotsAllocated, poolSize, jobs                                                *prometheus.Desc
+	corePackets, cores                                                                        *prometheus.Desc
+	coreLabels                                                                                []string // "0", "1", …
 }
 
 func newCollector(s *Switch) *collector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("swml_switch_"+name, help, labels, nil)
 	}
+	labels := make([]string, len(s.cores))
+	for i := range labels {
+		labels[i] = strconv.Itoa(i)
+	}
 	return &collector{
 		s:               s,
+		coreLabels:      labels,
+		corePackets:     d("core_packets_total", "Requests each core's pipeline processed (Config.Cores; core = 0 … cores−1, a bounded set).", "core"),
+		cores:           d("cores", "Cores processing packets, each owning whole QPs and their slots."),
 		packets:         d("packets_total", "RoCEv2 datagrams received (in, before ingress loss) and sent (out, after egress loss).", "direction"),
 		bytes:           d("bytes_total", "UDP payload bytes received and sent.", "direction"),
 		aggregated:      d("aggregated_total", "New contributions added into a slot."),
@@ -39,7 +50,7 @@ func newCollector(s *Switch) *collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.aggregated, c.retransmissions, c.completed, c.unicasts,
-		c.results, c.skipped, c.drops, c.slotsInUse, c.slotsAllocated, c.poolSize, c.jobs} {
+		c.results, c.skipped, c.drops, c.slotsInUse, c.slotsAllocated, c.poolSize, c.jobs, c.corePackets, c.cores} {
 		ch <- d
 	}
 }
@@ -69,4 +80,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.slotsAllocated, float64(st.SlotsAllocated))
 	gauge(c.poolSize, float64(st.PoolSize))
 	gauge(c.jobs, float64(st.Jobs))
+	gauge(c.cores, float64(len(st.CorePackets)))
+	for i, n := range st.CorePackets {
+		counter(c.corePackets, n, c.coreLabels[i])
+	}
 }

@@ -207,8 +207,9 @@ func New(cfg Config) (*Switch, error) {
 	var readers, workers sync.WaitGroup
 	if cfg.Cores > 1 {
 		// Each reader holds one batch it reads into and at most one per
-		// core it fills; the rest queue at the cores.
-		nb := len(conns)*(cfg.Cores+1) + 4*cfg.Cores
+		// core it fills: with that many, some reader can always finish its
+		// batch whatever the others hold. The rest queue at the cores.
+		nb := len(conns)*(cfg.Cores+1) + 2*cfg.Cores
 		s.free = make(chan *batch, nb)
 		for range nb - len(conns) {
 			s.free <- newBatch()

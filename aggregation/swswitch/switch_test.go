@@ -6,6 +6,7 @@ import (
 	"errors"
 	"maps"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -75,7 +76,7 @@ func (tc endToEnd) run(t *testing.T, fb fabric) {
 		want := uint64(tc.n * tc.q * tc.ppm * tc.rounds)
 		waitFor(t, func() bool { st := sw.Stats(); return st.PacketsOut == want+st.Model.Unicasts })
 	}
-	st := sw.Stats()
+	st := settled(t, sw)
 	if tc.ingress > 0 {
 		if in, out := fb.lost(sw, job); st.Model.Retransmissions == 0 || in == 0 || out == 0 {
 			t.Errorf("loss not exercised: %d requests and %d results lost, %+v", in, out, st)
@@ -99,6 +100,10 @@ func (tc endToEnd) run(t *testing.T, fb fabric) {
 	checkMetric(t, reg, "swml_switch_aggregated_total", "", "", float64(st.Model.Aggregated))
 	checkMetric(t, reg, "swml_switch_drops_total", "reason", "ingress_loss", float64(st.Drops(switchmodel.DropIngressLoss)))
 	checkMetric(t, reg, "swml_switch_slots_allocated", "", "", float64(tc.q*tc.ppm))
+	checkMetric(t, reg, "swml_switch_cores", "", "", float64(fb.cores))
+	for i, n := range st.CorePackets {
+		checkMetric(t, reg, "swml_switch_core_packets_total", "core", strconv.Itoa(i), float64(n))
+	}
 }
 
 func checkMetric(t *testing.T, reg *prometheus.Registry, name, label, value string, want float64) {
@@ -199,6 +204,22 @@ func TestForgedPackets(t *testing.T) {
 	if st.Model.Retransmissions != 0 || st.Drops(switchmodel.DropICRC) != ppm {
 		t.Errorf("stats after the jobs: %+v", st)
 	}
+}
+
+// settled waits until the switch has processed every request it received
+// and its counters stand still (the workers have stopped; a late resend
+// may still be on its way through the cores' queues), and returns them.
+func settled(t testing.TB, sw *Switch) Stats {
+	t.Helper()
+	var last Stats
+	waitFor(t, func() bool {
+		st := sw.Stats()
+		still := st.PacketsIn == last.PacketsIn && st.Model.Packets == last.Model.Packets && st.PacketsOut == last.PacketsOut
+		last = st
+		time.Sleep(10 * time.Millisecond)
+		return still && st.Model.Packets+st.Drops(switchmodel.DropIngressLoss) == st.PacketsIn
+	})
+	return last
 }
 
 func waitFor(t testing.TB, cond func() bool) {

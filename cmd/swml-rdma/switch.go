@@ -45,6 +45,7 @@ func switchCommand() *cli.Command {
 			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics at http://`ADDR`/metrics (host:port; empty: off)", EnvVars: []string{"SWML_METRICS_ADDR"}, Category: "output"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (runtime/pprof) of the switch daemon, until it stops, to `FILE`", EnvVars: []string{"SWML_CPUPROFILE"}, Category: "output"},
 			&cli.UintFlag{Name: "pool-size", Value: switchmodel.DefaultPoolSize, Usage: "aggregation slots shared by all jobs", EnvVars: []string{"SWML_POOL_SIZE"}, Category: "switch"},
+			&cli.IntFlag{Name: "cores", Usage: fmt.Sprintf("cores that process packets, each owning whole QPs and their slots (docs/switch.md, \"Cores\"); 0: GOMAXPROCS up to %d", swswitch.DefaultMaxCores), EnvVars: []string{"SWML_SWITCH_CORES"}, Category: "switch"},
 			&cli.StringFlag{Name: "icrc", Value: swswitch.ICRCVerify.String(), Usage: "which requests to ICRC-check: verify (all) or verify-ipv6 (for rxe workers over IPv4, whose IPv4 ID a socket cannot see)", EnvVars: []string{"SWML_ICRC"}, Category: "switch"},
 			&cli.DurationFlag{Name: "session-timeout", Value: control.DefaultSessionTimeout, Usage: "how long a job waits for all its workers to register", EnvVars: []string{"SWML_SESSION_TIMEOUT"}, Category: "switch"},
 			&cli.DurationFlag{Name: "idle-timeout", Value: control.DefaultIdleTimeout, Usage: "end a job of p4app-switchML workers (they hold no keep-alive stream) after this long without a packet; 0 never", EnvVars: []string{"SWML_IDLE_TIMEOUT"}, Category: "switch"},
@@ -62,6 +63,7 @@ type switchConfig struct {
 	controllerAddr string
 	metricsAddr    string
 	poolSize       uint32
+	cores          int
 	icrc           swswitch.ICRCPolicy
 	sessionTimeout time.Duration
 	loss           float64
@@ -98,6 +100,9 @@ func switchFlags(c *cli.Context) (switchConfig, error) {
 	cfg.poolSize = uint32(ps)
 	if err := checkSwitchPool(cfg.poolSize); err != nil {
 		return cfg, err
+	}
+	if cfg.cores = c.Int("cores"); cfg.cores < 0 || cfg.cores > swswitch.MaxCores {
+		return cfg, fmt.Errorf("--cores %d: give 1 to %d, or 0 for GOMAXPROCS up to %d", cfg.cores, swswitch.MaxCores, swswitch.DefaultMaxCores)
 	}
 	switch c.String("icrc") {
 	case swswitch.ICRCVerify.String():
@@ -307,7 +312,7 @@ func serveSwitch(ctx context.Context, stop func(), cfg switchConfig, log *slog.L
 	cfg.security.apply(&ccfg, cfg.controllerAddr, log)
 	cl, err := local.Start(ctx, local.Config{
 		Switch: swswitch.Config{
-			Addr: cfg.addr, Model: switchmodel.Config{PoolSize: cfg.poolSize}, ICRC: cfg.icrc,
+			Addr: cfg.addr, Model: switchmodel.Config{PoolSize: cfg.poolSize}, ICRC: cfg.icrc, Cores: cfg.cores,
 			IngressLoss: cfg.loss, EgressLoss: cfg.loss, Seed: uint64(time.Now().UnixNano()),
 			Capture: capture, Registry: reg, Logger: log, Offload: cfg.offload,
 		},
@@ -337,7 +342,7 @@ func serveSwitch(ctx context.Context, stop func(), cfg switchConfig, log *slog.L
 		defer metrics.Close()
 	}
 	log.Info("switch ready", "roce", cl.Switch.Addr().String(), "controller", cl.ControllerAddr,
-		"pool", cfg.poolSize, "loss", cfg.loss, "pcap", cfg.pcap)
+		"pool", cfg.poolSize, "cores", cl.Switch.Config().Cores, "readers", cl.Switch.Readers(), "loss", cfg.loss, "pcap", cfg.pcap)
 
 	select {
 	case <-ctx.Done():

@@ -39,6 +39,7 @@ func TestSwitchBadFlags(t *testing.T) {
 		{"metrics addr", []string{"--metrics-addr", "9100"}, "give host:port"},
 		{"pool size", []string{"--pool-size", "0"}, "--pool-size 0"},
 		{"icrc", []string{"--icrc", "off"}, "use verify or verify-ipv6"},
+		{"cores", []string{"--cores", "-1"}, "--cores -1"},
 		{"offload", []string{"--offload", "yes"}, "use auto, on"},
 		{"loss", []string{"--loss", "0.7"}, "[0, 0.5)"},
 		{"session timeout", []string{"--session-timeout", "0s"}, "positive duration"},

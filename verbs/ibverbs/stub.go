@@ -39,4 +39,4 @@ var _ verbs.Device = (*Device)(nil)
 
 // NoKernelSupport is the message of the error the cgo build returns when the
 // kernel has no RDMA subsystem.
-const NoKernelSupport = "no RDMA support in this kernel: load rdma_rxe (see docs/testbed.md) or use the userspace NIC (--nic soft)"
+const NoKernelSupport = "no RDMA support in this kernel"

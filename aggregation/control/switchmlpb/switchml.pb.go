@@ -275,8 +275,14 @@ type RdmaSessionRequest struct {
 	// writes 0 (the ICRC covers the Identification; rxe and RNICs check it).
 	// false (p4app, rxe, RNICs): one datagram per packet.
 	IgnoresIpv4Id bool `protobuf:"varint,105,opt,name=ignores_ipv4_id,json=ignoresIpv4Id,proto3" json:"ignores_ipv4_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// needs_packet_writes: the worker's NIC stops accepting messages on a UC
+	// QP after a multi-packet RDMA WRITE to it loses a packet (Linux rxe), so
+	// every result it gets must be a one-packet WRITE; the switch's result
+	// mirrors the request that completed its slot, so every worker of the job
+	// must send packet writes (RdmaSessionResponse.packet_writes).
+	NeedsPacketWrites bool `protobuf:"varint,106,opt,name=needs_packet_writes,json=needsPacketWrites,proto3" json:"needs_packet_writes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RdmaSessionRequest) Reset() {
@@ -421,6 +427,13 @@ func (x *RdmaSessionRequest) GetIgnoresIpv4Id() bool {
 	return false
 }
 
+func (x *RdmaSessionRequest) GetNeedsPacketWrites() bool {
+	if x != nil {
+		return x.NeedsPacketWrites
+	}
+	return false
+}
+
 type RdmaSessionResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -452,7 +465,11 @@ type RdmaSessionResponse struct {
 	// job_token is the job's secret, the same for every rank (128 random
 	// bits): KeepAlive, EndSession and ListJobs of this job must carry it.
 	// p4app workers ignore it (docs/security.md).
-	JobToken      []byte `protobuf:"bytes,108,opt,name=job_token,json=jobToken,proto3" json:"job_token,omitempty"`
+	JobToken []byte `protobuf:"bytes,108,opt,name=job_token,json=jobToken,proto3" json:"job_token,omitempty"`
+	// packet_writes: some rank of the job registered needs_packet_writes, so
+	// every rank must send each packet of a message as a one-packet WRITE
+	// (the same for every rank; p4app workers ignore it).
+	PacketWrites  bool `protobuf:"varint,109,opt,name=packet_writes,json=packetWrites,proto3" json:"packet_writes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -590,6 +607,13 @@ func (x *RdmaSessionResponse) GetJobToken() []byte {
 		return x.JobToken
 	}
 	return nil
+}
+
+func (x *RdmaSessionResponse) GetPacketWrites() bool {
+	if x != nil {
+		return x.PacketWrites
+	}
+	return false
 }
 
 // UdpSession messages: present so the service matches p4app's; unused.
@@ -1482,7 +1506,7 @@ var File_switchml_proto protoreflect.FileDescriptor
 
 const file_switchml_proto_rawDesc = "" +
 	"\n" +
-	"\x0eswitchml.proto\x12\x0eswitchml_proto\"\x8d\x04\n" +
+	"\x0eswitchml.proto\x12\x0eswitchml_proto\"\xbd\x04\n" +
 	"\x12RdmaSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\rR\tsessionId\x12\x12\n" +
@@ -1503,7 +1527,8 @@ const file_switchml_proto_rawDesc = "" +
 	"\x02op\x18f \x01(\x0e2\x18.switchml_proto.ReduceOpR\x02op\x12*\n" +
 	"\x11packet_size_bytes\x18g \x01(\rR\x0fpacketSizeBytes\x12!\n" +
 	"\ftensor_bytes\x18h \x01(\x04R\vtensorBytes\x12&\n" +
-	"\x0fignores_ipv4_id\x18i \x01(\bR\rignoresIpv4Id\"\xbd\x03\n" +
+	"\x0fignores_ipv4_id\x18i \x01(\bR\rignoresIpv4Id\x12.\n" +
+	"\x13needs_packet_writes\x18j \x01(\bR\x11needsPacketWrites\"\xe2\x03\n" +
 	"\x13RdmaSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x10\n" +
@@ -1522,7 +1547,8 @@ const file_switchml_proto_rawDesc = "" +
 	"\vnum_workers\x18j \x01(\rR\n" +
 	"numWorkers\x12.\n" +
 	"\x13packets_per_message\x18k \x01(\rR\x11packetsPerMessage\x12\x1b\n" +
-	"\tjob_token\x18l \x01(\fR\bjobToken\"\xca\x01\n" +
+	"\tjob_token\x18l \x01(\fR\bjobToken\x12#\n" +
+	"\rpacket_writes\x18m \x01(\bR\fpacketWrites\"\xca\x01\n" +
 	"\x11UdpSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x12\n" +

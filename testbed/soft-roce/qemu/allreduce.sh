@@ -24,11 +24,17 @@ T=${SWML_STEP_TIMEOUT:-90} # seconds per job
 LOG=/tmp/allreduce
 mkdir -p $LOG
 # Small jobs: TCG runs rxe's kernel code at a few MB/s. One-packet
-# messages (WRITE ONLY with immediate): a UC QP of rxe assembles one message
-# at a time, and the switch's results of several multi-packet messages of
-# one QP can interleave when workers resend (docs/testbed.md, "Known
-# limits"). 64 KiB is 32 messages per QP, enough to wrap its slots.
+# messages (WRITE ONLY with immediate) by default (SWML_TEST_MSG_SIZE): p4app's
+# shape. 64 KiB is 32 messages per QP, enough to wrap its slots.
 JOB=(--size 64KiB --iters 3 --warmup 1 --packet-size 1024 --msg-size ${SWML_TEST_MSG_SIZE:-1KiB} --qps 2 --connect-timeout 30s --json)
+# The worker's defaults (1 KiB packets, 16 KiB messages, 8 QPs, --writes
+# auto): a job with an rxe worker sends packet writes on every worker, as
+# the controller tells them (docs/protocol.md "Message writes and packet
+# writes"), because rxe's UC responder wedges when a multi-packet WRITE
+# loses a packet (docs/testbed.md, "Known limit"). 128 KiB is one message per
+# QP per call, in set 0 and set 1 in turn.
+ITERS=3 WARMUP=1
+DEFAULTS=(--size 128KiB --iters $ITERS --warmup $WARMUP --connect-timeout 30s --json)
 
 say() { echo "allreduce: $*"; }
 fail() {
@@ -113,6 +119,16 @@ run_job() {
 	say "job $tag: rxe0 rcvd_pkts $(counter rcvd_pkts) sent_pkts $(counter sent_pkts) rdma_recvs $(counter rdma_recvs) (totals)"
 	[ $bad = 0 ] || fail "job $tag"
 	say "job $tag: $n workers ($*), $dtype: every result verified"
+}
+
+# all_packet_writes tag workers: every rank of the job sent packet writes
+# in every call, warm-up included (the job's choice, not a flag).
+all_packet_writes() {
+	local r calls=$((ITERS + WARMUP))
+	for r in $(seq 0 $(($2 - 1))); do
+		grep -Eq "\"packet_write_calls\": $calls(,|\$)" $LOG/$1.$r.json ||
+			fail "$1 rank $r: $(grep -o '"packet_write_calls": [0-9]*' $LOG/$1.$r.json) of $calls calls sent packet writes"
+	done
 }
 
 digest() { # tag rank: the rank's result digest
@@ -239,6 +255,8 @@ p4app_job() {
 sid=100
 case ${1:-} in
 allreduce-ibverbs)
+	# The worker's defaults (DEFAULTS: no --msg-size, no --writes).
+	JOB=("${DEFAULTS[@]}")
 	for fam in 4 6; do
 		start_switch $fam
 		for n in 2 4; do
@@ -247,6 +265,7 @@ allreduce-ibverbs)
 				nics=()
 				for _ in $(seq $n); do nics+=(ibverbs); done
 				run_job ib$fam-$n-$dt $sid $n $dt "${nics[@]}"
+				all_packet_writes ib$fam-$n-$dt $n
 				# Every rank ends with the same bytes.
 				d0=$(digest ib$fam-$n-$dt 0)
 				[ -n "$d0" ] || fail "no result digest from rank 0"
@@ -259,6 +278,9 @@ allreduce-ibverbs)
 	done
 	;;
 allreduce-mixed)
+	# The worker's defaults: the soft workers send packet writes too, as
+	# the controller tells every worker of a job with an rxe one.
+	JOB=("${DEFAULTS[@]}")
 	add_soft_addrs
 	for fam in 4 6; do
 		# The soft workers call the controller from inside the switch's
@@ -268,6 +290,7 @@ allreduce-mixed)
 		for dt in float32 int32; do
 			sid=$((sid + 1))
 			run_job mixed$fam-$dt $sid 4 $dt ibverbs soft ibverbs soft
+			all_packet_writes mixed$fam-$dt 4
 			d0=$(digest mixed$fam-$dt 0)
 			for r in 1 2 3; do
 				[ "$(digest mixed$fam-$dt $r)" = "$d0" ] || fail "mixed$fam-$dt: rank $r's result differs from rank 0's"
@@ -448,10 +471,10 @@ rxe-bench)
 	# A measurement, not in "all": the project's ibverbs workers, float32,
 	# $SWML_BENCH_SIZE (default 4 MiB), 2 then 4 workers, $SWML_BENCH_QPS
 	# QPs (default 8, the worker's), 1 KiB
-	# packets, in the two shapes rxe accepts (the defaults, 16 KiB messages
-	# with --writes auto, are refused on rxe: tried first, it must fail in
-	# configuration): one packet per message (p4app's shape) and 16-packet
-	# messages sent as packet writes. Each job is bounded by
+	# packets, in the two shapes rxe accepts (explicit message writes are
+	# refused on rxe: tried first, it must fail in configuration): one
+	# packet per message (p4app's shape) and the defaults, 16-packet
+	# messages that the job sends as packet writes. Each job is bounded by
 	# $SWML_BENCH_TIMEOUT s (default 300). Then p4app-switchML's client at
 	# the same size with its own 100 ms timer as the reference, when
 	# harness.sh could build it (docs/testbed.md, "rxe-bench").
@@ -521,17 +544,17 @@ rxe-bench)
 		say "BENCH $tag counters: $(bench_delta $LOG/$tag.before $LOG/$tag.after)"
 		stop_switch
 	}
-	# The defaults: refused before any packet (exit 1, not a timeout).
+	# Message writes: refused before any packet (exit 1, not a timeout).
 	start_switch 4
-	run_defaults=$(timeout 60 $SW worker --nic ibverbs --addr $WADDR --controller $CTRL --session-id 99 --rank 0 --workers 1 --dtype float32 --json 2>&1 >/dev/null)
+	run_msg=$(timeout 60 $SW worker --nic ibverbs --addr $WADDR --controller $CTRL --session-id 99 --rank 0 --workers 1 --dtype float32 --writes message --json 2>&1 >/dev/null)
 	stop_switch
-	case $run_defaults in
-	*"invalid configuration"*) say "BENCH defaults: refused on rxe as expected: ${run_defaults#*: }" ;;
-	*) fail "the worker's defaults (16 KiB messages, --writes auto) were not refused on rxe: $run_defaults" ;;
+	case $run_msg in
+	*"invalid configuration"*Writes*) say "BENCH message writes: refused on rxe as expected: ${run_msg#*: }" ;;
+	*) fail "--writes message (16 KiB messages) was not refused on rxe: $run_msg" ;;
 	esac
 	for n in 2 4; do
 		bench_job rxe-1pkt-${n}w $n --msg-size 1KiB
-		bench_job rxe-pw-${n}w $n --writes packet
+		bench_job rxe-defaults-${n}w $n
 	done
 	if [ -e $P4/unavailable ] || [ ! -x $P4/allreduce_benchmark ]; then
 		say "BENCH p4app: not measured: $(cat $P4/unavailable 2>/dev/null || echo "$P4/allreduce_benchmark is not in the guest")"

@@ -22,8 +22,10 @@
 # Environment:
 #   SWML_QEMU_TIMEOUT   seconds for the whole guest run (default 1200)
 #   SWML_SCENARIO_TIMEOUT seconds per scenario inside the guest (default 300)
-#   SWML_TEST_MSG_SIZE  --msg-size of the all-reduce scenarios (default 1KiB:
-#                       one-packet messages; e.g. 16KiB for 16-packet ones)
+#   SWML_TEST_MSG_SIZE  --msg-size of the all-reduce scenarios but
+#                       allreduce-ibverbs and allreduce-mixed, which run the
+#                       worker's defaults (default 1KiB: one-packet messages;
+#                       e.g. 16KiB for 16-packet ones)
 #   SWML_BENCH_SIZE, SWML_BENCH_ITERS, SWML_BENCH_TIMEOUT, SWML_BENCH_QPS
 #                       rxe-bench's tensor size (default 4MiB), measured
 #                       all-reduces (3), bound per job in s (300) and

@@ -17,6 +17,12 @@
 // covers the Identification). Over IPv6 the socket sets UDP_NO_CHECK6_RX so
 // that datagrams with UDP checksum 0 (as rxe sends them) are accepted.
 //
+// ListenGroup opens several endpoints on one address with SO_REUSEPORT, so
+// that as many goroutines receive in parallel, and attaches a classic BPF
+// program that picks the endpoint of each arriving datagram
+// (SO_ATTACH_REUSEPORT_CBPF; ReusePortSteering probes for it once): the
+// software switch's cores (docs/switch.md, "Cores").
+//
 // The endpoint is Linux-only (conn_linux.go, offload_linux.go): elsewhere
 // the package builds, and Listen fails with an error wrapping
 // verbs.ErrNotSupported (conn_other.go).
