@@ -57,7 +57,9 @@ func benchSwitchVsReflector(b *testing.B, off udp.Offload) {
 		payload = 1024
 		batch   = udp.DefaultBatchSize
 	)
-	sw, err := New(Config{Addr: addr(net, 1), BatchSize: batch, Model: switchmodel.Config{PoolSize: window, MaxPayload: payload}, Offload: off})
+	// One QP per worker: one core is all the job can use (docs/switch.md,
+	// "Cores"); BenchmarkSwitchCores measures more.
+	sw, err := New(Config{Addr: addr(net, 1), Cores: 1, BatchSize: batch, Model: switchmodel.Config{PoolSize: window, MaxPayload: payload}, Offload: off})
 	if errors.Is(err, verbs.ErrNotSupported) {
 		b.Skip(err)
 	}

@@ -89,7 +89,8 @@ func TestP4AppSessionReplay(t *testing.T) {
 	const n, q = 2, 3
 	const idle = 2 * time.Second
 	swAddr := addr(88, 1)
-	sw := newSwitch(t, Config{Addr: swAddr})
+	// Three cores: p4app's QPNs put QP i on core i (docs/switch.md, "Cores").
+	sw := newSwitch(t, Config{Addr: swAddr, Cores: 3})
 	reg := prometheus.NewRegistry()
 	ctl, err := control.New(control.Config{
 		Programmer: sw, SwitchIPv4: swAddr, SwitchMAC: net.HardwareAddr{2, 0, 0, 0, 0x88, 1},
@@ -285,7 +286,13 @@ func TestP4AppSessionReplay(t *testing.T) {
 	if ended["idle"] != 1 || ended["liveness_timeout"] != 0 {
 		t.Errorf("jobs ended by reason %v; want one by idle and none by liveness_timeout", ended)
 	}
-	if st := sw.Stats(); st.Jobs != 0 || st.SlotsAllocated != 0 {
+	st := sw.Stats()
+	if st.Jobs != 0 || st.SlotsAllocated != 0 {
 		t.Errorf("switch after the idle end: %d jobs, %d slots", st.Jobs, st.SlotsAllocated)
+	}
+	for c, p := range st.CorePackets {
+		if p == 0 {
+			t.Errorf("core %d of %d saw no packet of the %d QPs: %v", c, len(st.CorePackets), q, st.CorePackets)
+		}
 	}
 }
