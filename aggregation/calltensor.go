@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/quant"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
@@ -60,21 +61,67 @@ func (c *call) dequantize(lo, hi int, res []byte, sc quant.Scale) {
 	}
 }
 
-// checkInput is AllReduce's check before anything is sent: without
-// Config.PropagateNonFinite, a NaN or ±Inf fails the call.
-func (s *Session) checkInput(c *call) error {
-	if s.cfg.PropagateNonFinite {
-		return nil
+// blockExponents reads a float call's tensor once, before anything is
+// sent: each message's block exponent, which the message before it on its
+// QP carries as the look-ahead (send.go, sendNext), and so, without
+// Config.PropagateNonFinite, the check that every element is finite: a
+// NaN or ±Inf fails the call with nothing sent. The lanes' goroutines
+// split the pass as they split the call (exponents are a read of the
+// whole tensor, as much memory traffic as quantizing it).
+func (s *Session) blockExponents(c *call) error {
+	if cap(s.exps) < c.msgs {
+		s.exps = make([]int8, c.msgs)
 	}
-	_, err := c.blockExponent(0, c.n, false)
-	if err == nil {
-		return nil
+	c.exps = s.exps[:c.msgs]
+	marked := s.cfg.PropagateNonFinite
+	parts := min(len(s.lanes), c.msgs/minExponentPart+1)
+	errs := make([]error, parts)
+	part := func(p int) {
+		for j := p * c.msgs / parts; j < (p+1)*c.msgs/parts; j++ {
+			lo, hi := c.span(j)
+			e, err := c.blockExponent(lo, hi, marked)
+			if err != nil {
+				var nf *quant.NonFiniteError
+				if errors.As(err, &nf) {
+					err = &quant.NonFiniteError{Index: lo + nf.Index, Value: nf.Value}
+				}
+				errs[p] = err
+				return
+			}
+			c.exps[j] = e
+		}
 	}
-	var nf *quant.NonFiniteError // here only: it escapes
-	if errors.As(err, &nf) {
-		return fmt.Errorf("aggregation: AllReduce: element %d is %v: gradients must be finite (nothing was sent; the other workers wait for this one until their PeerTimeout; Config.PropagateNonFinite sends such blocks back as NaN instead): %w", nf.Index, nf.Value, err)
+	var wg sync.WaitGroup
+	for p := 1; p < parts; p++ {
+		wg.Go(func() { part(p) })
 	}
-	return fmt.Errorf("aggregation: AllReduce: %w", err)
+	part(0)
+	wg.Wait()
+	for _, err := range errs {
+		var nf *quant.NonFiniteError
+		switch {
+		case err == nil:
+		case errors.As(err, &nf):
+			return fmt.Errorf("aggregation: AllReduce: element %d is %v: gradients must be finite (nothing was sent; the other workers wait for this one until their PeerTimeout; Config.PropagateNonFinite sends such blocks back as NaN instead): %w", nf.Index, nf.Value, err)
+		default:
+			return fmt.Errorf("aggregation: AllReduce: %w", err)
+		}
+	}
+	return nil
+}
+
+// minExponentPart is the fewest messages worth a goroutine of their own in
+// blockExponents.
+const minExponentPart = 64
+
+// exponent is the block exponent of tensor message j (blockExponents), or
+// MinExponent (the identity of the switch's max) if there is no such
+// message.
+func (c *call) exponent(j int) int8 {
+	if j >= c.msgs || c.exps == nil {
+		return quant.MinExponent
+	}
+	return c.exps[j]
 }
 
 // AllReduce16 is AllReduce for a tensor of 16-bit floats in format f
@@ -93,11 +140,7 @@ func (s *Session) AllReduce16(ctx context.Context, x []uint16, f quant.Format) e
 	if len(x) == 0 {
 		return errors.New("aggregation: AllReduce16 of an empty tensor: pass at least one element")
 	}
-	c := call{h: x, half: f, n: len(x)}
-	if err := s.checkInput(&c); err != nil {
-		return err
-	}
-	return s.runCall(ctx, c)
+	return s.runCall(ctx, call{h: x, half: f, n: len(x)})
 }
 
 // AllReduce16Async queues AllReduce16(ctx, x, f) and returns at once.

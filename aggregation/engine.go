@@ -262,11 +262,7 @@ func (s *Session) AllReduce(ctx context.Context, x []float32) error {
 	if len(x) == 0 {
 		return fmt.Errorf("aggregation: AllReduce: %w", ErrEmpty)
 	}
-	c := call{f: x, n: len(x)}
-	if err := s.checkInput(&c); err != nil {
-		return err
-	}
-	return s.runCall(ctx, c)
+	return s.runCall(ctx, call{f: x, n: len(x)})
 }
 
 // AllReduceInt32 replaces x, on every worker, by the element-wise sum of the
@@ -291,6 +287,7 @@ type call struct {
 	n    int          // elements
 	vals int          // elements per message
 	msgs int          // messages
+	exps []int8       // each message's block exponent (float calls)
 }
 
 func (c *call) span(j int) (lo, hi int) {
@@ -311,13 +308,23 @@ func (s *Session) runCall(ctx context.Context, c call) error {
 		}
 		return fmt.Errorf("aggregation: %w: %w", ErrBroken, s.broken)
 	}
+	c.vals = s.msgBytes / 4
+	c.msgs = (c.n + c.vals - 1) / c.vals
+	if c.float() {
+		// Bad input fails here, with nothing sent: the session goes on.
+		if err := s.blockExponents(&c); err != nil {
+			return err
+		}
+	}
 	for _, l := range s.lanes {
 		l.wake.Reset()
 	}
-	stop := context.AfterFunc(ctx, s.fire)
-	defer stop()
-	c.vals = s.msgBytes / 4
-	c.msgs = (c.n + c.vals - 1) / c.vals
+	if ctx.Done() != nil {
+		// A context that cannot be cancelled needs no watcher (and a
+		// call then allocates nothing).
+		stop := context.AfterFunc(ctx, s.fireAll)
+		defer stop()
+	}
 	s.pktWrites = s.chooseWrites(c.msgs)
 	if s.pktWrites {
 		s.stats.packetWriteCalls.Add(1)
@@ -364,12 +371,15 @@ func (s *lane) drive(ctx context.Context, c *call) error {
 		if err != nil {
 			return s.cqFailed(ctx, err)
 		}
-		done, err := s.completeAll(c, e.wcs[:k]) // 2
+		now := time.Now()
+		done, err := s.completeAll(c, e.wcs[:k], now) // 2
 		if err != nil {
 			return err
 		}
 		active -= done
-		now := time.Now()
+		if k > 0 {
+			now = time.Now() // dequantizing them took time
+		}
 		var wakeAt time.Time
 		if k < len(e.wcs) { // 3: only once the CQ is drained
 			if wakeAt, err = s.timers(now); err != nil {

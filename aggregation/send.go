@@ -44,26 +44,8 @@ func (s *lane) sendExponents(c *call, st *qpState, now time.Time) error {
 	buf := s.mr.Bytes()[st.sendOff : st.sendOff+uint64(s.msgBytes)]
 	clear(buf)
 	putLengthHeader(buf, c.n)
-	e0, err := s.exponent(c, st.next)
-	if err != nil {
-		return err
-	}
 	st.msg.cur = -1
-	return s.post(st, e0, now)
-}
-
-// exponent is the block exponent of tensor message j, or MinExponent (the
-// identity of the switch's max) if there is no such message.
-func (s *lane) exponent(c *call, j int) (int8, error) {
-	if j >= c.msgs {
-		return quant.MinExponent, nil
-	}
-	lo, hi := c.span(j)
-	e, err := c.blockExponent(lo, hi, s.cfg.PropagateNonFinite)
-	if err != nil {
-		return 0, fmt.Errorf("aggregation: AllReduce: tensor changed during the call: %w", err)
-	}
-	return e, nil
+	return s.post(st, c.exponent(st.next), now)
 }
 
 // sendNext sends the QP's next tensor message, quantized with the maximum
@@ -85,9 +67,7 @@ func (s *lane) sendNext(c *call, st *qpState, maxE int8, now time.Time) (bool, e
 			return false, fmt.Errorf("aggregation: AllReduce: tensor changed during the call: %w", err)
 		}
 		st.msg.scale = sc
-		if e0, err = s.exponent(c, j+s.cfg.QPs); err != nil {
-			return false, err
-		}
+		e0 = c.exponent(j + s.cfg.QPs)
 	} else {
 		quant.EncodeInt32(buf, c.i[lo:hi])
 	}

@@ -97,6 +97,10 @@ type Session struct {
 	// pktBits > 0 enables per-packet recovery (timers.go, resend): the
 	// packet index bits of wire.PacketMsgID.
 	pktBits uint
+	// exps is blockExponents' scratch, reused by every call.
+	exps []int8
+	// fireAll is s.fire as a value made once (context.AfterFunc's).
+	fireAll func()
 
 	stats counters
 
@@ -112,6 +116,7 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 		return nil, err
 	}
 	s := &Session{cfg: cfg, msgBytes: cfg.messageBytes(), watchDone: make(chan struct{}), stopWatch: make(chan struct{})}
+	s.fireAll = s.fire
 	for i := range threadsFor(&cfg) {
 		s.lanes = append(s.lanes, &lane{Session: s, index: i, wake: timing.NewWaker()})
 	}

@@ -40,8 +40,7 @@ var DefaultSwitchAddr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 type Config struct {
 	// Switch configures the software switch. Addr defaults to
 	// DefaultSwitchAddr; the rest as swswitch.Config (loss, seed, offload,
-	// pool size, cores: GOMAXPROCS up to swswitch.DefaultMaxCores unless
-	// set).
+	// pool size, cores: one unless set).
 	Switch swswitch.Config
 	// Controller configures the controller. Start sets Programmer (the
 	// switch), PoolSize (the switch's) and SwitchIPv4 or SwitchIPv6 (its

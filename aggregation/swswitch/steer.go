@@ -3,7 +3,6 @@ package swswitch
 import (
 	"fmt"
 	"net/netip"
-	"runtime"
 
 	"golang.org/x/net/bpf"
 
@@ -30,16 +29,21 @@ import (
 //     packet; a reader that split a datagram by QP while another reader
 //     split the next one would reorder a QP's packets.
 
-// DefaultMaxCores caps Config.Cores when it is 0: each core holds a
-// pipeline of its own, pool registers included (docs/switch.md, "Cores").
+// DefaultMaxCores is the most cores a switch should be given: each core
+// holds a pipeline of its own, pool registers included (docs/switch.md,
+// "Cores").
 const DefaultMaxCores = 8
 
 // MaxCores bounds Config.Cores (a core index is a metric label and one
 // byte of the steering table).
 const MaxCores = 64
 
-// defaultCores is GOMAXPROCS capped at DefaultMaxCores.
-func defaultCores() int { return min(runtime.GOMAXPROCS(0), DefaultMaxCores) }
+// defaultCores is one: more cores are the operator's choice until they are
+// shown faster. Results of different QPs then leave from different cores
+// and overtake each other, which the workers' RACK, whose evidence spans
+// QPs, takes for loss (docs/switch.md, "Cores": spurious resends and a
+// job that turns to packet writes without loss).
+func defaultCores() int { return 1 }
 
 // coreTable is the core key: the core of each switch QPN. It is replaced
 // whole (copy on write) by AddJob and RemoveJob and read without a lock by

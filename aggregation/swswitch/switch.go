@@ -79,7 +79,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Cores is the number of cores (goroutines, each with its own
 	// pipeline) that process requests (docs/switch.md, "Cores"); 0 means
-	// GOMAXPROCS up to DefaultMaxCores. With more than one, the switch
+	// one. With more than one, the switch
 	// receives on as many SO_REUSEPORT sockets where the kernel can steer
 	// them (udp.ReusePortSteering), else on one.
 	Cores int

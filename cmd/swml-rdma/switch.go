@@ -45,7 +45,7 @@ func switchCommand() *cli.Command {
 			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics at http://`ADDR`/metrics (host:port; empty: off)", EnvVars: []string{"SWML_METRICS_ADDR"}, Category: "output"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (runtime/pprof) of the switch daemon, until it stops, to `FILE`", EnvVars: []string{"SWML_CPUPROFILE"}, Category: "output"},
 			&cli.UintFlag{Name: "pool-size", Value: switchmodel.DefaultPoolSize, Usage: "aggregation slots shared by all jobs", EnvVars: []string{"SWML_POOL_SIZE"}, Category: "switch"},
-			&cli.IntFlag{Name: "cores", Usage: fmt.Sprintf("cores that process packets, each owning whole QPs and their slots (docs/switch.md, \"Cores\"); 0: GOMAXPROCS up to %d", swswitch.DefaultMaxCores), EnvVars: []string{"SWML_SWITCH_CORES"}, Category: "switch"},
+			&cli.IntFlag{Name: "cores", Value: 1, Usage: "cores that process packets, each owning whole QPs and their slots (docs/switch.md, \"Cores\")", EnvVars: []string{"SWML_SWITCH_CORES"}, Category: "switch"},
 			&cli.StringFlag{Name: "icrc", Value: swswitch.ICRCVerify.String(), Usage: "which requests to ICRC-check: verify (all) or verify-ipv6 (for rxe workers over IPv4, whose IPv4 ID a socket cannot see)", EnvVars: []string{"SWML_ICRC"}, Category: "switch"},
 			&cli.DurationFlag{Name: "session-timeout", Value: control.DefaultSessionTimeout, Usage: "how long a job waits for all its workers to register", EnvVars: []string{"SWML_SESSION_TIMEOUT"}, Category: "switch"},
 			&cli.DurationFlag{Name: "idle-timeout", Value: control.DefaultIdleTimeout, Usage: "end a job of p4app-switchML workers (they hold no keep-alive stream) after this long without a packet; 0 never", EnvVars: []string{"SWML_IDLE_TIMEOUT"}, Category: "switch"},
@@ -102,7 +102,7 @@ func switchFlags(c *cli.Context) (switchConfig, error) {
 		return cfg, err
 	}
 	if cfg.cores = c.Int("cores"); cfg.cores < 0 || cfg.cores > swswitch.MaxCores {
-		return cfg, fmt.Errorf("--cores %d: give 1 to %d, or 0 for GOMAXPROCS up to %d", cfg.cores, swswitch.MaxCores, swswitch.DefaultMaxCores)
+		return cfg, fmt.Errorf("--cores %d: give 1 to %d", cfg.cores, swswitch.MaxCores)
 	}
 	switch c.String("icrc") {
 	case swswitch.ICRCVerify.String():
