@@ -464,7 +464,7 @@ func checkUCTruncation(dev verbs.Device, cfg *Config) (needsPacketWrites bool, e
 	if !ok || cfg.PacketsPerMessage <= 1 || !w.UCTruncatedWriteWedges() {
 		return false, nil
 	}
-	wedges := fmt.Sprintf("%s's UC QPs stop accepting messages after a multi-packet WRITE loses a packet (Soft-RoCE; docs/testbed.md \"Known limits\")", dev.Name())
+	wedges := fmt.Sprintf("%s's UC QPs stop accepting messages after a multi-packet WRITE loses a packet (Soft-RoCE; docs/testbed.md \"Known limit\")", dev.Name())
 	switch {
 	case cfg.Writes == MessageWrites:
 		return false, fieldError("Writes", cfg.Writes, "%s: use AdaptiveWrites or PacketWrites", wedges)

@@ -11,7 +11,8 @@
 // Two capabilities go beyond the plain verbs: a CQ's completion
 // notification (RequestNotify and Notifications, libibverbs'
 // ibv_req_notify_cq and completion channel; Await blocks on it together
-// with a caller's wake-up channel), and StagedSender, the QPs whose sends
+// with a caller's wake-up channel, after polling a BusyPoller CQ for a
+// bounded time), and StagedSender, the QPs whose sends
 // can be staged and sent with one doorbell for the whole device.
 //
 // Concurrency: Device, PD and MR methods are safe for concurrent use. A QP's

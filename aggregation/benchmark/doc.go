@@ -10,7 +10,10 @@
 //     median, minimum, maximum, ATE/s and Gbit/s;
 //   - Embedded: the whole job in one process on an aggregation/local
 //     cluster, SwitchML and then the ring all-reduce among the same workers
-//     over the same NICs, as `swml-rdma bench` runs it.
+//     over the same NICs, as `swml-rdma bench` runs it;
+//   - EngineAlone: one worker's engine on an instant switch
+//     (aggregation/instant), measured against copy() of its tensor
+//     (CopyTime), as `swml-rdma bench --switch instant` runs it.
 //
 // Run calls the AllReducers of one all-reduce concurrently, one goroutine
 // per rank, and returns when all have returned; nothing else in the package

@@ -5,6 +5,7 @@ package ibverbs
 /*
 #include <infiniband/verbs.h>
 #include <arpa/inet.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,9 +72,10 @@ static int swml_qp_rts(struct ibv_qp *qp, uint32_t sq_psn) {
 }
 
 // swml_post_send posts d[0..n) as one chain (one doorbell) through the QP's
-// own wr and sge arrays; it returns ibv_post_send's result (0 or an errno
-// value) and how many were posted.
-static int swml_post_send(struct ibv_qp *qp, const struct swml_swr *d, int n, struct ibv_send_wr *wr, struct ibv_sge *sge, int *posted) {
+// own wr and sge arrays. It returns how many were posted and sets errno to
+// ibv_post_send's result (0, or the errno value of the failure), so that Go
+// passes it no pointer to its own memory (which would move to the heap).
+static int swml_post_send(struct ibv_qp *qp, const struct swml_swr *d, int n, struct ibv_send_wr *wr, struct ibv_sge *sge) {
 	for (int i = 0; i < n; i++) {
 		memset(&wr[i], 0, sizeof wr[i]);
 		sge[i].addr = d[i].sge_addr;
@@ -91,12 +93,12 @@ static int swml_post_send(struct ibv_qp *qp, const struct swml_swr *d, int n, st
 	}
 	struct ibv_send_wr *bad = NULL;
 	int rc = ibv_post_send(qp, wr, &bad);
-	*posted = rc == 0 ? n : (bad ? (int)(bad - wr) : 0);
-	return rc;
+	errno = rc;
+	return rc == 0 ? n : (bad ? (int)(bad - wr) : 0);
 }
 
 // swml_post_recv is swml_post_send for receive requests.
-static int swml_post_recv(struct ibv_qp *qp, const struct swml_rwr *d, int n, struct ibv_recv_wr *wr, struct ibv_sge *sge, int *posted) {
+static int swml_post_recv(struct ibv_qp *qp, const struct swml_rwr *d, int n, struct ibv_recv_wr *wr, struct ibv_sge *sge) {
 	for (int i = 0; i < n; i++) {
 		memset(&wr[i], 0, sizeof wr[i]);
 		sge[i].addr = d[i].sge_addr;
@@ -109,8 +111,8 @@ static int swml_post_recv(struct ibv_qp *qp, const struct swml_rwr *d, int n, st
 	}
 	struct ibv_recv_wr *bad = NULL;
 	int rc = ibv_post_recv(qp, wr, &bad);
-	*posted = rc == 0 ? n : (bad ? (int)(bad - wr) : 0);
-	return rc;
+	errno = rc;
+	return rc == 0 ? n : (bad ? (int)(bad - wr) : 0);
 }
 */
 import "C"
@@ -305,8 +307,8 @@ func (q *QP) live(op string, minState verbs.QPState) (*C.struct_ibv_qp, error) {
 	return q.qp, nil
 }
 
-func postErr(op string, qpn uint32, rc C.int) error {
-	errno := syscall.Errno(rc)
+func postErr(op string, qpn uint32, err error) error {
+	errno := errnoOr(err, syscall.EIO)
 	switch errno {
 	case syscall.ENOMEM, syscall.EAGAIN:
 		return fmt.Errorf("verbs/ibverbs: %s on QP %d: %w (%v)", op, qpn, verbs.ErrQueueFull, errno)
@@ -344,11 +346,10 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 				imm: C.uint32_t(w.Imm), opcode: op, signaled: sig,
 			}
 		}
-		var posted C.int
-		rc := C.swml_post_send(qp, q.send.desc, C.int(n), q.send.wr, q.send.sge, &posted)
+		posted, errno := C.swml_post_send(qp, q.send.desc, C.int(n), q.send.wr, q.send.sge)
 		done += int(posted)
-		if rc != 0 {
-			return done, postErr("post send", q.qpn, rc)
+		if errno != nil {
+			return done, postErr("post send", q.qpn, errno)
 		}
 	}
 	return done, nil
@@ -369,11 +370,10 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 		for i, w := range wrs[done : done+n] {
 			desc[i] = C.struct_swml_rwr{wr_id: C.uint64_t(w.ID), sge_addr: C.uint64_t(w.Local.Addr), sge_len: C.uint32_t(w.Local.Length), lkey: C.uint32_t(w.Local.LKey)}
 		}
-		var posted C.int
-		rc := C.swml_post_recv(qp, q.recv.desc, C.int(n), q.recv.wr, q.recv.sge, &posted)
+		posted, errno := C.swml_post_recv(qp, q.recv.desc, C.int(n), q.recv.wr, q.recv.sge)
 		done += int(posted)
-		if rc != 0 {
-			return done, postErr("post recv", q.qpn, rc)
+		if errno != nil {
+			return done, postErr("post recv", q.qpn, errno)
 		}
 	}
 	return done, nil
