@@ -129,6 +129,7 @@ all_packet_writes() {
 		grep -Eq "\"packet_write_calls\": $calls(,|\$)" $LOG/$1.$r.json ||
 			fail "$1 rank $r: $(grep -o '"packet_write_calls": [0-9]*' $LOG/$1.$r.json) of $calls calls sent packet writes"
 	done
+	say "job $1: every rank sent packet writes in all $calls calls"
 }
 
 digest() { # tag rank: the rank's result digest
