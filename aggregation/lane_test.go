@@ -24,7 +24,7 @@ var threadsOf = []int{1, 3, 5, 2}
 // both transports, with message and packet writes.
 func TestSoftThreads(t *testing.T) {
 	forTransports(t, true, func(t *testing.T, tr transport) {
-		c := newSoftCluster(t, tr, 20, 0, 0)
+		c := newSoftCluster(t, tr, 70, 0, 0)
 		const n, q, l = 4, 5, 9000
 		for i, w := range []Writes{MessageWrites, PacketWrites} {
 			t.Run(w.String(), func(t *testing.T) {
