@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// A CNP captured from a ConnectX-4 Lx (DESIGN.md), Ethernet included; the
-// last 4 bytes are the ICRC.
+// A CNP captured from a ConnectX-4 Lx NIC, Ethernet included; the last 4
+// bytes are the ICRC (docs/wire-format.md "ICRC").
 const cnpFrameHex = "e41d2dab2bc27cfe90643b32080045c2003c718c4000401191610a0011010a001201000012b7002800008100ffff40000118000000000000000000000000000000000000000082fd002a"
 
 func TestICRCHardwareCNP(t *testing.T) {
@@ -62,7 +62,7 @@ func TestICRCHardwareCNP(t *testing.T) {
 	}
 }
 
-// The IPv4 UC SEND ONLY vector from DESIGN.md.
+// A known-good IPv4 UC SEND ONLY packet (docs/wire-format.md "ICRC").
 func TestICRCVectorUCSendOnly(t *testing.T) {
 	payload, _ := hex.DecodeString("4630818be28935d90e9a95505401be885e500000")
 	flow := Flow{

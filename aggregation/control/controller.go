@@ -23,7 +23,8 @@ import (
 
 const (
 	// DefaultAddr is where the controller listens unless told otherwise:
-	// loopback only (DESIGN.md "Reliability and security requirements").
+	// loopback only, so that nothing off the host can register or end a job
+	// unless the operator says so (docs/security.md "Local only (default)").
 	DefaultAddr = "127.0.0.1:50099"
 	// DefaultSessionTimeout bounds how long a worker waits in RdmaSession,
 	// Barrier or Broadcast for the other workers.

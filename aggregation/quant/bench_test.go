@@ -8,11 +8,12 @@ import (
 )
 
 // The benchmarks compare each operation with copy() of the same bytes
-// between the same buffers in the same run (DESIGN.md: ≥ 0.8 × copy for
-// 64 MiB). Operation and copy alternate in chunks of at least 1 MiB, so both
-// see the same machine (other processes, memory traffic, frequency); ns/op and
-// MB/s are the operation's alone, copy-MB/s is the copy's, and
-// x-copy = (operation throughput)/(copy throughput).
+// between the same buffers in the same run (the target: ≥ 0.8 × copy for
+// 64 MiB; docs/quantization.md "float32 and int32"). Operation and copy
+// alternate in chunks of at least 1 MiB, so both see the same machine (other
+// processes, memory traffic, frequency); ns/op and MB/s are the operation's
+// alone, copy-MB/s is the copy's, and x-copy = (operation throughput)/(copy
+// throughput).
 
 var benchSizes = []struct {
 	name  string

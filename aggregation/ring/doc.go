@@ -1,5 +1,5 @@
 // Package ring is the ring all-reduce that `swml-rdma bench` measures
-// SwitchML against (DESIGN.md, "Performance targets"): reduce-scatter, then
+// SwitchML against (docs/bench.md "The ring baseline"): reduce-scatter, then
 // all-gather, among N ranks over the same verbs devices the SwitchML
 // workers use, made reliable over UC with a window of acknowledged messages
 // and retransmission. Ring's doc comment gives the protocol; docs/bench.md

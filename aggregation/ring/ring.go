@@ -138,8 +138,8 @@ type ringCounters struct {
 }
 
 // Ring is a ring all-reduce among len(devs) ranks: the baseline SwitchML is
-// measured against (DESIGN.md,
-// "Performance targets"). N ranks, one verbs device each, form a ring; rank
+// measured against (docs/bench.md
+// "The ring baseline"). N ranks, one verbs device each, form a ring; rank
 // r has a UC QP "right" connected to rank r+1's QP "left". Data flows
 // right-ward as RDMA WRITE WITH IMMEDIATE messages; acknowledgements flow
 // back on the same QP pair as zero-length WRITE WITH IMMEDIATE messages.

@@ -229,7 +229,7 @@ func (m *Metadata) ResultLen() int {
 }
 
 // Pipeline is the switch: the seven controls over shared metadata, run in
-// DESIGN.md order by Process. Not safe for concurrent use: one goroutine
+// the order of docs/switch.md "Pipeline" by Process. Not safe for concurrent use: one goroutine
 // runs Process and the table updates, or callers serialise them.
 type Pipeline struct {
 	cfg Config

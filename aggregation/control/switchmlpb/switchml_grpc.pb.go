@@ -2,7 +2,8 @@
 //
 // The fields numbered below 100, the services Session and Sync and the enum
 // PacketSize are wire-compatible with p4lang/p4app-switchML's switchml_proto
-// (written from the facts in DESIGN.md "Control plane", not copied).
+// (written from p4app-switchML's message and field definitions, not copied;
+// docs/control-plane.md "Messages" lists every field and its meaning).
 // Everything swml-rdma adds is an extension: a field number ≥ 100 in an
 // existing message, or the new service Job with its own messages, so a
 // p4app worker talks to our controller unchanged and ignores what it does
