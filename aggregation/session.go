@@ -450,9 +450,9 @@ func (s *Session) String() string {
 // checkUCTruncation says whether this worker's NIC needs the job to send
 // packet writes: a NIC whose UC responder wedges when a multi-packet WRITE
 // loses a packet (Linux rxe, see verbs.UCTruncation) must get every result
-// as a one-packet WRITE, or one lost packet of a result, or one result
-// interleaved with a resend's answer, stops every later result on that QP
-// and the job ends in a timeout far from its cause. The switch's result
+// as a one-packet WRITE: otherwise one lost packet of a result, or one
+// result interleaved with a resend's answer, stops every later result on
+// that QP, and the job ends in a timeout far from its cause. The switch's result
 // mirrors the request that completed its slot, so every worker of the job
 // must send packet writes: the worker says so when it registers
 // (control.Registration.NeedsPacketWrites) and the controller tells every
@@ -464,7 +464,7 @@ func checkUCTruncation(dev verbs.Device, cfg *Config) (needsPacketWrites bool, e
 	if !ok || cfg.PacketsPerMessage <= 1 || !w.UCTruncatedWriteWedges() {
 		return false, nil
 	}
-	wedges := fmt.Sprintf("%s's UC QPs stop accepting messages after a multi-packet WRITE loses a packet (Soft-RoCE; docs/testbed.md \"Known limit\")", dev.Name())
+	wedges := fmt.Sprintf("%s wedges a UC QP on a truncated multi-packet WRITE (Soft-RoCE, docs/testbed.md \"Known limit\")", dev.Name())
 	switch {
 	case cfg.Writes == MessageWrites:
 		return false, fieldError("Writes", cfg.Writes, "%s: use AdaptiveWrites or PacketWrites", wedges)
