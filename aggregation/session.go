@@ -452,9 +452,9 @@ func (s *Session) String() string {
 // loses a packet (Linux rxe, see verbs.UCTruncation) must get every result
 // as a one-packet WRITE: otherwise one lost packet of a result, or one
 // result interleaved with a resend's answer, stops every later result on
-// that QP, and the job ends in a timeout far from its cause. The switch's result
-// mirrors the request that completed its slot, so every worker of the job
-// must send packet writes: the worker says so when it registers
+// that QP, and the job ends in a timeout far from its cause. The switch's
+// result mirrors the request that completed its slot, so every worker of
+// the job must send packet writes: the worker says so when it registers
 // (control.Registration.NeedsPacketWrites) and the controller tells every
 // worker (agreeWrites). It refuses what cannot work on such a NIC: message
 // writes chosen explicitly, and multi-packet messages without per-packet
