@@ -63,7 +63,7 @@ func TestSections(t *testing.T) {
 
 func TestCitations(t *testing.T) {
 	md := "as [benchmarks.md](benchmarks.md) \"Switch cores\" says; protocol.md \"Loss\nrecovery\", Bound;\n" +
-		"docs/testbed.md, \"Known limit\" and \"The rule\"; a file.md without a quote.\n"
+		"docs/testbed.md, \"Known limit\" and \"The rule\"; a file.md without a quote; `code.md \"S\"`.\n"
 	got := MarkdownCitations(md)
 	want := []Citation{
 		{1, "benchmarks.md", []string{"Switch cores"}},
@@ -74,7 +74,7 @@ func TestCitations(t *testing.T) {
 		t.Errorf("MarkdownCitations = %+v, want %+v", got, want)
 	}
 
-	src := []byte("package p\n\n// Measured in docs/benchmarks.md \"Loss\n// recovery\", mechanism 3; see docs/bench.md.\nvar x = \"see (docs/testbed.md \\\"Known limit\\\")\"\n")
+	src := []byte("package p\n\n// Measured in docs/benchmarks.md \"Loss\n// recovery\", mechanism 3; see docs/bench.md.\nvar x = \"see (docs/testbed.md \\\"Known limit\\\")\"\n\n// docs/netlab.md's \"Output\" lists them.\nvar y int\n")
 	cites, err := GoCitations("p.go", src)
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +82,8 @@ func TestCitations(t *testing.T) {
 	wantGo := []Citation{
 		{3, "docs/benchmarks.md", []string{"Loss recovery"}},
 		{4, "docs/bench.md", nil},
-		{5, "docs/testbed.md", []string{"Known limit"}},
+		{7, "docs/netlab.md", []string{"Output"}},
+		{5, "docs/testbed.md", []string{"Known limit"}}, // strings after comments
 	}
 	if !reflect.DeepEqual(cites, wantGo) {
 		t.Errorf("GoCitations = %+v, want %+v", cites, wantGo)

@@ -21,7 +21,7 @@ type Link struct {
 }
 
 // Citation is a document named with a quoted part after it:
-// docs/NAME.md "Section" (also with a comma before the quote, several
+// docs/NAME.md "Section" (also with a comma or 's before the quote, several
 // quotes joined by "and" or commas) or, in Markdown, [x](NAME.md) "Section".
 type Citation struct {
 	Line     int
@@ -115,12 +115,22 @@ func HasSection(md, quoted string) bool {
 	return false
 }
 
-// Links are md's inline link and image targets outside code, with their
-// lines.
+// Links are md's inline link and image targets outside code (fenced or
+// spans), with their lines.
 func Links(md string) []Link {
-	text := strings.Join(prose(md), "\n")
-	// Blank code spans, keeping their newlines, so `[a](b)` in code is no link.
-	text = codeSpan.ReplaceAllStringFunc(text, func(s string) string {
+	text := proseText(md)
+	var out []Link
+	for _, m := range inlineLink.FindAllStringSubmatchIndex(text, -1) {
+		out = append(out, Link{Line: lineOf(text, m[0]), Target: text[m[4]:m[5]]})
+	}
+	return out
+}
+
+// proseText is md outside fenced code with its code spans blanked
+// (newlines kept, so line numbers hold): `[a](b)` or `a.md "S"` in code is
+// an example, not a reference.
+func proseText(md string) string {
+	return codeSpan.ReplaceAllStringFunc(strings.Join(prose(md), "\n"), func(s string) string {
 		return strings.Map(func(r rune) rune {
 			if r == '\n' {
 				return r
@@ -128,11 +138,6 @@ func Links(md string) []Link {
 			return ' '
 		}, s)
 	})
-	var out []Link
-	for _, m := range inlineLink.FindAllStringSubmatchIndex(text, -1) {
-		out = append(out, Link{Line: lineOf(text, m[0]), Target: text[m[4]:m[5]]})
-	}
-	return out
 }
 
 // External reports whether a link target leaves the repository (a URL or
@@ -148,14 +153,15 @@ var (
 	quoted     = regexp.MustCompile(`"([^"]+)"`)
 )
 
-// quotedTail is one quoted part after a file name, optionally after a
-// comma, and more joined by "and" or commas.
-const quotedTail = `(,?\s+"[^"]+"(?:(?:,|\s+and)\s+"[^"]+")*)`
+// quotedTail is one quoted part after a file name (docs/NAME.md "S",
+// docs/NAME.md, "S", docs/NAME.md's "S"), and more joined by "and" or
+// commas.
+const quotedTail = `((?:'s|,)?\s+"[^"]+"(?:(?:,|\s+and)\s+"[^"]+")*)`
 
-// MarkdownCitations are md's citations outside fenced code: a .md file
-// name or a link to one, followed by a quoted section.
+// MarkdownCitations are md's citations outside code: a .md file name or
+// a link to one, followed by a quoted section.
 func MarkdownCitations(md string) []Citation {
-	text := strings.Join(prose(md), "\n")
+	text := proseText(md)
 	var out []Citation
 	for _, m := range mdCitation.FindAllStringSubmatchIndex(text, -1) {
 		file := ""
