@@ -270,7 +270,7 @@ type labRow struct {
 	Error        string `json:"error,omitempty"`
 	// Jobs is --jobs in SwitchML rows, 1 in Gloo's and the ring's (they
 	// run one job whatever --jobs says). With Jobs > 1 every field above
-	// is one SwitchML job run alone first (session 1, the workers' first
+	// is one SwitchML job run alone first (session id 1, the workers' first
 	// addresses: the baseline), and Shared the Jobs jobs then run at once.
 	Jobs   int        `json:"jobs"`
 	Shared *labShared `json:"shared,omitempty"`
@@ -652,7 +652,7 @@ func waitAll(procs []*labProc) error {
 var switchDropsLine = regexp.MustCompile(`(?m)^\s*drops\s+\d+\s+\((.*)\)`)
 var dropReason = regexp.MustCompile(`(\w+)=(\d+)`)
 
-// runSwitchML runs one SwitchML job alone: session 1, every worker on its
+// runSwitchML runs one SwitchML job alone: session id 1, every worker on its
 // first address. The row gets its result.
 func (r *labRunner) runSwitchML(ctx context.Context, lab *netlab.Lab, row *labRow) error {
 	jobs, drops, err := r.runSwitchMLJobs(ctx, lab, row, 1)

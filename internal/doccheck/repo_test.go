@@ -214,9 +214,9 @@ func TestGoCitations(t *testing.T) {
 	}
 }
 
-// TestNoDesignNotesCited: no document, Go file, proto or P4 file cites
-// DESIGN.md, the design notes that live outside the repository; what they
-// said is in docs/.
+// TestNoDesignNotesCited: no document or source file cites the design
+// notes, which live outside the repository; the facts they held are in
+// docs/.
 func TestNoDesignNotesCited(t *testing.T) {
 	root := repoRoot(t)
 	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
