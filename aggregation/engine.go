@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"runtime"
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
@@ -229,6 +230,9 @@ type engine struct {
 	// notified: the CQ's completion notification is armed and the CQ was
 	// polled since (drive's wait step).
 	notified bool
+	// idleSince is when the CQ was first found empty since the last
+	// completion (drive's busy poll).
+	idleSince time.Time
 }
 
 // Work-request ids: the QP index in the high half, the kind in the low.
@@ -353,7 +357,9 @@ func (s *Session) runCall(ctx context.Context, c call) error {
 //     QP, leaves in one system call (send.go);
 //  5. wait for a completion, the next timer or an event from outside
 //     (Close, a cancelled context, the controller), unless this pass had
-//     work: then the next pass polls again at once.
+//     work: then the next pass polls again at once. On a CQ that asks
+//     for it (verbs.BusyPoller: libibverbs), the loop first passes again
+//     for a few microseconds, as RDMA libraries poll before they sleep.
 func (s *lane) drive(ctx context.Context, c *call) error {
 	active, err := s.start(c)
 	if err != nil {
@@ -390,10 +396,23 @@ func (s *lane) drive(ctx context.Context, c *call) error {
 			return err
 		}
 		if k > 0 || active == 0 {
-			e.notified = false
+			e.notified, e.idleSince = false, time.Time{}
 			continue
 		}
-		if !e.notified { // 5
+		if s.spin > 0 && !e.notified { // 5
+			// Busy poll (verbs.BusyPoller): pass again, yielding the
+			// processor, while the CQ has been empty for less than the
+			// CQ's spin and no timer is due — a completion caught by a
+			// poll costs far less than a wake-up through the channel.
+			if e.idleSince.IsZero() {
+				e.idleSince = now
+			}
+			if now.Sub(e.idleSince) < s.spin && now.Before(wakeAt) {
+				runtime.Gosched()
+				continue
+			}
+		}
+		if !e.notified {
 			// Arm the completion notification, then poll once more: a
 			// completion that came before the arm raises no event.
 			if err := s.cq.RequestNotify(); err != nil {

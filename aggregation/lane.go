@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
 	"github.com/swml-rdma/swml-rdma/verbs"
@@ -35,8 +36,11 @@ type lane struct {
 	index int
 	qps   []*qpState // the lane's QPs, by increasing index
 	cq    verbs.CQ
-	eng   engine
-	wake  *timing.Waker
+	// spin is how long the lane busy-polls its empty CQ before it arms
+	// the CQ's notification (verbs.BusyPoller; 0: it does not).
+	spin time.Duration
+	eng  engine
+	wake *timing.Waker
 }
 
 // errLaneStopped ends a lane because another lane of the call failed; the

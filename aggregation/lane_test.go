@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/quant"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/internal/testutil"
+	"github.com/swml-rdma/swml-rdma/verbs"
 )
 
 // threadsOf gives the workers of the lane tests different Threads: which
@@ -187,5 +190,118 @@ func TestSoftThreadsFail(t *testing.T) {
 		}
 	case <-time.After(testutil.Scale(10 * time.Second)):
 		t.Fatal("Close did not interrupt a call with three lanes")
+	}
+}
+
+// spinDevice gives its CQs a busy poll (verbs.BusyPoller), as libibverbs'
+// have, and counts how often the engine arms them.
+type spinDevice struct {
+	verbs.Device
+	spin  time.Duration
+	arms  *atomic.Int64
+	polls *atomic.Int64
+}
+
+type spinCQ struct {
+	verbs.CQ
+	d spinDevice
+}
+
+func (d spinDevice) CreateCQ(n int) (verbs.CQ, error) {
+	cq, err := d.Device.CreateCQ(n)
+	return spinCQ{cq, d}, err
+}
+
+func (c spinCQ) BusyPoll() time.Duration { return c.d.spin }
+
+// spinPD hands the soft device its own CQs.
+type spinPD struct{ verbs.PD }
+
+func (d spinDevice) AllocPD() (verbs.PD, error) {
+	pd, err := d.Device.AllocPD()
+	return spinPD{pd}, err
+}
+
+func (p spinPD) CreateUCQP(cfg verbs.QPConfig) (verbs.QP, error) {
+	for _, cq := range []*verbs.CQ{&cfg.SendCQ, &cfg.RecvCQ} {
+		if s, ok := (*cq).(spinCQ); ok {
+			*cq = s.CQ
+		}
+	}
+	return p.PD.CreateUCQP(cfg)
+}
+
+func (c spinCQ) RequestNotify() error {
+	c.d.arms.Add(1)
+	return c.CQ.RequestNotify()
+}
+
+func (c spinCQ) Poll(wcs []verbs.Completion) (int, error) {
+	c.d.polls.Add(1)
+	return c.CQ.Poll(wcs)
+}
+
+// TestBusyPoll: on a CQ that asks for a busy poll (verbs.BusyPoller), the
+// engine polls an empty CQ for up to its spin before it arms the CQ's
+// notification — here a spin longer than the whole call, so the calls arm
+// nothing once results flow — and the spin bounds nothing else: a result
+// that never comes still times out (a timer cuts the spin short) and
+// Close still interrupts a spinning call.
+func TestBusyPoll(t *testing.T) {
+	c := newSoftCluster(t, inMemory, 27, 0, 0)
+	cfg := softConfig(1, 256, 4, 4)
+	cfg.Threads = 2
+	cfg.RetransmitTimeout = 5 * time.Millisecond
+	cfg.PeerTimeout = 500 * time.Millisecond
+	var arms, polls atomic.Int64
+	dev := c.device(2)
+	j := openJob(t, c.ctlAddr, 2, cfg, func(r int) (verbs.Device, error) {
+		d, err := dev(r)
+		return spinDevice{d, time.Hour, &arms, &polls}, err
+	})
+	for r, w := range j.workers {
+		for _, l := range w.sess.lanes {
+			if l.spin != time.Hour {
+				t.Fatalf("rank %d lane %d: spin %v, want the CQ's", r, l.index, l.spin)
+			}
+		}
+	}
+	in := gradients(9, 2, 20000)
+	out := clone2(in)
+	noErrors(t, j.allReduce(context.Background(), out)) // the first call waits for rank 1 to join
+	arms0, polls0 := arms.Load(), polls.Load()
+	for range 3 {
+		out = clone2(in)
+		noErrors(t, j.allReduce(context.Background(), out))
+		checkSums(t, in, out, 256)
+	}
+	if a, p := arms.Load()-arms0, polls.Load()-polls0; a != 0 || p == 0 {
+		t.Errorf("three calls armed the CQs %d times and polled them %d times; a spin of an hour arms nothing while results flow", a, p)
+	}
+
+	// Rank 1 stays away: rank 0's spin ends at its timers, and the call
+	// fails at PeerTimeout.
+	err := j.workers[0].sess.AllReduce(context.Background(), clone2(in)[0])
+	var pt *PeerTimeoutError
+	if !errors.As(err, &pt) {
+		t.Fatalf("rank 0 alone: %v, want a *PeerTimeoutError", err)
+	}
+
+	// Close interrupts rank 1's lanes while they spin.
+	done := make(chan error, 1)
+	go func() { done <- j.workers[1].sess.AllReduce(context.Background(), clone2(in)[1]) }()
+	for polls.Load() < polls0+1000 { // spinning: no wait to detect but the polls
+		runtime.Gosched()
+	}
+	if err := j.workers[1].sess.Close(); err != nil {
+		t.Logf("close: %v", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("a call interrupted by Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(testutil.Scale(10 * time.Second)):
+		t.Fatal("Close did not interrupt a spinning call")
 	}
 }

@@ -169,6 +169,9 @@ func (s *Session) open(ctx context.Context) error {
 		if l.cq, err = dev.CreateCQ(lq*(depth+sendDepth) + 256); err != nil {
 			return fmt.Errorf("aggregation: create CQ %d on %s: %w", l.index, dev.Name(), err)
 		}
+		if b, ok := l.cq.(verbs.BusyPoller); ok {
+			l.spin = b.BusyPoll()
+		}
 	}
 	qpns := make([]uint32, q)
 	psns := make([]uint32, q)
