@@ -26,9 +26,9 @@
 // non-blocking), acknowledges each and forwards it to CQ.Notifications: a
 // blocked waiter holds no thread and no timer, and wakes when the NIC
 // completes work, not on a polling interval. Before it blocks, verbs.Await
-// polls the CQ for a few microseconds (CQ.BusyPoll): a completion that
-// follows that closely costs a cgo call instead of a wake-up through the
-// channel.
+// polls the CQ of a hardware RNIC for a few microseconds (CQ.BusyPoll; not
+// on rxe, whose NIC is the host's CPU): a completion that follows that
+// closely costs a cgo call instead of a wake-up through the channel.
 //
 // The GID index a QP sends from is looked up in sysfs (gid_attrs/types =
 // "RoCE v2" and the GID equal to the device's address, IPv4-mapped for
