@@ -102,7 +102,15 @@ type qpState struct {
 	// (Session.pktBits > 0): each packet resent on its own is answered on
 	// its own (receive.go).
 	pkts pktResults
+
+	// The QPs of different lanes are written by different cores: no two
+	// qpStates share a cache line (lane.go).
+	_ [cacheLine]byte
 }
+
+// cacheLine is the size of a cache line, for the padding that keeps state
+// written by different lanes' cores on lines of its own.
+const cacheLine = 64
 
 // pktResults are a message's packet results so far.
 type pktResults struct {
@@ -230,6 +238,9 @@ type engine struct {
 	// notified: the CQ's completion notification is armed and the CQ was
 	// polled since (drive's wait step).
 	notified bool
+	// fastAtCall is the lane's fast retransmissions when the call started
+	// (writes.go, lossSignal).
+	fastAtCall uint64
 	// idleSince is when the CQ was first found empty since the last
 	// completion (drive's busy poll).
 	idleSince time.Time

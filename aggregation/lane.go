@@ -41,6 +41,29 @@ type lane struct {
 	spin time.Duration
 	eng  engine
 	wake *timing.Waker
+	// words is gotWords' block.
+	words []uint64
+
+	// stats are the lane's counts of the session's counters (Stats sums
+	// them): counters every lane bumped per packet would bounce one cache
+	// line between their cores. Nothing another lane writes is on their
+	// lines.
+	_     [cacheLine]byte
+	stats counters
+	_     [cacheLine]byte
+}
+
+// gotWords gives a QP of the lane n words for its packet-result bitmap
+// (pktResults.got), from a block of the lane's own: bitmaps allocated one
+// by one would sit side by side on the heap, a cache line written by every
+// lane's results.
+func (s *lane) gotWords(n int) []uint64 {
+	if len(s.words) < n {
+		s.words = make([]uint64, max(n, 64))
+	}
+	w := s.words[:n:n]
+	s.words = s.words[n:]
+	return w
 }
 
 // errLaneStopped ends a lane because another lane of the call failed; the

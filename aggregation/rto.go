@@ -270,8 +270,9 @@ func (s *lane) deadPeer(st *qpState, now time.Time) error {
 		Job: s.assign.JobID, Rank: s.cfg.Rank, QP: st.index, Message: st.msg.cur,
 		Waited: now.Sub(t.sent), Resends: t.resends, Timeouts: t.timeouts,
 		Switch: s.assign.SwitchAddr, KeepAliveBroken: s.ctlLost.Load() != 0,
-		Messages: s.stats.messages.Load(), Retransmissions: s.stats.retransmissions.Load(),
 	}
+	st0 := s.Session.Stats()
+	err.Messages, err.Retransmissions = st0.Messages, st0.Retransmissions
 	if s.pktBits > 0 {
 		err.PacketsBack, err.Packets = st.pkts.n, s.cfg.PacketsPerMessage
 	}

@@ -184,7 +184,7 @@ func (s *Session) open(ctx context.Context) error {
 		st := &qpState{qp: qp, index: i, sendOff: uint64((2*q + i) * s.msgBytes)}
 		// The first message goes in set 0 with id 0.
 		st.msg.set, st.msg.id = 1, wire.MsgIDMask
-		st.pkts.got = make([]uint64, (cfg.PacketsPerMessage+63)/64)
+		st.pkts.got = l.gotWords((cfg.PacketsPerMessage + 63) / 64)
 		s.qps = append(s.qps, st)
 		l.qps = append(l.qps, st)
 		if err := qp.Init(verbs.AccessRemoteWrite); err != nil {
@@ -415,7 +415,15 @@ type counters struct {
 
 // Stats returns the session's counters. Safe for concurrent use.
 func (s *Session) Stats() Stats {
-	c := &s.stats
+	st := s.stats.load()
+	for _, l := range s.lanes {
+		st.add(l.stats.load())
+	}
+	return st
+}
+
+// load reads c's counters.
+func (c *counters) load() Stats {
 	return Stats{
 		AllReduces:              c.allReduces.Load(),
 		Messages:                c.messages.Load(),
@@ -431,6 +439,24 @@ func (s *Session) Stats() Stats {
 		PacketWriteCalls:        c.packetWriteCalls.Load(),
 	}
 }
+
+// add adds o's counts to st's.
+func (st *Stats) add(o Stats) {
+	st.AllReduces += o.AllReduces
+	st.Messages += o.Messages
+	st.Packets += o.Packets
+	st.Retransmissions += o.Retransmissions
+	st.Timeouts += o.Timeouts
+	st.FastRetransmissions += o.FastRetransmissions
+	st.SpuriousRetransmissions += o.SpuriousRetransmissions
+	st.Results += o.Results
+	st.StaleResults += o.StaleResults
+	st.BytesSent += o.BytesSent
+	st.BytesReceived += o.BytesReceived
+	st.PacketWriteCalls += o.PacketWriteCalls
+}
+
+
 
 // who names the session in errors: "job 7 rank 1".
 func (s *Session) who() string {

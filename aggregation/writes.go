@@ -32,7 +32,6 @@ import "sync/atomic"
 // on it. signal and heard are set by any lane during a call; the other
 // fields change only between calls (chooseWrites, under Session.mu).
 type adaptState struct {
-	fast    uint64      // the session's fast retransmissions when the call started
 	msgs    int         // the call's messages
 	signal  atomic.Bool // this worker has seen loss in the call: e1 = 1 from now on
 	heard   atomic.Bool // a result of the call carried e1 ≠ 0
@@ -69,7 +68,10 @@ const (
 func (s *Session) chooseWrites(msgs int) bool {
 	a := &s.adapt
 	lossy := a.heard.Load()
-	a.fast, a.msgs, a.lastHeard = s.stats.fastRetransmissions.Load(), msgs, lossy
+	a.msgs, a.lastHeard = msgs, lossy
+	for _, l := range s.lanes {
+		l.eng.fastAtCall = l.stats.fastRetransmissions.Load()
+	}
 	a.signal.Store(false)
 	a.heard.Store(false)
 	if s.pktBits == 0 {
@@ -93,9 +95,14 @@ func (s *Session) chooseWrites(msgs int) bool {
 
 // lossSignal is the e1 of a message sent now (adaptState): e1Loss once
 // RACK found one in lossyFastRetransmits of the call's messages lost.
-func (s *Session) lossSignal() int8 {
+//
+// Each lane judges its own share of the call's messages by its own count:
+// summing every lane's count for each message would read lines other
+// cores write. Any lane's finding is the worker's (a.signal).
+func (s *lane) lossSignal() int8 {
 	a := &s.adapt
-	if !a.signal.Load() && (s.stats.fastRetransmissions.Load()-a.fast)*lossyFastRetransmits >= uint64(max(a.msgs, 1)) {
+	found := (s.stats.fastRetransmissions.Load() - s.eng.fastAtCall) * lossyFastRetransmits * uint64(len(s.lanes))
+	if !a.signal.Load() && found >= uint64(max(a.msgs, 1)) {
 		a.signal.Store(true)
 	}
 	if a.signal.Load() {

@@ -88,7 +88,7 @@ func TestMixedWrites(t *testing.T) {
 // worker signals loss (e1) once RACK found one in 64 of the call's
 // messages lost.
 func TestChooseWrites(t *testing.T) {
-	s := &Session{}
+	s := oneLane(&Session{})
 	s.pktBits = 4
 	// call starts a call of 640 messages after one whose results carried
 	// the loss signal if heard.

@@ -82,8 +82,19 @@ type Switch struct {
 	routes  map[uint32]route // by switch QPN
 	devices map[netip.Addr]*Device
 
+	// counts are the request and result counters, one cache line per
+	// shard of QPs (path.counts): lanes of a session posting on their own
+	// cores bump their own.
+	counts [countShards]countShard
+	drops  [numDropReasons]atomic.Uint64
+}
+
+// countShards is how many counter shards a switch has (QPN mod it).
+const countShards = 16
+
+type countShard struct {
 	requests, results atomic.Uint64
-	drops             [numDropReasons]atomic.Uint64
+	_                 [112]byte // whatever the alignment, no two shards share a line
 }
 
 // route is a switch QPN's job and QP index.
@@ -150,7 +161,11 @@ func (sw *Switch) RemoveJob(_ context.Context, id uint32) error {
 
 // Stats returns the switch's counters.
 func (sw *Switch) Stats() Stats {
-	s := Stats{Requests: sw.requests.Load(), Results: sw.results.Load()}
+	var s Stats
+	for i := range sw.counts {
+		s.Requests += sw.counts[i].requests.Load()
+		s.Results += sw.counts[i].results.Load()
+	}
 	for i := range s.Drops {
 		s.Drops[i] = sw.drops[i].Load()
 	}
@@ -169,6 +184,7 @@ type path struct {
 	dst    *QP // nil: results cannot land (reason)
 	dstMR  *MR
 	reason DropReason // why, when job or dst is nil
+	counts *countShard
 }
 
 // resolve builds q's path. Lock order: Switch.mu, then Device.mu, then
@@ -176,7 +192,7 @@ type path struct {
 func (sw *Switch) resolve(q *QP) path {
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
-	p := path{gen: sw.gen.Load(), reason: DropUnknownQP}
+	p := path{gen: sw.gen.Load(), reason: DropUnknownQP, counts: &sw.counts[q.qpn%countShards]}
 	q.mu.Lock()
 	rtr := q.rtr
 	q.mu.Unlock()
@@ -215,8 +231,8 @@ func (sw *Switch) resolve(q *QP) path {
 // request, so its result is the payload and the immediate (the maximum of
 // one worker's exponents is its own), written back at the request's va
 // as the switch pipeline's RDMASender would.
-func (sw *Switch) answer(p *path, wr *verbs.SendWR, src *MR, payload []byte) {
-	sw.requests.Add(1)
+func (sw *Switch) answer(p *path, wr *verbs.SendWR, payload []byte) {
+	p.counts.requests.Add(1)
 	if wr.Opcode != verbs.WRRDMAWriteWithImm {
 		sw.drop(DropOpcode)
 		return
@@ -242,9 +258,9 @@ func (sw *Switch) answer(p *path, wr *verbs.SendWR, src *MR, payload []byte) {
 		sw.drop(p.reason)
 		return
 	}
-	if r, ok := p.dst.deliver(p.dstMR, src, wr.RemoteAddr, wr.Imm, payload); !ok {
+	if r, ok := p.dst.deliver(p.dstMR, wr.RemoteAddr, wr.Imm, payload); !ok {
 		sw.drop(r)
 		return
 	}
-	sw.results.Add(1)
+	p.counts.results.Add(1)
 }
