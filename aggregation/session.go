@@ -456,8 +456,6 @@ func (st *Stats) add(o Stats) {
 	st.PacketWriteCalls += o.PacketWriteCalls
 }
 
-
-
 // who names the session in errors: "job 7 rank 1".
 func (s *Session) who() string {
 	id := uint32(0)

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
 
