@@ -340,7 +340,9 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 	}
 	sess, err := aggregation.Open(ctx, scfg)
 	if err != nil {
-		return workerResult{}, err
+		// A Config error that only Open can find (message writes on rxe)
+		// is said in the terms of the flags.
+		return workerResult{}, cfg.flagError(err)
 	}
 	closed := false
 	defer func() {
