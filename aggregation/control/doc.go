@@ -14,6 +14,17 @@
 // closes before it ended, a rank never opens KeepAlive within the liveness
 // timeout, or the controller closes.
 //
+// Files: controller.go (Controller, its Config and gRPC services),
+// programmer.go (Programmer), auth.go (tokens, who may call), sync.go
+// (Barrier, Broadcast), client.go (Client), metrics.go; and a session's way
+// from registration to the end of its job, one concern per file
+// (session.go's header follows one job through them): session.go (the
+// state), register.go (one request, checked on its own), rendezvous.go (the
+// ranks meet), p4app.go (p4app-switchML workers), alloc.go (the job's pool
+// range, QPNs and PSNs, installed), liveness.go (KeepAlive, the liveness
+// and idle checks), teardown.go (EndSession, a job's end), list.go
+// (ListJobs).
+//
 // Concurrency: Controller and Client are safe for concurrent use. The
 // controller holds one mutex over its tables and never holds it across a
 // Programmer call; each job, pending session and sync generation has a
