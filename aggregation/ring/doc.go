@@ -8,6 +8,14 @@
 // A Rank is an aggregation.AllReducer, as an aggregation.Session is, so
 // the benchmark loop drives both the same way.
 //
+// Files: ring.go (Ring, Rank, New, Close; the protocol in Ring's doc
+// comment, and a map of the files), config.go, stats.go, call.go
+// (AllReduce); engine.go, a rank's engine loop, and the flows it runs, one
+// per file: send.go (the window, an item out), receive.go (an item in,
+// consumed once), ack.go (acknowledgements, fast retransmit), rto.go (the
+// retransmission timer), items.go (which elements an item carries, its
+// slots and immediate).
+//
 // Concurrency: New builds every rank in one process; Rank(i).AllReduce is
 // called by one goroutine per rank (calls on one rank run one at a time);
 // Close may be called from any goroutine, to abort calls in progress too.
