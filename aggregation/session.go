@@ -160,11 +160,14 @@ func (s *Session) open(ctx context.Context) error {
 	s.recvDepth = depth
 	for _, l := range s.lanes {
 		e := &l.eng
+		// Scratch the lane writes per message: 8 more elements than it
+		// needs, so that no other lane's is on its last cache line.
 		if s.pktBits > 0 {
-			e.pktWRs = make([]verbs.SendWR, 0, cfg.PacketsPerMessage)
+			e.pktWRs = make([]verbs.SendWR, 0, cfg.PacketsPerMessage+8)
 		}
-		e.recvWRs = make([]verbs.RecvWR, max(answers, recvBase))
-		e.wcs = make([]verbs.Completion, 64)
+		n := max(answers, recvBase)
+		e.recvWRs = make([]verbs.RecvWR, n, n+8)
+		e.wcs = make([]verbs.Completion, 64, 64+8)
 		lq := (q - l.index + len(s.lanes) - 1) / len(s.lanes) // the lane's QPs
 		if l.cq, err = dev.CreateCQ(lq*(depth+sendDepth) + 256); err != nil {
 			return fmt.Errorf("aggregation: create CQ %d on %s: %w", l.index, dev.Name(), err)

@@ -130,7 +130,7 @@ func (p *PD) CreateUCQP(cfg verbs.QPConfig) (verbs.QP, error) {
 	}
 	d.nextQPN++
 	qp := &QP{dev: d, qpn: d.nextQPN, sendCQ: send, recvCQ: recv, maxSend: cfg.MaxSendWR}
-	qp.recv.ids = make([]uint64, cfg.MaxRecvWR)
+	qp.recv.ids = make([]uint64, cfg.MaxRecvWR, cfg.MaxRecvWR+8) // +8: no other QP's on its last line
 	d.qps[qp.qpn] = qp
 	d.sw.gen.Add(1)
 	return qp, nil
@@ -197,6 +197,9 @@ type QP struct {
 		ids     []uint64
 		head, n int
 	}
+
+	// QPs of different lanes are posted to from different cores.
+	_ [64]byte
 }
 
 func (q *QP) QPN() uint32          { return q.qpn }
@@ -339,6 +342,10 @@ type CQ struct {
 	head, n  int
 	closed   bool
 	overruns uint64
+
+	// A CQ per lane of a session, written per completion by the lane's
+	// core: CQs allocated one after another must share no cache line.
+	_ [64]byte
 }
 
 func (c *CQ) push(wc verbs.Completion) {
