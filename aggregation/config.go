@@ -79,7 +79,7 @@ type Config struct {
 	// path needs): size it to the bandwidth-delay product.
 	QPs int
 	// Threads is how many goroutines drive the QPs (1 if 0): each drives
-	// every Threads-th QP through its own completion queue, so one call
+	// a block of QPs/Threads QPs through its own completion queue, so one call
 	// uses up to Threads cores for quantizing, dequantizing and the NIC's
 	// work requests, as p4app-switchML's client runs a thread per group
 	// of QPs. At most QPs; a local choice that other workers need not

@@ -2,11 +2,10 @@ package aggregation
 
 // The engine: the goroutines that run AllReduce drive the session's QPs
 // through one tensor. The QPs are split into lanes (Config.Threads): each
-// lane owns every Threads-th QP, its own completion queue, its own
+// lane owns a block of neighbouring QPs, its own completion queue, its own
 // estimators and window, and is driven by one goroutine — the caller's for
 // lane 0 — with no goroutine per QP or packet and nothing shared on the
-// hot path but the tensor (each message owns its span) and atomic counters
-// (lane.go). Follow one message through a lane in four files:
+// hot path but the tensor, in which each message owns its span (lane.go). Follow one message through a lane in four files:
 //
 //	engine.go   the state (qpState, engine) and the loop (drive):
 //	            poll → complete → timers → doorbell → wait

@@ -11,7 +11,7 @@ import (
 )
 
 // A lane is one driving goroutine's share of a session (Config.Threads):
-// the QPs whose index is lane mod Threads, the completion queue they
+// a block of neighbouring QPs (laneOf), the completion queue they
 // complete on, and an engine of its own. Lanes run the worker protocol of
 // docs/protocol.md side by side, as p4app-switchML's client runs one
 // thread per group of QPs, and meet only where the job needs one worker:
@@ -74,9 +74,9 @@ var errLaneStopped = errors.New("aggregation: another lane of the call failed")
 // on the calling goroutine, and returns the first lane's error.
 func (s *Session) driveLanes(ctx context.Context, c *call) error {
 	lanes := s.lanes
-	if n := min(len(lanes), c.msgs); n < len(lanes) {
+	for len(lanes) > 1 && lanes[len(lanes)-1].qps[0].index >= c.msgs {
 		// A lane whose first QP has no message has none at all.
-		lanes = lanes[:n]
+		lanes = lanes[:len(lanes)-1]
 	}
 	if len(lanes) == 1 {
 		return lanes[0].drive(ctx, c)
@@ -119,6 +119,14 @@ func (s *Session) fire() {
 		l.wake.Fire()
 	}
 }
+
+// laneOf is the lane that drives QP i: the QPs in blocks, lane l the
+// l-th Threads-th of them. Message j goes on QP j mod QPs, so a lane's
+// messages come in runs of QPs/Threads neighbours: each core works on
+// long stretches of the tensor, not on every other message (alternating
+// 16 KiB stretches between two cores cost more than one core alone, the
+// cores' prefetchers reaching into each other's lines).
+func (s *Session) laneOf(i int) int { return i * len(s.lanes) / s.cfg.QPs }
 
 // threadsFor is how many lanes a session of cfg runs.
 func threadsFor(cfg *Config) int { return max(1, min(cfg.Threads, cfg.QPs)) }

@@ -79,7 +79,7 @@ func (s *lane) complete(c *call, wc *verbs.Completion, now time.Time) (done bool
 	qi := int(wc.WRID >> 32)
 	// The work request id holds the session's QP index; the lane's CQ
 	// completes only the lane's QPs.
-	if qi >= len(s.Session.qps) || qi%len(s.lanes) != s.index {
+	if qi >= len(s.Session.qps) || s.laneOf(qi) != s.index {
 		return false, fmt.Errorf("aggregation: %v: completion of unknown work request %#x", s.who(), wc.WRID)
 	}
 	st := s.Session.qps[qi]

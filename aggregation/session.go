@@ -168,7 +168,12 @@ func (s *Session) open(ctx context.Context) error {
 		n := max(answers, recvBase)
 		e.recvWRs = make([]verbs.RecvWR, n, n+8)
 		e.wcs = make([]verbs.Completion, 64, 64+8)
-		lq := (q - l.index + len(s.lanes) - 1) / len(s.lanes) // the lane's QPs
+		lq := 0 // the lane's QPs
+		for i := range q {
+			if s.laneOf(i) == l.index {
+				lq++
+			}
+		}
 		if l.cq, err = dev.CreateCQ(lq*(depth+sendDepth) + 256); err != nil {
 			return fmt.Errorf("aggregation: create CQ %d on %s: %w", l.index, dev.Name(), err)
 		}
@@ -179,7 +184,7 @@ func (s *Session) open(ctx context.Context) error {
 	qpns := make([]uint32, q)
 	psns := make([]uint32, q)
 	for i := range q {
-		l := s.lanes[i%len(s.lanes)]
+		l := s.lanes[s.laneOf(i)]
 		qp, err := s.pd.CreateUCQP(verbs.QPConfig{SendCQ: l.cq, RecvCQ: l.cq, MaxSendWR: sendDepth, MaxRecvWR: depth})
 		if err != nil {
 			return fmt.Errorf("aggregation: create UC QP %d of %d on %s: %w", i, q, dev.Name(), err)
@@ -257,7 +262,7 @@ func (s *Session) open(ctx context.Context) error {
 		}
 		// Results can arrive as soon as any worker sends: receives go in
 		// before this worker sends anything.
-		if err := s.lanes[i%len(s.lanes)].postRecvs(st, recvBase); err != nil {
+		if err := s.lanes[s.laneOf(i)].postRecvs(st, recvBase); err != nil {
 			return err
 		}
 	}
