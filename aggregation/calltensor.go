@@ -73,41 +73,54 @@ func (s *Session) blockExponents(c *call) error {
 		s.exps = make([]int8, c.msgs)
 	}
 	c.exps = s.exps[:c.msgs]
-	marked := s.cfg.PropagateNonFinite
 	parts := min(len(s.lanes), c.msgs/minExponentPart+1)
-	errs := make([]error, parts)
-	part := func(p int) {
-		for j := p * c.msgs / parts; j < (p+1)*c.msgs/parts; j++ {
-			lo, hi := c.span(j)
-			e, err := c.blockExponent(lo, hi, marked)
-			if err != nil {
-				var nf *quant.NonFiniteError
-				if errors.As(err, &nf) {
-					err = &quant.NonFiniteError{Index: lo + nf.Index, Value: nf.Value}
-				}
-				errs[p] = err
-				return
-			}
-			c.exps[j] = e
-		}
+	if parts == 1 {
+		return inputError(s.exponentsOf(c, 0, 1)) // no goroutine, no allocation
 	}
+	errs := make([]error, parts)
 	var wg sync.WaitGroup
 	for p := 1; p < parts; p++ {
-		wg.Go(func() { part(p) })
+		wg.Go(func() { errs[p] = s.exponentsOf(c, p, parts) })
 	}
-	part(0)
+	errs[0] = s.exponentsOf(c, 0, parts)
 	wg.Wait()
 	for _, err := range errs {
-		var nf *quant.NonFiniteError
-		switch {
-		case err == nil:
-		case errors.As(err, &nf):
-			return fmt.Errorf("aggregation: AllReduce: element %d is %v: gradients must be finite (nothing was sent; the other workers wait for this one until their PeerTimeout; Config.PropagateNonFinite sends such blocks back as NaN instead): %w", nf.Index, nf.Value, err)
-		default:
-			return fmt.Errorf("aggregation: AllReduce: %w", err)
+		if err != nil {
+			return inputError(err) // the lowest part's: the first bad element
 		}
 	}
 	return nil
+}
+
+// exponentsOf computes the exponents of part p of parts of c's messages;
+// a non-finite element's error names its index in the tensor.
+func (s *Session) exponentsOf(c *call, p, parts int) error {
+	for j := p * c.msgs / parts; j < (p+1)*c.msgs/parts; j++ {
+		lo, hi := c.span(j)
+		e, err := c.blockExponent(lo, hi, s.cfg.PropagateNonFinite)
+		if err != nil {
+			var nf *quant.NonFiniteError
+			if errors.As(err, &nf) {
+				err = &quant.NonFiniteError{Index: lo + nf.Index, Value: nf.Value}
+			}
+			return err
+		}
+		c.exps[j] = e
+	}
+	return nil
+}
+
+// inputError is AllReduce's error for a tensor blockExponents refused.
+func inputError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var nf *quant.NonFiniteError // declared here: it escapes
+	switch {
+	case errors.As(err, &nf):
+		return fmt.Errorf("aggregation: AllReduce: element %d is %v: gradients must be finite (nothing was sent; the other workers wait for this one until their PeerTimeout; Config.PropagateNonFinite sends such blocks back as NaN instead): %w", nf.Index, nf.Value, err)
+	}
+	return fmt.Errorf("aggregation: AllReduce: %w", err)
 }
 
 // minExponentPart is the fewest messages worth a goroutine of their own in

@@ -309,7 +309,7 @@ func (c *call) span(j int) (lo, hi int) {
 	return lo, min(lo+c.vals, c.n)
 }
 
-func (s *Session) runCall(ctx context.Context, c call) error {
+func (s *Session) runCall(ctx context.Context, arg call) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("aggregation: AllReduce not started: %w", err)
 	}
@@ -322,11 +322,16 @@ func (s *Session) runCall(ctx context.Context, c call) error {
 		}
 		return fmt.Errorf("aggregation: %w: %w", ErrBroken, s.broken)
 	}
+	// The call lives in the session (the lanes share it), not on the
+	// heap per call; it lets go of the caller's tensor when done.
+	s.call = arg
+	defer s.endCall()
+	c := &s.call
 	c.vals = s.msgBytes / 4
 	c.msgs = (c.n + c.vals - 1) / c.vals
 	if c.float() {
 		// Bad input fails here, with nothing sent: the session goes on.
-		if err := s.blockExponents(&c); err != nil {
+		if err := s.blockExponents(c); err != nil {
 			return err
 		}
 	}
@@ -343,7 +348,7 @@ func (s *Session) runCall(ctx context.Context, c call) error {
 	if s.pktWrites {
 		s.stats.packetWriteCalls.Add(1)
 	}
-	if err := s.driveLanes(ctx, &c); err != nil {
+	if err := s.driveLanes(ctx, c); err != nil {
 		s.broken = err
 		return err
 	}
@@ -351,6 +356,9 @@ func (s *Session) runCall(ctx context.Context, c call) error {
 	s.stats.callTimes.observe(time.Since(start))
 	return nil
 }
+
+// endCall drops the finished call's tensor.
+func (s *Session) endCall() { s.call = call{} }
 
 // drive runs the worker protocol of docs/protocol.md for one tensor: it
 // sends each QP's first message, then loops
@@ -525,18 +533,4 @@ func (s *lane) switchGoneAt() (time.Time, bool) {
 		t = s.eng.callStart
 	}
 	return t.Add(switchGoneAfter), true
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

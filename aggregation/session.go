@@ -97,7 +97,9 @@ type Session struct {
 	// pktBits > 0 enables per-packet recovery (timers.go, resend): the
 	// packet index bits of wire.PacketMsgID.
 	pktBits uint
-	// exps is blockExponents' scratch, reused by every call.
+	// call is the running call (runCall); exps is blockExponents'
+	// scratch, reused by every call.
+	call call
 	exps []int8
 	// fireAll is s.fire as a value made once (context.AfterFunc's).
 	fireAll func()

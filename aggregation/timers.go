@@ -30,7 +30,11 @@ package aggregation
 // timers returns the earliest time at which one of these can happen, and
 // the loop sleeps until then at most.
 
-import "time"
+import (
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
+)
 
 // timers runs step 3 of the timer flow for every message in flight and
 // returns when the loop must look again at the latest. A gap between
@@ -61,7 +65,7 @@ func (s *lane) timers(now time.Time) (time.Time, error) {
 	// between passes can only mean this process was not running.
 	wakeAt := now.Add(s.cfg.PeerTimeout / 4)
 	if t, ok := s.switchGoneAt(); ok {
-		wakeAt = minTime(wakeAt, t)
+		wakeAt = timing.Earlier(wakeAt, t)
 	}
 	for _, st := range s.qps {
 		if !st.msg.busy {
@@ -84,9 +88,9 @@ func (s *lane) timers(now time.Time) (time.Time, error) {
 				return wakeAt, err
 			}
 		case lost:
-			wakeAt = minTime(wakeAt, lostAt)
+			wakeAt = timing.Earlier(wakeAt, lostAt)
 		}
-		wakeAt = minTime(wakeAt, minTime(s.expiry(st), t.sent.Add(s.cfg.PeerTimeout)))
+		wakeAt = timing.Earlier(wakeAt, timing.Earlier(s.expiry(st), t.sent.Add(s.cfg.PeerTimeout)))
 	}
 	return wakeAt, nil
 }
@@ -165,7 +169,7 @@ func (s *lane) spurious(st *qpState, r resultKind, now time.Time) bool {
 func (s *lane) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 	e := &s.eng
 	e.backedOff = 0
-	e.rackProgress = maxTime(e.rackProgress, xmit.Add(r))
+	e.rackProgress = timing.Later(e.rackProgress, xmit.Add(r))
 	if st.msg.joining {
 		// A QP's first message of a call is round 0, one packet: on an
 		// idle link its result is back in a fraction of a full message's

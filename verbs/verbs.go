@@ -413,6 +413,17 @@ func Await(cq CQ, wcs []Completion, wake <-chan struct{}) (int, error) {
 	}
 }
 
+// Wait is CQ.Wait for a backend whose CQ needs nothing more than Await:
+// it waits with ctx.Done() as the wake-up and returns ctx's error when that
+// ended the wait.
+func Wait(ctx context.Context, cq CQ, wcs []Completion) (int, error) {
+	n, err := Await(cq, wcs, ctx.Done())
+	if n == 0 && err == nil {
+		return 0, ctx.Err()
+	}
+	return n, err
+}
+
 // busyPoll polls cq until it yields completions, wake is ready (woken) or
 // spin has passed. Between polls it yields the processor to runnable
 // goroutines (which may be the ones that complete the work: a userspace

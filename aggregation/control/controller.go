@@ -216,6 +216,16 @@ const (
 
 var endReasons = []string{endReasonEnd, endReasonAbort, endReasonKeepAlive, endReasonLiveness, endReasonIdle, endReasonReplaced, endReasonShutdown}
 
+// SetSwitchAddr sets SwitchIPv4 or SwitchIPv6, whichever is a's family
+// (an IPv4-mapped IPv6 address is IPv4).
+func (c *Config) SetSwitchAddr(a netip.Addr) {
+	if a = a.Unmap(); a.Is4() {
+		c.SwitchIPv4 = a
+	} else {
+		c.SwitchIPv6 = a
+	}
+}
+
 // New checks cfg and builds a Controller; call Serve to accept workers.
 func New(cfg Config) (*Controller, error) {
 	if cfg.Programmer == nil {

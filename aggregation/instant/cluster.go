@@ -82,11 +82,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}
 	ctl.MaxWorkers = 1
 	ctl.AllowAddressMismatch = true
-	if a := cfg.SwitchAddr.Unmap(); a.Is4() {
-		ctl.SwitchIPv4 = a
-	} else {
-		ctl.SwitchIPv6 = a
-	}
+	ctl.SetSwitchAddr(cfg.SwitchAddr)
 	if c.Controller, err = control.New(ctl); err != nil {
 		return nil, fmt.Errorf("instant: controller: %w", err)
 	}

@@ -404,11 +404,7 @@ func (c *CQ) RequestNotify() error {
 func (c *CQ) Notifications() <-chan struct{} { return c.notify }
 
 func (c *CQ) Wait(ctx context.Context, wcs []verbs.Completion) (int, error) {
-	n, err := verbs.Await(c, wcs, ctx.Done())
-	if n == 0 && err == nil {
-		return 0, ctx.Err()
-	}
-	return n, err
+	return verbs.Wait(ctx, c, wcs)
 }
 
 func (c *CQ) Close() error {

@@ -158,11 +158,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if ctlCfg.MaxWorkers == 0 {
 		ctlCfg.MaxWorkers = c.Switch.Config().Model.MaxWorkers
 	}
-	if a := cfg.Switch.Addr.Unmap(); a.Is4() {
-		ctlCfg.SwitchIPv4 = a
-	} else {
-		ctlCfg.SwitchIPv6 = a
-	}
+	ctlCfg.SetSwitchAddr(cfg.Switch.Addr)
 	if c.Controller, err = control.New(ctlCfg); err != nil {
 		return nil, fmt.Errorf("local: controller: %w", err)
 	}

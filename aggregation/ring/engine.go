@@ -205,7 +205,7 @@ func (rr *Rank) progress(now time.Time, wake *time.Time) error {
 	if err := rr.fill(now); err != nil {
 		return err
 	}
-	*wake = minTime(*wake, minTime(e.nextTimer, e.lastProgress.Add(rr.cfg.PeerTimeout)))
+	*wake = timing.Earlier(*wake, timing.Earlier(e.nextTimer, e.lastProgress.Add(rr.cfg.PeerTimeout)))
 	return nil
 }
 
@@ -220,18 +220,4 @@ func (rr *Rank) stalled(now time.Time) error {
 	}
 	return fmt.Errorf("ring: rank %d: %w: nothing new for %v, %s; %d of %d messages received, %d of %d acknowledged (is every rank calling AllReduce with the same length? raise Config.PeerTimeout if the network is merely slow)",
 		rr.rank, ErrPeerTimeout, now.Sub(e.lastProgress).Round(time.Millisecond), what, e.recvCount, e.k, e.sendBase, e.k)
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

@@ -6,7 +6,11 @@ package ring
 // RetransmitTimeout; an expiry resends the oldest unacknowledged item and
 // doubles the timeout, up to MaxRetransmitTimeout (timers).
 
-import "time"
+import (
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
+)
 
 // timers handles the retransmission timers: the oldest unacknowledged item
 // whose timer expired is resent and the timeout doubles until the next
@@ -41,9 +45,9 @@ func (rr *Rank) timers(now time.Time) error {
 			if due {
 				f.restarts++
 			}
-			f.deadline = maxTime(f.deadline, now.Add(e.rto))
+			f.deadline = timing.Later(f.deadline, now.Add(e.rto))
 		}
-		e.nextTimer = minTime(e.nextTimer, f.deadline)
+		e.nextTimer = timing.Earlier(e.nextTimer, f.deadline)
 	}
 	return rr.postData()
 }
@@ -58,7 +62,7 @@ func (rr *Rank) retransmit(k int, now time.Time) {
 	f := &e.flight[k%rr.window]
 	e.txSeq++
 	f.sent, f.seq, f.later, f.resent, f.deadline, f.restarts = now, e.txSeq, 0, true, now.Add(e.rto), 0
-	e.nextTimer = minTime(e.nextTimer, f.deadline)
+	e.nextTimer = timing.Earlier(e.nextTimer, f.deadline)
 	e.sendWRs = append(e.sendWRs, rr.dataWR(k, f.length))
 	rr.cnt.retransmissions.Add(1)
 }

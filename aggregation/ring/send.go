@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
 
@@ -46,7 +47,7 @@ func (rr *Rank) fill(now time.Time) error {
 		f := &e.flight[k%rr.window]
 		e.txSeq++
 		*f = ringFlight{k: k, length: length, sent: now, seq: e.txSeq, deadline: now.Add(e.rto)}
-		e.nextTimer = minTime(e.nextTimer, f.deadline)
+		e.nextTimer = timing.Earlier(e.nextTimer, f.deadline)
 		e.sendWRs = append(e.sendWRs, rr.dataWR(k, length))
 		rr.cnt.messages.Add(1)
 	}

@@ -57,7 +57,11 @@ func (tc endToEnd) run(t *testing.T, fb fabric) {
 	if err := sw.AddJob(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
-	timeout := 200 * time.Millisecond
+	// Without loss nothing may be resent: the workers' timer only
+	// guards against a hang, long enough that a loaded host does not
+	// fire it (a spurious resend would be answered by a unicast and
+	// fail the counters below).
+	timeout := testutil.Scale(5 * time.Second)
 	if tc.ingress > 0 {
 		timeout = 20 * time.Millisecond
 	}
@@ -69,12 +73,9 @@ func (tc endToEnd) run(t *testing.T, fb fabric) {
 		}
 	}
 	if tc.ingress == 0 {
-		// The counters of a sendmmsg move after the kernel delivered it. A
-		// worker on a busy machine may resend a message whose result was
-		// on its way (a spurious timeout): each such request is a
-		// retransmission answered by a unicast.
+		// The counters of a sendmmsg move after the kernel delivered it.
 		want := uint64(tc.n * tc.q * tc.ppm * tc.rounds)
-		waitFor(t, func() bool { st := sw.Stats(); return st.PacketsOut == want+st.Model.Unicasts })
+		waitFor(t, func() bool { return sw.Stats().PacketsOut == want })
 	}
 	st := settled(t, sw)
 	if tc.ingress > 0 {
@@ -83,12 +84,11 @@ func (tc endToEnd) run(t *testing.T, fb fabric) {
 		}
 	} else {
 		want := uint64(tc.n * tc.q * tc.ppm * tc.rounds)
-		if st.Model.Aggregated != want || st.Model.Completed != want/uint64(tc.n) || st.PacketsIn != want+st.Model.Retransmissions ||
-			st.PacketsOut != want+st.Model.Unicasts || st.Model.Unicasts+st.Drops(switchmodel.DropRetransmitIncomplete) != st.Model.Retransmissions {
+		if st.Model.Aggregated != want || st.Model.Completed != want/uint64(tc.n) || st.PacketsIn != want || st.PacketsOut != want {
 			t.Errorf("counters %+v, want %d aggregated", st, want)
 		}
 		for r, v := range st.Model.Drops {
-			if v != 0 && switchmodel.DropReason(r) != switchmodel.DropRetransmitIncomplete {
+			if v != 0 {
 				t.Errorf("%d drops for %v", v, switchmodel.DropReason(r))
 			}
 		}

@@ -294,11 +294,7 @@ func (c *CQ) Notifications() <-chan struct{} { return c.notify }
 // Wait blocks on the completion channel until a completion arrives or ctx
 // is done.
 func (c *CQ) Wait(ctx context.Context, wcs []verbs.Completion) (int, error) {
-	n, err := verbs.Await(c, wcs, ctx.Done())
-	if n == 0 && err == nil {
-		return 0, ctx.Err()
-	}
-	return n, err
+	return verbs.Wait(ctx, c, wcs)
 }
 
 // Close destroys the CQ. Idempotent. libibverbs refuses (EBUSY) while QPs
