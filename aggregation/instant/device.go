@@ -77,7 +77,9 @@ func (d *Device) CreateCQ(entries int) (verbs.CQ, error) {
 	if entries <= 0 {
 		return nil, fmt.Errorf("instant: create CQ with %d entries: %w", entries, verbs.ErrInvalidArgument)
 	}
-	return &CQ{ring: make([]verbs.Completion, entries), notify: make(chan struct{}, 1)}, nil
+	c := new(CQ)
+	c.Init(entries)
+	return c, nil
 }
 
 // mr is the MR with key, or nil.
@@ -267,7 +269,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 		// completes a UC send when it is on the wire, before any
 		// result can come back.
 		if wr.Signaled {
-			q.sendCQ.push(verbs.Completion{WRID: wr.ID, Opcode: verbs.WCRDMAWrite, QPN: q.qpn, ByteLen: wr.Local.Length})
+			q.sendCQ.Push(&verbs.Completion{WRID: wr.ID, Opcode: verbs.WCRDMAWrite, QPN: q.qpn, ByteLen: wr.Local.Length})
 		}
 		sw.answer(&q.send.path, wr, src.buf[wr.Local.Addr:wr.Local.Addr+uint64(wr.Local.Length)])
 	}
@@ -314,7 +316,7 @@ func (q *QP) deliver(mr *MR, va uint64, imm uint32, payload []byte) (DropReason,
 	// The bytes land before the completion is pushed under the CQ's lock:
 	// whoever polls the completion sees them.
 	copy(mr.buf[va:], payload)
-	q.recvCQ.push(verbs.Completion{WRID: id, Opcode: verbs.WCRecvRDMAWithImm, QPN: q.qpn, ByteLen: uint32(len(payload)), Imm: imm, HasImm: true})
+	q.recvCQ.Push(&verbs.Completion{WRID: id, Opcode: verbs.WCRecvRDMAWithImm, QPN: q.qpn, ByteLen: uint32(len(payload)), Imm: imm, HasImm: true})
 	return 0, true
 }
 
@@ -330,90 +332,11 @@ func (q *QP) Close() error {
 	return nil
 }
 
-// CQ is a completion queue: a ring of its capacity. A completion that
-// finds it full is lost and counted (a real CQ overrun puts its QPs in
+// CQ is a completion queue (verbs.CQRing). A completion that finds it
+// full is lost and reported by Poll (a real CQ overrun puts its QPs in
 // error; the engine sizes its CQ for every completion it can have).
-type CQ struct {
-	notify chan struct{} // the completion channel
-	armed  atomic.Bool
-
-	mu       sync.Mutex
-	ring     []verbs.Completion
-	head, n  int
-	closed   bool
-	overruns uint64
-
-	// A CQ per lane of a session, written per completion by the lane's
-	// core: CQs allocated one after another must share no cache line.
-	_ [64]byte
-}
-
-func (c *CQ) push(wc verbs.Completion) {
-	c.mu.Lock()
-	if c.n < len(c.ring) && !c.closed {
-		c.ring[(c.head+c.n)%len(c.ring)] = wc
-		c.n++
-	} else {
-		c.overruns++
-	}
-	c.mu.Unlock()
-	// A load first: the CQ is rarely armed while completions flow, and
-	// the compare-and-swap is a locked instruction on every completion.
-	if c.armed.Load() && c.armed.CompareAndSwap(true, false) {
-		select {
-		case c.notify <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// Overruns counts completions lost because the CQ was full.
-func (c *CQ) Overruns() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.overruns
-}
-
-func (c *CQ) Poll(wcs []verbs.Completion) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return 0, fmt.Errorf("instant: poll CQ: %w", verbs.ErrClosed)
-	}
-	k := min(len(wcs), c.n)
-	first := copy(wcs[:k], c.ring[c.head:])
-	copy(wcs[first:k], c.ring)
-	c.head = (c.head + k) % len(c.ring)
-	c.n -= k
-	return k, nil
-}
-
-// RequestNotify arms the CQ: the next completion sends an event on
-// Notifications.
-func (c *CQ) RequestNotify() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return fmt.Errorf("instant: arm CQ: %w", verbs.ErrClosed)
-	}
-	c.armed.Store(true)
-	return nil
-}
-
-// Notifications is the CQ's completion channel; Close sends an event too.
-func (c *CQ) Notifications() <-chan struct{} { return c.notify }
+type CQ struct{ verbs.CQRing }
 
 func (c *CQ) Wait(ctx context.Context, wcs []verbs.Completion) (int, error) {
 	return verbs.Wait(ctx, c, wcs)
-}
-
-func (c *CQ) Close() error {
-	c.mu.Lock()
-	c.closed = true
-	c.mu.Unlock()
-	select {
-	case c.notify <- struct{}{}:
-	default:
-	}
-	return nil
 }

@@ -207,7 +207,7 @@ func (w *rxWakes) add(cq *CQ) {
 
 func (w *rxWakes) flush() {
 	for i, c := range w.cqs {
-		c.wake()
+		c.Wake()
 		w.cqs[i] = nil
 	}
 	w.cqs = w.cqs[:0]

@@ -527,7 +527,7 @@ func TestRxWakesOncePerCQ(t *testing.T) {
 	}
 	for name, c := range map[string]*CQ{"a": a, "b": b} {
 		select {
-		case <-c.notify:
+		case <-c.Notifications():
 		default:
 			t.Errorf("CQ %s not woken", name)
 		}

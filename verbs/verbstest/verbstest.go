@@ -241,7 +241,9 @@ func (d *Device) CreateCQ(entries int) (verbs.CQ, error) {
 	if entries <= 0 {
 		return nil, fmt.Errorf("verbstest: create CQ with %d entries: %w", entries, verbs.ErrInvalidArgument)
 	}
-	return &CQ{capacity: entries, notify: make(chan struct{}, 1)}, nil
+	c := new(CQ)
+	c.Init(entries)
+	return c, nil
 }
 
 // deliver applies m to the addressed QP; false if it was rejected.
@@ -418,7 +420,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 		}
 		q.dev.net.enqueue(m)
 		if wr.Signaled {
-			q.sendCQ.push(verbs.Completion{WRID: wr.ID, Opcode: verbs.WCRDMAWrite, QPN: q.qpn, ByteLen: wr.Local.Length})
+			q.sendCQ.Push(&verbs.Completion{WRID: wr.ID, Opcode: verbs.WCRDMAWrite, QPN: q.qpn, ByteLen: wr.Local.Length})
 		}
 	}
 	return len(wrs), nil
@@ -469,7 +471,7 @@ func (q *QP) receive(m *Message, mr *MR) bool {
 	copy(mr.buf[m.VA:], m.Payload)
 	mr.mu.RUnlock()
 	if m.WithImm {
-		q.recvCQ.push(verbs.Completion{WRID: wr.ID, Opcode: verbs.WCRecvRDMAWithImm, QPN: q.qpn, ByteLen: uint32(len(m.Payload)), Imm: m.Imm, HasImm: true})
+		q.recvCQ.Push(&verbs.Completion{WRID: wr.ID, Opcode: verbs.WCRecvRDMAWithImm, QPN: q.qpn, ByteLen: uint32(len(m.Payload)), Imm: m.Imm, HasImm: true})
 	}
 	return true
 }
@@ -484,79 +486,11 @@ func (q *QP) Close() error {
 	return nil
 }
 
-// CQ is a fake completion queue. Completions beyond its capacity are lost
-// (a real CQ overrun puts the QPs in error; tests size CQs generously).
-type CQ struct {
-	capacity int
-	notify   chan struct{} // the completion channel
-	armed    atomic.Bool
-
-	mu      sync.Mutex
-	entries []verbs.Completion
-	closed  bool
-	overrun uint64
-}
-
-func (c *CQ) push(wc verbs.Completion) {
-	c.mu.Lock()
-	if len(c.entries) < c.capacity && !c.closed {
-		c.entries = append(c.entries, wc)
-	} else {
-		c.overrun++
-	}
-	c.mu.Unlock()
-	if c.armed.CompareAndSwap(true, false) {
-		select {
-		case c.notify <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// Overruns counts completions lost because the CQ was full.
-func (c *CQ) Overruns() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.overrun
-}
-
-func (c *CQ) Poll(wcs []verbs.Completion) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return 0, fmt.Errorf("verbstest: poll CQ: %w", verbs.ErrClosed)
-	}
-	n := copy(wcs, c.entries)
-	c.entries = c.entries[:copy(c.entries, c.entries[n:])]
-	return n, nil
-}
-
-// RequestNotify arms the CQ: the next completion sends an event on
-// Notifications.
-func (c *CQ) RequestNotify() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return fmt.Errorf("verbstest: arm CQ: %w", verbs.ErrClosed)
-	}
-	c.armed.Store(true)
-	return nil
-}
-
-// Notifications is the CQ's completion channel; Close sends an event too.
-func (c *CQ) Notifications() <-chan struct{} { return c.notify }
+// CQ is a fake completion queue (verbs.CQRing). Completions beyond its
+// capacity are lost and reported by Poll (a real CQ overrun puts the QPs
+// in error; tests size CQs generously).
+type CQ struct{ verbs.CQRing }
 
 func (c *CQ) Wait(ctx context.Context, wcs []verbs.Completion) (int, error) {
 	return verbs.Wait(ctx, c, wcs)
-}
-
-func (c *CQ) Close() error {
-	c.mu.Lock()
-	c.closed = true
-	c.mu.Unlock()
-	select {
-	case c.notify <- struct{}{}:
-	default:
-	}
-	return nil
 }
