@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -21,33 +20,15 @@ import (
 	"github.com/swml-rdma/swml-rdma/verbs/verbstest"
 )
 
-// toyCluster is the real switch pipeline (modelSwitch), a real controller
-// and fake NICs on one in-memory network (verbstest).
-type toyCluster struct {
-	net     *verbstest.Network
-	sw      *modelSwitch
-	ctlAddr string
+// newEngineCluster is the real switch and controller with the real NIC
+// over instant in-memory links: the engine's own tests.
+func newEngineCluster(t testing.TB) *softCluster {
+	return newSoftCluster(t, inMemory, 60, 0, 0)
 }
 
-func newToyCluster(t testing.TB, liveness time.Duration) *toyCluster {
-	t.Helper()
-	n := verbstest.NewNetwork()
-	t.Cleanup(func() { n.Close() })
-	swAddr := addr4(10, 0, 0, 1)
-	sw, err := newModelSwitch(n, swAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &toyCluster{net: n, sw: sw, ctlAddr: startControllerPool(t, sw, swAddr, modelSwitchPool, liveness)}
-}
-
-func (c *toyCluster) device(base byte) func(int) (verbs.Device, error) {
-	return func(r int) (verbs.Device, error) {
-		return c.net.NewDevice(addr4(10, base, byte(r>>8), byte(r+2)))
-	}
-}
-
-func toyConfig(session uint32) Config {
+// engineConfig is a small job: three QPs of two 256-byte packets per
+// message, a short timeout.
+func engineConfig(session uint32) Config {
 	return Config{
 		SessionID:         session,
 		QPs:               3,
@@ -58,8 +39,8 @@ func toyConfig(session uint32) Config {
 	}
 }
 
-func TestToyAllReduce(t *testing.T) {
-	c := newToyCluster(t, 0)
+func TestAllReduceShapes(t *testing.T) {
+	c := newEngineCluster(t)
 	for _, tc := range []struct {
 		name    string
 		n, l, q int
@@ -70,9 +51,9 @@ func TestToyAllReduce(t *testing.T) {
 		{"n5-many-messages", 5, 4000, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := toyConfig(uint32(100 + tc.n))
+			cfg := engineConfig(uint32(100 + tc.n))
 			cfg.QPs = tc.q
-			j := openJob(t, c.ctlAddr, tc.n, cfg, c.device(byte(tc.n)))
+			j := openJob(t, c.ctlAddr, tc.n, cfg, c.device(10*tc.n + 2))
 			in := gradients(uint64(tc.l), tc.n, tc.l)
 			var first [][]float32
 			for round := range 3 {
@@ -95,12 +76,12 @@ func TestToyAllReduce(t *testing.T) {
 	}
 }
 
-func TestToyAllReduceInt32(t *testing.T) {
-	c := newToyCluster(t, 0)
-	cfg := toyConfig(7)
+func TestAllReduceInt32(t *testing.T) {
+	c := newEngineCluster(t)
+	cfg := engineConfig(7)
 	cfg.DType = wire.Int32
 	const n = 3
-	j := openJob(t, c.ctlAddr, n, cfg, c.device(1))
+	j := openJob(t, c.ctlAddr, n, cfg, c.device(12))
 	for _, l := range []int{1, 129, 1000} {
 		in := int32Inputs(uint64(l), n, l)
 		out := clone2(in)
@@ -112,26 +93,19 @@ func TestToyAllReduceInt32(t *testing.T) {
 	}
 }
 
-// TestToyLoss drops messages in both directions; results must be
-// bit-identical to the loss-free run.
-func TestToyLoss(t *testing.T) {
-	c := newToyCluster(t, 0)
+// TestLossBitIdentical drops 5 % of the packets in both directions; the
+// results must be bit-identical to a loss-free run's.
+func TestLossBitIdentical(t *testing.T) {
 	const n, l = 4, 2500
 	in := gradients(3, n, l)
 
-	clean := openJob(t, c.ctlAddr, n, toyConfig(1), c.device(1))
+	c := newEngineCluster(t)
+	clean := openJob(t, c.ctlAddr, n, engineConfig(1), c.device(12))
 	want := clone2(in)
 	noErrors(t, clean.allReduce(context.Background(), want))
 
-	var mu sync.Mutex
-	rng := rand.New(rand.NewPCG(1, 2))
-	c.net.SetDrop(func(m *verbstest.Message) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return rng.Float64() < 0.05
-	})
-	defer c.net.SetDrop(nil)
-	lossy := openJob(t, c.ctlAddr, n, toyConfig(2), c.device(2))
+	lc := newSoftCluster(t, inMemory, 61, 0.05, 0.05)
+	lossy := openJob(t, lc.ctlAddr, n, engineConfig(2), lc.device(22))
 	for range 2 {
 		got := clone2(in)
 		noErrors(t, lossy.allReduce(context.Background(), got))
@@ -143,22 +117,23 @@ func TestToyLoss(t *testing.T) {
 	for _, w := range lossy.workers {
 		retx += w.sess.Stats().Retransmissions
 	}
-	sw, skipped := c.sw.counters()
-	t.Logf("retransmissions: workers %d, packets seen by switch %d, unicast answers %d, results withheld out of order %d; network %+v",
-		retx, sw.Retransmissions, sw.Unicasts, skipped, c.net.Stats())
-	if retx == 0 || c.net.Stats().Dropped == 0 {
+	sw := lc.sw.Stats().Model
+	requests, results := lc.lost()
+	t.Logf("retransmissions: workers %d, packets seen by switch %d, unicast answers %d, results withheld out of order %d; lost requests %d, results %d",
+		retx, sw.Retransmissions, sw.Unicasts, sw.ResultsSkipped, requests, results)
+	if retx == 0 || requests+results == 0 {
 		t.Fatalf("no loss recovery exercised (retransmissions %d)", retx)
 	}
 }
 
-// TestToyDeadPeer: a worker that never calls AllReduce makes the others
+// TestDeadPeer: a worker that never calls AllReduce makes the others
 // fail with ErrPeerTimeout (the context only bounds a hang: its deadline
 // would give another error), and the session is broken.
-func TestToyDeadPeer(t *testing.T) {
-	c := newToyCluster(t, 0)
-	cfg := toyConfig(9)
+func TestDeadPeer(t *testing.T) {
+	c := newEngineCluster(t)
+	cfg := engineConfig(9)
 	cfg.PeerTimeout = 300 * time.Millisecond
-	j := openJob(t, c.ctlAddr, 3, cfg, c.device(1))
+	j := openJob(t, c.ctlAddr, 3, cfg, c.device(12))
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Scale(30*time.Second))
 	defer cancel()
 	errs := make([]error, 2)
@@ -182,15 +157,15 @@ func TestToyDeadPeer(t *testing.T) {
 	}
 }
 
-// TestToyKilledWorker: a worker that disappears (its controller connection
+// TestKilledWorker: a worker that disappears (its controller connection
 // drops) while the others wait in AllReduce makes the controller abort the
 // job; the others fail with ErrJobEnded. PeerTimeout is out of reach, and
 // the context only bounds a hang (its deadline would give another error).
-func TestToyKilledWorker(t *testing.T) {
-	c := newToyCluster(t, 0)
-	cfg := toyConfig(10)
+func TestKilledWorker(t *testing.T) {
+	c := newEngineCluster(t)
+	cfg := engineConfig(10)
 	cfg.PeerTimeout = time.Hour // the controller must be what ends it
-	j := openJob(t, c.ctlAddr, 3, cfg, c.device(1))
+	j := openJob(t, c.ctlAddr, 3, cfg, c.device(12))
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Scale(30*time.Second))
 	defer cancel()
 	errs := make([]error, 2)
@@ -214,9 +189,9 @@ func TestToyKilledWorker(t *testing.T) {
 	t.Log(errs[0])
 }
 
-func TestToyCancel(t *testing.T) {
-	c := newToyCluster(t, 0)
-	j := openJob(t, c.ctlAddr, 2, toyConfig(11), c.device(1))
+func TestCancel(t *testing.T) {
+	c := newEngineCluster(t)
+	j := openJob(t, c.ctlAddr, 2, engineConfig(11), c.device(12))
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	err := j.workers[0].sess.AllReduce(ctx, make([]float32, 100))
@@ -235,8 +210,8 @@ func TestToyCancel(t *testing.T) {
 }
 
 func TestInputErrors(t *testing.T) {
-	c := newToyCluster(t, 0)
-	j := openJob(t, c.ctlAddr, 1, toyConfig(12), c.device(1))
+	c := newEngineCluster(t)
+	j := openJob(t, c.ctlAddr, 1, engineConfig(12), c.device(12))
 	s := j.workers[0].sess
 	x := []float32{1, 2, float32(math.NaN())}
 	if err := s.AllReduce(context.Background(), x); err == nil || !strings.Contains(err.Error(), "element 2") {
@@ -277,7 +252,7 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-// TestToyStarvation reproduces, with a deterministic loss pattern, how
+// TestStarvation reproduces, with a deterministic loss pattern, how
 // whole-message recovery starves under heavy packet loss: with UC, one lost
 // packet loses its whole message, so at 20 % loss a 16-packet resend gets
 // through 3 % of the time, its 16-packet answer as rarely. Here every
@@ -285,7 +260,7 @@ func TestConfigErrors(t *testing.T) {
 // multi-packet result to rank 1 on QP 1 is lost: resending whole messages
 // can never recover; resending the missing packets one by one must, with
 // results bit-identical to a loss-free run.
-func TestToyStarvation(t *testing.T) {
+func TestStarvation(t *testing.T) {
 	t.Parallel()
 	b := newLossBench(t, 20, 5, 64*16*7)
 	c, cfg, in, n := b.c, b.cfg, b.in, lossBenchWorkers
@@ -447,20 +422,19 @@ func (p *tcpProxy) kill() {
 	p.conns = nil
 }
 
-// TestToySwitchGone: the switch daemon dies (its data path goes silent and
+// TestSwitchGone: the switch daemon dies (its data path goes silent and
 // the controller's keep-alive streams break without an ENDED event):
 // AllReduce fails with ErrSwitchGone half a second later, long before
 // PeerTimeout.
-func TestToySwitchGone(t *testing.T) {
-	c := newToyCluster(t, 0)
+func TestSwitchGone(t *testing.T) {
+	c := newEngineCluster(t)
 	proxy := newTCPProxy(t, c.ctlAddr)
-	cfg := toyConfig(30)
+	cfg := engineConfig(30)
 	cfg.PeerTimeout = time.Minute // the keep-alive must be what ends it
-	j := openJob(t, proxy.addr(), 2, cfg, c.device(1))
+	j := openJob(t, proxy.addr(), 2, cfg, c.device(12))
 	noErrors(t, j.allReduce(context.Background(), gradients(1, 2, 100)))
 
-	c.net.SetDrop(func(*verbstest.Message) bool { return true })
-	defer c.net.SetDrop(nil)
+	c.setSilent(true)
 	errs := make(chan error, 2)
 	for _, w := range j.workers {
 		go func() { errs <- w.sess.AllReduce(context.Background(), make([]float32, 1000)) }()
@@ -475,7 +449,7 @@ func TestToySwitchGone(t *testing.T) {
 	}
 }
 
-// TestToyResultOrder meets the switch's per-QP result ordering rule
+// TestResultOrder meets the switch's per-QP result ordering rule
 // (switchmodel.RDMASender, docs/protocol.md): rank 1's packets 2 and 3 reach
 // the switch only after the first packet of rank 0's resend, so rank 0's
 // resend arrives while the broadcast of the message to rank 0 is open at
@@ -486,26 +460,26 @@ func TestToySwitchGone(t *testing.T) {
 // skipped too. One resend is enough. Whole-message resends (the per-packet
 // ones are single-packet messages, immune by construction) and int32 (round
 // 0, then one tensor message), on one QP.
-func TestToyResultOrder(t *testing.T) {
-	c := newToyCluster(t, 0)
-	cfg := toyConfig(40)
+func TestResultOrder(t *testing.T) {
+	c := newEngineCluster(t)
+	cfg := engineConfig(40)
 	cfg.DType = wire.Int32
 	cfg.QPs = 1
 	cfg.PacketsPerMessage = 4
 	cfg.WholeMessageResend = true
 	const n, l = 2, 4 * 256 / 4
-	j := openJob(t, c.ctlAddr, n, cfg, c.device(1))
-	c.sw.setInterleave(&interleaving{holdRank: 1, from: 2, triggerRank: 0})
+	j := openJob(t, c.ctlAddr, n, cfg, c.device(12))
+	c.setInterleave(&interleaving{holdRank: 1, from: 2, triggerRank: 0})
 	in := int32Inputs(9, n, l)
 	out := clone2(in)
 	noErrors(t, j.allReduceInt32(context.Background(), out))
 	checkInt32(t, in, out)
-	sw, skipped := c.sw.counters()
+	sw := c.sw.Stats().Model
 	st := j.workers[0].sess.Stats()
-	t.Logf("switch: %d result packets, %d skipped for order, %d unicasts; rank 0: %d retransmissions", sw.ResultPackets, skipped, sw.Unicasts, st.Retransmissions)
+	t.Logf("switch: %d result packets, %d skipped for order, %d unicasts; rank 0: %d retransmissions", sw.ResultPackets, sw.ResultsSkipped, sw.Unicasts, st.Retransmissions)
 	// At least the unicast FIRST(0) and MIDDLE(1) are skipped for rank 0.
-	if skipped < 2 || uint64(skipped) != sw.ResultsSkipped {
-		t.Fatalf("%d result packets skipped for order (model counts %d), want at least 2: the interleaving did not meet the rule", skipped, sw.ResultsSkipped)
+	if sw.ResultsSkipped < 2 {
+		t.Fatalf("%d result packets skipped for order, want at least 2: the interleaving did not meet the rule", sw.ResultsSkipped)
 	}
 	if st.Retransmissions != 1 {
 		t.Errorf("rank 0 resent %d times, want 1: the open broadcast completes the message", st.Retransmissions)
@@ -588,8 +562,8 @@ func (q stagedQP) Doorbell() error {
 // no send bypasses staging (a QP type that lost the StagedSender methods
 // would cost a system call per QP).
 func TestOneDoorbellPerPass(t *testing.T) {
-	c := newToyCluster(t, 0)
-	cfg := toyConfig(31)
+	c := newEngineCluster(t)
+	cfg := engineConfig(31)
 	cfg.QPs = 4
 	logs := make([]*doorbellLog, 2)
 	j := openJob(t, c.ctlAddr, 2, cfg, func(r int) (verbs.Device, error) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"sync"
 	"testing"
@@ -17,38 +16,13 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 	"github.com/swml-rdma/swml-rdma/internal/ucstream"
 	"github.com/swml-rdma/swml-rdma/rdma"
 	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/soft"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp/memlink"
 )
-
-// startControllerPool runs a real controller with a pool of pool slots on
-// a loopback port for prog and returns its address.
-func startControllerPool(t testing.TB, prog control.Programmer, switchAddr netip.Addr, pool uint32, liveness time.Duration) string {
-	t.Helper()
-	ctl, err := control.New(control.Config{
-		Programmer:      prog,
-		SwitchIPv4:      switchAddr,
-		PoolSize:        pool,
-		SessionTimeout:  20 * time.Second,
-		LivenessTimeout: liveness,
-		// Toy-network workers register 10.x addresses but call the
-		// controller over loopback.
-		AllowAddressMismatch: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ctl.Serve(lis)
-	t.Cleanup(func() { ctl.Close() })
-	return lis.Addr().String()
-}
 
 // worker is one rank of a test job.
 type worker struct {
@@ -292,7 +266,7 @@ const lossBenchWorkers = 4
 func newLossBench(t *testing.T, session uint32, seed uint64, elements int) lossBench {
 	t.Helper()
 	c := newSoftClusterWith(t, inMemory, byte(session), 0, 0, clusterOpts{qpns: control.QPNP4App})
-	cfg := toyConfig(session)
+	cfg := engineConfig(session)
 	cfg.PacketsPerMessage = 16
 	cfg.QPs = 2
 	in := gradients(seed, lossBenchWorkers, elements)
@@ -370,6 +344,10 @@ type softCluster struct {
 	ranks           map[netip.Addr]int
 	pos             map[lossStream]*lossPos
 	lossIn, lossOut func(rank, qp, k, pkts int) bool
+	silent          bool                         // setSilent: the links carry nothing
+	seen            map[netip.Addr]bool          // workers whose requests reached the switch's link
+	requested       map[netip.Addr]chan struct{} // sawRequest's channels
+	interleave      *interleaving
 }
 
 // newSoftCluster starts the switch at 127.88.<net>.1, dropping the given
@@ -396,17 +374,24 @@ type clusterOpts struct {
 func newSoftClusterWith(t testing.TB, tr transport, net byte, ingressLoss, egressLoss float64, o clusterOpts) *softCluster {
 	t.Helper()
 	c := &softCluster{tr: tr, net: net, swAddr: addr4(127, 88, net, 1), ingress: ingressLoss, egress: egressLoss, link: o.link,
-		ranks: map[netip.Addr]int{}, pos: map[lossStream]*lossPos{}}
+		ranks: map[netip.Addr]int{}, pos: map[lossStream]*lossPos{},
+		seen: map[netip.Addr]bool{}, requested: map[netip.Addr]chan struct{}{}}
 	sc := swswitch.Config{Addr: c.swAddr, IngressLoss: ingressLoss, EgressLoss: egressLoss, Seed: uint64(net)}
 	if tr == inMemory {
 		mc := o.mem
 		sc.IngressLoss, sc.EgressLoss = 0, 0
 		mc.Seed = uint64(net)
 		mc.Tap = func(src, dst netip.AddrPort, pkt []byte) {
-			if src.Addr() == c.swAddr {
-				c.mu.Lock()
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			switch {
+			case src.Addr() == c.swAddr:
 				c.results.Observe(dst.Addr(), pkt)
-				c.mu.Unlock()
+			case dst.Addr() == c.swAddr && !c.seen[src.Addr()]:
+				c.seen[src.Addr()] = true
+				if ch := c.requested[src.Addr()]; ch != nil {
+					close(ch)
+				}
 			}
 		}
 		mem, err := memlink.New(mc)
@@ -444,6 +429,7 @@ func (c *softCluster) device(first int) func(int) (verbs.Device, error) {
 		up, down := lc, lc
 		up.Loss, down.Loss = c.ingress, c.egress
 		up.Drop, down.Drop = c.drop, c.drop
+		up.Hold = c.hold
 		c.mu.Lock()
 		c.ranks[a] = r
 		c.mu.Unlock()
@@ -493,6 +479,9 @@ func (c *softCluster) drop(src, dst netip.AddrPort, b []byte) bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.silent {
+		return true
+	}
 	key := lossStream{src.Addr(), dst.Addr(), p.BTH.DestQP()}
 	pos := c.pos[key]
 	if pos == nil {
@@ -515,6 +504,115 @@ func (c *softCluster) drop(src, dst netip.AddrPort, b []byte) bool {
 	}
 	r, qp, ok := wire.P4AppQPNDecode(p.BTH.DestQP())
 	return ok && c.lossIn != nil && c.lossIn(r, qp, pos.k, pos.pkts)
+}
+
+// setSilent makes an in-memory cluster's links carry nothing (true) or
+// carry again (false): the data path of a switch that died.
+func (c *softCluster) setSilent(silent bool) {
+	c.mu.Lock()
+	c.silent = silent
+	c.mu.Unlock()
+}
+
+// sawRequest returns a channel that is closed once the switch's link has
+// carried a request from the worker at a (at once if it has).
+func (c *softCluster) sawRequest(a netip.Addr) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := c.requested[a]
+	if ch == nil {
+		ch = make(chan struct{})
+		c.requested[a] = ch
+		if c.seen[a] {
+			close(ch)
+		}
+	}
+	return ch
+}
+
+// waitCalls waits until an in-memory cluster's switch has been sent a
+// request by each of ranks of j: their calls have started and wait for
+// results.
+func (c *softCluster) waitCalls(t testing.TB, j *job, ranks ...int) {
+	t.Helper()
+	timeout := time.After(testutil.Scale(10 * time.Second))
+	for _, r := range ranks {
+		select {
+		case <-c.sawRequest(j.workers[r].dev.Addr()):
+		case <-timeout:
+			t.Fatalf("rank %d sent nothing: its AllReduce did not start", r)
+		}
+	}
+}
+
+// interleaving makes two workers' request packets interleave at the
+// switch as they can on a wire, once, deterministically: from packet from
+// of holdRank's first multi-packet request on, everything holdRank sends
+// is held back (memlink's Hold); when triggerRank resends a message (a
+// request to a buffer, rkey and address, it wrote before), the held packets reach
+// the switch right after that resend's first packet, before the rest.
+type interleaving struct {
+	holdRank, from, triggerRank int
+
+	k             int // holdRank's packet within its message
+	holding, done bool
+	sent          map[remoteBuf]bool // triggerRank's requests' buffers
+}
+
+// remoteBuf is where a request writes: its RETH's rkey and address.
+type remoteBuf struct {
+	rkey uint32
+	va   uint64
+}
+
+// setInterleave installs il on an in-memory cluster (nil: none).
+func (c *softCluster) setInterleave(il *interleaving) {
+	c.mu.Lock()
+	if il != nil {
+		il.sent = map[remoteBuf]bool{}
+	}
+	c.interleave = il
+	c.mu.Unlock()
+}
+
+// hold is the links' Hold hook: setInterleave's reordering. It runs under
+// the network's lock, in send order.
+func (c *softCluster) hold(src, dst netip.AddrPort, b []byte) memlink.HoldVerdict {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	il := c.interleave
+	if il == nil || il.done || dst.Addr() != c.swAddr {
+		return memlink.Pass
+	}
+	var p rdma.Packet
+	if p.Parse(b) != nil {
+		return memlink.Pass
+	}
+	r, ok := c.ranks[src.Addr()]
+	if !ok {
+		return memlink.Pass
+	}
+	op := p.BTH.Opcode()
+	switch {
+	case r == il.holdRank:
+		if op.IsFirst() {
+			il.k = 0
+		} else {
+			il.k++
+		}
+		if il.holding || (il.k >= il.from && !(op.IsFirst() && op.IsLast())) {
+			il.holding = true
+			return memlink.HoldBack
+		}
+	case r == il.triggerRank && op.IsFirst():
+		buf := remoteBuf{p.RETH.RKey(), p.RETH.VA()}
+		if il.sent[buf] && il.holding {
+			il.done = true
+			return memlink.Release
+		}
+		il.sent[buf] = true
+	}
+	return memlink.Pass
 }
 
 // lost is the number of requests and results dropped on purpose so far.

@@ -15,8 +15,8 @@ import (
 // checks that the swml_worker_ counters follow Session.Stats, carry the job_id
 // and rank labels, and pass promlint.
 func TestSessionCollector(t *testing.T) {
-	c := newToyCluster(t, 0)
-	j := openJob(t, c.ctlAddr, 2, toyConfig(900), c.device(90))
+	c := newEngineCluster(t)
+	j := openJob(t, c.ctlAddr, 2, engineConfig(900), c.device(92))
 	reg := prometheus.NewPedanticRegistry()
 	for _, w := range j.workers {
 		reg.MustRegister(NewCollector(w.sess))

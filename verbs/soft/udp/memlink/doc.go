@@ -9,7 +9,8 @@
 // the rest): a FIFO that serialises each datagram at Rate behind at most
 // Queue waiting ones, then Delay; Loss and Reorder draw from one generator
 // seeded with Config.Seed, in send order; LinkConfig.Drop is a
-// deterministic loss pattern. Every endpoint has a bounded receive queue
+// deterministic loss pattern, LinkConfig.Hold a deterministic reordering
+// (packets kept back until a later one releases them). Every endpoint has a bounded receive queue
 // (the socket buffer) ordered by arrival time.
 //
 // Time is real by default. With Config.Clock a test moves time itself

@@ -79,7 +79,24 @@ type LinkConfig struct {
 	// deterministic loss pattern. It is called in send order under the
 	// network's lock.
 	Drop func(src, dst netip.AddrPort, pkt []byte) bool
+	// Hold, when set, reorders deterministically: it is called for each
+	// packet Drop and Loss let through, in send order under the network's
+	// lock, and may keep the packet back (HoldBack) until a later packet
+	// of any link is let through with Release; that packet is carried,
+	// then every packet held, in the order they were held, each on its
+	// own link as if sent at that moment. Held packets count in the
+	// link's Held.
+	Hold func(src, dst netip.AddrPort, pkt []byte) HoldVerdict
 }
+
+// HoldVerdict is what a LinkConfig.Hold says of a packet.
+type HoldVerdict int
+
+const (
+	Pass     HoldVerdict = iota // carried now
+	HoldBack                    // kept back until a Release
+	Release                     // carried now, then every packet held
+)
 
 func (c *LinkConfig) validate() error {
 	if c.Rate < 0 || c.Queue < 0 || c.Delay < 0 || c.ReorderDelay < 0 || c.Overhead < 0 {
@@ -96,6 +113,7 @@ type LinkStats struct {
 	Packets, Bytes uint64 // sent into the link, before drops
 	Delivered      uint64 // queued at the receiving endpoint
 	Lost           uint64 // dropped by Loss or Drop
+	Held           uint64 // kept back by Hold (and carried at a Release)
 	QueueDrops     uint64 // dropped at a full link queue (drop-tail)
 	Overflow       uint64 // dropped at the receiver's full queue
 	NoEndpoint     uint64 // no endpoint at the destination
@@ -131,6 +149,13 @@ type Network struct {
 	rng       *rand.Rand
 	seq       uint64
 	linkConfs map[pair]LinkConfig
+	held      []heldPacket // LinkConfig.Hold's, in the order held
+}
+
+// heldPacket is a datagram a link's Hold kept back.
+type heldPacket struct {
+	src, dst netip.AddrPort
+	b        []byte
 }
 
 // New returns an empty network.
@@ -255,6 +280,30 @@ func (n *Network) send(e *Endpoint, m *udp.Msg, now time.Duration) {
 		l.st.Lost++
 		return
 	}
+	v := Pass
+	if c.Hold != nil {
+		v = c.Hold(e.local, dst, b)
+	}
+	if v == HoldBack {
+		l.st.Held++
+		n.held = append(n.held, heldPacket{e.local, dst, append([]byte(nil), b...)})
+		return
+	}
+	n.carry(l, e.local, dst, b, now)
+	if v == Release {
+		held := n.held
+		n.held = nil
+		for _, h := range held {
+			n.carry(n.link(pair{h.src.Addr(), h.dst.Addr()}), h.src, h.dst, h.b, now)
+		}
+	}
+}
+
+// carry moves one datagram that passed its link's Drop, Loss and Hold
+// across the link from src to dst: the rate, queue, delay and reordering
+// of l, then dst's receive queue; n.mu is held.
+func (n *Network) carry(l *link, src, dst netip.AddrPort, b []byte, now time.Duration) {
+	c := &l.cfg
 	due := now
 	if c.Rate > 0 {
 		if l.hasDeps {
@@ -286,7 +335,7 @@ func (n *Network) send(e *Endpoint, m *udp.Msg, now time.Duration) {
 		l.st.NoEndpoint++
 		return
 	}
-	if !d.rx.push(b, e.local, due, n.seq) {
+	if !d.rx.push(b, src, due, n.seq) {
 		l.st.Overflow++
 		return
 	}
