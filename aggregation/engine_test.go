@@ -53,7 +53,7 @@ func TestAllReduceShapes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := engineConfig(uint32(100 + tc.n))
 			cfg.QPs = tc.q
-			j := openJob(t, c.ctlAddr, tc.n, cfg, c.device(10*tc.n + 2))
+			j := openJob(t, c.ctlAddr, tc.n, cfg, c.device(10*tc.n+2))
 			in := gradients(uint64(tc.l), tc.n, tc.l)
 			var first [][]float32
 			for round := range 3 {

@@ -217,7 +217,7 @@ func TestHold(t *testing.T) {
 	}
 	for i, m := range in[:k] {
 		if want := map[bool]netip.AddrPort{true: addrC, false: addrA}[m.Bytes()[0] >= 4]; m.Addr != want {
-			t.Errorf("datagram %d from %v, want %v", ids(in[i:i+1])[0], m.Addr, want)
+			t.Errorf("datagram %d from %v, want %v", ids(in[i : i+1])[0], m.Addr, want)
 		}
 	}
 	if st := n.LinkStats(addrA.Addr(), addrB.Addr()); st.Held != 2 || st.Delivered != 4 {
