@@ -118,7 +118,7 @@ func runController(c *cli.Context) error {
 	}
 	info, err := p4rt.LoadP4Info(c.String("p4info"))
 	if err != nil {
-		return cli.Exit(err.Error(), 2)
+		return cli.Exit(fmt.Sprintf("--p4info: %v; pass the P4Info that bf-p4c --p4runtime-files wrote", err), 2)
 	}
 	var blob []byte
 	if f := c.String("pipeline"); f != "" {
@@ -143,7 +143,7 @@ func runController(c *cli.Context) error {
 	})
 	cancel()
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("P4Runtime at %s: %v", c.String("p4runtime"), err), 1)
+		return cli.Exit(fmt.Sprintf("P4Runtime at %s: %v%s", c.String("p4runtime"), err, remedy(err)), 1)
 	}
 	defer prog.Close()
 

@@ -86,7 +86,7 @@ func runWriteBW(c *cli.Context) error {
 		MTU: mtu, Depth: cfg.depth,
 	})
 	if err != nil && ctx.Err() == nil {
-		return cli.Exit(err.Error(), 1)
+		return cli.Exit(err.Error()+remedy(err), 1)
 	}
 	if res.Messages == 0 && res.Posted > 0 {
 		// Whatever the window check allowed, a run that delivered nothing

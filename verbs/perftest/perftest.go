@@ -51,15 +51,18 @@ type Result struct {
 	MTU        int           `json:"mtu"`
 }
 
+// ErrConfig: a Config that cannot run (size, count, devices).
+var ErrConfig = errors.New("invalid configuration")
+
 func (c *Config) check() error {
 	if c.Sender == nil || c.Receiver == nil {
-		return errors.New("perftest: sender and receiver devices are required")
+		return fmt.Errorf("perftest: %w: Sender and Receiver are required", ErrConfig)
 	}
 	if c.Size <= 0 || c.Size > 1<<30 {
-		return fmt.Errorf("perftest: --size %d: give a message size between 1 byte and 1 GiB", c.Size)
+		return fmt.Errorf("perftest: message size %d: %w: use 1 byte to 1 GiB", c.Size, ErrConfig)
 	}
 	if c.Iters < 0 || (c.Iters == 0 && c.Duration <= 0) {
-		return fmt.Errorf("perftest: give a positive --iters or --duration")
+		return fmt.Errorf("perftest: %w: neither Iters nor Duration is positive", ErrConfig)
 	}
 	if c.MTU == 0 {
 		c.MTU = 1024

@@ -33,7 +33,7 @@ func LoadP4Info(path string) (*P4Info, error) {
 	if terr := prototext.Unmarshal(b, info); terr != nil {
 		info = &p4cfg.P4Info{}
 		if berr := proto.Unmarshal(b, info); berr != nil {
-			return nil, fmt.Errorf("p4rt: %s is neither a text nor a binary P4Info (text: %v; binary: %v); pass the file bf-p4c --p4runtime-files wrote", path, terr, berr)
+			return nil, fmt.Errorf("p4rt: %s is not a P4Info, text (%v) or binary (%v)", path, terr, berr)
 		}
 	}
 	return NewP4Info(info)

@@ -30,6 +30,18 @@ import (
 // which program a P4Info describes.
 const PacketSize = 256
 
+// Errors a Programmer wraps, for a caller to render its remedy.
+var (
+	// ErrPoolSize: Config.PoolSize is larger than the program's slot
+	// registers (NUM_SLOTS in configuration.p4).
+	ErrPoolSize = errors.New("larger than the program's slot count")
+	// ErrNotPrimary: another controller holds a higher election id for
+	// the device (P4Runtime arbitration).
+	ErrNotPrimary = errors.New("not the primary controller")
+	// ErrNoPort: a worker's address has no switch port in Config.Ports.
+	ErrNoPort = errors.New("no switch port for the worker's address")
+)
+
 // Config configures a Programmer.
 type Config struct {
 	// P4Info of the loaded program (LoadP4Info). Required.
@@ -134,7 +146,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, cfg Config) (*Progr
 	}
 	bitmap, _ := cfg.P4Info.register(RegisterBitmap)
 	if int64(cfg.PoolSize) > int64(bitmap.GetSize()) {
-		return nil, fmt.Errorf("p4rt: pool size %d exceeds the program's %d slots (register %s); pass --pool-size %d or recompile with a larger NUM_SLOTS", cfg.PoolSize, bitmap.GetSize(), RegisterBitmap, bitmap.GetSize())
+		return nil, fmt.Errorf("p4rt: pool size %d: %w: %d (register %s)", cfg.PoolSize, ErrPoolSize, bitmap.GetSize(), RegisterBitmap)
 	}
 	rx, _ := cfg.P4Info.register(RegisterRxQP)
 	if cfg.ElectionID == 0 {
@@ -221,7 +233,7 @@ func (p *Programmer) arbitrate(ctx context.Context) error {
 			st := arb.GetStatus()
 			var e error
 			if st.GetCode() != int32(code.Code_OK) {
-				e = fmt.Errorf("p4rt: not primary on device %d with election id %d: %s (another controller holds a higher id; pass a higher --election-id or stop it)", p.cfg.DeviceID, p.cfg.ElectionID, st.GetMessage())
+				e = fmt.Errorf("p4rt: device %d, election id %d: %w: %s", p.cfg.DeviceID, p.cfg.ElectionID, ErrNotPrimary, st.GetMessage())
 			}
 			if !reported {
 				reported = true
@@ -398,7 +410,7 @@ func (p *Programmer) checkJob(job *wire.Job) error {
 			return fmt.Errorf("p4rt: add job %d: %w: worker %d has no 48-bit MAC (%v); the switch writes it into results", job.ID, wire.ErrBadJob, r, w.MAC)
 		}
 		if _, ok := p.cfg.Ports[w.Addr.Unmap()]; !ok {
-			return fmt.Errorf("p4rt: add job %d: no switch port for worker %d (%v): pass --port %v=PORT", job.ID, r, w.Addr, w.Addr.Unmap())
+			return fmt.Errorf("p4rt: add job %d: worker %d (%v): %w", job.ID, r, w.Addr.Unmap(), ErrNoPort)
 		}
 		for i, sq := range w.SwitchQPNs {
 			want, err := wire.P4AppQPN(r, i)

@@ -438,7 +438,7 @@ func TestProgrammerRefusesJobs(t *testing.T) {
 	}{
 		{"1024 B", func(j *wire.Job) { j.PacketSize = 1024 }, "256 B"},
 		{"opaque QPN", func(j *wire.Job) { j.Workers[1].SwitchQPNs[0] = 0x100 }, "QPNP4App"},
-		{"no port", func(j *wire.Job) { j.Workers[2].Addr = netip.MustParseAddr("10.9.9.9") }, "--port 10.9.9.9=PORT"},
+		{"no port", func(j *wire.Job) { j.Workers[2].Addr = netip.MustParseAddr("10.9.9.9") }, "worker 2 (10.9.9.9): " + ErrNoPort.Error()},
 		{"IPv6", func(j *wire.Job) { j.Workers[0].Addr = netip.MustParseAddr("fd00::1") }, "IPv4 only"},
 		{"no MAC", func(j *wire.Job) { j.Workers[3].MAC = nil }, "MAC"},
 		{"pool", func(j *wire.Job) { j.PoolBase = 60 }, "exceeds"},
@@ -469,7 +469,7 @@ func TestNewChecksP4Info(t *testing.T) {
 	}
 	cfg = testConfig(info)
 	cfg.PoolSize = 1 << 20
-	if _, err := New(context.Background(), conn, cfg); err == nil || !strings.Contains(err.Error(), "pool size") {
-		t.Errorf("New with a too large pool = %v", err)
+	if _, err := New(context.Background(), conn, cfg); !errors.Is(err, ErrPoolSize) {
+		t.Errorf("New with a too large pool = %v, want ErrPoolSize", err)
 	}
 }
