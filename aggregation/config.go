@@ -362,9 +362,8 @@ func (c *Config) perPacketRecovery() bool {
 }
 
 // RegisteredBytes is the registered memory Open allocates for c (zero
-// fields: the defaults): per QP, a receive region for each of the two sets
-// and a send staging region, one message each (docs/protocol.md "Buffer
-// layout"). A front end checks it against the memory it has before it
+// fields: the defaults): per QP, recvRegions receive regions and a send
+// staging region, one message each (docs/protocol.md "Buffer layout"). A front end checks it against the memory it has before it
 // opens a session.
 func (c Config) RegisteredBytes() int {
 	qps, pkt, ppm := c.QPs, c.PacketSize, c.PacketsPerMessage
@@ -377,7 +376,7 @@ func (c Config) RegisteredBytes() int {
 	if ppm == 0 {
 		ppm = DefaultPacketsPerMessage
 	}
-	return 3 * qps * pkt * ppm
+	return (recvRegions + 1) * qps * pkt * ppm
 }
 
 // messageBytes is the payload of one message.

@@ -66,7 +66,9 @@
 // wait; send.go, receive.go and timers.go follow one message out, back,
 // and through loss); no goroutine is started per call or per packet,
 // and the steady state allocates nothing per message. The registered
-// buffer is 3 × QPs × message bytes (two receive regions and a send staging
-// region per QP), independent of the tensor size; the tensor itself is read
+// buffer is 9 × QPs × message bytes (eight receive regions, which late
+// copies of results cannot reach in time to corrupt a sum, and a send
+// staging region per QP: docs/protocol.md "Buffer layout"), independent of
+// the tensor size; the tensor itself is read
 // and written in place, never copied.
 package aggregation

@@ -59,6 +59,11 @@ type qpState struct {
 	// been polled (receive.go, postRecvs).
 	recvs int
 
+	// overwritten is dropOverwritten's scratch: the packets of the
+	// message in flight that a later result in the polled batch
+	// overwrites (all ones: a whole message).
+	overwritten uint64
+
 	// msg is the message in flight (or the last one sent). set and id
 	// advance once per new message and never on a retransmission, so a
 	// resend is identical. Every worker sends the same sequence of
@@ -184,6 +189,15 @@ func (p *pktResults) tailDue(missing int, reo, pathPace time.Duration) time.Time
 	return p.last.Add(wait + reo)
 }
 
+// forget takes packet k's result back (its bytes were overwritten): it is
+// missing again, and a resend fetches it.
+func (p *pktResults) forget(k int) {
+	if p.got[k>>6]&(1<<(k&63)) != 0 {
+		p.got[k>>6] &^= 1 << (k & 63)
+		p.n--
+	}
+}
+
 // transmitted restarts the in-message evidence for a new transmission.
 func (p *pktResults) transmitted() {
 	p.hi, p.above, p.since, p.cnt = -1, time.Time{}, time.Time{}, 0
@@ -253,10 +267,22 @@ const (
 
 func wrID(qp int, kind uint64) uint64 { return uint64(qp)<<32 | kind }
 
-// recvOff is where the switch writes the result of a message sent in set:
-// the RETH va the worker sends and the switch echoes.
-func (s *Session) recvOff(set uint8, qp int) uint64 {
-	return uint64((int(set)*s.cfg.QPs + qp) * s.msgBytes)
+// recvRegions is how many receive regions each QP turns through, one per
+// message (docs/protocol.md "Buffer layout"): a late copy of a result —
+// an answer to a resend, or the original overtaken by that answer — lands
+// where its message's request pointed, and may only overwrite a message
+// in flight if it is this many messages of its QP late. A power of two
+// that divides the message id space (wire.MsgIDMask + 1).
+const recvRegions = 8
+
+// recvRegion is the receive region of the message with id msgID (its
+// low bits; a packet id's message bits serve as well).
+func recvRegion(msgID uint16) int { return int(msgID) & (recvRegions - 1) }
+
+// recvOff is where the switch writes the result of message msgID: the
+// RETH va the worker sends and the switch echoes.
+func (s *Session) recvOff(msgID uint16, qp int) uint64 {
+	return uint64((recvRegion(msgID)*s.cfg.QPs + qp) * s.msgBytes)
 }
 
 // AllReduce replaces x, on every worker of the job, by the element-wise sum

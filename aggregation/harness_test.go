@@ -347,7 +347,9 @@ type softCluster struct {
 	silent          bool                         // setSilent: the links carry nothing
 	seen            map[netip.Addr]bool          // workers whose requests reached the switch's link
 	requested       map[netip.Addr]chan struct{} // sawRequest's channels
-	interleave      *interleaving
+	// holdFn, when set, is the links' Hold hook (hold) as a test writes
+	// it: toSwitch says the direction, rank is the worker's.
+	holdFn func(toSwitch bool, rank int, p *rdma.Packet) memlink.HoldVerdict
 }
 
 // newSoftCluster starts the switch at 127.88.<net>.1, dropping the given
@@ -429,7 +431,7 @@ func (c *softCluster) device(first int) func(int) (verbs.Device, error) {
 		up, down := lc, lc
 		up.Loss, down.Loss = c.ingress, c.egress
 		up.Drop, down.Drop = c.drop, c.drop
-		up.Hold = c.hold
+		up.Hold, down.Hold = c.hold, c.hold
 		c.mu.Lock()
 		c.ranks[a] = r
 		c.mu.Unlock()
@@ -565,31 +567,46 @@ type remoteBuf struct {
 	va   uint64
 }
 
-// setInterleave installs il on an in-memory cluster (nil: none).
+// setInterleave installs il on an in-memory cluster.
 func (c *softCluster) setInterleave(il *interleaving) {
+	il.sent = map[remoteBuf]bool{}
+	c.setHold(il.verdict)
+}
+
+// setHold installs f as the links' Hold hook (nil: none).
+func (c *softCluster) setHold(f func(toSwitch bool, rank int, p *rdma.Packet) memlink.HoldVerdict) {
 	c.mu.Lock()
-	if il != nil {
-		il.sent = map[remoteBuf]bool{}
-	}
-	c.interleave = il
+	c.holdFn = f
 	c.mu.Unlock()
 }
 
-// hold is the links' Hold hook: setInterleave's reordering. It runs under
-// the network's lock, in send order.
+// hold is the links' Hold hook: setHold's function, given the packet and
+// its worker's rank. It runs under the network's lock, in send order.
 func (c *softCluster) hold(src, dst netip.AddrPort, b []byte) memlink.HoldVerdict {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	il := c.interleave
-	if il == nil || il.done || dst.Addr() != c.swAddr {
+	if c.holdFn == nil {
 		return memlink.Pass
 	}
 	var p rdma.Packet
 	if p.Parse(b) != nil {
 		return memlink.Pass
 	}
-	r, ok := c.ranks[src.Addr()]
+	toSwitch := dst.Addr() == c.swAddr
+	worker := dst.Addr()
+	if toSwitch {
+		worker = src.Addr()
+	}
+	r, ok := c.ranks[worker]
 	if !ok {
+		return memlink.Pass
+	}
+	return c.holdFn(toSwitch, r, &p)
+}
+
+// verdict is the interleaving's Hold verdict on a packet.
+func (il *interleaving) verdict(toSwitch bool, r int, p *rdma.Packet) memlink.HoldVerdict {
+	if il.done || !toSwitch {
 		return memlink.Pass
 	}
 	op := p.BTH.Opcode()

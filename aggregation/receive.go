@@ -60,6 +60,7 @@ func (s *lane) postRecvs(st *qpState, n int) error {
 // all there when it ran, and a reading per completion was a fifth of a
 // packet-write call (a message brings a completion per packet).
 func (s *lane) completeAll(c *call, wcs []verbs.Completion, now time.Time) (int, error) {
+	s.dropOverwritten(wcs)
 	finished := 0
 	for i := range wcs {
 		done, err := s.complete(c, &wcs[i], now)
@@ -71,6 +72,77 @@ func (s *lane) completeAll(c *call, wcs []verbs.Completion, now time.Time) (int,
 		}
 	}
 	return finished, nil
+}
+
+// dropOverwritten withdraws the results in wcs whose bytes a late result
+// of another message, later in wcs, overwrote: the NIC had placed both
+// before the poll, and a result is read from the receive region when its
+// completion is handled, so the later one's bytes would be read as the
+// earlier one's. A withdrawn result is as if lost (its HasImm cleared: it
+// counts as stale), and the message's resend fetches it again from the
+// switch (docs/protocol.md "Buffer layout", late results). A scan from
+// the end of the batch, with a mask per QP of the packets overwritten
+// after the completion at hand.
+func (s *lane) dropOverwritten(wcs []verbs.Completion) {
+	bits := s.pktBits
+	if bits == 0 {
+		return // whole-message resends only: results are read whole, at once
+	}
+	touched := false
+	for i := len(wcs) - 1; i >= 0; i-- {
+		wc := &wcs[i]
+		st := s.resultQP(wc)
+		if st == nil {
+			continue
+		}
+		id := wire.Imm(wc.Imm).MsgID()
+		switch {
+		case id&wire.PacketMsgIDFlag == 0 && id == st.msg.id:
+			if st.overwritten != 0 {
+				wc.HasImm = false
+			}
+		case id&wire.PacketMsgIDFlag == 0:
+			if recvRegion(id) == recvRegion(st.msg.id) {
+				st.overwritten, touched = ^uint64(0), true
+			}
+		default:
+			k := wire.PacketIndex(id, bits)
+			if k >= 64 {
+				continue
+			}
+			if id == wire.PacketMsgID(st.msg.id, k, bits) {
+				if st.overwritten&(1<<k) != 0 {
+					wc.HasImm = false
+				}
+			} else if recvRegion(id>>bits) == recvRegion(st.msg.id) {
+				st.overwritten |= 1 << k
+				touched = true
+			}
+		}
+	}
+	if touched {
+		for i := range wcs {
+			if st := s.resultQP(&wcs[i]); st != nil {
+				st.overwritten = 0
+			}
+		}
+	}
+}
+
+// resultQP is the QP of wc when wc is a result with an immediate for the
+// lane's message in flight on it, or nil.
+func (s *lane) resultQP(wc *verbs.Completion) *qpState {
+	if wc.Opcode != verbs.WCRecvRDMAWithImm || !wc.HasImm || wc.Status != verbs.WCSuccess {
+		return nil
+	}
+	qi := int(wc.WRID >> 32)
+	if qi >= len(s.Session.qps) || s.laneOf(qi) != s.index {
+		return nil
+	}
+	if st := s.Session.qps[qi]; st.msg.busy {
+		return st
+	}
+	return nil
 }
 
 // complete handles one completion; done is true when its QP has nothing
@@ -164,6 +236,7 @@ func (s *lane) match(st *qpState, wc *verbs.Completion, now time.Time) resultKin
 		// A whole-message result; another id is a duplicate answer to a
 		// retransmission of a message whose result this worker used.
 		if id != st.msg.id {
+			s.overwritten(st, id, 0, s.cfg.PacketsPerMessage)
 			return resultStale
 		}
 		return resultWhole
@@ -176,8 +249,15 @@ func (s *lane) match(st *qpState, wc *verbs.Completion, now time.Time) resultKin
 	}
 	k := wire.PacketIndex(id, bits)
 	p := &st.pkts
-	if k >= ppm || id != wire.PacketMsgID(st.msg.id, k, bits) || p.got[k>>6]&(1<<(k&63)) != 0 {
+	if k >= ppm {
 		return resultStale
+	}
+	if id != wire.PacketMsgID(st.msg.id, k, bits) {
+		s.overwritten(st, id>>bits, k, k+1)
+		return resultStale
+	}
+	if p.got[k>>6]&(1<<(k&63)) != 0 {
+		return resultStale // the same bytes again
 	}
 	p.record(k, now, st.timer.xmit)
 	if p.n == 1 && st.timer.resends == 0 {
@@ -192,11 +272,29 @@ func (s *lane) match(st *qpState, wc *verbs.Completion, now time.Time) resultKin
 	return resultPackets
 }
 
+// overwritten handles a late result of another message (stale), msgID
+// (whole-message id bits), that the NIC has already placed where its
+// request pointed: packets [lo, hi) of the receive region of msgID. When
+// that is the region of st's message in flight, the packet results of
+// that message already back were overwritten with another message's sums:
+// they are taken back, and the message's resend fetches them again from
+// the switch, which still holds them (docs/protocol.md "Buffer layout",
+// late results). A late result in another region, or a duplicate of one
+// of this message's own packet results (the same bytes), changes nothing.
+func (s *lane) overwritten(st *qpState, msgID uint16, lo, hi int) {
+	if recvRegion(msgID) != recvRegion(st.msg.id) || s.pktBits == 0 {
+		return
+	}
+	for k := lo; k < hi; k++ {
+		st.pkts.forget(k)
+	}
+}
+
 // deliver dequantizes (or decodes) st's result into the caller's tensor.
 // Round 0 delivers nothing: its result carries the call's length, checked
 // to be the same on every worker (calltensor.go).
 func (s *lane) deliver(c *call, st *qpState) error {
-	off := s.recvOff(st.msg.set, st.index)
+	off := s.recvOff(st.msg.id, st.index)
 	if st.msg.cur < 0 {
 		return s.checkLengthHeader(s.mr.Bytes()[off:off+lengthHeaderBytes], c.n)
 	}

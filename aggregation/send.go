@@ -91,7 +91,7 @@ func (s *lane) post(st *qpState, e0 int8, now time.Time) error {
 		ID:         wrID(st.index, wrSend),
 		Opcode:     verbs.WRRDMAWriteWithImm,
 		Local:      verbs.SGE{Addr: st.sendOff, Length: uint32(s.msgBytes), LKey: s.mr.LKey()},
-		RemoteAddr: s.recvOff(m.set, st.index),
+		RemoteAddr: s.recvOff(m.id, st.index),
 		RKey:       uint32(st.pool | wire.PoolIndex(m.set)),
 		Imm:        uint32(wire.MakeImm(m.id, e0, m.e1)),
 		Signaled:   true,
@@ -152,7 +152,7 @@ func (s *lane) transmit(st *qpState, wrs []verbs.SendWR, packets int) error {
 func (s *lane) transmitPackets(st *qpState, upto int) error {
 	ps := s.cfg.PacketSize
 	m := &st.msg
-	recv := s.recvOff(m.set, st.index)
+	recv := s.recvOff(m.id, st.index)
 	wrs := s.eng.pktWRs[:0]
 	for k := range min(upto, s.cfg.PacketsPerMessage) {
 		if st.pkts.got[k>>6]&(1<<(k&63)) != 0 {

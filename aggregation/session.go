@@ -191,7 +191,7 @@ func (s *Session) open(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("aggregation: create UC QP %d of %d on %s: %w", i, q, dev.Name(), err)
 		}
-		st := &qpState{qp: qp, index: i, sendOff: uint64((2*q + i) * s.msgBytes)}
+		st := &qpState{qp: qp, index: i, sendOff: uint64((recvRegions*q + i) * s.msgBytes)}
 		// The first message goes in set 0 with id 0.
 		st.msg.set, st.msg.id = 1, wire.MsgIDMask
 		st.pkts.got = l.gotWords((cfg.PacketsPerMessage + 63) / 64)

@@ -28,7 +28,9 @@
 // that message is dropped. The RETH rkey, address range, length and the MR's
 // remote-write access are checked before any byte is written; a WRITE WITH
 // IMMEDIATE consumes a posted receive and completes on the receive CQ with
-// the immediate. Every drop is counted by reason (Stats), never a panic.
+// the immediate, and its LAST/ONLY packet, finding no receive posted, is
+// dropped before its payload is written (rxe checks the receive queue
+// first too). Every drop is counted by reason (Stats), never a panic.
 //
 // Concurrency: as documented in package verbs; PostSendStaged and Doorbell
 // are safe for concurrent use with the device's other QPs. Close on the device stops its

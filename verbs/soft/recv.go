@@ -164,6 +164,19 @@ func (q *QP) receiveWrite(p *rdma.Packet, op rdma.Opcode) {
 			rx.inMessage = false
 		}
 	}
+	// A packet with an immediate consumes a posted receive, and one that
+	// finds none is dropped before its payload is placed, as rxe does
+	// (its responder checks the receive queue before it writes): a late
+	// result no receive waits for must not overwrite memory unseen.
+	var wr verbs.RecvWR
+	if op.IsLast() && op.HasImm() {
+		var ok bool
+		if wr, ok = q.popRecv(); !ok {
+			rx.inMessage = false
+			c.rxNoRecvWR.Add(1)
+			return
+		}
+	}
 	copy(rx.mr.buf[rx.va:], p.Payload)
 	rx.va += uint64(n)
 	rx.remaining -= n
@@ -172,11 +185,6 @@ func (q *QP) receiveWrite(p *rdma.Packet, op rdma.Opcode) {
 	}
 	c.rxMessages.Add(1)
 	if !op.HasImm() {
-		return
-	}
-	wr, ok := q.popRecv()
-	if !ok {
-		c.rxNoRecvWR.Add(1)
 		return
 	}
 	if q.recvCQ.add(&verbs.Completion{WRID: wr.ID, Opcode: verbs.WCRecvRDMAWithImm, QPN: q.qpn,
