@@ -175,9 +175,10 @@ _at_exit = []  # the finalizers of on_exit, in creation order
 
 def on_exit(obj, func, *args):
     """weakref.finalize(obj, func, *args), also run at interpreter exit if
-    obj lives until then: the latest first, as weakref.finalize does.
+    obj lives until then: the latest first, as weakref.finalize does; never
+    in a forked child (it has the parent's objects, not its sessions).
     func(*args) must not refer to obj."""
-    f = weakref.finalize(obj, func, *args)
+    f = weakref.finalize(obj, _in_process, os.getpid(), func, *args)
     f.atexit = False
     with _lock:
         _at_exit[:] = [g for g in _at_exit if g.alive]
@@ -195,9 +196,18 @@ def _run_at_exit():
         # Not f(): weakref's own atexit handler, which runs first, has
         # turned every finalize call into a no-op.
         info = f.detach()
-        if info is not None:
-            _, func, args, kwargs = info
+        if info is None:
+            continue
+        _, func, args, kwargs = info
+        try:
             func(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - the others still end
+            report_at_exit("ending a session at exit", e)
+
+
+def _in_process(pid, func, *args):
+    if os.getpid() == pid:
+        func(*args)
 
 
 def exit_abort_reason():
@@ -221,10 +231,7 @@ def report_at_exit(what, err):
         pass
 
 
-def _end_unclosed(sid, pid):
-    # A forked child inherits the parent's finalizers, not its sessions.
-    if os.getpid() != pid or _lib is None or isinstance(_lib, _ForkedLib):
-        return
+def _end_unclosed(sid):
     reason = exit_abort_reason()
     try:
         if reason:
@@ -255,7 +262,7 @@ class Session:
                           _b(nic or ""), _b(addr or ""), _b(device or ""), mask, float(timeout),
                           ctypes.byref(out)))
         self._id = out.value
-        self._end = on_exit(self, _end_unclosed, self._id, os.getpid())
+        self._end = on_exit(self, _end_unclosed, self._id)
         self.rank = check(l.swml_rank(self._id))
         self.world_size = check(l.swml_world_size(self._id))
 
