@@ -11,6 +11,8 @@ or, with any backend, the DDP hook:
 Never call swml from a forked child of a process that loaded it: use spawn.
 """
 
+import os
+
 from ._lib import (BFLOAT16, FLOAT16, FLOAT32, INT32, ForkError, Session,  # noqa: F401
                    SwmlError, load)
 
@@ -18,7 +20,18 @@ from ._lib import (BFLOAT16, FLOAT16, FLOAT32, INT32, ForkError, Session,  # noq
 def init(**kwargs):
     """Load libswml.so and join the job: a Session (see its arguments; what
     is not given comes from the environment, e.g. torchrun's RANK and
-    WORLD_SIZE and SWML_CONTROLLER)."""
+    WORLD_SIZE and SWML_CONTROLLER). Without session_id and
+    $SWML_SESSION_ID, after init_process_group, the ranks agree on a fresh
+    session id through the process group's store, so two jobs on one switch
+    do not collide (docs/pytorch.md "The backend or the hook")."""
+    if kwargs.get("session_id") is None and not os.environ.get("SWML_SESSION_ID"):
+        try:
+            import torch.distributed as dist
+        except ImportError:
+            dist = None
+        if dist is not None and dist.is_available():
+            from . import backend
+            kwargs["session_id"] = backend.hook_session_id()
     return Session(**kwargs)
 
 

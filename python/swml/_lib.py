@@ -1,8 +1,11 @@
 """ctypes binding of libswml.so (cmd/libswml), the C ABI of swml-rdma."""
 
+import atexit
 import ctypes
 import os
+import sys
 import threading
+import weakref
 
 OK = 0
 PENDING = 1
@@ -156,6 +159,89 @@ def _b(s):
     return None if s is None else s.encode()
 
 
+# Ending sessions at exit (docs/pytorch.md "The end of a job"). A session the
+# program never closed ends when its owner is collected or, at the latest,
+# when the interpreter exits: cleanly, so the switch counts a normal end
+# (reason "end") and not a crashed rank (keepalive_lost). A program that dies
+# of an uncaught exception aborts its sessions instead: the other ranks, still
+# inside the job, then fail at once rather than after their peer timeout.
+# Our own atexit handler (not weakref.finalize's) runs the finalizers so that
+# they know the interpreter is exiting: only then does sys.last_value name the
+# exception that ended the program, and not one an interactive session
+# printed earlier.
+_exiting = False
+_at_exit = []  # the finalizers of on_exit, in creation order
+
+
+def on_exit(obj, func, *args):
+    """weakref.finalize(obj, func, *args), also run at interpreter exit if
+    obj lives until then: the latest first, as weakref.finalize does; never
+    in a forked child (it has the parent's objects, not its sessions).
+    func(*args) must not refer to obj."""
+    f = weakref.finalize(obj, _in_process, os.getpid(), func, *args)
+    f.atexit = False
+    with _lock:
+        _at_exit[:] = [g for g in _at_exit if g.alive]
+        _at_exit.append(f)
+    return f
+
+
+@atexit.register
+def _run_at_exit():
+    global _exiting
+    _exiting = True
+    with _lock:
+        pending = list(reversed(_at_exit))
+    for f in pending:
+        # Not f(): weakref's own atexit handler, which runs first, has
+        # turned every finalize call into a no-op.
+        info = f.detach()
+        if info is None:
+            continue
+        _, func, args, kwargs = info
+        try:
+            func(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - the others still end
+            report_at_exit("ending a session at exit", e)
+
+
+def _in_process(pid, func, *args):
+    if os.getpid() == pid:
+        func(*args)
+
+
+def exit_abort_reason():
+    """Why the sessions must be aborted rather than closed: the uncaught
+    exception that is ending the program, else None (a normal end, or not
+    exiting)."""
+    if not _exiting:
+        return None
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if exc is None:  # sys.exit() sets neither: the program chose to end
+        return None
+    return f"the process is exiting on an uncaught {type(exc).__name__}: {exc}"
+
+
+def report_at_exit(what, err):
+    """A failure while ending a session unattended (a finalizer, at exit):
+    nobody can catch it, so it goes to stderr."""
+    try:
+        sys.stderr.write(f"swml: {what}: {err}\n")
+    except Exception:  # noqa: BLE001 - stderr closed: nothing left to tell
+        pass
+
+
+def _end_unclosed(sid):
+    reason = exit_abort_reason()
+    try:
+        if reason:
+            check(_lib.swml_abort(sid, _b(reason)))
+        else:
+            check(_lib.swml_close(sid))
+    except SwmlError as e:
+        report_at_exit(f"ending session {sid} {'at exit' if _exiting else 'of a collected swml.Session'}", e)
+
+
 class Session:
     """One worker's membership in a job at the switch (both element types).
 
@@ -176,9 +262,9 @@ class Session:
                           _b(nic or ""), _b(addr or ""), _b(device or ""), mask, float(timeout),
                           ctypes.byref(out)))
         self._id = out.value
+        self._end = on_exit(self, _end_unclosed, self._id)
         self.rank = check(l.swml_rank(self._id))
         self.world_size = check(l.swml_world_size(self._id))
-        self._closed = False
 
     def allreduce_async(self, ptr, count, dtype):
         """Start an in-place SUM all-reduce of count elements at address ptr
@@ -194,14 +280,21 @@ class Session:
         return check(lib().swml_wait(handle, float(timeout))) == OK
 
     def close(self):
-        if not self._closed:
-            self._closed = True
+        """End this rank's part in the job cleanly (idempotent with abort).
+        A session never closed ends when it is collected or at exit (see
+        on_exit)."""
+        if self._end.detach() is not None:
             check(lib().swml_close(self._id))
 
     def abort(self, reason="aborted by the application"):
-        if not self._closed:
-            self._closed = True
+        """End the job for every rank: their all-reduces fail naming this
+        rank and reason."""
+        if self._end.detach() is not None:
             check(lib().swml_abort(self._id, _b(reason)))
+
+    @property
+    def closed(self):
+        return not self._end.alive
 
     def __enter__(self):
         return self

@@ -3,10 +3,11 @@
 import _thread
 import collections
 import os
-import random
+import secrets
 import signal
 import sys
 import threading
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -187,21 +188,133 @@ class _Completer:
             fut.set_result(tensors)  # torch 1.x: never an exception, see _failure
 
     def stop(self):
+        """Finish the all-reduces submitted so far, then end the thread."""
         with self.cv:
             self.queue.append((None, None, None, None))
             self.cv.notify()
-        self.thread.join(timeout=30)
+        if threading.current_thread() is not self.thread:  # a finalizer may run here
+            self.thread.join(timeout=30)
+
+
+def _end_session(completer, session, abort_reason=None):
+    """End a group's or a hook's session: its pending all-reduces first, then
+    the session (close, or abort with a reason)."""
+    completer.stop()
+    if abort_reason:
+        session.abort(abort_reason)
+    else:
+        session.close()
+
+
+def _end_unattended(completer, session):
+    """The finalizer of a ProcessGroupSwml never shut down: it was collected
+    (destroy_process_group dropped the last reference) or the interpreter
+    exits (docs/pytorch.md "The end of a job")."""
+    try:
+        _end_session(completer, session, _lib.exit_abort_reason())
+    except Exception as e:  # noqa: BLE001 - nobody to raise to
+        _lib.report_at_exit("ending the swml process group's session", e)
+
+
+def _switch_sums(tensor, op):
+    """Whether the switch can sum tensor: SUM of a non-empty CPU tensor of
+    a dtype it takes, contiguous or not (see _dense)."""
+    return (op == dist.ReduceOp.SUM and tensor.device.type == "cpu" and tensor.dtype in _DTYPES
+            and tensor.numel() > 0)
 
 
 def _swml_ok(tensor, op):
-    return (op == dist.ReduceOp.SUM and tensor.device.type == "cpu" and tensor.dtype in _DTYPES
-            and tensor.is_contiguous() and tensor.numel() > 0)
+    return _switch_sums(tensor, op) and tensor.is_contiguous()
+
+
+def _dense(obj, pairs):
+    """obj (a tensor, or nested lists of tensors) with every non-contiguous
+    tensor replaced by a contiguous copy; (original, copy) appended to pairs.
+    Both the switch and Gloo (torch 1.13's ProcessGroupGloo reads and writes
+    a tensor's first numel elements of storage, whatever its strides) need
+    dense memory: a strided view goes through a copy, and the result is
+    copied back into the view, leaving its neighbours untouched."""
+    if isinstance(obj, torch.Tensor):
+        if obj.is_contiguous():
+            return obj
+        c = obj.contiguous()
+        pairs.append((obj, c))
+        return c
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_dense(o, pairs) for o in obj)
+    return obj
+
+
+def _copy_back(pairs):
+    for orig, c in pairs:
+        orig.copy_(c)
+
+
+class _CopyBackWork(dist.Work):
+    """A Gloo Work without a Future (send, recv) whose tensors were dense
+    copies: waiting for it copies the results into the original views."""
+
+    def __init__(self, inner, pairs):
+        super().__init__()
+        self._inner, self._pairs, self._lock = inner, pairs, threading.Lock()
+
+    def _finish(self):
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+        _copy_back(pairs)
+
+    def wait(self, timeout=None):
+        ok = self._inner.wait() if timeout is None else self._inner.wait(timeout)
+        self._finish()
+        return ok
+
+    def is_completed(self):
+        done = self._inner.is_completed()
+        if done and self._inner.is_success():
+            self._finish()
+        return done
+
+    def is_success(self):
+        return self._inner.is_success()
+
+    def exception(self):
+        return self._inner.exception()
+
+    def source_rank(self):
+        return self._inner.source_rank()
+
+    def _source_rank(self):
+        return self._inner._source_rank()
+
+    def result(self):
+        self.wait()
+        return self._inner.result()
+
+
+def agree_session_id(store, rank, key):
+    """A fresh job session id that every rank agrees on through the job's
+    store: rank 0 draws it and sets key, the others wait for it. Drawn from
+    the OS's randomness, not the random module, which training scripts seed
+    alike in every job: two jobs on one switch must not collide."""
+    if rank == 0:
+        store.set(key, str(1 + secrets.randbelow(_MAX_SESSION_ID)))
+    return int(store.get(key).decode())
+
+
+_MAX_SESSION_ID = (1 << 31) - 1  # aggregation/join.MaxJobSessionID
 
 
 class ProcessGroupSwml(dist.ProcessGroup):
-    """all_reduce SUM of contiguous CPU float32/int32/bfloat16/float16
-    tensors goes through the switch; everything else (other ops and dtypes, broadcast, allgather,
-    barrier, …) goes to an inner Gloo group on the same store."""
+    """all_reduce SUM of CPU float32/int32/bfloat16/float16 tensors goes
+    through the switch (a non-contiguous one through a dense copy);
+    everything else (other ops and dtypes, broadcast, allgather, barrier,
+    …) goes to an inner Gloo group on the same store, non-contiguous tensors
+    through dense copies too.
+
+    The session ends with shutdown(), or else when the group is collected
+    (destroy_process_group drops the last reference) or the interpreter
+    exits: cleanly, unless an uncaught exception ends the program
+    (docs/pytorch.md "The end of a job")."""
 
     def __init__(self, store, rank, size, timeout, session=None):
         super().__init__(rank, size)
@@ -209,16 +322,14 @@ class ProcessGroupSwml(dist.ProcessGroup):
         if session is None:
             sid = os.environ.get("SWML_SESSION_ID")
             if sid is None:
-                # Every rank agrees on a fresh id through the store, so two
-                # jobs on one switch do not collide.
-                if rank == 0:
-                    store.set("swml-session-id", str(random.randrange(1, 1 << 31)))
-                sid = int(store.get("swml-session-id").decode())
+                sid = agree_session_id(store, rank, "swml-session-id")
             session = _lib.Session(session_id=int(sid), rank=rank, world_size=size,
                                    timeout=max(timeout.total_seconds(), 1.0))
         self.session = session
         self.completer = _Completer(session)
         self._pending = set()  # Works kept alive until complete (the torch 1.13 trap)
+        # Refers to the completer and the session, never to self.
+        self._end = _lib.on_exit(self, _end_unattended, self.completer, session)
 
     def getBackendName(self):
         return "swml"
@@ -232,72 +343,114 @@ class ProcessGroupSwml(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         if opts is None:
             opts = _c10d.AllreduceOptions()
-        if not all(_swml_ok(t, opts.reduceOp) for t in tensors):
-            return self.gloo.allreduce(tensors, opts)
-        return self._work(self.completer.submit(tensors))
+        if not all(_switch_sums(t, opts.reduceOp) for t in tensors):
+            return self._gloo(lambda ts: self.gloo.allreduce(ts, opts), tensors)
+        pairs = []
+        fut = self.completer.submit(_dense(tensors, pairs))
+        if pairs:
+            def copy_back(f):
+                f.value()  # a failure stays a failure
+                _copy_back(pairs)
+                return tensors
+            fut = fut.then(copy_back)
+        return self._work(fut)
+
+    def _gloo(self, call, outputs, inputs=None):
+        """call(outputs[, inputs]) on the inner Gloo group with dense copies
+        of non-contiguous tensors; the outputs are copied back into the
+        caller's tensors when the Work completes (see _dense)."""
+        out_pairs, in_pairs = [], []
+        outs = _dense(outputs, out_pairs)
+        if inputs is None:
+            work = call(outs)
+        else:
+            work = call(outs, _dense(inputs, in_pairs))
+        if not out_pairs:
+            return work  # Gloo's Work holds the input copies until done
+        try:
+            fut = work.get_future()
+        except RuntimeError:  # send/recv: no Future in torch 1.13
+            return _CopyBackWork(work, out_pairs)
+
+        def copy_back(f):
+            f.value()
+            _copy_back(out_pairs)
+            return outputs
+        return self._work(fut.then(copy_back))
 
     # Everything else: Gloo.
     def allreduce_coalesced(self, tensors, opts=None):
-        return self.gloo.allreduce_coalesced(tensors, opts or _c10d.AllreduceCoalescedOptions())
+        opts = opts or _c10d.AllreduceCoalescedOptions()
+        return self._gloo(lambda ts: self.gloo.allreduce_coalesced(ts, opts), tensors)
 
     def broadcast(self, tensors, opts=None):
-        return self.gloo.broadcast(tensors, opts or _c10d.BroadcastOptions())
+        opts = opts or _c10d.BroadcastOptions()
+        return self._gloo(lambda ts: self.gloo.broadcast(ts, opts), tensors)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
-        return self.gloo.allgather(output_tensors, input_tensors, opts or _c10d.AllgatherOptions())
+        opts = opts or _c10d.AllgatherOptions()
+        return self._gloo(lambda o, i: self.gloo.allgather(o, i, opts), output_tensors, input_tensors)
 
     def _allgather_base(self, output, input, opts=None):
-        return self.gloo._allgather_base(output, input, opts or _c10d.AllgatherOptions())
+        opts = opts or _c10d.AllgatherOptions()
+        return self._gloo(lambda o, i: self.gloo._allgather_base(o, i, opts), output, input)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        return self.gloo.allgather_coalesced(output_lists, input_list, opts or _c10d.AllgatherOptions())
+        opts = opts or _c10d.AllgatherOptions()
+        return self._gloo(lambda o, i: self.gloo.allgather_coalesced(o, i, opts), output_lists, input_list)
 
     def gather(self, output_tensors, input_tensors, opts=None):
-        return self.gloo.gather(output_tensors, input_tensors, opts or _c10d.GatherOptions())
+        opts = opts or _c10d.GatherOptions()
+        return self._gloo(lambda o, i: self.gloo.gather(o, i, opts), output_tensors, input_tensors)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
-        return self.gloo.scatter(output_tensors, input_tensors, opts or _c10d.ScatterOptions())
+        opts = opts or _c10d.ScatterOptions()
+        return self._gloo(lambda o, i: self.gloo.scatter(o, i, opts), output_tensors, input_tensors)
 
     def reduce(self, tensors, opts=None):
-        return self.gloo.reduce(tensors, opts or _c10d.ReduceOptions())
+        opts = opts or _c10d.ReduceOptions()
+        return self._gloo(lambda ts: self.gloo.reduce(ts, opts), tensors)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
-        return self.gloo.reduce_scatter(output_tensors, input_tensors, opts or _c10d.ReduceScatterOptions())
+        opts = opts or _c10d.ReduceScatterOptions()
+        return self._gloo(lambda o, i: self.gloo.reduce_scatter(o, i, opts), output_tensors, input_tensors)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        return self.gloo.alltoall_base(output, input, output_split_sizes, input_split_sizes,
-                                       opts or _c10d.AllToAllOptions())
+        opts = opts or _c10d.AllToAllOptions()
+        return self._gloo(lambda o, i: self.gloo.alltoall_base(o, i, output_split_sizes, input_split_sizes, opts),
+                          output, input)
 
     def send(self, tensors, dst, tag=0):
-        return self.gloo.send(tensors, dst, tag)
+        return self._gloo(lambda _, ts: self.gloo.send(ts, dst, tag), [], tensors)
 
     def recv(self, tensors, src, tag=0):
-        return self.gloo.recv(tensors, src, tag)
+        return self._gloo(lambda ts: self.gloo.recv(ts, src, tag), tensors)
 
     def recv_anysource(self, tensors, tag=0):
-        return self.gloo.recv_anysource(tensors, tag)
+        return self._gloo(lambda ts: self.gloo.recv_anysource(ts, tag), tensors)
 
     def barrier(self, opts=None):
         return self.gloo.barrier(opts or _c10d.BarrierOptions())
 
     def shutdown(self, abort_reason=None):
-        """Close (or abort, with a reason) the switch session."""
-        self.completer.stop()
-        if abort_reason:
-            self.session.abort(abort_reason)
-        else:
-            self.session.close()
+        """End the switch session now: wait for the pending all-reduces,
+        then close it (or abort the job for every rank, with a reason).
+        Idempotent; without it the session ends when the group is
+        collected or at exit."""
+        if self._end.detach() is not None:
+            _end_session(self.completer, self.session, abort_reason)
 
 
-_created = []
+_created = []  # a weak reference to this process's swml group
 
 
 def _create(store, rank, size, timeout):
-    if _created:
+    live = _created[0]() if _created else None
+    if live is not None and live._end.alive:
         raise NotImplementedError(
             "swml: one swml process group per process (the default group); create sub-groups with backend='gloo'")
     pg = ProcessGroupSwml(store, rank, size, timeout)
-    _created.append(pg)
+    _created[:] = [weakref.ref(pg)]
     return pg
 
 
@@ -309,20 +462,46 @@ def register():
 
 def process_group():
     """The swml ProcessGroup of this process (after init_process_group)."""
-    if not _created:
+    pg = _created[0]() if _created else None
+    if pg is None:
         raise RuntimeError("swml: no swml process group: call torch.distributed.init_process_group('swml') first")
-    return _created[0]
+    return pg
+
+
+def hook_session_id():
+    """The session id swml.init() gives a DDP hook's session when neither
+    the caller nor $SWML_SESSION_ID names one: agreed through the default
+    process group's store, once per call in the same order on every rank;
+    None before init_process_group."""
+    if not dist.is_initialized():
+        return None
+    global _hook_sessions
+    _hook_sessions += 1
+    return agree_session_id(dist.distributed_c10d._get_default_store(), dist.get_rank(),
+                            f"swml-hook-session-id/{_hook_sessions}")
+
+
+_hook_sessions = 0
 
 
 # The DDP communication hook.
 
 class HookState:
     """State of allreduce_hook: a Session (swml.init()) and the world size
-    to average by."""
+    to average by. When the state is collected (its DDP model is) or the
+    interpreter exits, the hook's pending all-reduces finish; the session
+    itself ends with close(), or when it is collected or at exit (see
+    swml.Session)."""
 
     def __init__(self, session):
         self.session = session
         self.completer = _Completer(session)
+        self._end = _lib.on_exit(self, _Completer.stop, self.completer)
+
+    def close(self):
+        """Wait for the pending all-reduces, then close the session."""
+        if self._end.detach() is not None:
+            _end_session(self.completer, self.session)
 
 
 def allreduce_hook(state, bucket):

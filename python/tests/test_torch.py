@@ -183,8 +183,7 @@ def train_rank(rank, world, backend, kill_at=-1):
     if backend == "swml":
         swml.process_group().shutdown()
     if backend == "hook":
-        state.completer.stop()
-        state.session.close()
+        state.close()
     dist.destroy_process_group()
     return res
 
@@ -364,6 +363,252 @@ def test_overflow_propagates():
         # Messages of 16 KiB carry 4096 elements: element 5000 is in message 1.
         assert r["nan_at"] == [4096, 8191], r["nan_at"]
         assert r["rest_is_sum"]
+
+
+# -- non-contiguous tensors -----------------------------------------------------
+
+def strided_rank(rank, world):
+    """Every path an all_reduce can take, with strided views: each result
+    exactly what the same values give in a contiguous tensor (bit for bit:
+    the switch's quantization is deterministic; the exact sum for int32 and
+    for Gloo's float64), and the elements around each view untouched."""
+    import torch
+    import torch.distributed as dist
+    import swml
+    dist.init_process_group("swml")
+    bad = []
+
+    def check(name, got, want):
+        if not torch.equal(got, want):
+            bad.append(f"{name}: got {got.flatten()[:12].tolist()}, want {want.flatten()[:12].tolist()}")
+
+    def vals(r, n, dtype):  # rank r's input
+        v = torch.arange(n) * (r + 1) + 100 * r
+        return v.to(dtype) if dtype == torch.int32 else v.to(dtype) / 3
+
+    def dense_sum(view):  # the same values all-reduced as a contiguous tensor
+        c = view.clone(memory_format=torch.contiguous_format)
+        dist.all_reduce(c)
+        return c
+
+    for dtype in (torch.float32, torch.int32, torch.bfloat16, torch.float16, torch.float64):
+        if dtype in (torch.int32, torch.float64):  # exact sums: check the reference too
+            x = [vals(r, 16, dtype) for r in range(world)]
+            check(f"{dtype} dense", dense_sum(x[rank]), sum(v.double() for v in x).to(dtype))
+        # Every other element: the switch for the first four dtypes, Gloo
+        # (float64) for the last; the odd elements must stay as they were.
+        x = vals(rank, 128, dtype)
+        before = x.clone()
+        want = dense_sum(x[::2])
+        dist.all_reduce(x[::2])
+        check(f"{dtype} x[::2]", x[::2], want)
+        check(f"{dtype} x[1::2] untouched", x[1::2], before[1::2])
+        # One column of a matrix, asynchronously.
+        m = vals(rank, 8 * 6, dtype).reshape(8, 6)
+        before = m.clone()
+        want = dense_sum(m[:, 2])
+        dist.all_reduce(m[:, 2], async_op=True).wait()
+        check(f"{dtype} m[:, 2]", m[:, 2], want)
+        check(f"{dtype} other columns untouched", torch.cat([m[:, :2], m[:, 3:]], 1), torch.cat([before[:, :2], before[:, 3:]], 1))
+        # The same logical 6x8 tensor, transposed on even ranks and dense on
+        # odd ones: the sum is element by element, whatever the layout.
+        logical = vals(rank, 48, dtype).reshape(6, 8)
+        want = dense_sum(logical)
+        t = logical.t().contiguous().t() if rank % 2 == 0 else logical.clone()
+        assert t.is_contiguous() == (rank % 2 == 1)
+        dist.all_reduce(t)
+        check(f"{dtype} transposed", t, want)
+    # Gloo for other ops, and the other collectives, on strided views.
+    x = vals(rank, 20, torch.float32)
+    before = x.clone()
+    dist.all_reduce(x[::2], op=dist.ReduceOp.MAX)
+    check("MAX x[::2]", x[::2], torch.stack([vals(r, 20, torch.float32)[::2] for r in range(world)]).max(0).values)
+    check("MAX x[1::2] untouched", x[1::2], before[1::2])
+    x = vals(rank, 20, torch.float32)
+    before = x.clone()
+    dist.reduce(x[::2], dst=0)
+    if rank == 0:
+        check("reduce x[::2]", x[::2], sum(vals(r, 20, torch.float32)[::2] for r in range(world)))
+    check("reduce x[1::2] untouched", x[1::2], before[1::2])
+    x = vals(rank, 20, torch.float32)
+    before = x.clone()
+    dist.broadcast(x[::2], src=world - 1)
+    check("broadcast x[::2]", x[::2], vals(world - 1, 20, torch.float32)[::2])
+    check("broadcast x[1::2] untouched", x[1::2], before[1::2])
+    outs = [torch.full((20,), -1.0) for _ in range(world)]
+    dist.all_gather([o[::2] for o in outs], vals(rank, 20, torch.float32)[::2])
+    for r in range(world):
+        check(f"all_gather from {r}", outs[r][::2], vals(r, 20, torch.float32)[::2])
+        check(f"all_gather from {r}: the rest untouched", outs[r][1::2], torch.full((10,), -1.0))
+    # Point to point (a Gloo Work without a Future).
+    y = torch.full((20,), -1.0)
+    if rank == 0:
+        dist.send(vals(0, 20, torch.float32)[::2], dst=1)
+    elif rank == 1:
+        dist.recv(y[::2], src=0)
+        check("recv y[::2]", y[::2], vals(0, 20, torch.float32)[::2])
+        check("recv y[1::2] untouched", y[1::2], torch.full((10,), -1.0))
+    swml.process_group().shutdown()
+    dist.destroy_process_group()
+    return {"bad": bad}
+
+
+def test_strided():
+    """all_reduce of non-contiguous tensors (every other element, a column,
+    a transposed matrix; through the switch and through the inner Gloo
+    group) and Gloo's other collectives on strided views: exact results,
+    neighbouring elements untouched. torch 1.13's Gloo alone gets every one
+    of the strided cases wrong."""
+    for r in common.launch(2, strided_rank):
+        assert not r["bad"], f"rank {r['rank']}:\n" + "\n".join(r["bad"])
+
+
+# -- the end of a job ------------------------------------------------------------------
+
+ENDED = "swml_controller_sessions_ended_total"
+
+
+def ending_rank(rank, world, how):
+    """A job that ends without calling shutdown(): with DDP through the
+    backend, through the hook on Gloo, or with a plain all_reduce and
+    destroy_process_group, after which the group is collected and its
+    session must be closed at once (not at exit)."""
+    import gc
+    import weakref
+    import torch
+    import torch.distributed as dist
+    import swml
+    dist.init_process_group("gloo" if how == "hook" else "swml")
+    res = {}
+    if how == "destroy":
+        t = torch.ones(1000)
+        dist.all_reduce(t)
+        res["sum"] = float(t[0])
+        pg = swml.process_group()
+        session, ref = pg.session, weakref.ref(pg)
+        del pg
+        dist.destroy_process_group()
+        gc.collect()
+        res["collected"] = ref() is None
+        res["closed_on_destroy"] = session.closed
+        return res
+    model = torch.nn.parallel.DistributedDataParallel(make_model(torch), bucket_cap_mb=0.01)
+    if how == "hook":
+        model.register_comm_hook(swml.HookState(swml.init()), swml.allreduce_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    x, y = make_data(torch, rank)
+    for _ in range(3):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    dist.destroy_process_group()
+    _kept.append(model)  # the model, its group or hook live on: the session ends at exit
+    return res
+
+
+_kept = []
+
+
+def _wait_ended(before, n):
+    """The switch's sessions_ended_total once n more sessions ended (or
+    after common.HANG_S), and the change by reason."""
+    deadline = time.monotonic() + common.HANG_S
+    while True:
+        now = common.switch_metric(ENDED)
+        delta = {k: now.get(k, 0) - before.get(k, 0) for k in now}
+        if sum(delta.values()) >= n or time.monotonic() > deadline:
+            return now, {k: v for k, v in delta.items() if v}
+
+
+UNCAUGHT = textwrap.dedent("""
+    import torch, torch.distributed as dist, swml
+    dist.init_process_group("swml")
+    t = torch.ones(10, dtype=torch.int32)
+    dist.all_reduce(t)
+    assert int(t[0]) == 2, t
+    raise RuntimeError("the training script failed")
+""")
+
+
+def test_clean_end():
+    """Jobs that end normally without shutdown() (DDP through the backend,
+    plain all_reduce + destroy_process_group, DDP with the hook on Gloo)
+    end their two sessions each cleanly at the switch: reason "end", no
+    keepalive_lost or abort. A rank dying of an uncaught exception aborts
+    instead. Read from a switch of its own's /metrics."""
+    with common.start_switch(fresh=True):
+        before = common.switch_metric(ENDED)
+        assert 'reason="end"' in before, before
+        for how in ("swml", "destroy", "hook"):
+            rs = common.launch(2, ending_rank, how, agree_session=(how == "hook"))
+            before, delta = _wait_ended(before, 2)
+            assert delta == {'reason="end"': 2}, f"{how}: sessions ended {delta}, want 2 by reason end"
+            if how == "destroy":
+                for r in rs:
+                    assert abs(r["sum"] - 2.0) < 1e-6, r
+                    assert r["collected"] and r["closed_on_destroy"], r
+        # Run as a script (a launcher's way): an uncaught exception aborts.
+        env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(common.free_port()))
+        env.pop("SWML_SESSION_ID", None)
+        net = os.environ["SWML_NET"]
+        procs = [subprocess.Popen([sys.executable, "-c", UNCAUGHT], cwd="/tmp", stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True,
+                                  env=dict(env, RANK=str(r), SWML_ADDR=f"127.{net}.{2 + r}")) for r in range(2)]
+        outs = [p.communicate(timeout=common.HANG_S)[0] for p in procs]
+        for p, out in zip(procs, outs):
+            assert p.returncode == 1 and "the training script failed" in out, out
+        _, delta = _wait_ended(before, 2)
+        assert delta == {'reason="abort"': 2}, f"uncaught exception: sessions ended {delta}, want 2 by reason abort"
+
+
+# -- two hook jobs on one switch ---------------------------------------------------------
+
+def hook_job_rank(rank, world, barrier):
+    """DDP on Gloo with swml.allreduce_hook and swml.init()'s session id
+    agreed through the store; every rank of both jobs joins before any
+    trains, so both jobs hold their sessions at once."""
+    import torch
+    import torch.distributed as dist
+    import swml
+    dist.init_process_group("gloo")
+    state = swml.HookState(swml.init())
+    barrier.wait(timeout=common.HANG_S)
+    model = torch.nn.parallel.DistributedDataParallel(make_model(torch), bucket_cap_mb=0.01)
+    model.register_comm_hook(state, swml.allreduce_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    x, y = make_data(torch, rank)
+    losses = []
+    for _ in range(10):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        losses.append(float(mean) / world)
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    all_flat = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(all_flat, flat)
+    state.close()
+    dist.destroy_process_group()
+    return {"losses": losses, "identical": all(torch.equal(all_flat[0], f) for f in all_flat)}
+
+
+def test_hook_jobs_share_switch():
+    """Two DDP-hook jobs at once on one switch, neither naming a session
+    id: each agrees on its own through its store, so they do not collide;
+    both train, the same model on the same data, to the same losses."""
+    from concurrent.futures import ThreadPoolExecutor
+    barrier = multiprocessing.get_context("spawn").Barrier(4)
+    with ThreadPoolExecutor(2) as ex:
+        jobs = [ex.submit(common.launch, 2, hook_job_rank, barrier, agree_session=True, first_addr=2 + 2 * j)
+                for j in range(2)]
+        a, b = [j.result() for j in jobs]
+    for r in a + b:
+        assert r["identical"], f"rank {r['rank']}: parameters differ across its job's ranks"
+    la, lb = a[0]["losses"], b[0]["losses"]
+    assert la[-1] < la[0], la
+    assert max(abs(x - y) for x, y in zip(la, lb)) <= 1e-6 * abs(la[0]), (la, lb)
 
 
 # -- mismatches ----------------------------------------------------------------------
