@@ -50,13 +50,13 @@ func Example() {
 	quant.Dequantize(result, sums, scale)
 	fmt.Println("exponent:", e)
 	fmt.Println("result:", result)
-	fmt.Printf("error bound for |x| ≤ 2^e: %.2g\n", scale.ErrorBound(float64(len(workers))*4))
+	fmt.Printf("error bound for |x| < 2^e: %.2g\n", scale.ErrorBound(float64(len(workers))*4))
 
 	_, err = quant.BlockExponent([]float32{1, 2, float32(math.Inf(1))})
 	fmt.Println(err)
 	// Output:
 	// exponent: 2
 	// result: [0.75 0 2.5 0.0009999983]
-	// error bound for |x| ≤ 2^e: 3.8e-06
+	// error bound for |x| < 2^e: 4.8e-07
 	// quant: element 2 is +Inf: gradients must be finite
 }
