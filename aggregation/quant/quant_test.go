@@ -209,13 +209,15 @@ func TestNewScale(t *testing.T) {
 }
 
 // scales used by the bit-for-bit tests: powers of two (n = 1, 2, 4 give
-// exact ties), odd n, capped and tiny factors.
+// exact ties), odd n, capped and tiny factors, and n = 256, 4096 where
+// Limit clamps the values just below 2^e.
 func testScales(t *testing.T) []Scale {
 	var ss []Scale
 	for _, c := range []struct {
 		n int
 		e int8
-	}{{1, 0}, {2, 3}, {4, -7}, {3, 0}, {7, 10}, {33, -3}, {1, -120}, {5, MaxExponent}, {MaxWorkers, MaxExponent}, {1000, -128}} {
+	}{{1, 0}, {2, 3}, {4, -7}, {3, 0}, {7, 10}, {33, -3}, {1, -120}, {5, MaxExponent}, {MaxWorkers, MaxExponent}, {1000, -128},
+		{256, 5}, {4096, -40}} {
 		s, err := NewScale(c.n, c.e)
 		if err != nil {
 			t.Fatal(err)
