@@ -227,8 +227,9 @@ func exponentOfBits(m uint32) int8 {
 // a float32 multiplication (round to nearest even); v = max(v, −L) then
 // min(v, L), with a NaN v becoming −L; q = v rounded to the nearest integer,
 // ties to even. F is a power of two, so for |x| < 2^e the product is exact
-// and the integer rounding is the only one. Values with |x| ≥ 2^e saturate
-// at ±L instead of wrapping.
+// and the integer rounding is the only one. Larger values (|x| ≥ 2^e, where
+// the exponent was clamped at MaxExponent) saturate at ±L where x·F exceeds
+// it, so the n-way sum still cannot wrap.
 //
 // If src holds a NaN or ±Inf, Quantize returns a *NonFiniteError naming the
 // first one; dst is then fully written but must not be sent. With a
