@@ -5,20 +5,22 @@
 // # Block floating point
 //
 // A worker cuts its tensor into messages. For every message it computes the
-// block exponent e = [BlockExponent] (the smallest e with 2^e ≥ max|x|) and
+// block exponent e = [BlockExponent] (the smallest e with 2^e > max|x|) and
 // sends it to the switch one message ahead, in the immediate of the previous
 // message on the same QP (see aggregation/wire.Imm). The switch returns the
 // maximum exponent over the workers, and every worker quantizes that message
 // with the same [Scale], built by [NewScale] from the number of workers n and
 // that maximum exponent:
 //
-//	factor = (2^31−1) / (n·2^e)      rounded to float32
+//	factor = 2^(31 − ⌈log2 n⌉ − e)   (at most 2^126)
 //	q      = roundToNearestEven(clamp(x·factor, ±limit)),  limit = ⌊(2^31−1)/n⌋
 //
-// so the n-way int32 sum computed by the switch can never wrap. [Quantize]
-// writes q as big-endian int32 into the QP's registered buffer; [Dequantize]
-// turns the switch's sums back into float32 with one float32 multiplication by
-// the reciprocal of the factor. Every step is a fixed sequence of IEEE-754
+// so the n-way int32 sum computed by the switch can never wrap. The factor is
+// a power of two: x·factor is exact, and inputs that fit the block's
+// 31 − ⌈log2 n⌉ bits (small integers, powers of two, ones) sum exactly.
+// [Quantize] writes q as big-endian int32 into the QP's registered buffer;
+// [Dequantize] turns the switch's sums back into float32 with one exact
+// float32 multiplication by the reciprocal of the factor. Every step is a fixed sequence of IEEE-754
 // operations in round-to-nearest-even, so all workers get bit-identical results
 // from identical sums, and the AVX2 kernels give bit-identical results to the
 // scalar reference code. The error bound of the whole round trip is

@@ -50,13 +50,36 @@ func Example() {
 	quant.Dequantize(result, sums, scale)
 	fmt.Println("exponent:", e)
 	fmt.Println("result:", result)
-	fmt.Printf("error bound for |x| ≤ 2^e: %.2g\n", scale.ErrorBound(float64(len(workers))*4))
+	fmt.Printf("error bound for |x| < 2^e: %.2g\n", scale.ErrorBound(float64(len(workers))*4))
 
 	_, err = quant.BlockExponent([]float32{1, 2, float32(math.Inf(1))})
 	fmt.Println(err)
 	// Output:
 	// exponent: 2
 	// result: [0.75 0 2.5 0.0009999983]
-	// error bound for |x| ≤ 2^e: 3.8e-06
+	// error bound for |x| < 2^e: 4.8e-07
 	// quant: element 2 is +Inf: gradients must be finite
+}
+
+// The first check a user runs: two workers all-reduce ones. The block
+// exponent of 1 is 1 (the smallest e with 2^e > 1), the factor
+// 2^(31−⌈log2 2⌉−1) = 2^29, each worker sends 2^29, the switch sums 2^30,
+// and dequantizing multiplies by 2^-29: exactly 2, as any exact sum of
+// inputs that fit the block's 30 bits comes back.
+func ExampleNewScale() {
+	ones := []float32{1, 1, 1, 1}
+	e, _ := quant.BlockExponent(ones)
+	scale, _ := quant.NewScale(2, e)
+	payload := make([]byte, 4*len(ones))
+	_ = quant.Quantize(payload, ones, scale)
+	sums := make([]int32, len(ones))
+	quant.DecodeInt32(sums, payload)
+	for i := range sums {
+		sums[i] *= 2 // the switch adds both workers' payloads
+	}
+	quant.EncodeInt32(payload, sums)
+	result := make([]float32, len(ones))
+	quant.Dequantize(result, payload, scale)
+	fmt.Printf("exponent %d, factor 2^%d, sums %d, result %v\n", e, int(math.Log2(float64(scale.Factor()))), sums[0], result)
+	// Output: exponent 1, factor 2^29, sums 1073741824, result [2 2 2 2]
 }

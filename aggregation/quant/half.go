@@ -112,15 +112,13 @@ func (f Format) exponentOfBits16(m uint16) int8 {
 	if m == 0 {
 		return MinExponent
 	}
-	biased := int(m >> 10)
-	mant := m & 0x3FF
-	switch {
-	case biased == 0:
-		return int8(bits.Len16(mant-1) - 24)
-	case mant == 0:
-		return int8(biased - 15)
+	// As exponentOfBits: a normal value lies in [2^(biased−15),
+	// 2^(biased−14)), a subnormal is m·2^-24. No clamp: float16's range is
+	// [2^-24, 65504].
+	if m < 1<<10 {
+		return int8(bits.Len16(m) - 24)
 	}
-	return int8(biased - 14)
+	return int8(int(m>>10) - 14)
 }
 
 // maxAbsBits16Generic returns max over x of x&0x7FFF: as for float32, the

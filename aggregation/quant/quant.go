@@ -9,12 +9,12 @@ import (
 const (
 	// MinExponent is the block exponent of an all-zero (or empty) block: the
 	// identity of the switch's max, so an all-zero worker never lowers the
-	// precision of the others. Blocks whose max|x| is below 2^-128 (tiny
-	// subnormals) are clamped up to it too; 2^e ≥ max|x| still holds.
+	// precision of the others. Blocks whose max|x| is below 2^-129 (tiny
+	// subnormals) are clamped up to it too; 2^e > max|x| still holds.
 	MinExponent int8 = math.MinInt8
 
 	// MaxExponent is the largest block exponent of finite input. A block
-	// with max|x| > 2^126 (float32 values in (2^126, MaxFloat32]) is
+	// with max|x| ≥ 2^126 (float32 values in [2^126, MaxFloat32]) is
 	// clamped down to it; such values saturate in Quantize. The one int8
 	// value above it is NonFiniteExponent.
 	MaxExponent int8 = math.MaxInt8 - 1
@@ -29,15 +29,19 @@ const (
 	NonFiniteExponent int8 = math.MaxInt8
 
 	// MaxWorkers is the largest n NewScale accepts. It keeps the factor a
-	// normal float32 for every exponent (2^31/(2^16·2^127) = 2^-112), which
+	// normal float32 for every exponent (2^(31−16−127) = 2^-112), which
 	// the error bound relies on; at n = 2^16 each worker has 15 bits left.
 	MaxWorkers = 1 << 16
 
-	// MaxFactor caps the factor for very small exponents (e ≤ −96 at n = 1),
-	// where (2^31−1)/(n·2^e) would overflow float32. Capping only lowers the
-	// factor, so the sum still cannot wrap; its reciprocal 2^-126 is still a
-	// normal float32.
+	// MaxFactor caps the factor for very small exponents (e < −95 −
+	// ⌈log2 n⌉), where 2^(31−⌈log2 n⌉−e) would leave float32's normal
+	// range or make its reciprocal subnormal. Capping only lowers the
+	// factor, so the sum still cannot wrap, and the reciprocal 2^-126 is
+	// still a normal float32, so dequantization stays one exact multiply.
 	MaxFactor float32 = 0x1p126
+
+	// maxFactorLog2 is log2(MaxFactor).
+	maxFactorLog2 = 126
 
 	maxInt32 = math.MaxInt32
 
@@ -53,8 +57,8 @@ const (
 // (maximum) block exponent is e. Build it with NewScale; the zero value
 // quantizes everything to 0. A Scale is a small value: copy it freely.
 type Scale struct {
-	factor float32 // q = round(x·factor)
-	inv    float32 // result = float32(sum)·inv
+	factor float32 // q = round(x·factor); a power of two
+	inv    float32 // result = float32(sum)·inv; exactly 1/factor
 	limit  float32 // |q| ≤ limit, so n·limit ≤ 2^31−1
 	n      int32
 	e      int8
@@ -63,38 +67,43 @@ type Scale struct {
 // NewScale returns the scale every worker of an n-worker job uses for a
 // message whose maximum block exponent (over the workers) is e:
 //
-//	factor = float32(float64(2^31−1) / (float64(n)·2^e)), capped at MaxFactor
-//	inv    = float32(1 / float64(factor))
+//	factor = 2^k,  k = min(31 − ⌈log2 n⌉ − e, 126)
+//	inv    = 2^-k
 //	limit  = the largest float32 ≤ ⌊(2^31−1)/n⌋ (an integer)
 //
-// Each is computed in a fixed way, so all workers agree bit for bit. n must be
-// in [1, MaxWorkers].
+// Every |x| < 2^e then has |x·factor| < 2^(31−⌈log2 n⌉) ≤ 2^31/n, so the
+// switch's n-way int32 sum cannot wrap; the limit only bites for n a power
+// of two from 256 up, on values within half a unit of 2^(31−⌈log2 n⌉).
+// Because the factor is a power of two, x·factor is exact and
+// dequantization is one exact multiply (docs/quantization.md "Exact
+// semantics"). n must be in [1, MaxWorkers].
 func NewScale(n int, e int8) (Scale, error) {
 	if n < 1 || n > MaxWorkers {
 		return Scale{}, fmt.Errorf("quant: %d workers: the quantizer supports 1 to %d", n, MaxWorkers)
 	}
-	f := float32(float64(maxInt32) / math.Ldexp(float64(n), int(e)))
-	if f > MaxFactor {
-		f = MaxFactor
-	}
+	k := min(31-log2Ceil(n)-int(e), maxFactorLog2)
 	m := int64(maxInt32 / n)
 	l := float32(m)
 	if int64(l) > m {
 		l = math.Nextafter32(l, 0)
 	}
 	return Scale{
-		factor: f,
-		inv:    float32(1 / float64(f)),
+		factor: float32(math.Ldexp(1, k)),
+		inv:    float32(math.Ldexp(1, -k)),
 		limit:  l,
 		n:      int32(n),
 		e:      e,
 	}, nil
 }
 
-// Factor is the multiplier applied before rounding: (2^31−1)/(n·2^e) as a float32.
+// log2Ceil is ⌈log2 n⌉ for n ≥ 1: the headroom bits an n-way sum needs.
+func log2Ceil(n int) int { return bits.Len(uint(n - 1)) }
+
+// Factor is the multiplier applied before rounding: 2^(31−⌈log2 n⌉−e), at
+// most MaxFactor.
 func (s Scale) Factor() float32 { return s.factor }
 
-// Inverse is the multiplier Dequantize applies to a sum: float32(1/Factor).
+// Inverse is the multiplier Dequantize applies to a sum: 1/Factor, exactly.
 func (s Scale) Inverse() float32 { return s.inv }
 
 // Limit is the saturation bound: every quantized value satisfies |q| ≤ Limit
@@ -112,25 +121,38 @@ func (s Scale) Exponent() int8 { return s.e }
 func (s Scale) NonFinite() bool { return s.e == NonFiniteExponent && s.n > 0 }
 
 // ErrorBound bounds the error of one element of an all-reduce: if each of the
-// Workers() workers holds a finite x_i with |x_i| ≤ 2^Exponent(), quantizes it
-// with s, the int32 values are summed exactly, and the sum is dequantized
+// Workers() workers holds a finite x_i with |x_i| < 2^Exponent(), quantizes
+// it with s, the int32 values are summed exactly, and the sum is dequantized
 // with s to r, then
 //
-//	|r − Σx_i| ≤ (1+4u)·n/F + 8u·Σ|x_i|      u = 2^-24, F = Factor()
+//	|r − Σx_i| ≤ (1+u)·n·δ/F + u·Σ|x_i|      u = 2^-24, F = Factor()
 //
-// where sumAbs = Σ|x_i| (n·2^e bounds it when the inputs are unknown), unless
-// the result overflows float32 (only possible when e is near MaxExponent).
-// Derivation: rounding x·F to float32 then to an integer is off by at most
-// 0.5 + u·|x·F|; a value clamped to Limit (only at |x| ≈ 2^e, because F was
-// rounded up) is off by at most 1 + 3.0001u·|x·F|; so each term is off by at
-// most 1/F + 4u·|x_i| in x units. Dequantization rounds three times (sum to
-// float32, the reciprocal, the product): a relative error of at most 3.001u.
-// docs/quantization.md has the details.
+// with δ = 1/2, or 1 where n is a power of two ≥ 256 (Limit clamps values
+// within half a unit of 2^(31−log2 n)); sumAbs = Σ|x_i| (n·2^e bounds it
+// when the inputs are unknown). The result overflows float32 only where
+// the sum itself does (e near MaxExponent). Derivation: x·F is exact, so
+// rounding to an integer is off by at most δ per term (1/F in x units);
+// the n-term int32 sum is exact; dequantization rounds once (the sum to
+// float32; the multiply by 2^-k is exact). In particular, inputs that are
+// multiples of 1/F sum exactly, with only that last rounding: the result
+// is the float32 nearest the exact sum. docs/quantization.md "Error bound"
+// has the details.
 func (s Scale) ErrorBound(sumAbs float64) float64 {
 	if s.factor == 0 {
 		return math.Inf(1)
 	}
-	return (1+4*u)*float64(s.n)/float64(s.factor) + 8*u*sumAbs
+	return (1+u)*float64(s.n)*s.roundingError()/float64(s.factor) + u*sumAbs
+}
+
+// roundingError is δ, the most |q − x·F| can be for |x| < 2^e: 1/2 from
+// rounding, or 1 where the largest float32 below 2^(31−⌈log2 n⌉) (the
+// largest |x·F|) is above Limit and gets clamped.
+func (s Scale) roundingError() float64 {
+	top := math.Nextafter32(float32(math.Ldexp(1, 31-log2Ceil(int(s.n)))), 0)
+	if top > s.limit {
+		return 1
+	}
+	return 0.5
 }
 
 // NonFiniteError reports a NaN or ±Inf in the input of BlockExponent or
@@ -157,9 +179,11 @@ func firstNonFinite(x []float32) error {
 }
 
 // BlockExponent returns the block exponent of x: the smallest e with
-// 2^e ≥ max|x|, clamped to [MinExponent, MaxExponent]. An empty or all-zero
-// block gives MinExponent. A NaN or ±Inf anywhere in x gives a
-// *NonFiniteError naming the first one.
+// 2^e > max|x| (strictly, so a power of two gets the next exponent and
+// NewScale can give it an exact integer below 2^31/n), clamped to
+// [MinExponent, MaxExponent]. An empty or all-zero block gives
+// MinExponent. A NaN or ±Inf anywhere in x gives a *NonFiniteError naming
+// the first one.
 func BlockExponent(x []float32) (int8, error) {
 	m := maxAbsBits(x)
 	if m >= infBits {
@@ -180,21 +204,17 @@ func MarkedBlockExponent(x []float32) int8 {
 }
 
 // exponentOfBits is the block exponent of the non-negative finite float32
-// with bits m.
+// with bits m: the smallest e with 2^e > m's value, clamped.
 func exponentOfBits(m uint32) int8 {
 	if m == 0 {
 		return MinExponent
 	}
-	biased := int(m >> expShift)
-	mant := m & (1<<expShift - 1)
-	var e int
-	switch {
-	case biased == 0: // subnormal: mant·2^-149, mant ≥ 1
-		e = bits.Len32(mant-1) - 149
-	case mant == 0: // exact power of two
-		e = biased - 127
-	default:
-		e = biased - 126
+	// A normal value lies in [2^(biased−127), 2^(biased−126)): the smallest
+	// e with 2^e above it is biased − 126, as p4app-switchML's client
+	// computes it (docs/interop.md, D8).
+	e := int(m>>expShift) - 126
+	if m < 1<<expShift { // subnormal: m·2^-149, m ≥ 1
+		e = bits.Len32(m) - 149
 	}
 	return int8(min(max(e, int(MinExponent)), int(MaxExponent)))
 }
@@ -206,7 +226,10 @@ func exponentOfBits(m uint32) int8 {
 // The float semantics, identical in the scalar and SIMD code: v = src[i]·F as
 // a float32 multiplication (round to nearest even); v = max(v, −L) then
 // min(v, L), with a NaN v becoming −L; q = v rounded to the nearest integer,
-// ties to even. Values with |x| > 2^e saturate at ±L instead of wrapping.
+// ties to even. F is a power of two, so for |x| < 2^e the product is exact
+// and the integer rounding is the only one. Larger values (|x| ≥ 2^e, where
+// the exponent was clamped at MaxExponent) saturate at ±L where x·F exceeds
+// it, so the n-way sum still cannot wrap.
 //
 // If src holds a NaN or ±Inf, Quantize returns a *NonFiniteError naming the
 // first one; dst is then fully written but must not be sent. With a
@@ -227,8 +250,9 @@ func Quantize(dst []byte, src []float32, s Scale) error {
 }
 
 // Dequantize writes dst[i] = float32(sum_i)·s.Inverse(), where sum_i is the
-// big-endian int32 at src[4i:4i+4]: an exact int32 → float32 conversion
-// rounded to nearest even, then one float32 multiplication. src must hold at
+// big-endian int32 at src[4i:4i+4]: an int32 → float32 conversion rounded to
+// nearest even (exact for |sum_i| ≤ 2^24), then a multiplication by a power
+// of two that is exact (the result is never subnormal). src must hold at
 // least 4·len(dst) bytes and may have any alignment. With a NonFinite
 // scale every dst[i] is NaN.
 func Dequantize(dst []float32, src []byte, s Scale) {

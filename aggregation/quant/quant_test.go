@@ -22,24 +22,29 @@ func TestBlockExponent(t *testing.T) {
 		{"empty", nil, MinExponent},
 		{"all zero", []float32{0, 0, 0}, MinExponent},
 		{"negative zero", []float32{float32(math.Copysign(0, -1))}, MinExponent},
-		{"one", []float32{1}, 0},
-		{"minus one", []float32{-1}, 0},
+		{"one", []float32{1}, 1},
+		{"minus one", []float32{-1}, 1},
+		{"just below one", []float32{math.Nextafter32(1, 0)}, 0},
 		{"just above one", []float32{math.Nextafter32(1, 2)}, 1},
 		{"1.5", []float32{0.25, 1.5}, 1},
-		{"two", []float32{2}, 1},
+		{"two", []float32{2}, 2},
+		{"just below two", []float32{math.Nextafter32(2, 0)}, 1},
 		{"0.75", []float32{-0.75}, 0},
-		{"half", []float32{0.5}, -1},
+		{"half", []float32{0.5}, 0},
 		{"max of mixed signs", []float32{3, -5, 4}, 3},
-		{"2^126", []float32{0x1p126}, 126},
-		{"just above 2^126 clamps", []float32{math.Nextafter32(0x1p126, math.MaxFloat32)}, MaxExponent},
+		{"max of mixed signs, a power of two", []float32{3, -4, 1}, 3},
+		{"just below 2^126", []float32{math.Nextafter32(0x1p126, 0)}, 126},
+		{"2^126 clamps", []float32{0x1p126}, MaxExponent},
 		{"2^127 clamps", []float32{0x1p127}, MaxExponent},
 		{"MaxFloat32 clamps", []float32{math.MaxFloat32}, MaxExponent},
 		{"-MaxFloat32 clamps", []float32{-math.MaxFloat32}, MaxExponent},
-		{"smallest normal", []float32{0x1p-126}, -126},
+		{"smallest normal", []float32{0x1p-126}, -125},
 		{"largest subnormal", []float32{sub(0x007FFFFF)}, -126},
-		{"2^-127 subnormal", []float32{sub(0x00400000)}, -127},
-		{"just above 2^-127", []float32{sub(0x00400001)}, -126},
-		{"2^-128 subnormal", []float32{sub(0x00200000)}, -128},
+		{"2^-127 subnormal", []float32{sub(0x00400000)}, -126},
+		{"just below 2^-127", []float32{sub(0x003FFFFF)}, -127},
+		{"2^-128 subnormal", []float32{sub(0x00200000)}, -127},
+		{"2^-129 subnormal", []float32{sub(0x00100000)}, -128},
+		{"just below 2^-129 clamps", []float32{sub(0x000FFFFF)}, MinExponent},
 		{"smallest subnormal clamps", []float32{sub(1)}, MinExponent},
 		{"tiny subnormal clamps", []float32{sub(3), 0}, MinExponent},
 	}
@@ -73,11 +78,11 @@ func TestBlockExponentProperty(t *testing.T) {
 			for _, v := range x {
 				m = max(m, math.Abs(float64(v)))
 			}
-			if math.Ldexp(1, int(e)) < m {
-				t.Fatalf("%s trial %d: 2^%d < max|x| = %g", path, trial, e, m)
+			if math.Ldexp(1, int(e)) <= m {
+				t.Fatalf("%s trial %d: 2^%d ≤ max|x| = %g", path, trial, e, m)
 			}
-			if e > MinExponent && e < MaxExponent && math.Ldexp(1, int(e)-1) >= m {
-				t.Fatalf("%s trial %d: 2^%d ≥ max|x| = %g: not the smallest", path, trial, e-1, m)
+			if e > MinExponent && e < MaxExponent && math.Ldexp(1, int(e)-1) > m {
+				t.Fatalf("%s trial %d: 2^%d > max|x| = %g: not the smallest", path, trial, e-1, m)
 			}
 		}
 		restore()
@@ -149,12 +154,19 @@ func TestNewScale(t *testing.T) {
 	}{
 		{"n=1 e=0", 1, 0, 0x1p31, 2147483520}, // float32(2^31−1) rounds up to 2^31
 		{"n=2 e=0", 2, 0, 0x1p30, 1073741760},
-		{"n=3 e=-2", 3, -2, float32(float64(maxInt32) / 0.75), 715827840},
-		{"n=33 e=5", 33, 5, float32(float64(maxInt32) / (33 * 32)), 65075260},
+		{"n=2 e=1 (ones)", 2, 1, 0x1p29, 1073741760},
+		{"n=3 e=-2", 3, -2, 0x1p31, 715827840},
+		{"n=4 e=-2", 4, -2, 0x1p31, 536870880},
+		{"n=5 e=0", 5, 0, 0x1p28, 429496704},
+		{"n=33 e=5", 33, 5, 0x1p20, 65075260},
+		{"n=256 e=0", 256, 0, 0x1p23, 8388607},
 		{"factor capped", 1, -100, MaxFactor, 2147483520},
 		{"n=1 e=-96 capped", 1, -96, MaxFactor, 2147483520},
 		{"n=1 e=-95 not capped", 1, -95, 0x1p126, 2147483520},
-		{"largest", MaxWorkers, MaxExponent, float32(float64(maxInt32) / 0x1p142), 32767},
+		{"n=2 e=-96 not capped", 2, -96, 0x1p126, 1073741760},
+		{"n=2 e=-97 capped", 2, -97, MaxFactor, 1073741760},
+		{"largest", MaxWorkers, MaxExponent, 0x1p-111, 32767},
+		{"non-finite marker", MaxWorkers, NonFiniteExponent, 0x1p-112, 32767},
 	}
 	for _, tc := range tests {
 		s, err := NewScale(tc.n, tc.e)
@@ -169,7 +181,7 @@ func TestNewScale(t *testing.T) {
 		}
 	}
 	for n := 1; n <= MaxWorkers; n += 1 + n/8 {
-		for e := int(MinExponent); e <= int(MaxExponent); e += 17 {
+		for e := int(MinExponent); e <= int(NonFiniteExponent); e += 1 + e&15 {
 			s, _ := NewScale(n, int8(e))
 			l := float64(s.Limit())
 			if l != math.Trunc(l) || l*float64(n) > maxInt32 || l < 1 {
@@ -178,21 +190,34 @@ func TestNewScale(t *testing.T) {
 			if next := math.Nextafter32(s.Limit(), math.MaxFloat32); float64(next) <= float64(maxInt32/n) {
 				t.Fatalf("n=%d: limit %g is not the largest", n, l)
 			}
-			if s.Factor() <= 0 || s.Factor() > MaxFactor || s.Factor() < 0x1p-126 || s.Inverse() < 0x1p-126 || math.IsInf(float64(s.Inverse()), 0) {
-				t.Fatalf("n=%d e=%d: factor %g inverse %g out of the normal range", n, e, s.Factor(), s.Inverse())
+			// A power of two in the normal range, its inverse exactly its
+			// reciprocal (also normal), and no larger than the headroom
+			// of n workers allows: 2^e·F ≤ 2^31/n.
+			fb, ib := math.Float32bits(s.Factor()), math.Float32bits(s.Inverse())
+			if fb&(1<<expShift-1) != 0 || ib&(1<<expShift-1) != 0 || s.Factor() > MaxFactor ||
+				s.Factor() < 0x1p-126 || s.Inverse() < 0x1p-126 || float64(s.Factor())*float64(s.Inverse()) != 1 {
+				t.Fatalf("n=%d e=%d: factor %g inverse %g: not powers of two, reciprocal and normal", n, e, s.Factor(), s.Inverse())
+			}
+			if math.Ldexp(float64(s.Factor()), e)*float64(n) > 0x1p31 {
+				t.Fatalf("n=%d e=%d: factor %g: n·2^e·F above 2^31", n, e, s.Factor())
+			}
+			if s.Factor() < MaxFactor && math.Ldexp(float64(s.Factor()), e+1)*float64(n) <= 0x1p31 {
+				t.Fatalf("n=%d e=%d: factor %g is not the largest that fits", n, e, s.Factor())
 			}
 		}
 	}
 }
 
 // scales used by the bit-for-bit tests: powers of two (n = 1, 2, 4 give
-// exact ties), odd n, capped and tiny factors.
+// exact ties), odd n, capped and tiny factors, and n = 256, 4096 where
+// Limit clamps the values just below 2^e.
 func testScales(t *testing.T) []Scale {
 	var ss []Scale
 	for _, c := range []struct {
 		n int
 		e int8
-	}{{1, 0}, {2, 3}, {4, -7}, {3, 0}, {7, 10}, {33, -3}, {1, -120}, {5, MaxExponent}, {MaxWorkers, MaxExponent}, {1000, -128}} {
+	}{{1, 0}, {2, 3}, {4, -7}, {3, 0}, {7, 10}, {33, -3}, {1, -120}, {5, MaxExponent}, {MaxWorkers, MaxExponent}, {1000, -128},
+		{256, 5}, {4096, -40}} {
 		s, err := NewScale(c.n, c.e)
 		if err != nil {
 			t.Fatal(err)

@@ -37,19 +37,22 @@ def make_data(torch, rank):
 
 def allreduce_bound(xs, unit16=0.0):
     """Per-element bound of the switch's sum of xs (float64 copies of each
-    rank's tensor), docs/quantization.md "Error bound": (1+4u)·n/F +
-    8u·Σ|x_i| with F ≥ ((2^31−1)/n)/2^(e+1) for the largest block exponent
-    e; for a 16-bit result (unit16 = its unit roundoff) also
-    (1+u16)·that + u16·Σ|x_i| + 2^-25."""
+    rank's tensor), docs/quantization.md "Error bound": (1+u)·n·δ/F +
+    u·Σ|x_i| with F = 2^(31−⌈log2 n⌉−e) for the largest block exponent e
+    (the smallest with 2^e > max|x|), δ = 1/2 (1 for n a power of two from
+    256); for a 16-bit result (unit16 = its unit roundoff) also
+    (1+u16)·that + u16·Σ|x_i| + 2^-25. Plus n·2^-53·Σ|x_i|: the float64
+    reference sum's own rounding."""
     n = len(xs)
     m = max(float(x.abs().max()) for x in xs)
-    e = math.ceil(math.log2(m)) if m > 0 else -126
-    f = ((2 ** 31 - 1) / n) / 2.0 ** (e + 1)
+    e = min(max(math.frexp(m)[1], -128), 126) if m > 0 else -128
+    f = 2.0 ** min(31 - (n - 1).bit_length() - e, 126)
+    delta = 1.0 if n >= 256 and n & (n - 1) == 0 else 0.5
     sum_abs = sum(x.abs() for x in xs)
-    b = (1 + 4 * U) * n / f + 8 * U * sum_abs
+    b = (1 + U) * n * delta / f + U * sum_abs
     if unit16:
         b = (1 + unit16) * b + unit16 * sum_abs + 2.0 ** -25
-    return b
+    return b + n * 2.0 ** -53 * sum_abs
 
 
 # -- the package -------------------------------------------------------------
