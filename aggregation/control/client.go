@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/swml-rdma/swml-rdma/aggregation/control/switchmlpb"
@@ -95,6 +94,7 @@ type Client struct {
 	session pb.SessionClient
 	sync    pb.SyncClient
 	jobs    pb.JobClient
+	diag    *diagCreds // nil: Dial with the caller's options
 
 	mu     sync.Mutex
 	closed bool
@@ -102,17 +102,58 @@ type Client struct {
 	wg     sync.WaitGroup
 }
 
+// ClientConfig says how NewClient reaches the controller.
+type ClientConfig struct {
+	Addr string // host:port; "" is DefaultAddr
+	// TLS, if set, dials the controller in TLS (the controller serves
+	// it with a certificate and key); nil dials plaintext, as the
+	// controller listens on loopback by default.
+	TLS *ClientTLS
+	// RegistrationToken, if set, is presented to a controller that
+	// requires one (Config.RegistrationToken) on every call that needs it.
+	RegistrationToken string
+	// DialOptions are appended to the options NewClient builds.
+	DialOptions []grpc.DialOption
+}
+
+// NewClient returns a Client for the controller cfg names. It does not
+// connect yet: the first call does, and reports an unreachable controller,
+// or a TLS failure as an error wrapping ErrTLS (a *TLSError).
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	d, err := newDiagCreds(cfg.Addr, cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(d)}
+	if cfg.RegistrationToken != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(RegistrationCredentials(cfg.RegistrationToken, cfg.TLS != nil)))
+	}
+	c, err := dial(cfg.Addr, append(opts, cfg.DialOptions...))
+	if err != nil {
+		return nil, err
+	}
+	c.diag = d
+	return c, nil
+}
+
 // Dial returns a Client for the controller at addr (DefaultAddr if empty).
 // It does not connect yet: the first call does, and reports an unreachable
-// controller. Without options it uses plaintext, as the controller listens
-// on loopback by default; opts replace that.
+// controller. Without options it uses plaintext, as NewClient with only
+// Addr; opts replace that (NewClient builds TLS and token options).
 func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
+	if len(opts) == 0 {
+		return NewClient(ClientConfig{Addr: addr})
+	}
 	if addr == "" {
 		addr = DefaultAddr
 	}
-	if len(opts) == 0 {
-		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	}
+	return dial(addr, opts)
+}
+
+func dial(addr string, opts []grpc.DialOption) (*Client, error) {
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("control: controller address %q: %w", addr, err)
@@ -431,18 +472,22 @@ type rpcError struct {
 	st          *status.Status
 	unreachable bool
 	mismatch    *MismatchError // when the status carries one
+	tls         *TLSError      // when TLS explains a failed connection
 }
 
 func (e *rpcError) Error() string              { return e.msg }
 func (e *rpcError) GRPCStatus() *status.Status { return e.st }
 func (e *rpcError) Is(target error) bool       { return e.unreachable && target == ErrUnreachable }
 
-// Unwrap gives errors.As the *MismatchError.
+// Unwrap gives errors.As the *MismatchError or *TLSError.
 func (e *rpcError) Unwrap() error {
-	if e.mismatch == nil {
-		return nil
+	switch {
+	case e.mismatch != nil:
+		return e.mismatch
+	case e.tls != nil:
+		return e.tls
 	}
-	return e.mismatch
+	return nil
 }
 
 func (c *Client) wrap(op string, err error) error {
@@ -451,6 +496,11 @@ func (c *Client) wrap(op string, err error) error {
 		return fmt.Errorf("control: %s: %w", op, err)
 	}
 	if st.Code() == codes.Unavailable && c.conn.GetState() != connectivity.Ready {
+		if c.diag != nil {
+			if te := c.diag.diagnose(); te != nil {
+				return &rpcError{msg: fmt.Sprintf("control: %s: %v", op, te), st: st, tls: te}
+			}
+		}
 		return &rpcError{
 			msg:         fmt.Sprintf("control: %s: controller %s unreachable: start `swml-rdma switch` or pass --controller (%s)", op, c.addr, st.Message()),
 			st:          st,
