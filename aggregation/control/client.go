@@ -37,7 +37,45 @@ var (
 	// the callers of Agree passed different values; errors.As to
 	// *MismatchError says which. Every rank that took part gets it.
 	ErrMismatch = errors.New("ranks disagree")
+	// ErrRegistrationTokenMissing is wrapped by Client errors when the
+	// controller requires a registration token (Config.RegistrationToken)
+	// and the call carried none.
+	ErrRegistrationTokenMissing = errors.New("registration token missing")
+	// ErrRegistrationTokenWrong is wrapped by Client errors when the call
+	// carried a token that is not the controller's registration token.
+	ErrRegistrationTokenWrong = errors.New("registration token wrong")
+	// ErrSessionRunning is wrapped by Client errors when a registration
+	// names a session id that a running job holds.
+	ErrSessionRunning = errors.New("session already running")
 )
+
+// google.rpc.ErrorInfo reasons of the controller's refusals that Client
+// errors turn into sentinels; clients in other languages can match on
+// them.
+const (
+	ErrorReasonTokenMissing   = "REGISTRATION_TOKEN_MISSING"
+	ErrorReasonTokenWrong     = "REGISTRATION_TOKEN_WRONG"
+	ErrorReasonSessionRunning = "SESSION_RUNNING"
+)
+
+// reasonSentinels are the sentinels of the ErrorInfo reasons.
+var reasonSentinels = map[string]error{
+	ErrorReasonTokenMissing:   ErrRegistrationTokenMissing,
+	ErrorReasonTokenWrong:     ErrRegistrationTokenWrong,
+	ErrorReasonSessionRunning: ErrSessionRunning,
+}
+
+// sentinelFrom is the sentinel of a status's ErrorInfo reason, or nil.
+func sentinelFrom(st *status.Status) error {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errorDomain {
+			if err := reasonSentinels[info.GetReason()]; err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // ErrorReasonMismatch is the google.rpc.ErrorInfo reason of the
 // INVALID_ARGUMENT a controller returns when ranks disagree; its metadata
@@ -473,11 +511,14 @@ type rpcError struct {
 	unreachable bool
 	mismatch    *MismatchError // when the status carries one
 	tls         *TLSError      // when TLS explains a failed connection
+	sentinel    error          // of the status's ErrorInfo reason, if any
 }
 
 func (e *rpcError) Error() string              { return e.msg }
 func (e *rpcError) GRPCStatus() *status.Status { return e.st }
-func (e *rpcError) Is(target error) bool       { return e.unreachable && target == ErrUnreachable }
+func (e *rpcError) Is(target error) bool {
+	return e.unreachable && target == ErrUnreachable || e.sentinel != nil && target == e.sentinel
+}
 
 // Unwrap gives errors.As the *MismatchError or *TLSError.
 func (e *rpcError) Unwrap() error {
@@ -507,5 +548,5 @@ func (c *Client) wrap(op string, err error) error {
 			unreachable: true,
 		}
 	}
-	return &rpcError{msg: fmt.Sprintf("control: %s: %s", op, st.Message()), st: st, mismatch: mismatchFrom(st)}
+	return &rpcError{msg: fmt.Sprintf("control: %s: %s", op, st.Message()), st: st, mismatch: mismatchFrom(st), sentinel: sentinelFrom(st)}
 }

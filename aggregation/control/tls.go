@@ -103,8 +103,8 @@ func (e *TLSError) Is(target error) bool { return target == ErrTLS }
 // Unwrap gives errors.As what the TLS stack reported (x509 errors, …).
 func (e *TLSError) Unwrap() error { return e.Err }
 
-// config builds the client's tls.Config.
-func (t *ClientTLS) config() (*tls.Config, error) {
+// Config loads the files and returns the client's tls.Config.
+func (t *ClientTLS) Config() (*tls.Config, error) {
 	cfg := &tls.Config{ServerName: t.ServerName, MinVersion: tls.VersionTLS12}
 	if t.CAFile != "" {
 		pem, err := os.ReadFile(t.CAFile)
@@ -157,7 +157,7 @@ func newDiagCreds(addr string, t *ClientTLS) (*diagCreds, error) {
 		d.TransportCredentials = insecure.NewCredentials()
 		return d, nil
 	}
-	cfg, err := t.config()
+	cfg, err := t.Config()
 	if err != nil {
 		return nil, err
 	}
