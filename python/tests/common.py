@@ -97,22 +97,27 @@ def _wait_port(host, port, proc, log, timeout=30.0):
     raise RuntimeError(f"swml-rdma switch did not listen on {host}:{port} within {timeout} s:\n{open(log).read()}")
 
 
+def fresh_net():
+    """A random loopback /16 (127.<net>.0.0) for a switch and its ranks."""
+    return f"{100 + random.randrange(100)}.{random.randrange(250)}"
+
+
 @contextlib.contextmanager
-def start_switch():
+def start_switch(args=(), net=None):
     """Run `swml-rdma switch` ($SWML_BIN, else the repository's
-    bin/swml-rdma) at 127.<net>.1 on a fresh loopback /16, ranks at
-    127.<net>.2…; sets SWML_NET and SWML_CONTROLLER for the ranks and
-    yields the controller's address."""
+    bin/swml-rdma) with args at 127.<net>.1 on a loopback /16 (net, else
+    $SWML_NET, else a fresh one), ranks at 127.<net>.2…; sets SWML_NET and
+    SWML_CONTROLLER for the ranks and yields the controller's address."""
     binary = os.environ.get("SWML_BIN", os.path.join(ROOT, "bin", "swml-rdma"))
     if not os.path.exists(binary):
         raise RuntimeError(f"{binary} missing: build it with `make build` or set SWML_BIN")
-    net = os.environ.get("SWML_NET") or f"{100 + random.randrange(100)}.{random.randrange(250)}"
+    net = net or os.environ.get("SWML_NET") or fresh_net()
     host = f"127.{net}.1"
     port = 20000 + random.randrange(20000)
     log = tempfile.NamedTemporaryFile(prefix="swml-switch-", suffix=".log", delete=False).name
     with open(log, "w") as out:
         proc = subprocess.Popen([binary, "switch", "--addr", host, "--controller-addr", f"{host}:{port}",
-                                 "--log-level", "warn"], stdout=out, stderr=subprocess.STDOUT)
+                                 "--log-level", "warn", *args], stdout=out, stderr=subprocess.STDOUT)
     try:
         _wait_port(host, port, proc, log)
         os.environ.update(SWML_NET=net, SWML_CONTROLLER=f"{host}:{port}")
