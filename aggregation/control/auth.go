@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -40,18 +42,32 @@ func (c *Controller) isOperator(ctx context.Context) bool {
 	return carriesBearer(ctx, c.cfg.OperatorToken)
 }
 
-// mayRegister reports whether the call may create or join a job, or join a
-// Barrier or Broadcast: always without a registration token, otherwise
-// with it or the operator token.
-func (c *Controller) mayRegister(ctx context.Context) bool {
-	return c.cfg.RegistrationToken == "" || carriesBearer(ctx, c.cfg.RegistrationToken) || c.isOperator(ctx)
+// registrationRefusal is nil when the call may create or join a job, or
+// join a Barrier or Broadcast: always without a registration token,
+// otherwise with it or the operator token. Else it is the UNAUTHENTICATED
+// the call gets, which says whether the call carried no token or another
+// one (ErrorReasonTokenMissing, ErrorReasonTokenWrong).
+func (c *Controller) registrationRefusal(ctx context.Context, what string, sid uint32) error {
+	if c.cfg.RegistrationToken == "" || carriesBearer(ctx, c.cfg.RegistrationToken) || c.isOperator(ctx) {
+		return nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	if len(md.Get(operatorMetadataKey)) == 0 {
+		return reasonError(codes.Unauthenticated, ErrorReasonTokenMissing,
+			fmt.Sprintf("%s (session %d): this controller requires its registration token and the call carried none", what, sid))
+	}
+	return reasonError(codes.Unauthenticated, ErrorReasonTokenWrong,
+		fmt.Sprintf("%s (session %d): the call's token is not this controller's registration token", what, sid))
 }
 
-// errNoRegistrationToken is what a call without the registration token
-// gets.
-func errNoRegistrationToken(what string, sid uint32) error {
-	return status.Errorf(codes.Unauthenticated,
-		"%s (session %d): this controller requires its registration token: present it as \"authorization: Bearer <token>\" (control.RegistrationCredentials; the operator set it with --registration-token-file)", what, sid)
+// reasonError is a status with an ErrorInfo of this controller's domain,
+// from which Client errors wrap the matching sentinel (reasonSentinels).
+func reasonError(code codes.Code, reason, msg string) error {
+	st := status.New(code, msg)
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}); err == nil {
+		st = d
+	}
+	return st.Err()
 }
 
 // carriesBearer reports whether the call's metadata holds "authorization:

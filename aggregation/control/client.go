@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/swml-rdma/swml-rdma/aggregation/control/switchmlpb"
@@ -38,7 +37,45 @@ var (
 	// the callers of Agree passed different values; errors.As to
 	// *MismatchError says which. Every rank that took part gets it.
 	ErrMismatch = errors.New("ranks disagree")
+	// ErrRegistrationTokenMissing is wrapped by Client errors when the
+	// controller requires a registration token (Config.RegistrationToken)
+	// and the call carried none.
+	ErrRegistrationTokenMissing = errors.New("registration token missing")
+	// ErrRegistrationTokenWrong is wrapped by Client errors when the call
+	// carried a token that is not the controller's registration token.
+	ErrRegistrationTokenWrong = errors.New("registration token wrong")
+	// ErrSessionRunning is wrapped by Client errors when a registration
+	// names a session id that a running job holds.
+	ErrSessionRunning = errors.New("session already running")
 )
+
+// google.rpc.ErrorInfo reasons of the controller's refusals that Client
+// errors turn into sentinels; clients in other languages can match on
+// them.
+const (
+	ErrorReasonTokenMissing   = "REGISTRATION_TOKEN_MISSING"
+	ErrorReasonTokenWrong     = "REGISTRATION_TOKEN_WRONG"
+	ErrorReasonSessionRunning = "SESSION_RUNNING"
+)
+
+// reasonSentinels are the sentinels of the ErrorInfo reasons.
+var reasonSentinels = map[string]error{
+	ErrorReasonTokenMissing:   ErrRegistrationTokenMissing,
+	ErrorReasonTokenWrong:     ErrRegistrationTokenWrong,
+	ErrorReasonSessionRunning: ErrSessionRunning,
+}
+
+// sentinelFrom is the sentinel of a status's ErrorInfo reason, or nil.
+func sentinelFrom(st *status.Status) error {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errorDomain {
+			if err := reasonSentinels[info.GetReason()]; err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // ErrorReasonMismatch is the google.rpc.ErrorInfo reason of the
 // INVALID_ARGUMENT a controller returns when ranks disagree; its metadata
@@ -95,6 +132,7 @@ type Client struct {
 	session pb.SessionClient
 	sync    pb.SyncClient
 	jobs    pb.JobClient
+	diag    *diagCreds // nil: Dial with the caller's options
 
 	mu     sync.Mutex
 	closed bool
@@ -102,17 +140,58 @@ type Client struct {
 	wg     sync.WaitGroup
 }
 
+// ClientConfig says how NewClient reaches the controller.
+type ClientConfig struct {
+	Addr string // host:port; "" is DefaultAddr
+	// TLS, if set, dials the controller in TLS (the controller serves
+	// it with a certificate and key); nil dials plaintext, as the
+	// controller listens on loopback by default.
+	TLS *ClientTLS
+	// RegistrationToken, if set, is presented to a controller that
+	// requires one (Config.RegistrationToken) on every call that needs it.
+	RegistrationToken string
+	// DialOptions are appended to the options NewClient builds.
+	DialOptions []grpc.DialOption
+}
+
+// NewClient returns a Client for the controller cfg names. It does not
+// connect yet: the first call does, and reports an unreachable controller,
+// or a TLS failure as an error wrapping ErrTLS (a *TLSError).
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	d, err := newDiagCreds(cfg.Addr, cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(d)}
+	if cfg.RegistrationToken != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(RegistrationCredentials(cfg.RegistrationToken, cfg.TLS != nil)))
+	}
+	c, err := dial(cfg.Addr, append(opts, cfg.DialOptions...))
+	if err != nil {
+		return nil, err
+	}
+	c.diag = d
+	return c, nil
+}
+
 // Dial returns a Client for the controller at addr (DefaultAddr if empty).
 // It does not connect yet: the first call does, and reports an unreachable
-// controller. Without options it uses plaintext, as the controller listens
-// on loopback by default; opts replace that.
+// controller. Without options it uses plaintext, as NewClient with only
+// Addr; opts replace that (NewClient builds TLS and token options).
 func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
+	if len(opts) == 0 {
+		return NewClient(ClientConfig{Addr: addr})
+	}
 	if addr == "" {
 		addr = DefaultAddr
 	}
-	if len(opts) == 0 {
-		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	}
+	return dial(addr, opts)
+}
+
+func dial(addr string, opts []grpc.DialOption) (*Client, error) {
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("control: controller address %q: %w", addr, err)
@@ -431,18 +510,25 @@ type rpcError struct {
 	st          *status.Status
 	unreachable bool
 	mismatch    *MismatchError // when the status carries one
+	tls         *TLSError      // when TLS explains a failed connection
+	sentinel    error          // of the status's ErrorInfo reason, if any
 }
 
 func (e *rpcError) Error() string              { return e.msg }
 func (e *rpcError) GRPCStatus() *status.Status { return e.st }
-func (e *rpcError) Is(target error) bool       { return e.unreachable && target == ErrUnreachable }
+func (e *rpcError) Is(target error) bool {
+	return e.unreachable && target == ErrUnreachable || e.sentinel != nil && target == e.sentinel
+}
 
-// Unwrap gives errors.As the *MismatchError.
+// Unwrap gives errors.As the *MismatchError or *TLSError.
 func (e *rpcError) Unwrap() error {
-	if e.mismatch == nil {
-		return nil
+	switch {
+	case e.mismatch != nil:
+		return e.mismatch
+	case e.tls != nil:
+		return e.tls
 	}
-	return e.mismatch
+	return nil
 }
 
 func (c *Client) wrap(op string, err error) error {
@@ -451,11 +537,16 @@ func (c *Client) wrap(op string, err error) error {
 		return fmt.Errorf("control: %s: %w", op, err)
 	}
 	if st.Code() == codes.Unavailable && c.conn.GetState() != connectivity.Ready {
+		if c.diag != nil {
+			if te := c.diag.diagnose(); te != nil {
+				return &rpcError{msg: fmt.Sprintf("control: %s: %v", op, te), st: st, tls: te}
+			}
+		}
 		return &rpcError{
 			msg:         fmt.Sprintf("control: %s: controller %s unreachable: start `swml-rdma switch` or pass --controller (%s)", op, c.addr, st.Message()),
 			st:          st,
 			unreachable: true,
 		}
 	}
-	return &rpcError{msg: fmt.Sprintf("control: %s: %s", op, st.Message()), st: st, mismatch: mismatchFrom(st)}
+	return &rpcError{msg: fmt.Sprintf("control: %s: %s", op, st.Message()), st: st, mismatch: mismatchFrom(st), sentinel: sentinelFrom(st)}
 }

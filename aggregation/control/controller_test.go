@@ -884,3 +884,18 @@ func TestPacketWritesAgreed(t *testing.T) {
 		})
 	}
 }
+
+// A registration under the session id of a running job fails with an
+// error wrapping ErrSessionRunning that names the job, so that a front
+// end can name its own session id setting.
+func TestSessionRunningTyped(t *testing.T) {
+	testutil.NoLeaks(t)
+	e := startController(t, nil)
+	as := e.registerAll(t, context.Background(), 7, 1, 1, nil)
+	_, err := e.client(t).RegisterRDMA(context.Background(), testReg(7, 0, 1, 1))
+	if !errors.Is(err, ErrSessionRunning) || status.Code(err) != codes.FailedPrecondition ||
+		!strings.Contains(err.Error(), fmt.Sprintf("session 7 is already running as job %d", as[0].JobID)) {
+		t.Errorf("second registration of session 7: %v; want FAILED_PRECONDITION wrapping ErrSessionRunning naming the job", err)
+	}
+	endAll(t, e, as)
+}

@@ -221,16 +221,24 @@ func TestRegistrationToken(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	for _, bad := range []string{"", "wrong-token-0123456789"} {
-		c := dial(bad)
-		if _, err := c.RegisterRDMA(context.Background(), testReg(1, 0, 1, 1)); status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "requires its registration token") {
-			t.Errorf("RdmaSession with token %q: %v; want UNAUTHENTICATED", bad, err)
+	for _, bad := range []struct {
+		token string
+		want  error
+		text  string
+	}{
+		{"", ErrRegistrationTokenMissing, "requires its registration token and the call carried none"},
+		{"wrong-token-0123456789", ErrRegistrationTokenWrong, "the call's token is not this controller's registration token"},
+	} {
+		c := dial(bad.token)
+		_, err := c.RegisterRDMA(context.Background(), testReg(1, 0, 1, 1))
+		if status.Code(err) != codes.Unauthenticated || !errors.Is(err, bad.want) || !strings.Contains(err.Error(), bad.text) {
+			t.Errorf("RdmaSession with token %q: %v; want UNAUTHENTICATED wrapping %v, saying %q", bad.token, err, bad.want, bad.text)
 		}
-		if err := c.Barrier(context.Background(), 1, 0, 1); status.Code(err) != codes.Unauthenticated {
-			t.Errorf("Barrier with token %q: %v", bad, err)
+		if err := c.Barrier(context.Background(), 1, 0, 1); status.Code(err) != codes.Unauthenticated || !errors.Is(err, bad.want) {
+			t.Errorf("Barrier with token %q: %v", bad.token, err)
 		}
-		if _, err := c.Broadcast(context.Background(), 1, 0, 1, 0, 1); status.Code(err) != codes.Unauthenticated {
-			t.Errorf("Broadcast with token %q: %v", bad, err)
+		if _, err := c.Broadcast(context.Background(), 1, 0, 1, 0, 1); status.Code(err) != codes.Unauthenticated || !errors.Is(err, bad.want) {
+			t.Errorf("Broadcast with token %q: %v", bad.token, err)
 		}
 	}
 	for _, good := range []string{tok, op} {

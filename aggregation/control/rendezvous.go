@@ -37,8 +37,8 @@ import (
 // which is released before the job starts or the rank waits.
 func (c *Controller) rdmaSession(ctx context.Context, req *pb.RdmaSessionRequest) (*pb.RdmaSessionResponse, error) {
 	sid := req.GetSessionId()
-	if !c.mayRegister(ctx) {
-		return nil, errNoRegistrationToken("RdmaSession", sid)
+	if err := c.registrationRefusal(ctx, "RdmaSession", sid); err != nil {
+		return nil, err
 	}
 	reg, params, err := c.parseRegistration(req)
 	if err != nil {
@@ -70,9 +70,9 @@ func (c *Controller) rdmaSession(ctx context.Context, req *pb.RdmaSessionRequest
 	}
 	if j := c.jobBySession[sid]; j != nil {
 		c.mu.Unlock()
-		return nil, status.Errorf(codes.FailedPrecondition,
-			"session %d is already running as job %d (%d workers); end it first (EndSession, or stop its workers) or use another session id",
-			sid, j.id(), j.params.numWorkers)
+		return nil, reasonError(codes.FailedPrecondition, ErrorReasonSessionRunning, fmt.Sprintf(
+			"session %d is already running as job %d (%d workers); end it first or use another session id",
+			sid, j.id(), j.params.numWorkers))
 	}
 	p := c.pending[sid]
 	if p == nil && len(c.pending) >= c.cfg.MaxPendingSessions {

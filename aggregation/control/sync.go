@@ -47,8 +47,8 @@ type syncCall struct {
 }
 
 func (c *Controller) barrier(ctx context.Context, req *pb.BarrierRequest) (*pb.BarrierResponse, error) {
-	if !c.mayRegister(ctx) {
-		return nil, errNoRegistrationToken("barrier", req.GetSessionId())
+	if err := c.registrationRefusal(ctx, "barrier", req.GetSessionId()); err != nil {
+		return nil, err
 	}
 	call := syncCall{numWorkers: uint64(req.GetNumWorkers()), rank: -1, root: -1}
 	if req.Rank != nil {
@@ -67,8 +67,8 @@ func (c *Controller) barrier(ctx context.Context, req *pb.BarrierRequest) (*pb.B
 }
 
 func (c *Controller) broadcast(ctx context.Context, req *pb.BroadcastRequest) (*pb.BroadcastResponse, error) {
-	if !c.mayRegister(ctx) {
-		return nil, errNoRegistrationToken("broadcast", req.GetSessionId())
+	if err := c.registrationRefusal(ctx, "broadcast", req.GetSessionId()); err != nil {
+		return nil, err
 	}
 	call := syncCall{numWorkers: uint64(req.GetNumWorkers()), rank: int64(req.GetRank()), root: int64(req.GetRoot()), value: req.GetValue()}
 	v, err := c.join(ctx, c.broadcasts, "broadcast", req.GetSessionId(), call)

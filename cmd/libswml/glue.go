@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -102,12 +103,19 @@ type openArgs struct {
 	threads       int                // 0: $SWML_THREADS, else 1
 	msgSize       int                // 0: $SWML_MSG_SIZE, else 16 packets
 	writes        aggregation.Writes // from $SWML_WRITES (resolve), else auto
+	// From the environment (resolve): TLS to the controller
+	// ($SWML_TLS_CA, $SWML_TLS_CERT, $SWML_TLS_KEY, $SWML_TLS_SERVER_NAME;
+	// nil: plaintext) and the registration token
+	// ($SWML_REGISTRATION_TOKEN_FILE).
+	tls               *control.ClientTLS
+	registrationToken string
 }
 
 // session is one swml_open: the NIC and one aggregation session per dtype.
 type session struct {
 	rank, workers int
 	dev           verbs.Device
+	client        *control.Client // both sessions' connection to the controller
 	f32, i32      *aggregation.Session
 }
 
@@ -187,6 +195,9 @@ func (o *openArgs) resolve() error {
 	if _, _, err := join.JobSessions(o.sessionID); err != nil {
 		return inval("swml: %v", err)
 	}
+	if err := o.controllerAccess(); err != nil {
+		return err
+	}
 	if err := o.member(); err != nil {
 		return err
 	}
@@ -203,6 +214,86 @@ func (o *openArgs) resolve() error {
 		o.timeout = 60 * time.Second
 	}
 	return o.protocol()
+}
+
+// controllerAccess resolves TLS and the registration token from the
+// environment, naming the variable of what is wrong.
+func (o *openArgs) controllerAccess() error {
+	t := &control.ClientTLS{CAFile: getenv("SWML_TLS_CA"), CertFile: getenv("SWML_TLS_CERT"), KeyFile: getenv("SWML_TLS_KEY"), ServerName: getenv("SWML_TLS_SERVER_NAME")}
+	switch {
+	case *t == (control.ClientTLS{}):
+	case (t.CertFile == "") != (t.KeyFile == ""):
+		return inval("swml: SWML_TLS_CERT and SWML_TLS_KEY go together: set both (this rank's PEM certificate and its key) or neither")
+	case t.CAFile == "" && t.CertFile == "":
+		return inval("swml: SWML_TLS_SERVER_NAME applies to TLS: set SWML_TLS_CA too (the CA that signed the switch's --tls-cert)")
+	default:
+		if _, err := t.Config(); err != nil {
+			return inval("swml: SWML_TLS_CA=%q, SWML_TLS_CERT=%q, SWML_TLS_KEY=%q: %v", t.CAFile, t.CertFile, t.KeyFile, err)
+		}
+		o.tls = t
+	}
+	if f := getenv("SWML_REGISTRATION_TOKEN_FILE"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return inval("swml: SWML_REGISTRATION_TOKEN_FILE: %v", err)
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		if o.registrationToken = strings.TrimSpace(line); o.registrationToken == "" {
+			return inval("swml: SWML_REGISTRATION_TOKEN_FILE %s: the first line is empty; it holds the switch's registration token", f)
+		}
+	}
+	return nil
+}
+
+// remedies say, in the environment's terms, what to do about the errors
+// of joining a job whose fix the library leaves to its caller.
+var remedies = []struct {
+	err error
+	fix string
+}{
+	{control.ErrRegistrationTokenMissing, "the switch requires its registration token: set SWML_REGISTRATION_TOKEN_FILE to the file its --registration-token-file reads"},
+	{control.ErrRegistrationTokenWrong, "SWML_REGISTRATION_TOKEN_FILE holds another token than the switch's: set it to the file its --registration-token-file reads"},
+	{control.ErrSessionRunning, "set SWML_SESSION_ID to another id (every concurrent job needs its own), or wait for that job to end"},
+}
+
+// tlsRemedies are the fixes of control.TLSError's problems.
+var tlsRemedies = map[control.TLSProblem]string{
+	control.TLSControllerSpeaksTLS: "set SWML_TLS_CA to the CA that signed the switch's --tls-cert",
+	control.TLSControllerPlaintext: "the switch serves no TLS: unset SWML_TLS_CA, SWML_TLS_CERT and SWML_TLS_KEY, or start it with --tls-cert and --tls-key",
+	control.TLSUnknownAuthority:    "set SWML_TLS_CA to the CA that signed the switch's --tls-cert",
+	control.TLSNameMismatch:        "set SWML_CONTROLLER to a name or address the switch's certificate holds, or SWML_TLS_SERVER_NAME to one",
+	control.TLSClientCertRequired:  "the switch verifies clients (--tls-client-ca): set SWML_TLS_CERT and SWML_TLS_KEY to a certificate that CA signed",
+	control.TLSClientCertRefused:   "set SWML_TLS_CERT and SWML_TLS_KEY to a certificate signed by a CA in the switch's --tls-client-ca",
+}
+
+// remedy is "; " and the fix for err, or "".
+func remedy(err error) string {
+	var te *control.TLSError
+	if errors.As(err, &te) {
+		if fix, ok := tlsRemedies[te.Problem]; ok {
+			return "; " + fix
+		}
+		return ""
+	}
+	var me *control.MismatchError
+	if errors.As(err, &me) {
+		if v, ok := mismatchEnv[me.Param]; ok {
+			return "; " + v
+		}
+	}
+	for _, r := range remedies {
+		if errors.Is(err, r.err) {
+			return "; " + r.fix
+		}
+	}
+	return ""
+}
+
+// mismatchEnv say what to make equal on every rank for each parameter
+// ranks must agree on (control.MismatchError.Param).
+var mismatchEnv = map[string]string{
+	"qps": "set the same SWML_QPS on every rank", "packet_size": "set the same SWML_PACKET_SIZE on every rank",
+	"message_size": "set the same SWML_MSG_SIZE on every rank", "num_workers": "every rank must have the same world size",
 }
 
 // member resolves rank and size (join.Member: the arguments, then
@@ -321,8 +412,12 @@ func open(o openArgs) (int64, error) {
 		dev.Close()
 		return 0, err
 	}
+	if s.client, err = control.NewClient(control.ClientConfig{Addr: o.controller, TLS: o.tls, RegistrationToken: o.registrationToken}); err != nil {
+		dev.Close()
+		return 0, fmt.Errorf("swml: %w", err)
+	}
 	cfg := o.config()
-	cfg.Device = dev
+	cfg.Device, cfg.Controller = dev, s.client
 	// Non-finite gradients come back NaN on every rank (fp16 loss
 	// scaling skips the step) instead of failing the job.
 	cfg.PropagateNonFinite = true
@@ -333,8 +428,9 @@ func open(o openArgs) (int64, error) {
 		c := cfg
 		c.SessionID, c.DType = f32ID, wire.Float32
 		if s.f32, err = aggregation.Open(ctx, c); err != nil {
+			s.client.Close()
 			dev.Close()
-			return 0, fmt.Errorf("swml: join the float32 session %d at %s as rank %d of %d: %w", c.SessionID, o.controller, o.rank, o.workers, err)
+			return 0, fmt.Errorf("swml: join the float32 session %d at %s as rank %d of %d: %w%s", c.SessionID, o.controller, o.rank, o.workers, err, remedy(err))
 		}
 	}
 	if o.dtypes&2 != 0 {
@@ -344,8 +440,9 @@ func open(o openArgs) (int64, error) {
 			if s.f32 != nil {
 				_ = s.f32.Abort(err.Error()) // err is the one to report
 			}
+			s.client.Close()
 			dev.Close()
-			return 0, fmt.Errorf("swml: join the int32 session %#x at %s as rank %d of %d: %w", c.SessionID, o.controller, o.rank, o.workers, err)
+			return 0, fmt.Errorf("swml: join the int32 session %#x at %s as rank %d of %d: %w%s", c.SessionID, o.controller, o.rank, o.workers, err, remedy(err))
 		}
 	}
 	tabMu.Lock()
@@ -460,7 +557,7 @@ func closeSession(id int64, reason string) error {
 			errs = append(errs, a.Close())
 		}
 	}
-	errs = append(errs, s.dev.Close())
+	errs = append(errs, s.client.Close(), s.dev.Close())
 	return errors.Join(errs...)
 }
 

@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 )
 
 func TestResolve(t *testing.T) {
@@ -124,5 +128,81 @@ func TestConnectTimeout(t *testing.T) {
 	t.Setenv("SWML_CONNECT_TIMEOUT", "soon")
 	if err := waitForController(context.Background(), o); code(err) != codeInval || !strings.Contains(err.Error(), "SWML_CONNECT_TIMEOUT") {
 		t.Fatalf("SWML_CONNECT_TIMEOUT=soon: %v", err)
+	}
+}
+
+// TestControllerAccessEnv: SWML_TLS_* and SWML_REGISTRATION_TOKEN_FILE are
+// read by resolve; what is wrong with them is an EINVAL naming the
+// variable.
+func TestControllerAccessEnv(t *testing.T) {
+	pki := testutil.WritePKI(t)
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte("0123456789abcdef0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars := []string{"SWML_TLS_CA", "SWML_TLS_CERT", "SWML_TLS_KEY", "SWML_TLS_SERVER_NAME", "SWML_REGISTRATION_TOKEN_FILE"}
+	for _, tc := range []struct {
+		name string
+		env  []string // values of vars
+		want string   // "" resolves
+	}{
+		{"plaintext", []string{"", "", "", "", ""}, ""},
+		{"TLS", []string{pki.CA, "", "", "", ""}, ""},
+		{"mutual TLS and a token", []string{pki.CA, pki.ClientCert, pki.ClientKey, "localhost", tok}, ""},
+		{"cert without key", []string{pki.CA, pki.ClientCert, "", "", ""}, "SWML_TLS_CERT and SWML_TLS_KEY go together"},
+		{"server name alone", []string{"", "", "", "switch1", ""}, "SWML_TLS_SERVER_NAME applies to TLS: set SWML_TLS_CA too"},
+		{"CA not PEM", []string{pki.ServerKey, "", "", "", ""}, "no PEM certificate in it"},
+		{"token file missing", []string{"", "", "", "", tok + ".missing"}, "SWML_REGISTRATION_TOKEN_FILE: open"},
+		{"token file empty", []string{"", "", "", "", empty}, "the first line is empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i, v := range vars {
+				t.Setenv(v, tc.env[i])
+			}
+			o := openArgs{sessionID: 1, rank: 0, workers: 1, controller: "127.0.0.1:1"}
+			err := o.resolve()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if (o.tls != nil) != (tc.env[0] != "") || o.tls != nil && (o.tls.CertFile != tc.env[1] || o.tls.ServerName != tc.env[3]) {
+					t.Errorf("resolved TLS %+v from %q", o.tls, tc.env)
+				}
+				if want := map[bool]string{true: "0123456789abcdef0123", false: ""}[tc.env[4] != ""]; o.registrationToken != want {
+					t.Errorf("registration token %q, want %q", o.registrationToken, want)
+				}
+				return
+			}
+			if err == nil || code(err) != codeInval || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("resolve: %v (code %d), want an EINVAL saying %q", err, code(err), tc.want)
+			}
+		})
+	}
+}
+
+// TestRemedy: the errors of joining a job whose fix is the caller's get
+// it in terms of the environment.
+func TestRemedy(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&control.TLSError{Addr: "a:1", Problem: control.TLSControllerSpeaksTLS}, "; set SWML_TLS_CA to the CA that signed the switch's --tls-cert"},
+		{&control.TLSError{Addr: "a:1", Problem: control.TLSClientCertRequired}, "set SWML_TLS_CERT and SWML_TLS_KEY"},
+		{fmt.Errorf("x: %w", &control.MismatchError{Param: "qps"}), "; set the same SWML_QPS on every rank"},
+		{fmt.Errorf("x: %w", control.ErrSessionRunning), "set SWML_SESSION_ID to another id"},
+		{fmt.Errorf("x: %w", control.ErrRegistrationTokenWrong), "SWML_REGISTRATION_TOKEN_FILE holds another token"},
+		{fmt.Errorf("x: %w", control.ErrRegistrationTokenMissing), "set SWML_REGISTRATION_TOKEN_FILE"},
+	} {
+		if got := remedy(c.err); !strings.Contains(got, c.want) {
+			t.Errorf("remedy(%v) = %q, want %q", c.err, got, c.want)
+		}
+	}
+	if got := remedy(errors.New("other")); got != "" {
+		t.Errorf("an unrelated error got %q", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 )
 
@@ -104,8 +106,9 @@ func TestFlagErrors(t *testing.T) {
 		{"bench msg-size past the packet limit", []string{"bench", "--msg-size", "1GiB"}, []string{"--msg-size 1 GiB (1048576 packets", "at most 16384 packets", "give --msg-size 16 MiB or less"}},
 		{"bench msg-size small packets", []string{"bench", "--packet-size", "256", "--msg-size", "256MiB"}, []string{"--msg-size", "--packet-size 256", "4 MiB or less"}},
 		{"worker msg-size past the packet limit", append(w, "--msg-size", "1GiB"), []string{"--msg-size 1 GiB", "at most 16384 packets"}},
-		{"bench qps too many", []string{"bench", "--qps", "5000"}, []string{"--qps 5000", "1 to 4096"}},
-		{"worker qps too many", append(w, "--qps", "5000"), []string{"--qps 5000", "1 to 4096"}},
+		{"bench qps too many", []string{"bench", "--qps", "5000"}, []string{"--qps 5000", "give 1 to 256 queue pairs", "a QP holds 16 switch slots", "default --pool-size has 4096"}},
+		{"bench qps zero, small messages", []string{"bench", "--qps", "0", "--msg-size", "1KiB", "--packet-size", "1024"}, []string{"--qps 0: give 1 to 4096 queue pairs (a QP holds 1 switch slot with --msg-size 1 KiB"}},
+		{"worker qps too many", append(w, "--qps", "5000"), []string{"--qps 5000", "give 1 to 256 queue pairs"}},
 		{"bench job larger than the switch pool", []string{"bench", "--qps", "64", "--msg-size", "1MiB"}, []string{"--qps 64", "65536 switch slots", "lower --qps or --msg-size"}},
 		{"bench one worker with the ring", []string{"bench", "--workers", "1"}, []string{"--workers 1 with --baseline ring", "--baseline none"}},
 		{"bench one worker in a sweep with the ring", []string{"bench", "--workers", "1,2"}, []string{"--workers 1 with --baseline ring"}},
@@ -269,7 +272,8 @@ func TestSizeMismatchNamed(t *testing.T) {
 }
 
 // TestRegistrationTokenWorker: with `switch --registration-token-file`, a
-// worker without the token is refused naming it, one with
+// worker without the token, or with another, is refused saying which and
+// naming the flag; one with
 // --registration-token-file runs. Addresses: 127.13.53.x.
 func TestRegistrationTokenWorker(t *testing.T) {
 	clearLaunchEnv(t)
@@ -286,8 +290,17 @@ func TestRegistrationTokenWorker(t *testing.T) {
 	go func() { <-done; close(exited) }()
 	ctl := waitForLine(t, "switch", stderr, readyRE, exited, 30*time.Second)[1]
 	args := []string{"worker", "--rank", "0", "--workers", "1", "--controller", ctl, "--addr", "127.13.53.2", "--size", "16KiB", "--iters", "1", "--warmup", "0"}
-	if _, _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), "requires its registration token") {
-		t.Errorf("worker without the token: %v; want it refused naming the token", err)
+	if _, _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), "requires its registration token and the call carried none") ||
+		!strings.Contains(err.Error(), "pass --registration-token-file FILE") {
+		t.Errorf("worker without the token: %v; want it refused naming the token and --registration-token-file", err)
+	}
+	wrong := filepath.Join(t.TempDir(), "wrong.token")
+	if err := os.WriteFile(wrong, []byte("another-token-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := run(t, append(args, "--registration-token-file", wrong)...); err == nil || !strings.Contains(err.Error(), "is not this controller's registration token") ||
+		!strings.Contains(err.Error(), "--registration-token-file holds another token than the switch's") {
+		t.Errorf("worker with a wrong token: %v; want it told the token is wrong (not missing) and --registration-token-file", err)
 	}
 	if _, _, err := run(t, append(args, "--registration-token-file", tok)...); err != nil {
 		t.Errorf("worker with the token: %v", err)
@@ -306,4 +319,69 @@ func TestParseLoopbackPorts(t *testing.T) {
 			t.Errorf("parseLoopbackPorts(%q): %v, want an error naming the flag", bad, err)
 		}
 	}
+}
+
+// TestControllerRefusalsNameFlags: what the controller refuses is said
+// with the worker's flag that changes it: a QP count other than the
+// job's (--qps), and a session id a running job holds (--session-id).
+// Addresses: 127.13.73.x.
+func TestControllerRefusalsNameFlags(t *testing.T) {
+	clearLaunchEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	swCtx, stopSwitch := context.WithCancel(ctx)
+	defer stopSwitch()
+	_, stderr, done := runInProcess(swCtx, "switch", "--addr", "127.13.73.1", "--controller-addr", "127.0.0.1:0")
+	exited := make(chan struct{})
+	go func() { <-done; close(exited) }()
+	ctl := waitForLine(t, "switch", stderr, readyRE, exited, 30*time.Second)[1]
+	c, err := control.Dial(ctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reg := func(sid uint32, rank, workers, qps int) control.Registration {
+		r := control.Registration{SessionID: sid, Rank: rank, NumWorkers: workers, Addr: netip.MustParseAddr("127.13.73.9"),
+			PacketSize: 1024, MessageSize: 16 * 1024, NoKeepAlive: true}
+		for i := range qps {
+			r.QPNs, r.PSNs = append(r.QPNs, uint32(0x100+i)), append(r.PSNs, uint32(i))
+		}
+		return r
+	}
+	worker := func(sid string, rank, workers int) []string {
+		return []string{"worker", "--rank", strconv.Itoa(rank), "--workers", strconv.Itoa(workers), "--controller", ctl, "--session-id", sid,
+			"--addr", "127.13.73.2", "--size", "16KiB", "--iters", "1", "--warmup", "0", "--qps", "2"}
+	}
+
+	// Rank 0 of session 5 registers 1 QP; the worker (rank 1) comes with
+	// --qps 2.
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.RegisterRDMA(ctx, reg(5, 0, 2, 1))
+		first <- err
+	}()
+	// Whichever registers first, both are refused.
+	_, _, err1 := run(t, worker("5", 1, 2)...)
+	if err1 == nil || !strings.Contains(err1.Error(), "qps") || !strings.Contains(err1.Error(), "pass the same --qps to every worker of the job") {
+		t.Errorf("worker with another QP count: %v; want the mismatch and --qps", err1)
+	}
+	if err := <-first; !errors.Is(err, control.ErrMismatch) {
+		t.Errorf("rank 0: %v; want the mismatch too", err)
+	}
+
+	// Session 6 runs a 1-worker job; a worker joining it is told to pick
+	// another --session-id.
+	a, err := c.RegisterRDMA(ctx, reg(6, 0, 1, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = run(t, worker("6", 0, 1)...)
+	if err == nil || !strings.Contains(err.Error(), "session 6 is already running as job") || !strings.Contains(err.Error(), "pass another --session-id") {
+		t.Errorf("worker in a running session: %v; want it told to pass another --session-id", err)
+	}
+	if err := c.EndSession(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	stopSwitch()
+	<-exited
 }

@@ -67,6 +67,21 @@ func (j jobSpec) flagError(err error) error {
 	return errors.New(msg)
 }
 
+// qpsRange says how many QPs a worker may open: each holds one switch
+// slot per packet of a message, and a switch of the default --pool-size
+// has switchmodel.DefaultPoolSize slots, which caps --qps below
+// aggregation.MaxQPs unless messages are small.
+func (j jobSpec) qpsRange() string {
+	ppm := j.msgSize / j.packetSize
+	ceiling := min(aggregation.MaxQPs, switchmodel.DefaultPoolSize/ppm)
+	slots := "slots"
+	if ppm == 1 {
+		slots = "slot"
+	}
+	return fmt.Sprintf("give 1 to %d queue pairs (a QP holds %d switch %s with --msg-size %s and --packet-size %d; a switch of the default --pool-size has %d)",
+		ceiling, ppm, slots, approxBytes(uint64(j.msgSize)), j.packetSize, switchmodel.DefaultPoolSize)
+}
+
 // parseJobFlags validates the job flags (allReduceFlags) of a job of
 // workers workers, for bench and worker alike: what each flag's syntax
 // needs, then the job as the library will (aggregation.Config.Validate,
@@ -95,8 +110,6 @@ func parseJobFlags(c *cli.Context, workers int) (jobSpec, error) {
 		return j, fmt.Errorf("--iters %d: give at least 1", j.iters)
 	case j.warmup < 0:
 		return j, fmt.Errorf("--warmup %d: must not be negative", j.warmup)
-	case j.qps < 1: // 0 would be the library's default
-		return j, fmt.Errorf("--qps %d: give 1 to %d queue pairs", j.qps, aggregation.MaxQPs)
 	case j.peerTimeout <= 0:
 		return j, fmt.Errorf("--peer-timeout %v: give a positive duration, e.g. %v", j.peerTimeout, aggregation.DefaultPeerTimeout)
 	}
@@ -105,6 +118,10 @@ func parseJobFlags(c *cli.Context, workers int) (jobSpec, error) {
 	}
 	if _, err := wire.MessagePackets(j.msgSize, j.packetSize); err != nil {
 		return j, fmt.Errorf("--msg-size %d: not --packet-size (%d) times a power of two, e.g. %d", j.msgSize, j.packetSize, 16*j.packetSize)
+	}
+	// 0 would be the library's default.
+	if j.qps < 1 || j.qps > aggregation.MaxQPs {
+		return j, fmt.Errorf("--qps %d: %s", j.qps, j.qpsRange())
 	}
 	cfg := j.session()
 	cfg.Workers = workers

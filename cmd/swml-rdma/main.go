@@ -93,8 +93,32 @@ func usageError(c *cli.Context, err error, isSubcommand bool) error {
 	cmd := c.App.Name
 	if c.Command != nil && c.Command.Name != "" && c.Command.Name != cmd {
 		cmd += " " + c.Command.Name
+		if m := undefinedFlag.FindStringSubmatch(msg); m != nil {
+			if near := nearFlags(c.Command.Flags, m[1]); len(near) > 0 {
+				msg += " (did you mean --" + strings.Join(near, ", --") + "?)"
+			}
+		}
 	}
 	return cli.Exit(fmt.Sprintf("%s; `%s --help` lists the flags", msg, cmd), exitUsage)
+}
+
+// undefinedFlag matches the flag package's error for a flag the command
+// does not have, once usageError has spelled it --name.
+var undefinedFlag = regexp.MustCompile(`^flag provided but not defined: --([a-z][a-z0-9-]*)$`)
+
+// nearFlags are the flags whose name starts with name, or is the start
+// of it, as one word: a command's spelling of what another command
+// calls otherwise (`switch --controller` for `switch --controller-addr`,
+// `worker --controller-addr` for `worker --controller`).
+func nearFlags(flags []cli.Flag, name string) []string {
+	var near []string
+	for _, f := range flags {
+		n := f.Names()[0]
+		if strings.HasPrefix(n, name+"-") || strings.HasPrefix(name, n+"-") {
+			near = append(near, n)
+		}
+	}
+	return near
 }
 
 // checkRequiredInAction moves the check of cmd's required flags into its

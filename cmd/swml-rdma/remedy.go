@@ -2,8 +2,10 @@ package main
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
+	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/control/p4rt"
 	"github.com/swml-rdma/swml-rdma/aggregation/join"
 	"github.com/swml-rdma/swml-rdma/verbs"
@@ -26,10 +28,47 @@ var remedies = []struct {
 	{p4rt.ErrNotPrimary, "another controller holds the device: stop it, or pass a higher --election-id"},
 	{p4rt.ErrNoPort, "give every worker's address its switch port: --port ADDR=PORT"},
 	{perftest.ErrConfig, "give --size from 1 byte to 1 GiB and a positive --iters or --duration"},
+	{control.ErrRegistrationTokenMissing, "the switch requires its registration token: pass --registration-token-file FILE, the file its --registration-token-file reads"},
+	{control.ErrRegistrationTokenWrong, "--registration-token-file holds another token than the switch's: pass the file its --registration-token-file reads"},
+	{control.ErrSessionRunning, "pass another --session-id (every concurrent job needs its own), or wait for that job to end"},
+}
+
+// tlsRemedies say what to do when the controller and this client miss each
+// other in TLS (control.TLSError), in this command's flags.
+var tlsRemedies = map[control.TLSProblem]string{
+	control.TLSControllerSpeaksTLS: "pass --tls-ca FILE, the CA that signed the switch's --tls-cert",
+	control.TLSControllerPlaintext: "the switch serves no TLS: drop --tls-ca, --tls-cert and --tls-key, or start it with --tls-cert and --tls-key",
+	control.TLSUnknownAuthority:    "pass --tls-ca FILE, the CA that signed the switch's --tls-cert",
+	control.TLSNameMismatch:        "dial --controller by a name or address the switch's certificate holds, or pass --tls-server-name NAME",
+	control.TLSClientCertRequired:  "the switch verifies clients (--tls-client-ca): pass --tls-cert and --tls-key, a certificate that CA signed",
+	control.TLSClientCertRefused:   "pass --tls-cert and --tls-key signed by a CA in the switch's --tls-client-ca",
+}
+
+// mismatchFlags name the flag that sets each parameter ranks must agree
+// on (control.MismatchError.Param).
+var mismatchFlags = map[string]string{
+	"tensor_bytes": "--size", "num_workers": "--workers", "message_size": "--msg-size", "packet_size": "--packet-size",
+	"qps": "--qps", "dtype": "--dtype",
 }
 
 // remedy is "; " and the fix for err, or "" if it has none.
 func remedy(err error) string {
+	var te *control.TLSError
+	if errors.As(err, &te) {
+		if fix, ok := tlsRemedies[te.Problem]; ok {
+			return "; " + fix
+		}
+		return ""
+	}
+	var me *control.MismatchError
+	if errors.As(err, &me) {
+		if flag, ok := mismatchFlags[me.Param]; ok {
+			return fmt.Sprintf("; pass the same %s to every worker of the job", flag)
+		}
+		if me.Param == "rank" {
+			return "; give each worker its own --rank"
+		}
+	}
 	for _, r := range remedies {
 		if errors.Is(err, r.err) {
 			return "; " + r.fix

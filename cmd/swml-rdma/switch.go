@@ -18,7 +18,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/local"
@@ -137,6 +136,7 @@ func controlSecurityFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "tls-cert", Usage: "serve gRPC over TLS with this certificate `FILE` (PEM; with --tls-key)", EnvVars: []string{"SWML_TLS_CERT"}, Category: cat},
 		&cli.StringFlag{Name: "tls-key", Usage: "private key `FILE` (PEM) of --tls-cert", EnvVars: []string{"SWML_TLS_KEY"}, Category: cat},
+		&cli.StringFlag{Name: "tls-client-ca", Usage: "mutual TLS: require of every client a certificate signed by a CA in `FILE` (PEM; with --tls-cert)", EnvVars: []string{"SWML_TLS_CLIENT_CA"}, Category: cat},
 		&cli.StringFlag{Name: "operator-token-file", Usage: "`FILE` holding the operator token (first line): callers presenting it as \"authorization: Bearer TOKEN\" may list and end every job", EnvVars: []string{"SWML_OPERATOR_TOKEN_FILE"}, Category: cat},
 		&cli.BoolFlag{Name: "allow-address-mismatch", Usage: "accept workers whose registered RoCE address is not the address they call the controller from (NAT, a separate RoCE network)", EnvVars: []string{"SWML_ALLOW_ADDRESS_MISMATCH"}, Category: cat},
 		&cli.IntFlag{Name: "max-pending-sessions", Value: control.DefaultMaxPendingSessions, Usage: "sessions that may wait for their workers at once; more get RESOURCE_EXHAUSTED", EnvVars: []string{"SWML_MAX_PENDING_SESSIONS"}, Category: cat},
@@ -158,16 +158,18 @@ type controlSecurity struct {
 
 func parseControlSecurity(c *cli.Context) (controlSecurity, error) {
 	s := controlSecurity{allowAddressMismatch: c.Bool("allow-address-mismatch"), maxPendingSessions: c.Int("max-pending-sessions"), clientPoolShare: c.Float64("client-pool-share")}
-	cert, key := c.String("tls-cert"), c.String("tls-key")
+	t := control.ServerTLS{CertFile: c.String("tls-cert"), KeyFile: c.String("tls-key"), ClientCAFile: c.String("tls-client-ca")}
 	switch {
-	case (cert == "") != (key == ""):
+	case (t.CertFile == "") != (t.KeyFile == ""):
 		return s, errors.New("--tls-cert and --tls-key go together: pass both (PEM certificate and its key) or neither")
-	case cert != "":
-		creds, err := credentials.NewServerTLSFromFile(cert, key)
+	case t.ClientCAFile != "" && t.CertFile == "":
+		return s, errors.New("--tls-client-ca needs TLS: pass --tls-cert and --tls-key too (the controller's certificate and key)")
+	case t.CertFile != "":
+		opt, err := t.ServerOption()
 		if err != nil {
-			return s, fmt.Errorf("--tls-cert %s / --tls-key %s: %v", cert, key, err)
+			return s, fmt.Errorf("--tls-cert %s / --tls-key %s / --tls-client-ca %q: %v", t.CertFile, t.KeyFile, t.ClientCAFile, err)
 		}
-		s.serverOptions = append(s.serverOptions, grpc.Creds(creds))
+		s.serverOptions = append(s.serverOptions, opt)
 		s.tls = true
 	}
 	var err error

@@ -18,8 +18,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/urfave/cli/v2"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/benchmark"
@@ -82,7 +80,34 @@ func jobMemberFlags(category string) []cli.Flag {
 		&cli.StringFlag{Name: "addr", Usage: "the worker's RoCE `IP`: soft binds it (default 127.0.0.<2+rank>); ibverbs uses the GID of this address", EnvVars: []string{"SWML_ADDR"}, Category: cat("nic")},
 		&cli.StringFlag{Name: "gid-index", Value: "auto", Usage: "RoCE v2 GID index: auto = the GID of --addr (the only choice today)", EnvVars: []string{"SWML_GID_INDEX"}, Category: cat("nic")},
 		&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics at http://`ADDR`/metrics while the job runs (host:port; empty: off)", EnvVars: []string{"SWML_METRICS_ADDR"}, Category: cat("output")},
+		&cli.StringFlag{Name: "tls-ca", Usage: "dial the controller in TLS, trusting the CA certificates in `FILE` (PEM): the CA that signed the switch's --tls-cert", EnvVars: []string{"SWML_TLS_CA"}, Category: cat(clientTLSCategory)},
+		&cli.StringFlag{Name: "tls-cert", Usage: "this worker's client certificate `FILE` (PEM; with --tls-key), for a switch that verifies clients (--tls-client-ca)", EnvVars: []string{"SWML_TLS_CERT"}, Category: cat(clientTLSCategory)},
+		&cli.StringFlag{Name: "tls-key", Usage: "private key `FILE` (PEM) of --tls-cert", EnvVars: []string{"SWML_TLS_KEY"}, Category: cat(clientTLSCategory)},
+		&cli.StringFlag{Name: "tls-server-name", Usage: "the `NAME` the controller's certificate must hold (default: the host of --controller)", EnvVars: []string{"SWML_TLS_SERVER_NAME"}, Category: cat(clientTLSCategory)},
 	}
+}
+
+// clientTLSCategory holds a worker's TLS flags (docs/security.md "TLS for
+// remote workers").
+const clientTLSCategory = "control plane TLS"
+
+// clientTLSFlags reads the TLS flags of a process that dials the
+// controller; nil when none is set (plaintext).
+func clientTLSFlags(c *cli.Context) (*control.ClientTLS, error) {
+	t := &control.ClientTLS{CAFile: c.String("tls-ca"), CertFile: c.String("tls-cert"), KeyFile: c.String("tls-key"), ServerName: c.String("tls-server-name")}
+	if *t == (control.ClientTLS{}) {
+		return nil, nil
+	}
+	switch {
+	case (t.CertFile == "") != (t.KeyFile == ""):
+		return nil, errors.New("--tls-cert and --tls-key go together: pass both (this worker's PEM certificate and its key) or neither")
+	case t.CAFile == "" && t.CertFile == "":
+		return nil, errors.New("--tls-server-name applies to TLS: pass --tls-ca FILE too (the CA that signed the switch's --tls-cert)")
+	}
+	if _, err := t.Config(); err != nil {
+		return nil, fmt.Errorf("--tls-ca %q, --tls-cert %q, --tls-key %q: %v", t.CAFile, t.CertFile, t.KeyFile, err)
+	}
+	return t, nil
 }
 
 // logLevelFlag is --log-level of every command that logs; parseLogLevel is
@@ -94,9 +119,10 @@ func logLevelFlag() cli.Flag {
 // workerConfig is one worker of a multi-process job; bench --controller
 // fills it too.
 type workerConfig struct {
-	controller        string        // gRPC host:port
-	connectTimeout    time.Duration // bound on waiting for the controller to accept
-	registrationToken string        // "": the controller needs none
+	controller        string             // gRPC host:port
+	connectTimeout    time.Duration      // bound on waiting for the controller to accept
+	registrationToken string             // "": the controller needs none
+	tls               *control.ClientTLS // nil: plaintext
 	sessionID         uint32
 	rank, workers     int
 
@@ -210,6 +236,9 @@ func workerFlags(c *cli.Context) (workerConfig, error) {
 		return cfg, fmt.Errorf("--connect-timeout %v: give a duration ≥ 0, e.g. 30s", cfg.connectTimeout)
 	}
 	if cfg.registrationToken, err = readTokenFile(c, "registration-token-file"); err != nil {
+		return cfg, err
+	}
+	if cfg.tls, err = clientTLSFlags(c); err != nil {
 		return cfg, err
 	}
 	sid := c.Uint("session-id")
@@ -329,20 +358,18 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 	scfg := cfg.session()
 	scfg.Device, scfg.ControllerAddr, scfg.SessionID, scfg.Rank, scfg.Workers = dev, cfg.controller, cfg.sessionID, cfg.rank, cfg.workers
 	scfg.RetransmitTimeout = cfg.retransmitTimeout
-	if cfg.registrationToken != "" {
-		cli, err := control.Dial(cfg.controller, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithPerRPCCredentials(control.RegistrationCredentials(cfg.registrationToken, false)))
-		if err != nil {
-			return workerResult{}, err
-		}
-		defer cli.Close() // after the session's Close, deferred below
-		scfg.Controller = cli
+	cli, err := control.NewClient(control.ClientConfig{Addr: cfg.controller, TLS: cfg.tls, RegistrationToken: cfg.registrationToken})
+	if err != nil {
+		return workerResult{}, err
 	}
+	defer cli.Close() // after the session's Close, deferred below
+	scfg.Controller = cli
 	sess, err := aggregation.Open(ctx, scfg)
 	if err != nil {
 		// A Config error that only Open can find (message writes on rxe)
-		// is said in the terms of the flags.
-		return workerResult{}, cfg.flagError(err)
+		// is said in the terms of the flags, and what the controller
+		// refused with the flag that changes it.
+		return workerResult{}, fmt.Errorf("%w%s", cfg.flagError(err), remedy(err))
 	}
 	closed := false
 	defer func() {

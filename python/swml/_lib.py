@@ -249,7 +249,10 @@ class Session:
     ($SWML_CONTROLLER, else 127.0.0.1:50099), session_id ($SWML_SESSION_ID,
     else 1), rank ($SWML_RANK, $OMPI_COMM_WORLD_RANK, $RANK: the first
     found), world_size ($SWML_WORKERS, $OMPI_COMM_WORLD_SIZE, $WORLD_SIZE), nic ($SWML_NIC, else soft), addr ($SWML_ADDR, else
-    127.0.0.<2+rank> for soft), device ($SWML_DEVICE, ibverbs only).
+    127.0.0.<2+rank> for soft), device ($SWML_DEVICE, ibverbs only). TLS
+    to the controller and its registration token come from $SWML_TLS_CA,
+    $SWML_TLS_CERT, $SWML_TLS_KEY, $SWML_TLS_SERVER_NAME and
+    $SWML_REGISTRATION_TOKEN_FILE (docs/security.md).
     """
 
     def __init__(self, controller=None, session_id=None, rank=None, world_size=None,

@@ -107,29 +107,34 @@ def _wait_port(host, port, proc, log, timeout=30.0):
 _SWITCH_ENV = ("SWML_NET", "SWML_CONTROLLER", "SWML_SWITCH_METRICS")
 
 
+def fresh_net():
+    """A random loopback /16 (127.<net>.0.0) for a switch and its ranks."""
+    return f"{100 + random.randrange(100)}.{random.randrange(250)}"
+
+
 @contextlib.contextmanager
-def start_switch(fresh=False):
+def start_switch(args=(), net=None, fresh=False):
     """Run `swml-rdma switch` ($SWML_BIN, else the repository's
-    bin/swml-rdma) at 127.<net>.1 on a fresh loopback /16, ranks at
-    127.<net>.2…; sets SWML_NET, SWML_CONTROLLER and SWML_SWITCH_METRICS
-    (its /metrics URL) for the ranks and yields the controller's address.
-    fresh: a /16 of its own even inside another start_switch (a test that
-    needs a switch to itself); the outer switch's variables come back
-    after."""
+    bin/swml-rdma) with args at 127.<net>.1 on a loopback /16 (net, else
+    $SWML_NET, else a fresh one), ranks at 127.<net>.2…; sets SWML_NET,
+    SWML_CONTROLLER and SWML_SWITCH_METRICS (its /metrics URL) for the
+    ranks and yields the controller's address. fresh: a /16 of its own even
+    inside another start_switch (a test that needs a switch to itself); the
+    outer switch's variables come back after."""
     binary = os.environ.get("SWML_BIN", os.path.join(ROOT, "bin", "swml-rdma"))
     if not os.path.exists(binary):
         raise RuntimeError(f"{binary} missing: build it with `make build` or set SWML_BIN")
     saved = {k: os.environ.get(k) for k in _SWITCH_ENV}
-    net = (not fresh and os.environ.get("SWML_NET")) or f"{100 + random.randrange(100)}.{random.randrange(250)}"
+    net = net or (not fresh and os.environ.get("SWML_NET")) or fresh_net()
     while fresh and net == saved["SWML_NET"]:
-        net = f"{100 + random.randrange(100)}.{random.randrange(250)}"
+        net = fresh_net()
     host = f"127.{net}.1"
     port = 20000 + random.randrange(20000)
     metrics = port + 20000
     log = tempfile.NamedTemporaryFile(prefix="swml-switch-", suffix=".log", delete=False).name
     with open(log, "w") as out:
         proc = subprocess.Popen([binary, "switch", "--addr", host, "--controller-addr", f"{host}:{port}",
-                                 "--metrics-addr", f"{host}:{metrics}", "--log-level", "warn"],
+                                 "--metrics-addr", f"{host}:{metrics}", "--log-level", "warn", *args],
                                 stdout=out, stderr=subprocess.STDOUT)
     try:
         _wait_port(host, port, proc, log)
