@@ -57,6 +57,18 @@ func (s *lane) rto(st *qpState) time.Duration {
 		ceil = max(ceil, floor)
 	}
 	if st.msg.joining {
+		if est.Samples() == 0 && s.callQPs() > 1 {
+			// A session's first call, before any join was measured: the
+			// only timer that fires before a result is back is the join
+			// probe's (expire), and with two QPs or more in the call it
+			// is a backstop for the loss of every round 0 — one lost
+			// round 0 is found by its own timer once another QP's result
+			// is back. Its wait is for the last worker process to start,
+			// tens of milliseconds or seconds, which from the floor cost
+			// a probe per doubling (docs/protocol.md "Loss recovery, step
+			// by step", the join).
+			floor = min(max(floor, joinBackstopFloors*s.cfg.RetransmitTimeout), ceil)
+		}
 		return est.RTO(floor, ceil)
 	}
 	ceil0 := ceil
@@ -151,6 +163,22 @@ func (q *quietFloor) newCall() {
 	if q.calls++; q.calls >= quietDecayCalls {
 		q.floor, q.calls = q.floor/2, 0
 	}
+}
+
+// joinBackstopFloors is the join probe's first timeout, in floors, in a
+// session's first call with two QPs or more (rto).
+const joinBackstopFloors = 8
+
+// callQPs is how many of the lane's QPs have a message in the running
+// call: each QP with a tensor message sends round 0 (start).
+func (s *lane) callQPs() int {
+	n := 0
+	for _, st := range s.qps {
+		if st.index < s.call.msgs {
+			n++
+		}
+	}
+	return n
 }
 
 // inFlight is how many packets of the session's messages in flight have
