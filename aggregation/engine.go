@@ -91,7 +91,8 @@ type qpState struct {
 		timeouts  int  // expiries
 		resends   int  // transmissions after the first (timer or RACK)
 		silent    int  // consecutive expiries that saw no sign of loss
-		deferred  bool // its expiry was put off once (timers.go, expire)
+		deferred  bool // its expiry was put off once behind a probe (rto.go, expire)
+		polled    bool // its expiry was put off once after a late pass (rto.go, expire)
 	}
 
 	// parked is the QP's next message while it waits for room in the
@@ -224,6 +225,10 @@ type engine struct {
 	// window, in the call's order (send.go, launch).
 	parked []*qpState
 	rack   rackState
+	// quiet is the longest wait without loss the timer was shown
+	// (rto.go, quietFloor): a floor of the timeout until a resend is
+	// needed.
+	quiet quietFloor
 	// backedOff is the largest timeout backed off since the latest round
 	// trip measured: before any round trip is measured, new messages
 	// start no shorter (timers.go, rto).
@@ -484,6 +489,7 @@ func (s *lane) start(c *call) (int, error) {
 	e := &s.eng
 	e.callStart, e.lastPass, e.notified, e.progress, e.rackProgress, e.due = now, now, false, now, now, time.Time{}
 	e.rack.newCall()
+	e.quiet.newCall()
 	e.delivery.NewEpoch()
 	e.parked = e.parked[:0]
 	active := 0

@@ -45,8 +45,8 @@ func (h *callHistogram) metric(d *prometheus.Desc) prometheus.Metric {
 type sessionCollector struct {
 	s *Session
 
-	allReduces, messages, packets, retransmissions, timeouts, fast, results, stale, bytes, packetWriteCalls *prometheus.Desc
-	callDuration                                                                                            *prometheus.Desc
+	allReduces, messages, packets, retransmissions, timeouts, fast, spurious, results, stale, bytes, packetWriteCalls *prometheus.Desc
+	callDuration                                                                                                      *prometheus.Desc
 }
 
 // NewCollector returns a Prometheus collector of s's counters
@@ -69,6 +69,7 @@ func NewCollector(s *Session) prometheus.Collector {
 		retransmissions:  d("retransmissions_total", "Messages resent (timer expiries and fast retransmissions)."),
 		timeouts:         d("timeouts_total", "Per-QP retransmission timer expiries."),
 		fast:             d("fast_retransmissions_total", "Messages resent because the result of a message sent later came back first (RACK)."),
+		spurious:         d("spurious_retransmissions_total", "Resent messages whose result answered an earlier transmission: resends that were not needed."),
 		results:          d("results_total", "Result messages from the switch used."),
 		stale:            d("stale_results_total", "Result messages dropped by the message-id check (duplicates of results already used)."),
 		bytes:            d("bytes_total", "RDMA payload bytes sent (out) to and received (in) from the switch.", "direction"),
@@ -78,7 +79,7 @@ func NewCollector(s *Session) prometheus.Collector {
 }
 
 func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.allReduces, c.messages, c.packets, c.retransmissions, c.timeouts, c.fast, c.results, c.stale, c.bytes, c.packetWriteCalls, c.callDuration} {
+	for _, d := range []*prometheus.Desc{c.allReduces, c.messages, c.packets, c.retransmissions, c.timeouts, c.fast, c.spurious, c.results, c.stale, c.bytes, c.packetWriteCalls, c.callDuration} {
 		ch <- d
 	}
 }
@@ -94,6 +95,7 @@ func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.retransmissions, st.Retransmissions)
 	counter(c.timeouts, st.Timeouts)
 	counter(c.fast, st.FastRetransmissions)
+	counter(c.spurious, st.SpuriousRetransmissions)
 	counter(c.results, st.Results)
 	counter(c.stale, st.StaleResults)
 	counter(c.bytes, st.BytesSent, "out")

@@ -65,13 +65,14 @@ func TestSessionCollector(t *testing.T) {
 			}
 		}
 		for name, most := range map[string]uint64{
-			"swml_worker_packets_total/" + rank + "/":            st.Packets,
-			"swml_worker_retransmissions_total/" + rank + "/":    st.Retransmissions,
-			"swml_worker_timeouts_total/" + rank + "/":           st.Timeouts,
-			"swml_worker_stale_results_total/" + rank + "/":      st.StaleResults,
-			"swml_worker_bytes_total/" + rank + "/out":           st.BytesSent,
-			"swml_worker_bytes_total/" + rank + "/in":            st.BytesReceived,
-			"swml_worker_packet_write_calls_total/" + rank + "/": st.PacketWriteCalls,
+			"swml_worker_packets_total/" + rank + "/":                  st.Packets,
+			"swml_worker_retransmissions_total/" + rank + "/":          st.Retransmissions,
+			"swml_worker_timeouts_total/" + rank + "/":                 st.Timeouts,
+			"swml_worker_spurious_retransmissions_total/" + rank + "/": st.SpuriousRetransmissions,
+			"swml_worker_stale_results_total/" + rank + "/":            st.StaleResults,
+			"swml_worker_bytes_total/" + rank + "/out":                 st.BytesSent,
+			"swml_worker_bytes_total/" + rank + "/in":                  st.BytesReceived,
+			"swml_worker_packet_write_calls_total/" + rank + "/":       st.PacketWriteCalls,
 		} {
 			if v, ok := got[name]; !ok || v > float64(most) {
 				t.Errorf("%s = %v (present %v), want at most %d", name, v, ok, most)

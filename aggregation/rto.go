@@ -16,7 +16,7 @@ func (s *lane) startTimer(st *qpState, now time.Time) {
 	t.sent, t.xmit, t.delivered = now, now, s.eng.delivery.Delivered()
 	t.rto = s.rto(st)
 	t.deadline = now.Add(t.rto)
-	t.timeouts, t.resends, t.silent, t.deferred = 0, 0, 0, false
+	t.timeouts, t.resends, t.silent, t.deferred, t.polled = 0, 0, 0, false, false
 }
 
 // rto is the first timeout of st's new message: RFC 6298 section 2 over
@@ -57,8 +57,21 @@ func (s *lane) rto(st *qpState) time.Duration {
 		ceil = max(ceil, floor)
 	}
 	if st.msg.joining {
+		if est.Samples() == 0 && s.callQPs() > 1 {
+			// A session's first call, before any join was measured: the
+			// only timer that fires before a result is back is the join
+			// probe's (expire), and with two QPs or more in the call it
+			// is a backstop for the loss of every round 0 — one lost
+			// round 0 is found by its own timer once another QP's result
+			// is back. Its wait is for the last worker process to start,
+			// tens of milliseconds or seconds, which from the floor cost
+			// a probe per doubling (docs/protocol.md "Loss recovery, step
+			// by step", the join).
+			floor = min(max(floor, joinBackstopFloors*s.cfg.RetransmitTimeout), ceil)
+		}
 		return est.RTO(floor, ceil)
 	}
+	ceil0 := ceil
 	if m := e.standing.Get(); m > 0 {
 		// The bound (docs/protocol.md "Loss recovery, step by step",
 		// mechanism 3, Bound): the larger of k × the standing time to
@@ -93,7 +106,79 @@ func (s *lane) rto(st *qpState) time.Duration {
 		}
 		ceil = min(ceil, max(floor, k*m, m+e.delivery.Drain(s.inFlight())))
 	}
-	return est.RTO(floor, ceil)
+	// The quiet floor lies above the bound: it is what the path was seen
+	// to take without loss, and only a resend that was needed lowers it
+	// (quietFloor).
+	return max(est.RTO(floor, ceil), min(e.quiet.get(), ceil0))
+}
+
+// quietFloor is the longest time to result that the timer has been shown
+// to be no loss: a timer that fired on a message whose result then
+// answered its first transmission (a spurious timeout) measured a wait —
+// a descheduled switch or peer, a collector's pause, a host's other work —
+// that a timeout must outlast on this path. On a loaded host such waits
+// come back every few calls, far above the standing time to result that
+// bounds the timeout (rto), so without a memory of them each one fires
+// the lane's timers again. RFC 4015 answers a spurious timeout by
+// adapting the timer to the sample, so that it does not fire again; here
+// the sample feeds the estimate (sampleResult), but the bound would clip
+// it, so the floor keeps twice the longest such wait, above the bound,
+// until a resend
+// is needed (the path loses: the tight timeout repairs tail losses
+// promptly, and the bound's reason, the loop under loss, applies again)
+// or quietDecayCalls calls in a row show none, which halve it
+// (docs/protocol.md "Loss recovery, step by step", Spurious resends).
+//
+// A QP's first message of a call is left out: its wait is for the last
+// worker to join the call, which its own estimate and the join probe cover
+// (rto, expire). So are packet writes, whose per-packet results cannot
+// tell a spurious resend from a needed one (timers.go, spurious): every
+// resend counts as needed.
+type quietFloor struct {
+	floor time.Duration
+	calls int // calls since the latest spurious timeout
+}
+
+// quietDecayCalls is how many calls without a spurious timeout halve the
+// quiet floor: as RACK's reordering window (reoResetCalls), a call is the
+// engine's unit of recovery.
+const quietDecayCalls = 16
+
+// get is the floor; 0 when none was shown or a resend was needed since.
+func (q *quietFloor) get() time.Duration { return q.floor }
+
+// spurious notes a spurious timeout of a message whose first transmission
+// was answered after wait.
+func (q *quietFloor) spurious(wait time.Duration) {
+	q.floor = max(q.floor, 2*wait)
+	q.calls = 0
+}
+
+// needed notes a resend that was needed: the path loses.
+func (q *quietFloor) needed() { q.floor, q.calls = 0, 0 }
+
+// newCall halves the floor after quietDecayCalls calls without a spurious
+// timeout.
+func (q *quietFloor) newCall() {
+	if q.calls++; q.calls >= quietDecayCalls {
+		q.floor, q.calls = q.floor/2, 0
+	}
+}
+
+// joinBackstopFloors is the join probe's first timeout, in floors, in a
+// session's first call with two QPs or more (rto).
+const joinBackstopFloors = 8
+
+// callQPs is how many of the lane's QPs have a message in the running
+// call: each QP with a tensor message sends round 0 (start).
+func (s *lane) callQPs() int {
+	n := 0
+	for _, st := range s.qps {
+		if st.index < s.call.msgs {
+			n++
+		}
+	}
+	return n
 }
 
 // inFlight is how many packets of the session's messages in flight have
@@ -149,8 +234,8 @@ func (s *lane) expiry(st *qpState) time.Time {
 }
 
 // expire handles the expiry of st's timer, found by a pass that came late
-// by late. An expiry is put off once per transmission, for a timeout at
-// most, in two cases:
+// by late. An expiry is put off, for a timeout at most, in two cases, each
+// once per transmission:
 //   - the pass came late by more than an eighth of the timeout (this
 //     process was descheduled, or slept past its timer): results that
 //     arrived meanwhile may still wait in the NIC's socket, unread; poll
@@ -165,6 +250,10 @@ func (s *lane) expiry(st *qpState) time.Time {
 //     were sent before it. Only once: a message's result also waits for
 //     the other workers' contributions, which their own probes may be
 //     holding back.
+//
+// The two are counted apart: a late pass that put a message off must not
+// spend its put-off as a probe's, or the next expiry of a silence after a
+// late pass resends every QP's message at once.
 //
 // Before any result of the call is back, a QP's first message is resent
 // only on the call's lowest busy QP (joinProbe), and the others' expiries
@@ -183,13 +272,13 @@ func (s *lane) expire(st *qpState, now time.Time, late time.Duration) error {
 		t.deadline = now.Add(t.rto)
 		return nil
 	}
-	if !t.deferred && st.pkts.n == 0 {
+	if st.pkts.n == 0 {
 		switch {
-		case late > t.rto/8:
-			t.deferred = true
+		case !t.polled && late > t.rto/8:
+			t.polled = true
 			t.deadline = now.Add(min(late, t.rto))
 			return nil
-		case e.probe.After(e.progress):
+		case !t.deferred && e.probe.After(e.progress):
 			t.deferred = true
 			t.deadline = now.Add(t.rto)
 			return nil

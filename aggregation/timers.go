@@ -108,8 +108,15 @@ func (s *lane) sampleResult(st *qpState, r resultKind, now time.Time) {
 		// one the estimate needs most, since it outlasted a timeout.
 		s.stats.spurious.Add(1)
 		s.eng.rack.spurious()
+		if t.timeouts > 0 && !st.msg.joining {
+			s.eng.quiet.spurious(now.Sub(t.sent))
+		}
 		s.sampleRTT(st, now.Sub(t.sent), t.sent)
 		return
+	}
+	if t.resends > 0 {
+		// A resend was needed: the path loses (quietFloor).
+		s.eng.quiet.needed()
 	}
 	switch {
 	case r == resultPackets && !st.pkts.first.IsZero():
@@ -203,7 +210,7 @@ func (s *lane) resend(st *qpState, now time.Time) error {
 func (s *lane) resendUpTo(st *qpState, now time.Time, upto int) error {
 	t := &st.timer
 	t.resends++
-	t.xmit, t.deferred, t.delivered = now, false, s.eng.delivery.Delivered()
+	t.xmit, t.deferred, t.polled, t.delivered = now, false, false, s.eng.delivery.Delivered()
 	t.deadline = now.Add(t.rto)
 	st.pkts.transmitted()
 	s.stats.retransmissions.Add(1)

@@ -52,18 +52,27 @@ type EmbeddedConfig struct {
 }
 
 // EmbeddedResult is what Embedded measured; every result was verified.
+// When Embedded fails (an interrupt, a peer timeout), it is what finished
+// before: SwitchMLCalls and RingCalls say how far each algorithm got, and
+// a summary covers the measured all-reduces that finished.
 type EmbeddedResult struct {
 	SwitchML Summary
+	// SwitchMLCalls and RingCalls count the all-reduces that finished and
+	// were verified, warm-up included.
+	SwitchMLCalls, RingCalls int
 	// Packets, Retransmissions and Messages sum the workers' session
-	// counters (aggregation.Stats).
-	Packets, Retransmissions, Messages uint64
+	// counters (aggregation.Stats); Timeouts, FastRetransmissions and
+	// SpuriousRetransmissions say why they resent.
+	Packets, Retransmissions, Messages                     uint64
+	Timeouts, FastRetransmissions, SpuriousRetransmissions uint64
 	// PacketWriteCalls sums the workers' calls (warm-up included) that
 	// sent packet writes (aggregation.Config.Writes).
 	PacketWriteCalls uint64
 	// SwitchDrops are the switch's drops by reason
 	// (switchmodel.DropReason's names).
 	SwitchDrops map[string]uint64
-	// Ring is the ring's run; nil without EmbeddedConfig.Ring.
+	// Ring is the ring's run; nil without EmbeddedConfig.Ring, or when
+	// none of its measured all-reduces finished.
 	Ring *RingResult
 }
 
@@ -152,23 +161,31 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 	// The ring reuses SwitchML's buffers: one set of tensors besides the
 	// inputs, as docs/operations.md's memory model counts.
 	bufs := new(Buffers)
-	phase(fmt.Sprintf("SwitchML, %d workers", cfg.Workers))
+	label := fmt.Sprintf("SwitchML, %d workers", cfg.Workers)
+	phase(label)
+	calls := 0
 	run, err := Run(ctx, reducers, Config{Inputs: in, Warmup: cfg.Warmup, Iters: cfg.Iters, Bound: QuantizationBound,
-		Step: step(fmt.Sprintf("SwitchML, %d workers", cfg.Workers)), Buffers: bufs})
-	if err != nil {
-		return EmbeddedResult{}, err
+		Step: counted(&calls, step(label)), Buffers: bufs, Label: label})
+	res := EmbeddedResult{SwitchMLCalls: calls, SwitchDrops: make(map[string]uint64)}
+	if len(run.Times) > 0 {
+		res.SwitchML = Summarize(run.Times, cfg.Elements)
 	}
-	res := EmbeddedResult{SwitchML: Summarize(run.Times, cfg.Elements), SwitchDrops: make(map[string]uint64)}
 	for _, s := range sessions {
 		st := s.Stats()
 		res.Packets += st.Packets
 		res.Retransmissions += st.Retransmissions
 		res.Messages += st.Messages
+		res.Timeouts += st.Timeouts
+		res.FastRetransmissions += st.FastRetransmissions
+		res.SpuriousRetransmissions += st.SpuriousRetransmissions
 		res.PacketWriteCalls += st.PacketWriteCalls
 	}
 	sws := cl.Switch.Stats()
 	for r := switchmodel.DropReason(1); r < switchmodel.NumDropReasons; r++ {
 		res.SwitchDrops[r.String()] = sws.Drops(r)
+	}
+	if err != nil {
+		return res, err
 	}
 	closeSessions()
 	if !cfg.Ring {
@@ -183,7 +200,7 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 			d.Close()
 		}
 		if devs, err = cl.OpenNICs(cl.WorkerAddrs(cfg.Workers), soft.Config{Offload: cfg.Offload, RecvLoss: cfg.Loss, SendLoss: cfg.Loss, Seed: 1}); err != nil {
-			return EmbeddedResult{}, fmt.Errorf("ring baseline: %w", err)
+			return res, fmt.Errorf("ring baseline: %w", err)
 		}
 		defer func() {
 			for _, d := range devs {
@@ -197,20 +214,34 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 	}
 	rg, err := ring.New(vdevs, ring.Config{MessageSize: packetSize * ppm, MTU: verbs.MTU(packetSize)})
 	if err != nil {
-		return EmbeddedResult{}, fmt.Errorf("ring baseline: %w", err)
+		return res, fmt.Errorf("ring baseline: %w", err)
 	}
 	defer rg.Close()
 	for r := range reducers {
 		reducers[r] = rg.Rank(r)
 	}
-	phase(fmt.Sprintf("ring, %d workers", cfg.Workers))
+	label = fmt.Sprintf("ring, %d workers", cfg.Workers)
+	phase(label)
 	run, err = Run(ctx, reducers, Config{Inputs: in, Warmup: cfg.Warmup, Iters: cfg.Iters, Bound: Float32Bound,
-		Step: step(fmt.Sprintf("ring, %d workers", cfg.Workers)), Buffers: bufs})
-	if err != nil {
-		return EmbeddedResult{}, fmt.Errorf("ring baseline: %w", err)
+		Step: counted(&res.RingCalls, step(label)), Buffers: bufs, Label: label})
+	if len(run.Times) > 0 {
+		rs := rg.Stats()
+		res.Ring = &RingResult{Summary: Summarize(run.Times, cfg.Elements), Packets: rs.Packets, Retransmissions: rs.Retransmissions,
+			WindowMessages: rg.Config().Window}
 	}
-	rs := rg.Stats()
-	res.Ring = &RingResult{Summary: Summarize(run.Times, cfg.Elements), Packets: rs.Packets, Retransmissions: rs.Retransmissions,
-		WindowMessages: rg.Config().Window}
+	if err != nil {
+		return res, fmt.Errorf("ring baseline: %w", err)
+	}
 	return res, nil
+}
+
+// counted is a Run step that counts the all-reduces done into n, then
+// calls next (if any).
+func counted(n *int, next func()) func() {
+	return func() {
+		*n++
+		if next != nil {
+			next()
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/netip"
 	"os"
@@ -76,13 +77,15 @@ func allReduceFlags(category string) []cli.Flag {
 
 // benchResult is one SwitchML measurement; its JSON fields are the
 // flat part of a run object in the bench schema (docs/bench.md), and a
-// worker process reports the same columns.
+// worker process reports the same columns (docs/bench.md "JSON" says what
+// each adds).
 type benchResult struct {
 	Workers         int     `json:"workers"`
 	DType           string  `json:"dtype"`
 	TensorBytes     int     `json:"tensor_bytes"`
 	Elements        int     `json:"elements"`
 	Iters           int     `json:"iters"`
+	Warmup          int     `json:"warmup"`
 	PacketSize      int     `json:"packet_size"`
 	MessageSize     int     `json:"message_size"`
 	QPs             int     `json:"qps"`
@@ -99,6 +102,7 @@ type benchResult struct {
 	// included (bench: of every worker), that sent packet writes.
 	Writes           string `json:"writes"`
 	PacketWriteCalls uint64 `json:"packet_write_calls"`
+	resendCauses
 }
 
 // benchSchemaVersion is bumped on any incompatible change of benchReport.
@@ -115,9 +119,11 @@ type benchReport struct {
 // without a baseline).
 type benchRun struct {
 	benchResult
-	Warmup   int             `json:"warmup"`
-	Baseline *baselineResult `json:"baseline"`
-	ATERatio *float64        `json:"ate_ratio"`
+	// Interrupted marks a row cut short by SIGINT or SIGTERM: Iters then
+	// counts the measured all-reduces that finished.
+	Interrupted bool            `json:"interrupted"`
+	Baseline    *baselineResult `json:"baseline"`
+	ATERatio    *float64        `json:"ate_ratio"`
 	// LossInflation is the median time ÷ the loss-free median of the
 	// same worker count in the same sweep (null without a loss-free run).
 	LossInflation *float64 `json:"loss_inflation"`
@@ -261,21 +267,30 @@ func runBench(c *cli.Context) error {
 		var lossFree *benchRun
 		for _, l := range cfg.losses {
 			cfg.loss = l
-			run, err := runEmbeddedBench(ctx, cfg, prog)
+			run, measured, done, err := runEmbeddedBench(ctx, cfg, prog)
 			if err != nil {
 				prog.clear()
-				if len(report.Runs) > 0 {
+				interrupted := ctx.Err() != nil && c.Context.Err() == nil
+				if interrupted && measured {
+					// The measured all-reduces that finished are a
+					// measurement too: a row of its own, marked.
+					run.Interrupted = true
+					report.Runs = append(report.Runs, run)
+				}
+				if len(report.Runs) > 0 || (interrupted && c.Bool("json")) {
 					// The rows finished before the failure or the interrupt
 					// are measurements: print them (the table or the JSON
-					// document), then say why the rest is missing.
+					// document, which an interrupt prints even without a
+					// row, for the script that reads it), then say why the
+					// rest is missing.
 					if perr := printBench(c.App.Writer, report, c.Bool("json")); perr != nil {
 						return cli.Exit("bench: "+perr.Error(), 1)
 					}
 				}
-				if ctx.Err() != nil && c.Context.Err() == nil {
+				if interrupted {
 					// Everything the run opened (switch, controller, NICs,
 					// sessions) is closed by now: runEmbeddedBench defers it.
-					return cli.Exit(fmt.Sprintf("bench (%d workers, loss %g): interrupted (SIGINT or SIGTERM); nothing left running%s", w, l, finishedRows(len(report.Runs))), exitInterrupted)
+					return cli.Exit(fmt.Sprintf("bench (%d workers, loss %g): interrupted (SIGINT or SIGTERM) after %s; nothing left running%s", w, l, done, finishedRows(len(report.Runs))), exitInterrupted)
 				}
 				return cli.Exit(fmt.Sprintf("bench (%d workers, loss %g): %v%s%s", w, l, err, remedy(err), finishedRows(len(report.Runs))), 1)
 			}
@@ -407,22 +422,29 @@ func parseLosses(s string) ([]float64, error) {
 
 // runEmbeddedBench runs the whole system in this process for cfg.workers
 // workers (benchmark.Embedded): SwitchML, then (unless --baseline none) the
-// ring among the same workers over the same NICs.
-func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (benchRun, error) {
+// ring among the same workers over the same NICs. On an error the row
+// holds what finished (benchmark.EmbeddedResult); measured says whether
+// any measured SwitchML all-reduce did, and reached how far each
+// algorithm got.
+func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (run benchRun, measured bool, reached string, err error) {
 	res, err := benchmark.Embedded(ctx, benchmark.EmbeddedConfig{
 		Workers: cfg.workers, SwitchAddr: cfg.switchAddr, Loss: cfg.loss, Offload: cfg.offload,
 		Session: cfg.session(), Elements: cfg.elements(), Warmup: cfg.warmup, Iters: cfg.iters,
 		Ring: cfg.baseline == "ring", Step: prog.step, Phase: prog.phase,
 	})
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return benchRun{}, fmt.Errorf("%w (the switch is at --switch-addr %v, the workers at the next addresses: pick another --switch-addr if something holds them)", err, cfg.switchAddr)
+		err = fmt.Errorf("%w (the switch is at --switch-addr %v, the workers at the next addresses: pick another --switch-addr if something holds them)", err, cfg.switchAddr)
 	}
-	if err != nil {
-		return benchRun{}, err
+	calls := cfg.warmup + cfg.iters
+	reached = fmt.Sprintf("%d of %d SwitchML all-reduces", res.SwitchMLCalls, calls)
+	if cfg.baseline == "ring" && res.SwitchMLCalls == calls {
+		reached += fmt.Sprintf(", %d of %d ring all-reduces", res.RingCalls, calls)
 	}
-	run := benchRun{Warmup: cfg.warmup, Switch: switchSoftware, benchResult: benchResult{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(), Iters: cfg.iters,
+	run = benchRun{Switch: switchSoftware, benchResult: benchResult{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(),
+		Iters: max(res.SwitchMLCalls-cfg.warmup, 0), Warmup: cfg.warmup,
 		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Loss: cfg.loss, Verified: true,
-		Packets: res.Packets, Retransmissions: res.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: res.PacketWriteCalls},
+		Packets: res.Packets, Retransmissions: res.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: res.PacketWriteCalls,
+		resendCauses: resendCauses{Timeouts: res.Timeouts, FastRetransmissions: res.FastRetransmissions, SpuriousRetransmissions: res.SpuriousRetransmissions}},
 		SwitchDrops: res.SwitchDrops}
 	run.setTimes(res.SwitchML)
 	if res.Messages > 0 {
@@ -434,7 +456,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (ben
 		ratio := run.ATEPerSec / run.Baseline.ATEPerSec
 		run.ATERatio = &ratio
 	}
-	return run, nil
+	return run, run.Iters > 0, reached, err
 }
 
 // setTimes fills the timing columns from a summary of the run's times.
@@ -476,7 +498,7 @@ func printBench(out io.Writer, rep benchReport, asJSON bool) error {
 		fmt.Fprintf(out, "(--loss drops at the switch's ingress and egress for SwitchML, at the sending and the receiving NIC for the %s)\n", r0.Baseline.Name)
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "workers\tloss\tall-reduce\tmedian\tmin\tmax\tATE/s\tGbit/s\tpackets\tretransmissions\tretx/msg\tvs loss-free\tswitch drops in/out\tverified\tATE/s ratio\t")
+	fmt.Fprintln(w, strings.Join(benchColumns, "\t")+"\t")
 	d := func(ns int64) time.Duration { return time.Duration(ns).Round(time.Microsecond) }
 	infl := func(x *float64) string {
 		if x == nil {
@@ -489,8 +511,11 @@ func printBench(out io.Writer, rep benchReport, asJSON bool) error {
 		if r.ATERatio != nil {
 			ratio = fmt.Sprintf("%.2f×", *r.ATERatio)
 		}
-		drops := fmt.Sprintf("%d/%d", r.SwitchDrops["ingress_loss"], r.SwitchDrops["egress_loss"])
-		fmt.Fprintf(w, "%d\t%g\t%s\t%v\t%v\t%v\t%.3g\t%.3f\t%d\t%d\t%.3f\t%s\t%s\t%v\t%s\t\n", r.Workers, r.Loss, "switchml",
+		var drops uint64
+		for _, n := range r.SwitchDrops {
+			drops += n
+		}
+		fmt.Fprintf(w, "%d\t%g\t%s\t%v\t%v\t%v\t%.3g\t%.3f\t%d\t%d\t%.4f\t%s\t%d\t%v\t%s\t\n", r.Workers, r.Loss, "switchml",
 			d(r.MedianNs), d(r.MinNs), d(r.MaxNs), r.ATEPerSec, r.Gbps, r.Packets, r.Retransmissions, r.RetransmissionsPerMessage, infl(r.LossInflation), drops, r.Verified, ratio)
 		if b := r.Baseline; b != nil {
 			fmt.Fprintf(w, "%d\t%g\t%s\t%v\t%v\t%v\t%.3g\t%.3f\t%d\t%d\t%s\t%s\t%s\t%v\t%s\t\n", r.Workers, r.Loss, b.Name,
@@ -503,7 +528,44 @@ func printBench(out io.Writer, rep benchReport, asJSON bool) error {
 	if r0.Baseline != nil {
 		fmt.Fprintf(out, "ATE/s ratio = SwitchML ATE/s ÷ %s ATE/s in the same run (> 1: SwitchML is faster).\n", r0.Baseline.Name)
 	}
+	for _, r := range rep.Runs {
+		if line := resendLine(r); line != "" {
+			fmt.Fprintln(out, line)
+		}
+	}
 	return nil
+}
+
+// benchColumns are the columns of bench's table, in order (docs/bench.md
+// "Table" shows and explains each).
+var benchColumns = []string{"workers", "loss", "all-reduce", "median", "min", "max", "ATE/s", "Gbit/s", "packets",
+	"retransmissions", "retx/msg", "vs loss-free", "switch drops", "verified", "ATE/s ratio"}
+
+// resendLine explains a row's SwitchML resends and switch drops, or is
+// empty when it has none: why the workers resent (timer, RACK, and how
+// many resent messages turned out not to need it), and every drop reason
+// of the switch with its count. Without loss, resends are spurious and
+// the switch drops the resends that reach slots still waiting for other
+// workers (retransmit_incomplete): docs/bench.md "Table".
+func resendLine(r benchRun) string {
+	var drops []string
+	for _, reason := range slices.Sorted(maps.Keys(r.SwitchDrops)) {
+		if n := r.SwitchDrops[reason]; n > 0 {
+			drops = append(drops, fmt.Sprintf("%s %d", reason, n))
+		}
+	}
+	if r.Retransmissions == 0 && len(drops) == 0 {
+		return ""
+	}
+	line := fmt.Sprintf("%d workers, loss %g: %d resends (%d timer expiries, %d RACK), %d resent messages answered by an earlier transmission (spurious)",
+		r.Workers, r.Loss, r.Retransmissions, r.Timeouts, r.FastRetransmissions, r.SpuriousRetransmissions)
+	if len(drops) > 0 {
+		line += "; switch drops: " + strings.Join(drops, ", ")
+	}
+	if r.Interrupted {
+		line += fmt.Sprintf("; interrupted after %d measured all-reduces", r.Iters)
+	}
+	return line
 }
 
 // startCPUProfile starts runtime/pprof CPU profiling into path; the returned
@@ -584,9 +646,10 @@ func runEngineAlone(ctx context.Context, c *cli.Context, cfg benchConfig) error 
 		return cli.Exit(fmt.Sprintf("bench --switch instant: %v%s", err, remedy(err)), 1)
 	}
 	st := res.Session
-	run := benchRun{Warmup: cfg.warmup, Switch: switchInstant, benchResult: benchResult{Workers: 1, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(), Iters: cfg.iters,
+	run := benchRun{Switch: switchInstant, benchResult: benchResult{Workers: 1, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(), Iters: cfg.iters, Warmup: cfg.warmup,
 		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Verified: true,
-		Packets: st.Packets, Retransmissions: st.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: st.PacketWriteCalls},
+		Packets: st.Packets, Retransmissions: st.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: st.PacketWriteCalls,
+		resendCauses: resendCauses{Timeouts: st.Timeouts, FastRetransmissions: st.FastRetransmissions, SpuriousRetransmissions: st.SpuriousRetransmissions}},
 		SwitchDrops: make(map[string]uint64),
 		Engine: &engineResult{CPUNs: int64(res.CPU), GbpsPerCore: res.GbpsPerCore, Messages: res.Messages, Allocs: res.Allocs, AllocsPerMessage: res.AllocsPerMessage,
 			CopyLimitNs: int64(res.CopyLimit), CopyLimitRatio: res.LimitRatio},

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -268,5 +269,87 @@ func checkDashboard(t *testing.T, scrapes string) {
 	}
 	if exprs < 10 {
 		t.Errorf("dashboard has %d queries", exprs)
+	}
+}
+
+// TestDashboardDoc reads docs/metrics.md "Grafana", a table of the
+// dashboard's panels and the metrics each plots, and checks it against
+// docs/grafana/swml-rdma.json panel by panel (titles in order, and the
+// swml_ metrics of each panel's queries); and that every swml_worker_
+// metric of docs/metrics.md's worker table is on a panel, so a counter the
+// workers export is not left off the dashboard. TestMetricsEndToEnd checks
+// that the dashboard's metrics are served.
+func TestDashboardDoc(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "grafana", "swml-rdma.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Type, Title string
+			Targets     []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("docs/grafana/swml-rdma.json: %v", err)
+	}
+	md, err := os.ReadFile(filepath.Join("..", "..", "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, grafana, ok := strings.Cut(string(md), "\n## Grafana\n")
+	if !ok {
+		t.Fatal("docs/metrics.md has no \"## Grafana\"")
+	}
+	name := regexp.MustCompile("`(swml_[a-z_]+)`")
+	var doc []string
+	for _, line := range strings.Split(grafana, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) != 4 || strings.HasPrefix(cells[1], "---") || strings.TrimSpace(cells[1]) == "panel" {
+			continue
+		}
+		title := strings.TrimSpace(cells[1])
+		var ms []string
+		for _, m := range name.FindAllStringSubmatch(cells[2], -1) {
+			ms = append(ms, m[1])
+		}
+		doc = append(doc, title+": "+strings.Join(ms, ", "))
+	}
+	onPanel := map[string]bool{}
+	var got []string
+	metric := regexp.MustCompile(`swml_[a-z_]+`)
+	for _, p := range dash.Panels {
+		if p.Type == "row" {
+			got = append(got, "**"+p.Title+"** (row): ")
+			continue
+		}
+		var ms []string
+		for _, tg := range p.Targets {
+			for _, m := range metric.FindAllString(tg.Expr, -1) {
+				m = strings.TrimSuffix(m, "_bucket")
+				if !slices.Contains(ms, m) {
+					ms = append(ms, m)
+				}
+				onPanel[m] = true
+			}
+		}
+		got = append(got, p.Title+": "+strings.Join(ms, ", "))
+	}
+	if !slices.Equal(doc, got) {
+		t.Errorf("docs/metrics.md \"Grafana\" lists the panels\n  %s\nthe dashboard has\n  %s", strings.Join(doc, "\n  "), strings.Join(got, "\n  "))
+	}
+	_, workers, _ := strings.Cut(string(md), "## Workers")
+	workers, _, _ = strings.Cut(workers, "\n## ")
+	n := 0
+	for _, line := range strings.Split(workers, "\n") {
+		if m := name.FindStringSubmatch(line); m != nil && strings.HasPrefix(line, "| `swml_worker_") {
+			n++
+			if !onPanel[m[1]] {
+				t.Errorf("%s (docs/metrics.md) is on no panel of the dashboard", m[1])
+			}
+		}
+	}
+	if n < 10 {
+		t.Errorf("docs/metrics.md's worker table lists %d metrics", n)
 	}
 }

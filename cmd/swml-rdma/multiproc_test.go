@@ -273,8 +273,10 @@ func TestReexec(t *testing.T) {
 }
 
 // TestBenchInterrupted stops a long embedded bench with SIGINT or SIGTERM:
-// it exits promptly with the interrupted status, saying so, and its
-// switch's and workers' addresses are free again.
+// it exits promptly with the interrupted status, saying so and how far it
+// got, prints the measured all-reduces that finished as a row marked
+// interrupted (JSON), and its switch's and workers' addresses are free
+// again.
 func TestBenchInterrupted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
@@ -288,15 +290,22 @@ func TestBenchInterrupted(t *testing.T) {
 		{"SIGTERM", "127.13.49", syscall.SIGTERM},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := startProc(t, "bench", "bench", "--switch-addr", tc.net+".1", "--workers", "3", "--size", "1MiB",
-				"--iters", "100000000", "--baseline", "none")
-			time.Sleep(time.Second) // setting up or all-reducing: either must stop
+			p := startProc(t, "bench", "bench", "--switch-addr", tc.net+".1", "--workers", "3", "--size", "64KiB",
+				"--iters", "100000000", "--baseline", "none", "--json")
+			time.Sleep(2 * time.Second) // all-reducing: a 64 KiB call takes milliseconds
 			p.signal(t, tc.sig)
 			if code := p.wait(t, 60*time.Second); code != exitInterrupted {
 				t.Fatalf("bench exited %d after %v, want %d:\n%s", code, tc.sig, exitInterrupted, p.stderr)
 			}
-			if !strings.Contains(p.stderr.String(), "interrupted") {
-				t.Errorf("bench's error does not say it was interrupted:\n%s", p.stderr)
+			if !strings.Contains(p.stderr.String(), "interrupted") || !strings.Contains(p.stderr.String(), "SwitchML all-reduces") {
+				t.Errorf("bench's error does not say it was interrupted and how far it got:\n%s", p.stderr)
+			}
+			var rep benchReport
+			if err := json.Unmarshal([]byte(p.stdout.String()), &rep); err != nil {
+				t.Fatalf("stdout is no JSON document: %v\n%s", err, p.stdout)
+			}
+			if len(rep.Runs) != 1 || !rep.Runs[0].Interrupted || rep.Runs[0].Iters < 1 || !rep.Runs[0].Verified || rep.Runs[0].MedianNs <= 0 {
+				t.Fatalf("want one row marked interrupted with the measured all-reduces that finished, got %+v", rep.Runs)
 			}
 			for i := 1; i <= 4; i++ {
 				addr := fmt.Sprintf("%s.%d:4791", tc.net, i)

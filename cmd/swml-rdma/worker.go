@@ -155,7 +155,6 @@ type workerResult struct {
 	// measured all-reduces (benchmark.Result), user and kernel mode.
 	CPUUserNs int64 `json:"cpu_user_ns"`
 	CPUSysNs  int64 `json:"cpu_sys_ns"`
-	resendCauses
 }
 
 // resendCauses say why SwitchML workers resent (aggregation.Stats): timer
@@ -413,12 +412,12 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 		log.Warn("ending the session", "err", err)
 	}
 	res := workerResult{
-		benchResult: benchResult{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: n, Iters: cfg.iters,
+		benchResult: benchResult{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: n, Iters: cfg.iters, Warmup: cfg.warmup,
 			PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Verified: true,
-			Packets: st.Packets, Retransmissions: st.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: st.PacketWriteCalls},
+			Packets: st.Packets, Retransmissions: st.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: st.PacketWriteCalls,
+			resendCauses: resendCauses{Timeouts: st.Timeouts, FastRetransmissions: st.FastRetransmissions, SpuriousRetransmissions: st.SpuriousRetransmissions}},
 		Rank: cfg.rank, JobID: jobID, SessionID: cfg.sessionID, Device: dev.Name(), Controller: cfg.controller,
 		ResultSHA256: run.ResultSHA256, CPUUserNs: int64(run.CPUUser), CPUSysNs: int64(run.CPUSys),
-		resendCauses: resendCauses{Timeouts: st.Timeouts, FastRetransmissions: st.FastRetransmissions, SpuriousRetransmissions: st.SpuriousRetransmissions},
 	}
 	res.setTimes(benchmark.Summarize(run.Times, n))
 	log.Info("done", "job", jobID, "iters", cfg.iters, "median", time.Duration(res.MedianNs), "verified", true)

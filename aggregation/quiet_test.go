@@ -1,0 +1,168 @@
+package aggregation
+
+import (
+	"testing"
+	"time"
+)
+
+// perPacketTimerSession is timerSession with per-packet recovery, as Open
+// sets it up for ppm packets per message (message writes).
+func perPacketTimerSession(q, ppm int) *lane {
+	s := timerSession(q, ppm)
+	s.pktBits = 4
+	for _, st := range s.qps {
+		st.pkts.got = make([]uint64, 1)
+		st.msg.joining = false
+	}
+	return s
+}
+
+// TestQuietFloorStalls: a worker on a path that loses nothing, whose
+// switch stops answering for 5 ms every 20 rounds (a descheduled switch
+// process on a loaded host, a collector's pause), while a time to result
+// is 500 µs. The first stall fires the timers (nothing told them a stall
+// is no loss); their resends turn out spurious, and from then on the
+// timeout outlasts such a stall: no later stall resends anything. A resend
+// that was needed (its message completed through the answers to it) puts
+// the tight timeout back, for the tail losses of a path that loses.
+func TestQuietFloorStalls(t *testing.T) {
+	const q, ppm, rounds, stallEvery = 8, 16, 200, 20
+	const rtt, stall, step = 500 * time.Microsecond, 5 * time.Millisecond, 50 * time.Microsecond
+	s := perPacketTimerSession(q, ppm)
+	base := time.Unix(1000, 0)
+	s.eng.lastPass, s.eng.progress, s.eng.rackProgress = base, base, base
+	due := make([]time.Duration, q)
+	var stallFrom, stallTo time.Duration
+	answer := func(sent time.Duration) time.Duration {
+		d := sent + rtt
+		if d >= stallFrom && d < stallTo {
+			d = stallTo + rtt*time.Duration(1+d%3)/4 // answered in a burst after it
+		}
+		return d
+	}
+	for _, st := range s.qps {
+		if err := s.post(st, 0, base); err != nil {
+			t.Fatal(err)
+		}
+		st.queued = 0
+		due[st.index] = answer(0)
+	}
+	var resends []uint64 // per stall: resends from its start until the next one
+	results := 0
+	for now := time.Duration(0); results < rounds*q; now += step {
+		if now%(stallEvery*rtt) == 0 && now > 0 {
+			stallFrom, stallTo = now, now+stall
+			resends = append(resends, s.stats.retransmissions.Load())
+		}
+		for _, st := range s.qps {
+			if due[st.index] <= now {
+				s.playResult(t, st, base.Add(due[st.index]))
+				due[st.index] = answer(due[st.index])
+				results++
+			}
+		}
+		s.eng.due, s.eng.lastPass = time.Time{}, base.Add(now)
+		if _, err := s.timers(base.Add(now)); err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range s.qps {
+			st.queued = 0
+		}
+	}
+	resends = append(resends, s.stats.retransmissions.Load())
+	if len(resends) < 4 {
+		t.Fatalf("only %d stalls in the run", len(resends)-1)
+	}
+	if first := resends[1] - resends[0]; first == 0 {
+		t.Fatalf("the first stall of %v (time to result %v) fired no timer: the test shows nothing", stall, rtt)
+	}
+	for i := 2; i < len(resends); i++ {
+		if n := resends[i] - resends[i-1]; n != 0 {
+			t.Fatalf("stall %d of the same %v resent %d messages (timeout %v, quiet floor %v): nothing was lost",
+				i, stall, n, s.qps[0].timer.rto, s.eng.quiet.get())
+		}
+	}
+	if s.stats.spurious.Load() == 0 || s.eng.quiet.get() < stall {
+		t.Fatalf("%d spurious resends, quiet floor %v: want the stall's wait covered", s.stats.spurious.Load(), s.eng.quiet.get())
+	}
+	t.Logf("the first stall resent %d messages, the %d later ones none; quiet floor %v", resends[1]-resends[0], len(resends)-2, s.eng.quiet.get())
+
+	// A resend that was needed: the message completes through the packet
+	// results that answer it.
+	st := s.qps[0]
+	now := base.Add(time.Hour)
+	if err := s.resend(st, now); err != nil {
+		t.Fatal(err)
+	}
+	st.pkts.n = ppm
+	s.sampleResult(st, resultPackets, now.Add(rtt))
+	if f := s.eng.quiet.get(); f != 0 {
+		t.Fatalf("quiet floor %v after a needed resend, want none", f)
+	}
+}
+
+// TestQuietFloorDecay: the floor is twice the longest spurious wait, and
+// halves after quietDecayCalls calls without a spurious timeout.
+func TestQuietFloorDecay(t *testing.T) {
+	var q quietFloor
+	q.spurious(3 * time.Millisecond)
+	q.spurious(time.Millisecond)
+	if got := q.get(); got != 6*time.Millisecond {
+		t.Fatalf("floor %v after waits of 3 ms and 1 ms, want 6ms", got)
+	}
+	for range quietDecayCalls - 1 {
+		q.newCall()
+	}
+	if got := q.get(); got != 6*time.Millisecond {
+		t.Fatalf("floor %v after %d calls, want it kept", got, quietDecayCalls-1)
+	}
+	q.newCall()
+	if got := q.get(); got != 3*time.Millisecond {
+		t.Fatalf("floor %v after %d calls without a spurious timeout, want it halved", got, quietDecayCalls)
+	}
+}
+
+// TestSilenceAfterLatePass: a pass that came late puts every expired
+// message off once, to poll again; if the silence goes on, one message is
+// resent as its probe and the others wait a timeout for it, as in any
+// silence (TestSilenceProbe). The late pass's put-off is not the probe's: spent
+// on both, every QP's message was resent at the next expiry.
+func TestSilenceAfterLatePass(t *testing.T) {
+	const q = 8
+	s := perPacketTimerSession(q, 2)
+	now := time.Unix(1000, 0)
+	s.eng.rtt.Sample(500 * time.Microsecond)
+	s.eng.rack.min.Sample(500 * time.Microsecond)
+	s.eng.progress, s.eng.rackProgress, s.eng.lastPass = now, now, now
+	for _, st := range s.qps {
+		if err := s.post(st, 0, now); err != nil {
+			t.Fatal(err)
+		}
+		st.queued = 0
+	}
+	rto := s.qps[0].timer.rto
+	// The loop slept past its timer by half a timeout.
+	at := now.Add(rto + rto/2)
+	s.eng.lastPass, s.eng.due = now, now.Add(rto)
+	if _, err := s.timers(at); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.stats.retransmissions.Load(); n != 0 {
+		t.Fatalf("a late pass resent %d messages, want a poll first", n)
+	}
+	// Still silent, passes on time from now on, for a timeout after the
+	// polls' deadline (the late pass put them off by as late again).
+	for i := 1; i <= 5; i++ {
+		at = at.Add(rto / 4)
+		s.eng.lastPass, s.eng.due = at, time.Time{}
+		if _, err := s.timers(at); err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range s.qps {
+			st.queued = 0
+		}
+	}
+	if n := s.stats.retransmissions.Load(); n != 1 {
+		t.Fatalf("%d resends in the silence after a late pass, want 1 probe", n)
+	}
+}
