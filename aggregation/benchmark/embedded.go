@@ -8,7 +8,6 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/local"
 	"github.com/swml-rdma/swml-rdma/aggregation/ring"
-	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
 	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/soft"
@@ -158,7 +157,7 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 	if err != nil {
 		return EmbeddedResult{}, err
 	}
-	res := EmbeddedResult{SwitchML: Summarize(run.Times, cfg.Elements), SwitchDrops: make(map[string]uint64)}
+	res := EmbeddedResult{SwitchML: Summarize(run.Times, cfg.Elements)}
 	for _, s := range sessions {
 		st := s.Stats()
 		res.Packets += st.Packets
@@ -167,9 +166,7 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 		res.PacketWriteCalls += st.PacketWriteCalls
 	}
 	sws := cl.Switch.Stats()
-	for r := switchmodel.DropReason(1); r < switchmodel.NumDropReasons; r++ {
-		res.SwitchDrops[r.String()] = sws.Drops(r)
-	}
+	res.SwitchDrops = sws.DropsByReason()
 	closeSessions()
 	if !cfg.Ring {
 		return res, nil

@@ -74,33 +74,6 @@ func allReduceFlags(category string) []cli.Flag {
 	}
 }
 
-// benchResult is one SwitchML measurement; its JSON fields are the
-// flat part of a run object in the bench schema (docs/bench.md), and a
-// worker process reports the same columns.
-type benchResult struct {
-	Workers         int     `json:"workers"`
-	DType           string  `json:"dtype"`
-	TensorBytes     int     `json:"tensor_bytes"`
-	Elements        int     `json:"elements"`
-	Iters           int     `json:"iters"`
-	PacketSize      int     `json:"packet_size"`
-	MessageSize     int     `json:"message_size"`
-	QPs             int     `json:"qps"`
-	Loss            float64 `json:"loss"`
-	MedianNs        int64   `json:"median_ns"`
-	MinNs           int64   `json:"min_ns"`
-	MaxNs           int64   `json:"max_ns"`
-	ATEPerSec       float64 `json:"ate_per_s"`
-	Gbps            float64 `json:"gbit_per_s"`
-	Packets         uint64  `json:"packets"`
-	Retransmissions uint64  `json:"retransmissions"`
-	Verified        bool    `json:"verified"`
-	// Writes is --writes; PacketWriteCalls counts the calls, warm-up
-	// included (bench: of every worker), that sent packet writes.
-	Writes           string `json:"writes"`
-	PacketWriteCalls uint64 `json:"packet_write_calls"`
-}
-
 // benchSchemaVersion is bumped on any incompatible change of benchReport.
 const benchSchemaVersion = 1
 
@@ -114,7 +87,7 @@ type benchReport struct {
 // (null with --baseline none) and SwitchML ATE/s ÷ baseline ATE/s (null
 // without a baseline).
 type benchRun struct {
-	benchResult
+	benchmark.Record
 	Warmup   int             `json:"warmup"`
 	Baseline *baselineResult `json:"baseline"`
 	ATERatio *float64        `json:"ate_ratio"`
@@ -157,16 +130,12 @@ type engineResult struct {
 // counts everything the ranks sent (data, retransmissions and
 // acknowledgements); Retransmissions counts data messages resent.
 type baselineResult struct {
-	Name            string  `json:"name"`
-	MedianNs        int64   `json:"median_ns"`
-	MinNs           int64   `json:"min_ns"`
-	MaxNs           int64   `json:"max_ns"`
-	ATEPerSec       float64 `json:"ate_per_s"`
-	Gbps            float64 `json:"gbit_per_s"`
-	Packets         uint64  `json:"packets"`
-	Retransmissions uint64  `json:"retransmissions"`
-	Verified        bool    `json:"verified"`
-	WindowMessages  int     `json:"window_messages"`
+	Name string `json:"name"`
+	benchmark.Times
+	Packets         uint64 `json:"packets"`
+	Retransmissions uint64 `json:"retransmissions"`
+	Verified        bool   `json:"verified"`
+	WindowMessages  int    `json:"window_messages"`
 	// LossInflation as for the SwitchML run, against the ring's own
 	// loss-free run.
 	LossInflation *float64 `json:"loss_inflation"`
@@ -420,27 +389,21 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (ben
 	if err != nil {
 		return benchRun{}, err
 	}
-	run := benchRun{Warmup: cfg.warmup, Switch: switchSoftware, benchResult: benchResult{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(), Iters: cfg.iters,
+	run := benchRun{Warmup: cfg.warmup, Switch: switchSoftware, Record: benchmark.Record{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(), Iters: cfg.iters,
 		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Loss: cfg.loss, Verified: true,
 		Packets: res.Packets, Retransmissions: res.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: res.PacketWriteCalls},
 		SwitchDrops: res.SwitchDrops}
-	run.setTimes(res.SwitchML)
+	run.Times = res.SwitchML.Times()
 	if res.Messages > 0 {
 		run.RetransmissionsPerMessage = float64(res.Retransmissions) / float64(res.Messages)
 	}
 	if r := res.Ring; r != nil {
-		run.Baseline = &baselineResult{Name: "ring", MedianNs: int64(r.Median), MinNs: int64(r.Min), MaxNs: int64(r.Max), ATEPerSec: r.ATEPerSec, Gbps: r.Gbps,
+		run.Baseline = &baselineResult{Name: "ring", Times: r.Summary.Times(),
 			Packets: r.Packets, Retransmissions: r.Retransmissions, Verified: true, WindowMessages: r.WindowMessages}
 		ratio := run.ATEPerSec / run.Baseline.ATEPerSec
 		run.ATERatio = &ratio
 	}
 	return run, nil
-}
-
-// setTimes fills the timing columns from a summary of the run's times.
-func (r *benchResult) setTimes(s benchmark.Summary) {
-	r.MedianNs, r.MinNs, r.MaxNs = int64(s.Median), int64(s.Min), int64(s.Max)
-	r.ATEPerSec, r.Gbps = s.ATEPerSec, s.Gbps
 }
 
 func printBench(out io.Writer, rep benchReport, asJSON bool) error {
@@ -584,14 +547,14 @@ func runEngineAlone(ctx context.Context, c *cli.Context, cfg benchConfig) error 
 		return cli.Exit(fmt.Sprintf("bench --switch instant: %v%s", err, remedy(err)), 1)
 	}
 	st := res.Session
-	run := benchRun{Warmup: cfg.warmup, Switch: switchInstant, benchResult: benchResult{Workers: 1, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(), Iters: cfg.iters,
+	run := benchRun{Warmup: cfg.warmup, Switch: switchInstant, Record: benchmark.Record{Workers: 1, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(), Iters: cfg.iters,
 		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Verified: true,
 		Packets: st.Packets, Retransmissions: st.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: st.PacketWriteCalls},
 		SwitchDrops: make(map[string]uint64),
 		Engine: &engineResult{CPUNs: int64(res.CPU), GbpsPerCore: res.GbpsPerCore, Messages: res.Messages, Allocs: res.Allocs, AllocsPerMessage: res.AllocsPerMessage,
 			CopyLimitNs: int64(res.CopyLimit), CopyLimitRatio: res.LimitRatio},
 	}
-	run.setTimes(res.Summary)
+	run.Times = res.Summary.Times()
 	if st.Messages > 0 {
 		run.RetransmissionsPerMessage = float64(st.Retransmissions) / float64(st.Messages)
 	}
