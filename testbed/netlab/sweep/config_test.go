@@ -1,6 +1,7 @@
 package sweep
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -82,4 +83,15 @@ func equalValue(a, b any) bool {
 		return ok && len(g) == len(s)
 	}
 	return a == b
+}
+
+// TestRunRefusesInvalid: Run validates before it builds anything (no root
+// needed to be refused).
+func TestRunRefusesInvalid(t *testing.T) {
+	c := validConfig()
+	c.Workers = []int{1}
+	rep, err := Run(context.Background(), c)
+	if !errors.Is(err, ErrConfig) || len(rep.Rows) != 0 {
+		t.Fatalf("Run of an invalid sweep: %v, %d rows", err, len(rep.Rows))
+	}
 }

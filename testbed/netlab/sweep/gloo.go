@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/netip"
@@ -15,6 +16,10 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/benchmark"
 	"github.com/swml-rdma/swml-rdma/testbed/netlab"
 )
+
+// ErrGloo is wrapped by a row's error when a Gloo rank reports a failure
+// of its own or a record that does not fit the row.
+var ErrGloo = errors.New("gloo rank failed")
 
 // glooResult is what gloo_allreduce.py (netlab.GlooScript) prints.
 type glooResult struct {
@@ -53,13 +58,18 @@ func (r *runner) runGloo(ctx context.Context, lab *netlab.Lab, row *Row) error {
 		if err := json.Unmarshal(bytes.TrimSpace(p.stdout.Bytes()), &res); err != nil {
 			return fmt.Errorf("%s: its JSON: %w", p.name, err)
 		}
-		if res.Error != "" || !res.Verified || len(res.TimesNs) != row.Iters {
-			return fmt.Errorf("%s: %s (verified %v, %d times)", p.name, res.Error, res.Verified, len(res.TimesNs))
+		switch {
+		case res.Error != "":
+			return fmt.Errorf("%s: %w: %s", p.name, ErrGloo, res.Error)
+		case !res.Verified:
+			return fmt.Errorf("%s: result not verified: %w", p.name, benchmark.ErrMismatch)
+		case len(res.TimesNs) != row.Iters:
+			return fmt.Errorf("%s: %w: %d times for %d all-reduces", p.name, ErrGloo, len(res.TimesNs), row.Iters)
 		}
 		if row.ResultSHA256 == "" {
 			row.ResultSHA256 = res.ResultSHA256
 		} else if res.ResultSHA256 != row.ResultSHA256 {
-			return fmt.Errorf("%s: result digest %s differs from rank 0's %s: ranks disagree", p.name, res.ResultSHA256, row.ResultSHA256)
+			return fmt.Errorf("%s: result digest %s is not rank 0's %s: %w", p.name, res.ResultSHA256, row.ResultSHA256, benchmark.ErrMismatch)
 		}
 		ts := make([]time.Duration, len(res.TimesNs))
 		for i, t := range res.TimesNs {

@@ -42,7 +42,7 @@ func (r *runner) runShared(ctx context.Context, lab *netlab.Lab, row *Row, sh *S
 		// Every job's inputs are its ranks' (the same generator as the
 		// solo job's), so every job's sum is the solo job's.
 		if j.ResultSHA256 != row.ResultSHA256 {
-			return fmt.Errorf("job %d: result digest %s differs from the solo job's %s", j.Job, j.ResultSHA256, row.ResultSHA256)
+			return fmt.Errorf("job %d: result digest %s is not the solo job's %s: %w", j.Job, j.ResultSHA256, row.ResultSHA256, benchmark.ErrMismatch)
 		}
 	}
 	sh.Jobs, sh.SwitchDrops = jobs, drops
@@ -63,7 +63,7 @@ func (r *runner) runShared(ctx context.Context, lab *netlab.Lab, row *Row, sh *S
 // drops by reason.
 func (r *runner) runSwitchMLJobs(ctx context.Context, lab *netlab.Lab, row *Row, n int) ([]*Job, map[string]uint64, error) {
 	if n > len(lab.Addrs) {
-		return nil, nil, fmt.Errorf("%d jobs in a lab built with %d addresses per worker", n, len(lab.Addrs))
+		return nil, nil, fmt.Errorf("%d jobs in a lab of %d addresses per worker: %w", n, len(lab.Addrs), netlab.ErrTooManyAddrs)
 	}
 	listen := fmt.Sprintf(":%d", ControllerPort) // every address of the switch namespace: the switch's
 	sw, err := startProc(lab.Command(ctx, lab.Switch, r.cfg.Exe, append([]string{"switch", "--addr", lab.SwitchAddr.String(), "--controller-addr", listen,
@@ -143,12 +143,12 @@ func jobOf(procs []*proc, row *Row) (*Job, error) {
 			return nil, fmt.Errorf("%s: its JSON: %w", p.name, err)
 		}
 		if !res.Verified {
-			return nil, fmt.Errorf("%s: result not verified", p.name)
+			return nil, fmt.Errorf("%s: result not verified: %w", p.name, benchmark.ErrMismatch)
 		}
 		if job.ResultSHA256 == "" {
 			job.ResultSHA256 = res.ResultSHA256
 		} else if res.ResultSHA256 != job.ResultSHA256 {
-			return nil, fmt.Errorf("%s: result digest %s differs from rank 0's %s: ranks disagree", p.name, res.ResultSHA256, job.ResultSHA256)
+			return nil, fmt.Errorf("%s: result digest %s is not rank 0's %s: %w", p.name, res.ResultSHA256, job.ResultSHA256, benchmark.ErrMismatch)
 		}
 		meds = append(meds, time.Duration(res.MedianNs))
 		mins = append(mins, time.Duration(res.MinNs))
