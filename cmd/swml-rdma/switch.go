@@ -38,7 +38,7 @@ func switchCommand() *cli.Command {
 		Description: "Serves RoCEv2 on --addr, UDP 4791 (the aggregation pipeline of p4/rdma_switch in Go) and the\n" +
 			"workers' gRPC control plane on --controller-addr (loopback unless told otherwise). Start the\n" +
 			"workers with `swml-rdma worker --controller ADDR`. On SIGINT or SIGTERM it aborts the running jobs,\n" +
-			"closes the switch, flushes --pcap and prints the final counters to stdout. See docs/operations.md.",
+			"closes the switch, flushes --pcap and prints the final counters to stdout (--json: as JSON). See docs/operations.md.",
 		Flags: append([]cli.Flag{
 			offloadFlag("network"),
 			&cli.StringFlag{Name: "addr", Value: "127.0.0.1", Usage: "the switch's RoCE `IP` (UDP 4791): workers write to it", EnvVars: []string{"SWML_SWITCH_ADDR"}, Category: "network"},
