@@ -8,7 +8,6 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/local"
 	"github.com/swml-rdma/swml-rdma/aggregation/ring"
-	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
 	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/soft"
@@ -166,7 +165,7 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 	calls := 0
 	run, err := Run(ctx, reducers, Config{Inputs: in, Warmup: cfg.Warmup, Iters: cfg.Iters, Bound: QuantizationBound,
 		Step: counted(&calls, step(label)), Buffers: bufs, Label: label})
-	res := EmbeddedResult{SwitchMLCalls: calls, SwitchDrops: make(map[string]uint64)}
+	res := EmbeddedResult{SwitchMLCalls: calls}
 	if len(run.Times) > 0 {
 		res.SwitchML = Summarize(run.Times, cfg.Elements)
 	}
@@ -181,9 +180,7 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 		res.PacketWriteCalls += st.PacketWriteCalls
 	}
 	sws := cl.Switch.Stats()
-	for r := switchmodel.DropReason(1); r < switchmodel.NumDropReasons; r++ {
-		res.SwitchDrops[r.String()] = sws.Drops(r)
-	}
+	res.SwitchDrops = sws.DropsByReason()
 	if err != nil {
 		return res, err
 	}

@@ -506,6 +506,40 @@ type Stats struct {
 // Drops returns the count for one reason.
 func (s *Stats) Drops(r switchmodel.DropReason) uint64 { return s.Model.Drops[r] }
 
+// DropsByReason is every drop counter by its reason's name (the reason
+// label of swml_switch_drops_total, docs/metrics.md), zeros included.
+func (s *Stats) DropsByReason() map[string]uint64 {
+	m := make(map[string]uint64, switchmodel.NumDropReasons-1)
+	for r := switchmodel.DropReason(1); r < switchmodel.NumDropReasons; r++ {
+		m[r.String()] = s.Model.Drops[r]
+	}
+	return m
+}
+
+// Totals are the switch's counters as a report writes them: what the
+// switch daemon prints when it stops, as a table or as JSON (docs/operations.md
+// "Shutdown"), and what the network lab reads of it.
+type Totals struct {
+	PacketsIn       uint64 `json:"packets_in"`
+	BytesIn         uint64 `json:"bytes_in"`
+	PacketsOut      uint64 `json:"packets_out"`
+	BytesOut        uint64 `json:"bytes_out"`
+	Aggregated      uint64 `json:"aggregated"`
+	SlotsCompleted  uint64 `json:"slots_completed"`
+	Retransmissions uint64 `json:"retransmissions"`
+	Unicasts        uint64 `json:"unicasts"`
+	ResultsSkipped  uint64 `json:"results_skipped"`
+	// Drops is DropsByReason.
+	Drops map[string]uint64 `json:"drops"`
+}
+
+// Totals is s as a report writes it.
+func (s *Stats) Totals() Totals {
+	return Totals{PacketsIn: s.PacketsIn, BytesIn: s.BytesIn, PacketsOut: s.PacketsOut, BytesOut: s.BytesOut,
+		Aggregated: s.Model.Aggregated, SlotsCompleted: s.Model.Completed, Retransmissions: s.Model.Retransmissions,
+		Unicasts: s.Model.Unicasts, ResultsSkipped: s.Model.ResultsSkipped, Drops: s.DropsByReason()}
+}
+
 // Stats returns a snapshot of the counters.
 func (s *Switch) Stats() Stats {
 	st := Stats{PoolSize: s.cfg.Model.PoolSize, CorePackets: make([]uint64, len(s.cores))}

@@ -75,36 +75,6 @@ func allReduceFlags(category string) []cli.Flag {
 	}
 }
 
-// benchResult is one SwitchML measurement; its JSON fields are the
-// flat part of a run object in the bench schema (docs/bench.md), and a
-// worker process reports the same columns (docs/bench.md "JSON" says what
-// each adds).
-type benchResult struct {
-	Workers         int     `json:"workers"`
-	DType           string  `json:"dtype"`
-	TensorBytes     int     `json:"tensor_bytes"`
-	Elements        int     `json:"elements"`
-	Iters           int     `json:"iters"`
-	Warmup          int     `json:"warmup"`
-	PacketSize      int     `json:"packet_size"`
-	MessageSize     int     `json:"message_size"`
-	QPs             int     `json:"qps"`
-	Loss            float64 `json:"loss"`
-	MedianNs        int64   `json:"median_ns"`
-	MinNs           int64   `json:"min_ns"`
-	MaxNs           int64   `json:"max_ns"`
-	ATEPerSec       float64 `json:"ate_per_s"`
-	Gbps            float64 `json:"gbit_per_s"`
-	Packets         uint64  `json:"packets"`
-	Retransmissions uint64  `json:"retransmissions"`
-	Verified        bool    `json:"verified"`
-	// Writes is --writes; PacketWriteCalls counts the calls, warm-up
-	// included (bench: of every worker), that sent packet writes.
-	Writes           string `json:"writes"`
-	PacketWriteCalls uint64 `json:"packet_write_calls"`
-	resendCauses
-}
-
 // benchSchemaVersion is bumped on any incompatible change of benchReport.
 const benchSchemaVersion = 1
 
@@ -118,7 +88,7 @@ type benchReport struct {
 // (null with --baseline none) and SwitchML ATE/s ÷ baseline ATE/s (null
 // without a baseline).
 type benchRun struct {
-	benchResult
+	benchmark.Record
 	// Interrupted marks a row cut short by SIGINT or SIGTERM: Iters then
 	// counts the measured all-reduces that finished.
 	Interrupted bool            `json:"interrupted"`
@@ -163,16 +133,12 @@ type engineResult struct {
 // counts everything the ranks sent (data, retransmissions and
 // acknowledgements); Retransmissions counts data messages resent.
 type baselineResult struct {
-	Name            string  `json:"name"`
-	MedianNs        int64   `json:"median_ns"`
-	MinNs           int64   `json:"min_ns"`
-	MaxNs           int64   `json:"max_ns"`
-	ATEPerSec       float64 `json:"ate_per_s"`
-	Gbps            float64 `json:"gbit_per_s"`
-	Packets         uint64  `json:"packets"`
-	Retransmissions uint64  `json:"retransmissions"`
-	Verified        bool    `json:"verified"`
-	WindowMessages  int     `json:"window_messages"`
+	Name string `json:"name"`
+	benchmark.Times
+	Packets         uint64 `json:"packets"`
+	Retransmissions uint64 `json:"retransmissions"`
+	Verified        bool   `json:"verified"`
+	WindowMessages  int    `json:"window_messages"`
 	// LossInflation as for the SwitchML run, against the ring's own
 	// loss-free run.
 	LossInflation *float64 `json:"loss_inflation"`
@@ -440,29 +406,23 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (run
 	if cfg.baseline == "ring" && res.SwitchMLCalls == calls {
 		reached += fmt.Sprintf(", %d of %d ring all-reduces", res.RingCalls, calls)
 	}
-	run = benchRun{Switch: switchSoftware, benchResult: benchResult{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(),
+	run = benchRun{Switch: switchSoftware, Record: benchmark.Record{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(),
 		Iters: max(res.SwitchMLCalls-cfg.warmup, 0), Warmup: cfg.warmup,
 		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Loss: cfg.loss, Verified: true,
 		Packets: res.Packets, Retransmissions: res.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: res.PacketWriteCalls,
-		resendCauses: resendCauses{Timeouts: res.Timeouts, FastRetransmissions: res.FastRetransmissions, SpuriousRetransmissions: res.SpuriousRetransmissions}},
+		ResendCauses: benchmark.ResendCauses{Timeouts: res.Timeouts, FastRetransmissions: res.FastRetransmissions, SpuriousRetransmissions: res.SpuriousRetransmissions}},
 		SwitchDrops: res.SwitchDrops}
-	run.setTimes(res.SwitchML)
+	run.Times = res.SwitchML.Times()
 	if res.Messages > 0 {
 		run.RetransmissionsPerMessage = float64(res.Retransmissions) / float64(res.Messages)
 	}
 	if r := res.Ring; r != nil {
-		run.Baseline = &baselineResult{Name: "ring", MedianNs: int64(r.Median), MinNs: int64(r.Min), MaxNs: int64(r.Max), ATEPerSec: r.ATEPerSec, Gbps: r.Gbps,
+		run.Baseline = &baselineResult{Name: "ring", Times: r.Summary.Times(),
 			Packets: r.Packets, Retransmissions: r.Retransmissions, Verified: true, WindowMessages: r.WindowMessages}
 		ratio := run.ATEPerSec / run.Baseline.ATEPerSec
 		run.ATERatio = &ratio
 	}
 	return run, run.Iters > 0, reached, err
-}
-
-// setTimes fills the timing columns from a summary of the run's times.
-func (r *benchResult) setTimes(s benchmark.Summary) {
-	r.MedianNs, r.MinNs, r.MaxNs = int64(s.Median), int64(s.Min), int64(s.Max)
-	r.ATEPerSec, r.Gbps = s.ATEPerSec, s.Gbps
 }
 
 func printBench(out io.Writer, rep benchReport, asJSON bool) error {
@@ -646,15 +606,15 @@ func runEngineAlone(ctx context.Context, c *cli.Context, cfg benchConfig) error 
 		return cli.Exit(fmt.Sprintf("bench --switch instant: %v%s", err, remedy(err)), 1)
 	}
 	st := res.Session
-	run := benchRun{Switch: switchInstant, benchResult: benchResult{Workers: 1, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(), Iters: cfg.iters, Warmup: cfg.warmup,
+	run := benchRun{Switch: switchInstant, Record: benchmark.Record{Workers: 1, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(), Iters: cfg.iters, Warmup: cfg.warmup,
 		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Verified: true,
 		Packets: st.Packets, Retransmissions: st.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: st.PacketWriteCalls,
-		resendCauses: resendCauses{Timeouts: st.Timeouts, FastRetransmissions: st.FastRetransmissions, SpuriousRetransmissions: st.SpuriousRetransmissions}},
+		ResendCauses: benchmark.ResendCauses{Timeouts: st.Timeouts, FastRetransmissions: st.FastRetransmissions, SpuriousRetransmissions: st.SpuriousRetransmissions}},
 		SwitchDrops: make(map[string]uint64),
 		Engine: &engineResult{CPUNs: int64(res.CPU), GbpsPerCore: res.GbpsPerCore, Messages: res.Messages, Allocs: res.Allocs, AllocsPerMessage: res.AllocsPerMessage,
 			CopyLimitNs: int64(res.CopyLimit), CopyLimitRatio: res.LimitRatio},
 	}
-	run.setTimes(res.Summary)
+	run.Times = res.Summary.Times()
 	if st.Messages > 0 {
 		run.RetransmissionsPerMessage = float64(st.Retransmissions) / float64(st.Messages)
 	}

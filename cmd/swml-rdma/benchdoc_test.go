@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/benchmark"
 )
 
 // benchDocSection is the text of docs/bench.md's section that starts at
@@ -71,7 +73,7 @@ func TestBenchDocTable(t *testing.T) {
 
 	var out bytes.Buffer
 	one := 1.0
-	rep := benchReport{Runs: []benchRun{{benchResult: benchResult{Workers: 4, Iters: 10, Verified: true}, ATERatio: &one, LossInflation: &one,
+	rep := benchReport{Runs: []benchRun{{Record: benchmark.Record{Workers: 4, Iters: 10, Verified: true}, ATERatio: &one, LossInflation: &one,
 		Baseline: &baselineResult{Name: "ring", Verified: true}}}}
 	if err := printBench(&out, rep, false); err != nil {
 		t.Fatal(err)
@@ -119,7 +121,7 @@ func TestBenchDocWorkerFields(t *testing.T) {
 		}
 		return k
 	}
-	bench, worker := keys(benchRun{}), keys(workerResult{})
+	bench, worker := keys(benchRun{}), keys(benchmark.WorkerRecord{})
 	minus := func(a, b map[string]bool) []string {
 		var d []string
 		for k := range a {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/swml-rdma/swml-rdma/testbed/netlab/sweep"
 )
 
 // jsonKeys are the keys encoding/json writes for a struct type: tagged or
@@ -67,10 +69,10 @@ func TestLabDocJSONKeys(t *testing.T) {
 		list string
 		typ  reflect.Type
 	}{
-		{"Report", reflect.TypeFor[labReport]()},
-		{"Row", reflect.TypeFor[labRow]()},
-		{"Shared", reflect.TypeFor[labShared]()},
-		{"Job", reflect.TypeFor[labJob]()},
+		{"Report", reflect.TypeFor[sweep.Report]()},
+		{"Row", reflect.TypeFor[sweep.Row]()},
+		{"Shared", reflect.TypeFor[sweep.Shared]()},
+		{"Job", reflect.TypeFor[sweep.Job]()},
 	} {
 		t.Run(c.list, func(t *testing.T) {
 			want := jsonKeys(c.typ)

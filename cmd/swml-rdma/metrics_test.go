@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/urfave/cli/v2"
 
+	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/internal/testutil"
 )
@@ -111,7 +113,7 @@ func TestMetricsEndToEnd(t *testing.T) {
 	defer cancel()
 	swCtx, stopSwitch := context.WithCancel(ctx)
 	defer stopSwitch()
-	stdout, stderr, done := runInProcess(swCtx, "switch", "--addr", "127.13.21.1", "--controller-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
+	stdout, stderr, done := runInProcess(swCtx, "switch", "--addr", "127.13.21.1", "--controller-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--json")
 	exited := make(chan struct{})
 	var runErr error
 	go func() { runErr = <-done; close(exited) }()
@@ -194,10 +196,20 @@ func TestMetricsEndToEnd(t *testing.T) {
 	if runErr != nil {
 		t.Fatalf("switch: %v\n%s", runErr, stderr)
 	}
-	for _, want := range []string{"final counters", "packets in", "jobs"} {
-		if !strings.Contains(stdout.String(), want) {
-			t.Errorf("final counters lack %q:\n%s", want, stdout)
-		}
+	// --json: the final counters as docs/operations.md lists them, every
+	// drop reason of swml_switch_drops_total among them.
+	dec := json.NewDecoder(strings.NewReader(stdout.String()))
+	dec.DisallowUnknownFields()
+	var rep switchReport
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("final counters: %v\n%s", err, stdout)
+	}
+	if rep.Addr != "127.13.21.1:4791" || rep.PacketsIn == 0 || rep.PacketsOut == 0 || rep.Aggregated == 0 || rep.JobsStarted != 1 || rep.JobsEnded != 1 ||
+		len(rep.Drops) != int(switchmodel.NumDropReasons)-1 || rep.Drops["unknown_qp"] != 0 {
+		t.Errorf("final counters: %s", stdout)
+	}
+	if got, want := jsonKeys(reflect.TypeFor[switchReport]()), docSwitchKeys(t); !slices.Equal(got, want) {
+		t.Errorf("the final counters' keys %v, docs/operations.md lists %v", got, want)
 	}
 	// Its listeners are gone.
 	if c, err := net.DialTimeout("tcp", ctl, time.Second); err == nil {
@@ -352,4 +364,24 @@ func TestDashboardDoc(t *testing.T) {
 	if n < 10 {
 		t.Errorf("docs/metrics.md's worker table lists %d metrics", n)
 	}
+}
+
+// docSwitchKeys are the keys of the switch's final counters as
+// docs/operations.md's "Shutdown" lists them: the code-spans of the
+// bullet that starts "- JSON (`--json`):".
+func docSwitchKeys(t *testing.T) []string {
+	t.Helper()
+	md, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^  JSON \(` + "`--json`" + `\) keys:((?:.*\n)(?:  .*\n)*)`).FindStringSubmatch(string(md))
+	if m == nil {
+		t.Fatal("docs/operations.md lists no JSON keys of the switch's final counters")
+	}
+	var keys []string
+	for _, k := range regexp.MustCompile("`([a-z0-9_]+)`").FindAllStringSubmatch(m[1], -1) {
+		keys = append(keys, k[1])
+	}
+	return keys
 }

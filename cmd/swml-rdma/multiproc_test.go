@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swml-rdma/swml-rdma/aggregation/benchmark"
 	"github.com/swml-rdma/swml-rdma/internal/testutil"
 )
 
@@ -180,7 +181,7 @@ func TestMultiProcess(t *testing.T) {
 		if code := w.wait(t, 120*time.Second); code != 0 {
 			t.Fatalf("worker %d exited %d:\n%s", r, code, w.stderr)
 		}
-		var res workerResult
+		var res benchmark.WorkerRecord
 		if err := json.Unmarshal([]byte(w.stdout.String()), &res); err != nil {
 			t.Fatalf("worker %d: not JSON: %v\n%s", r, err, w.stdout)
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -36,7 +37,7 @@ func switchCommand() *cli.Command {
 		Description: "Serves RoCEv2 on --addr, UDP 4791 (the aggregation pipeline of p4/rdma_switch in Go) and the\n" +
 			"workers' gRPC control plane on --controller-addr (loopback unless told otherwise). Start the\n" +
 			"workers with `swml-rdma worker --controller ADDR`. On SIGINT or SIGTERM it aborts the running jobs,\n" +
-			"closes the switch, flushes --pcap and prints the final counters to stdout. See docs/operations.md.",
+			"closes the switch, flushes --pcap and prints the final counters to stdout (--json: as JSON). See docs/operations.md.",
 		Flags: append([]cli.Flag{
 			offloadFlag("network"),
 			&cli.StringFlag{Name: "addr", Value: "127.0.0.1", Usage: "the switch's RoCE `IP` (UDP 4791): workers write to it", EnvVars: []string{"SWML_SWITCH_ADDR"}, Category: "network"},
@@ -51,6 +52,7 @@ func switchCommand() *cli.Command {
 			&cli.Float64Flag{Name: "loss", Usage: "drop simulator: ingress and egress loss probability, e.g. 0.01", EnvVars: []string{"SWML_LOSS"}, Category: "testing"},
 			&cli.StringFlag{Name: "pcap", Usage: "record every datagram in and out to `FILE` (pcap, Wireshark decodes RoCEv2)", EnvVars: []string{"SWML_PCAP"}, Category: "output"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error (logs go to stderr)", EnvVars: []string{"SWML_LOG_LEVEL"}, Category: "output"},
+			&cli.BoolFlag{Name: "json", Usage: "print the final counters as JSON (docs/operations.md, \"Shutdown\")", EnvVars: []string{"SWML_JSON"}, Category: "output"},
 		}, controlSecurityFlags()...),
 		Action: runSwitch,
 	}
@@ -68,6 +70,7 @@ type switchConfig struct {
 	loss           float64
 	pcap           string
 	logLevel       slog.Level
+	json           bool // the final counters as JSON
 	offload        udp.Offload
 	security       controlSecurity
 	idleTimeout    time.Duration
@@ -75,7 +78,7 @@ type switchConfig struct {
 
 func switchFlags(c *cli.Context) (switchConfig, error) {
 	cfg := switchConfig{controllerAddr: c.String("controller-addr"), metricsAddr: c.String("metrics-addr"),
-		sessionTimeout: c.Duration("session-timeout"), loss: c.Float64("loss"), pcap: c.String("pcap")}
+		sessionTimeout: c.Duration("session-timeout"), loss: c.Float64("loss"), pcap: c.String("pcap"), json: c.Bool("json")}
 	var err error
 	if cfg.offload, err = parseOffload(c); err != nil {
 		return cfg, err
@@ -364,33 +367,59 @@ func serveSwitch(ctx context.Context, stop func(), cfg switchConfig, log *slog.L
 		log.Warn("closing the switch", "err", cerr)
 	}
 	metrics.Close()
-	started, ended := cl.Jobs()
-	printSwitchStats(out, cl.Switch, started, ended, capture, cfg.pcap, time.Since(start))
+	st := cl.Switch.Stats()
+	rep := switchReport{Addr: cl.Switch.Addr().String(), UptimeNs: int64(time.Since(start)), Totals: st.Totals()}
+	rep.JobsStarted, rep.JobsEnded = cl.Jobs()
+	if capture != nil {
+		rep.PcapFrames = capture.Packets()
+	}
+	if cfg.json {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if jerr := enc.Encode(rep); jerr != nil && err == nil {
+			err = fmt.Errorf("final counters: %w", jerr)
+		}
+		return err
+	}
+	printSwitchStats(out, rep, cfg.pcap)
 	return err
 }
 
-// printSwitchStats writes the final counters.
-func printSwitchStats(out io.Writer, sw *swswitch.Switch, jobsStarted, jobsEnded uint64, capture *udp.Capture, pcap string, uptime time.Duration) {
-	st := sw.Stats()
-	fmt.Fprintf(out, "switch %v stopped after %v: final counters\n", sw.Addr(), uptime.Round(time.Millisecond))
+// switchReport is what the daemon prints when it stops: its address and
+// uptime, the switch's counters, the jobs the controller started and
+// ended, the frames --pcap recorded (0 without it). Its JSON keys are
+// listed in docs/operations.md "Shutdown".
+type switchReport struct {
+	Addr     string `json:"addr"`
+	UptimeNs int64  `json:"uptime_ns"`
+	swswitch.Totals
+	JobsStarted uint64 `json:"jobs_started"`
+	JobsEnded   uint64 `json:"jobs_ended"`
+	PcapFrames  uint64 `json:"pcap_frames"`
+}
+
+// printSwitchStats writes the final counters as a table.
+func printSwitchStats(out io.Writer, r switchReport, pcap string) {
+	fmt.Fprintf(out, "switch %s stopped after %v: final counters\n", r.Addr, time.Duration(r.UptimeNs).Round(time.Millisecond))
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "  packets in\t%d\t(%d bytes)\n", st.PacketsIn, st.BytesIn)
-	fmt.Fprintf(w, "  packets out\t%d\t(%d bytes)\n", st.PacketsOut, st.BytesOut)
-	fmt.Fprintf(w, "  aggregated\t%d\t\n", st.Model.Aggregated)
-	fmt.Fprintf(w, "  slots completed\t%d\t\n", st.Model.Completed)
-	fmt.Fprintf(w, "  retransmissions\t%d\t\n", st.Model.Retransmissions)
-	fmt.Fprintf(w, "  unicasts\t%d\t\n", st.Model.Unicasts)
-	fmt.Fprintf(w, "  results skipped\t%d\t\n", st.Model.ResultsSkipped)
+	fmt.Fprintf(w, "  packets in\t%d\t(%d bytes)\n", r.PacketsIn, r.BytesIn)
+	fmt.Fprintf(w, "  packets out\t%d\t(%d bytes)\n", r.PacketsOut, r.BytesOut)
+	fmt.Fprintf(w, "  aggregated\t%d\t\n", r.Aggregated)
+	fmt.Fprintf(w, "  slots completed\t%d\t\n", r.SlotsCompleted)
+	fmt.Fprintf(w, "  retransmissions\t%d\t\n", r.Retransmissions)
+	fmt.Fprintf(w, "  unicasts\t%d\t\n", r.Unicasts)
+	fmt.Fprintf(w, "  results skipped\t%d\t\n", r.ResultsSkipped)
 	var total uint64
 	var reasons []string
-	for r := switchmodel.DropReason(1); r < switchmodel.NumDropReasons; r++ {
-		total += st.Drops(r)
-		reasons = append(reasons, fmt.Sprintf("%s=%d", r, st.Drops(r)))
+	for d := switchmodel.DropReason(1); d < switchmodel.NumDropReasons; d++ {
+		n := r.Drops[d.String()]
+		total += n
+		reasons = append(reasons, fmt.Sprintf("%s=%d", d, n))
 	}
 	fmt.Fprintf(w, "  drops\t%d\t(%s)\n", total, strings.Join(reasons, " "))
-	fmt.Fprintf(w, "  jobs\t%d\t(started; %d ended)\n", jobsStarted, jobsEnded)
-	if capture != nil {
-		fmt.Fprintf(w, "  pcap\t%d\t(frames in %s)\n", capture.Packets(), pcap)
+	fmt.Fprintf(w, "  jobs\t%d\t(started; %d ended)\n", r.JobsStarted, r.JobsEnded)
+	if pcap != "" {
+		fmt.Fprintf(w, "  pcap\t%d\t(frames in %s)\n", r.PcapFrames, pcap)
 	}
 	w.Flush()
 }

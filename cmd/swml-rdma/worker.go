@@ -138,40 +138,6 @@ type workerConfig struct {
 	registry          prometheus.Registerer // gets swml_worker_… and swml_nic_… if set
 }
 
-// workerResult is one worker's benchmark result: bench's columns for this
-// worker alone (Packets and Retransmissions are its own), plus who it was.
-type workerResult struct {
-	benchResult
-	Rank       int    `json:"rank"`
-	JobID      uint32 `json:"job"`
-	SessionID  uint32 `json:"session_id"`
-	Device     string `json:"device"`
-	Controller string `json:"controller"`
-	// ResultSHA256 is the SHA-256 of the last all-reduce's result (its
-	// elements little-endian): every rank of a job has the same, and a run
-	// under loss must have the loss-free run's (testbed/soft-roce).
-	ResultSHA256 string `json:"result_sha256"`
-	// CPUUserNs and CPUSysNs are this process's CPU time inside the
-	// measured all-reduces (benchmark.Result), user and kernel mode.
-	CPUUserNs int64 `json:"cpu_user_ns"`
-	CPUSysNs  int64 `json:"cpu_sys_ns"`
-}
-
-// resendCauses say why SwitchML workers resent (aggregation.Stats): timer
-// expiries, resends on evidence of loss (RACK), and resends whose result
-// turned out to answer an earlier transmission (not needed).
-type resendCauses struct {
-	Timeouts                uint64 `json:"timeouts"`
-	FastRetransmissions     uint64 `json:"fast_retransmissions"`
-	SpuriousRetransmissions uint64 `json:"spurious_retransmissions"`
-}
-
-func (c *resendCauses) add(o resendCauses) {
-	c.Timeouts += o.Timeouts
-	c.FastRetransmissions += o.FastRetransmissions
-	c.SpuriousRetransmissions += o.SpuriousRetransmissions
-}
-
 func runWorker(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("worker takes no arguments (got %q): put flags before nothing, e.g. swml-rdma worker --rank 0 --workers 2", c.Args().Slice()), 2)
@@ -344,14 +310,14 @@ func openWorkerDevice(cfg workerConfig) (dev verbs.Device, closeDev func(), err 
 // and ends its session (an abort if anything failed, so the other workers
 // learn at once). With cfg.registry set it registers the worker's metrics
 // there (swml_worker_…, swml_nic_… for soft) for the caller to serve.
-func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ workerResult, err error) {
+func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ benchmark.WorkerRecord, err error) {
 	dev, closeDev, err := openWorkerDevice(cfg)
 	if err != nil {
-		return workerResult{}, err
+		return benchmark.WorkerRecord{}, err
 	}
 	defer closeDev()
 	if err := join.WaitForController(ctx, cfg.controller, cfg.connectTimeout, log); err != nil {
-		return workerResult{}, fmt.Errorf("%w%s", err, remedy(err))
+		return benchmark.WorkerRecord{}, fmt.Errorf("%w%s", err, remedy(err))
 	}
 	log.Info("joining", "controller", cfg.controller, "session", cfg.sessionID, "workers", cfg.workers, "device", dev.Name())
 	scfg := cfg.session()
@@ -359,7 +325,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 	scfg.RetransmitTimeout = cfg.retransmitTimeout
 	cli, err := control.NewClient(control.ClientConfig{Addr: cfg.controller, TLS: cfg.tls, RegistrationToken: cfg.registrationToken})
 	if err != nil {
-		return workerResult{}, err
+		return benchmark.WorkerRecord{}, err
 	}
 	defer cli.Close() // after the session's Close, deferred below
 	scfg.Controller = cli
@@ -368,7 +334,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 		// A Config error that only Open can find (message writes on rxe)
 		// is said in the terms of the flags, and what the controller
 		// refused with the flag that changes it.
-		return workerResult{}, fmt.Errorf("%w%s", cfg.flagError(err), remedy(err))
+		return benchmark.WorkerRecord{}, fmt.Errorf("%w%s", cfg.flagError(err), remedy(err))
 	}
 	closed := false
 	defer func() {
@@ -390,7 +356,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 	if cfg.registry != nil {
 		// swml_worker_…, the all-reduce duration histogram included.
 		if err := cfg.registry.Register(aggregation.NewCollector(sess)); err != nil {
-			return workerResult{}, fmt.Errorf("register worker metrics: %w", err)
+			return benchmark.WorkerRecord{}, fmt.Errorf("register worker metrics: %w", err)
 		}
 	}
 
@@ -402,7 +368,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 		if errors.Is(err, benchmark.ErrMismatch) {
 			log.Error("RESULT MISMATCH", "err", err)
 		}
-		return workerResult{}, err
+		return benchmark.WorkerRecord{}, err
 	}
 	st := sess.Stats()
 	jobID := sess.JobID()
@@ -411,21 +377,21 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 		// Every result was verified; the lease just did not end cleanly.
 		log.Warn("ending the session", "err", err)
 	}
-	res := workerResult{
-		benchResult: benchResult{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: n, Iters: cfg.iters, Warmup: cfg.warmup,
+	res := benchmark.WorkerRecord{
+		Record: benchmark.Record{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: n, Iters: cfg.iters, Warmup: cfg.warmup,
 			PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Verified: true,
 			Packets: st.Packets, Retransmissions: st.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: st.PacketWriteCalls,
-			resendCauses: resendCauses{Timeouts: st.Timeouts, FastRetransmissions: st.FastRetransmissions, SpuriousRetransmissions: st.SpuriousRetransmissions}},
+			ResendCauses: benchmark.ResendCauses{Timeouts: st.Timeouts, FastRetransmissions: st.FastRetransmissions, SpuriousRetransmissions: st.SpuriousRetransmissions}},
 		Rank: cfg.rank, JobID: jobID, SessionID: cfg.sessionID, Device: dev.Name(), Controller: cfg.controller,
 		ResultSHA256: run.ResultSHA256, CPUUserNs: int64(run.CPUUser), CPUSysNs: int64(run.CPUSys),
 	}
-	res.setTimes(benchmark.Summarize(run.Times, n))
+	res.Times = benchmark.Summarize(run.Times, n).Times()
 	log.Info("done", "job", jobID, "iters", cfg.iters, "median", time.Duration(res.MedianNs), "verified", true)
 	return res, nil
 }
 
 // printWorker prints one worker's result: bench's columns, or JSON.
-func printWorker(out io.Writer, r workerResult, asJSON bool) error {
+func printWorker(out io.Writer, r benchmark.WorkerRecord, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")

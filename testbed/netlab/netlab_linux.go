@@ -23,85 +23,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Names inside the namespaces: every lab has its own switch namespace, so
-// they never collide between labs.
+// nftTable is the nftables table (family netdev) of the loss rules;
+// nsDir holds the named namespaces (`ip netns`).
 const (
-	// WorkerIf is the worker's end of its link, in its namespace (what
-	// GLOO_SOCKET_IFNAME names).
-	WorkerIf = "eth0"
-	// BridgeIf is the bridge in the switch namespace, holding the
-	// switch's address.
-	BridgeIf = "br0"
-	// nftTable is the nftables table (family netdev) of the loss rules.
 	nftTable = "swlab"
 	nsDir    = "/run/netns"
 )
-
-// DefaultPrefix starts the name of every namespace a lab makes.
-const DefaultPrefix = "swlab"
-
-// DefaultSubnet holds the lab's addresses: the switch at .1, worker i at
-// .2+i.
-var DefaultSubnet = netip.MustParsePrefix("10.77.0.0/24")
-
-// Config is the topology of a lab.
-type Config struct {
-	// Workers is the number of worker namespaces (1 to 250).
-	Workers int
-	// Prefix starts every namespace name (DefaultPrefix if empty): letters
-	// and digits only.
-	Prefix string
-	// Subnet is the lab's IPv4 /24 or larger (DefaultSubnet if zero).
-	Subnet netip.Prefix
-	// AddrsPerWorker is how many address sets the lab has (0 means 1),
-	// e.g. one per concurrent job whose processes each bind their own
-	// address: set k is an address of every worker (Lab.Addrs[k]) and
-	// one of the switch (Lab.SwitchAddrs[k]), and worker i reaches the
-	// switch's k-th address from its own k-th. Hosts(Workers,
-	// AddrsPerWorker) is at most MaxHosts.
-	AddrsPerWorker int
-}
-
-// Shaping is what every link direction does to its packets.
-type Shaping struct {
-	// RateBps is the rate in bits per second; 0 leaves the link unshaped
-	// (veth at CPU speed, no qdisc).
-	RateBps uint64
-	// Queue is how long a full queue takes to drain at RateBps (tbf's
-	// limit): packets that would wait longer are dropped. 0: 20 ms.
-	Queue time.Duration
-}
-
-// DefaultQueue is Shaping.Queue's default.
-const DefaultQueue = 20 * time.Millisecond
-
-// Lab is a built topology; Close removes it.
-type Lab struct {
-	// Switch is the switch namespace's name; Workers[i] worker i's.
-	Switch  string
-	Workers []string
-	// SwitchAddr is the switch's address (on BridgeIf); WorkerAddrs[i]
-	// worker i's (on WorkerIf in Workers[i]).
-	SwitchAddr  netip.Addr
-	WorkerAddrs []netip.Addr
-	// Address set k < Config.AddrsPerWorker: Addrs[k][i] is worker i's
-	// k-th address (on WorkerIf in Workers[i]; the first primary, the
-	// others secondaries of the subnet), SwitchAddrs[k] the switch's (on
-	// BridgeIf). Addrs[0] is WorkerAddrs, SwitchAddrs[0] SwitchAddr. For
-	// k ≥ 1 worker i's namespace routes SwitchAddrs[k] with Addrs[k][i] as
-	// the preferred source, so a connection whose socket is not bound (a
-	// gRPC client) to the switch's k-th address comes from the worker's
-	// k-th. Host numbers in the subnet: the switch 1, then Addrs[k][i]
-	// 2 + k·workers + i, then SwitchAddrs[1 …].
-	Addrs       [][]netip.Addr
-	SwitchAddrs []netip.Addr
-
-	prefix string
-	shaped bool
-	lossy  bool
-	wire   bool // SetWirePackets
-	closed bool
-}
 
 // CheckRoot refuses, with a clear error, to go on when not root.
 func CheckRoot() error { return checkEUID(os.Geteuid()) }
@@ -550,29 +477,6 @@ func doIn(path string, fn func() error) error {
 		errc <- err
 	}()
 	return <-errc
-}
-
-// Counters are the lab's kernel counters: sum over its namespaces.
-type Counters struct {
-	// UDPRcvbufErrors are datagrams dropped because a socket's receive
-	// buffer was full; SwitchUDPRcvbufErrors those in the switch's
-	// namespace (the switch's socket).
-	UDPRcvbufErrors, SwitchUDPRcvbufErrors uint64
-	// TCPRetransSegs are TCP segments retransmitted (Gloo).
-	TCPRetransSegs uint64
-	// QueueDrops are packets the tbf qdiscs dropped (a full queue):
-	// QueueDropsUp those of the worker → switch directions (the workers'
-	// ends), QueueDropsDown those of switch → worker (the switch's).
-	QueueDrops, QueueDropsUp, QueueDropsDown uint64
-	// LossDrops are packets the loss rules dropped.
-	LossDrops uint64
-}
-
-// Sub is c − o, counter by counter.
-func (c Counters) Sub(o Counters) Counters {
-	return Counters{UDPRcvbufErrors: c.UDPRcvbufErrors - o.UDPRcvbufErrors, SwitchUDPRcvbufErrors: c.SwitchUDPRcvbufErrors - o.SwitchUDPRcvbufErrors,
-		TCPRetransSegs: c.TCPRetransSegs - o.TCPRetransSegs, QueueDrops: c.QueueDrops - o.QueueDrops,
-		QueueDropsUp: c.QueueDropsUp - o.QueueDropsUp, QueueDropsDown: c.QueueDropsDown - o.QueueDropsDown, LossDrops: c.LossDrops - o.LossDrops}
 }
 
 // Counters reads the lab's counters now.

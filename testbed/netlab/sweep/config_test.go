@@ -1,0 +1,97 @@
+package sweep
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func validConfig() Config {
+	return Config{Workers: []int{2, 4}, Rates: []uint64{0, 200e6}, Losses: []float64{0, 0.01}, Sizes: []int{256 << 10},
+		Systems: Systems, Jobs: 1, Iters: 3, Warmup: 1, Timeout: 2 * time.Minute, Queue: 20 * time.Millisecond,
+		PacketSize: 1024, MessageSize: 16 << 10, Exe: "/bin/swml-rdma", Python: "/usr/bin/python3"}
+}
+
+// TestValidate: every invalid sweep is refused before anything is built,
+// naming the field and the value refused.
+func TestValidate(t *testing.T) {
+	if err := validConfig().Validate(); err != nil {
+		t.Fatalf("a valid sweep refused: %v", err)
+	}
+	for _, tc := range []struct {
+		name  string
+		edit  func(*Config)
+		field string
+		value any
+	}{
+		{"one worker", func(c *Config) { c.Workers = []int{2, 1} }, "Workers", 1},
+		{"too many workers", func(c *Config) { c.Workers = []int{65} }, "Workers", 65},
+		{"no rate", func(c *Config) { c.Rates = nil }, "Rates", []uint64(nil)},
+		{"loss of one half", func(c *Config) { c.Losses = []float64{0, 0.5} }, "Losses", 0.5},
+		{"odd size", func(c *Config) { c.Sizes = []int{6} }, "Sizes", 6},
+		{"unknown system", func(c *Config) { c.Systems = []System{SwitchML, "mpi"} }, "Systems", System("mpi")},
+		{"system twice", func(c *Config) { c.Systems = []System{Ring, Ring} }, "Systems", Ring},
+		{"no jobs", func(c *Config) { c.Jobs = 0 }, "Jobs", 0},
+		{"five jobs", func(c *Config) { c.Jobs = 5 }, "Jobs", 5},
+		{"jobs without SwitchML", func(c *Config) { c.Jobs, c.Systems = 2, []System{Gloo, Ring} }, "Jobs", 2},
+		// 62 workers × 4 addresses + 3 more of the switch: 251 > 250.
+		{"jobs' addresses", func(c *Config) { c.Jobs, c.Workers = 4, []int{2, 62} }, "Jobs", 4},
+		{"packet size", func(c *Config) { c.PacketSize = 1000 }, "PacketSize", 1000},
+		{"message size", func(c *Config) { c.MessageSize = 3000 }, "MessageSize", 3000},
+		{"no iterations", func(c *Config) { c.Iters = 0 }, "Iters", 0},
+		{"too many iterations", func(c *Config) { c.Iters = MaxIters + 1 }, "Iters", MaxIters + 1},
+		{"negative warm-up", func(c *Config) { c.Warmup = -1 }, "Warmup", -1},
+		{"no timeout", func(c *Config) { c.Timeout = 0 }, "Timeout", time.Duration(0)},
+		{"no queue", func(c *Config) { c.Queue = 0 }, "Queue", time.Duration(0)},
+		{"no program for SwitchML", func(c *Config) { c.Exe = "" }, "Exe", ""},
+		{"no Python for Gloo", func(c *Config) { c.Python = "" }, "Python", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := validConfig()
+			tc.edit(&c)
+			err := c.Validate()
+			var fe *FieldError
+			if !errors.As(err, &fe) || !errors.Is(err, ErrConfig) || fe.Field != tc.field || fe.Reason == "" {
+				t.Fatalf("error %v, want a FieldError of %s", err, tc.field)
+			}
+			if got, want := fe.Value, tc.value; !equalValue(got, want) {
+				t.Errorf("value %v (%T), want %v (%T)", got, got, want, want)
+			}
+			if len(err.Error()) > 120 {
+				t.Errorf("error of %d characters: %s", len(err.Error()), err)
+			}
+		})
+	}
+	// Without SwitchML no program is needed, without Gloo no Python; 61
+	// workers × 4 addresses + 3 fit in 250.
+	c := validConfig()
+	c.Systems, c.Exe, c.Python, c.Jobs = []System{Ring}, "", "", 1
+	if err := c.Validate(); err != nil {
+		t.Errorf("the ring alone: %v", err)
+	}
+	c = validConfig()
+	c.Jobs, c.Workers = 4, []int{2, 61}
+	if err := c.Validate(); err != nil {
+		t.Errorf("4 jobs of 61 workers: %v", err)
+	}
+}
+
+func equalValue(a, b any) bool {
+	if s, ok := b.([]uint64); ok {
+		g, ok := a.([]uint64)
+		return ok && len(g) == len(s)
+	}
+	return a == b
+}
+
+// TestRunRefusesInvalid: Run validates before it builds anything (no root
+// needed to be refused).
+func TestRunRefusesInvalid(t *testing.T) {
+	c := validConfig()
+	c.Workers = []int{1}
+	rep, err := Run(context.Background(), c)
+	if !errors.Is(err, ErrConfig) || len(rep.Rows) != 0 {
+		t.Fatalf("Run of an invalid sweep: %v, %d rows", err, len(rep.Rows))
+	}
+}

@@ -1,0 +1,18 @@
+// Package sweep measures all-reduces in the network lab of testbed/netlab
+// (docs/netlab.md): for every combination of worker count, link rate,
+// loss and tensor size it runs SwitchML (the switch daemon and one worker
+// process per worker namespace, optionally several jobs at once), Gloo
+// (torch.distributed, one Python process per worker namespace) and the
+// project's ring (in this process, each NIC's socket in its worker's
+// namespace) over the same links, verifies every result, and reports each
+// system's times against its link-rate ceiling (netlab.LinkCeilings), its
+// retransmissions and the lab's drops. `swml-rdma lab` is its command: it
+// parses the flags into a Config and prints, plots or writes the Report as
+// JSON.
+//
+// Run builds one lab per worker count, needs root and Linux (netlab) and
+// starts processes of Config.Exe; the arithmetic of a Report — ceilings,
+// ratios, shares, fairness — is plain Go and tested without either. Run is
+// one sweep at a time per Config.Prefix and process; a Report is plain
+// data.
+package sweep

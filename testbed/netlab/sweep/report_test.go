@@ -1,0 +1,167 @@
+package sweep
+
+import (
+	"encoding/json"
+	"math"
+	"testing"
+	"time"
+)
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
+
+// TestShares: each job's share is its ATE/s ÷ (the solo job's ÷ N), the
+// target is every share within 20 % of 1, and Jain's index is
+// (Σx)²/(N·Σx²).
+func TestShares(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		alone      float64
+		jobs       []float64
+		shares     []float64
+		equal      bool
+		jain, sum  float64
+		vsAlone    float64
+		minS, maxS float64
+	}{
+		{name: "two jobs split what one reached alone", alone: 4e6, jobs: []float64{2e6, 2e6}, shares: []float64{1, 1}, equal: true,
+			jain: 1, sum: 4e6, vsAlone: 1, minS: 1, maxS: 1},
+		{name: "one starved", alone: 4e6, jobs: []float64{1e6, 3e6}, shares: []float64{0.5, 1.5}, jain: 0.8, sum: 4e6, vsAlone: 1, minS: 0.5, maxS: 1.5},
+		// Equal between themselves but both above solo ÷ 2 by 25 %: the
+		// solo job did not fill the links; outside the target all the same.
+		{name: "both above an equal share", alone: 4e6, jobs: []float64{2.5e6, 2.5e6}, shares: []float64{1.25, 1.25}, jain: 1, sum: 5e6,
+			vsAlone: 1.25, minS: 1.25, maxS: 1.25},
+		{name: "three within 20 %", alone: 3e6, jobs: []float64{0.9e6, 1.05e6, 1.15e6}, shares: []float64{0.9, 1.05, 1.15}, equal: true,
+			jain: 3.1 * 3.1 / (3 * (0.81 + 1.1025 + 1.3225)), sum: 3.1e6, vsAlone: 3.1 / 3, minS: 0.9, maxS: 1.15},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sh := &Shared{}
+			for i, x := range tc.jobs {
+				j := &Job{Job: i + 1}
+				j.ATEPerSec = x
+				sh.Jobs = append(sh.Jobs, j)
+			}
+			sh.setShares(tc.alone)
+			for i, j := range sh.Jobs {
+				if !near(j.Share, tc.shares[i]) {
+					t.Errorf("job %d share %g, want %g", i+1, j.Share, tc.shares[i])
+				}
+			}
+			if sh.EqualShare != tc.equal || !near(sh.Jain, tc.jain) || !near(sh.ATEPerSec, tc.sum) || !near(sh.VsAlone, tc.vsAlone) ||
+				!near(sh.MinShare, tc.minS) || !near(sh.MaxShare, tc.maxS) {
+				t.Errorf("equal %v, Jain %g, sum %g, vs alone %g, shares %g–%g; want %v, %g, %g, %g, %g–%g",
+					sh.EqualShare, sh.Jain, sh.ATEPerSec, sh.VsAlone, sh.MinShare, sh.MaxShare, tc.equal, tc.jain, tc.sum, tc.vsAlone, tc.minS, tc.maxS)
+			}
+		})
+	}
+}
+
+// testRows is one row of a sweep at 4 workers, 200 Mbit/s, 16 MiB:
+// SwitchML at 2 s per all-reduce with two jobs sharing (job 2 starved,
+// 8 s against job 1's 3 s), Gloo at 1 s, the ring failed; compared as a
+// sweep of 1 KiB packets in 16 KiB messages compares them.
+func testRows() []*Row {
+	const elements = 4 << 20
+	rows := []*Row{
+		{System: SwitchML, Workers: 4, RateBps: 200e6, TensorBytes: 16 << 20, Elements: elements, Iters: 5, Verified: true, Retransmissions: 12, Jobs: 2},
+		{System: Gloo, Workers: 4, RateBps: 200e6, TensorBytes: 16 << 20, Elements: elements, Iters: 5, Verified: true, Jobs: 1},
+		{System: Ring, Workers: 4, RateBps: 200e6, TensorBytes: 16 << 20, Elements: elements, Iters: 5, Error: "not done within 5m0s", Jobs: 1},
+	}
+	rows[0].setTimes(2*time.Second, 1900*time.Millisecond, 2500*time.Millisecond)
+	rows[0].setMessages(1200)
+	rows[1].setTimes(time.Second, 900*time.Millisecond, 1100*time.Millisecond)
+	job := func(n int, median time.Duration, span int64) *Job {
+		j := &Job{Job: n, SessionID: uint32(n), SpanNs: span, Verified: true}
+		j.MedianNs, j.ATEPerSec = int64(median), elements/median.Seconds()
+		return j
+	}
+	rows[0].Shared = &Shared{Jobs: []*Job{job(1, 3*time.Second, 18e9), job(2, 8*time.Second, 48e9)}}
+	rows[0].Shared.setShares(rows[0].ATEPerSec)
+	compareRows(rows, 1024, 16384)
+	return rows
+}
+
+// TestCompareRows: the ceilings of netlab.LinkCeilings, the ratios to the
+// ceiling and to Gloo, none for a failed row or for Gloo against itself,
+// and the jobs' link shares of the ceiling ÷ N.
+func TestCompareRows(t *testing.T) {
+	rows := testRows()
+	sw, gloo, ring := rows[0], rows[1], rows[2]
+	if sw.VsGloo == nil || *sw.VsGloo != 0.5 {
+		t.Errorf("SwitchML vs Gloo = %v, want 0.5 (2 s against 1 s)", sw.VsGloo)
+	}
+	if gloo.VsGloo != nil || ring.VsGloo != nil || ring.OfCeiling != nil {
+		t.Errorf("Gloo against itself or a failed row got ratios: %v %v %v", gloo.VsGloo, ring.VsGloo, ring.OfCeiling)
+	}
+	// 16 KiB in 17 332 wire bytes at 200 Mbit/s ÷ 32 bits per element.
+	if want := 200e6 * 16384 / 17332 / 32; !near(sw.CeilingATEPerSec, want) || sw.OfCeiling == nil || !near(*sw.OfCeiling, sw.ATEPerSec/want) {
+		t.Errorf("SwitchML's ceiling at 200 Mbit/s: %g (of ceiling %v), want %g", sw.CeilingATEPerSec, sw.OfCeiling, want)
+	}
+	if ring.CeilingATEPerSec == 0 {
+		t.Error("a failed row lost its ceiling")
+	}
+	j1, j2 := sw.Shared.Jobs[0], sw.Shared.Jobs[1]
+	if j2.Share != 0.5 || !near(j1.Share, 4.0/3) {
+		t.Errorf("shares %g and %g, want 4/3 and 0.5 (3 s and 8 s against 2 s alone ÷ 2)", j1.Share, j2.Share)
+	}
+	if j1.LinkShare == nil || !near(*j1.LinkShare, j1.ATEPerSec/(sw.CeilingATEPerSec/2)) || sw.Shared.OfCeiling == nil ||
+		!near(*sw.Shared.OfCeiling, sw.Shared.ATEPerSec/sw.CeilingATEPerSec) {
+		t.Errorf("link share %v, of ceiling %v: not filled from the ceiling", j1.LinkShare, sw.Shared.OfCeiling)
+	}
+	if sw.RetransmissionsPerMessage == nil || *sw.RetransmissionsPerMessage != 0.01 {
+		t.Errorf("retransmissions per message %v, want 0.01 (12 of 1200)", sw.RetransmissionsPerMessage)
+	}
+	if sw.Gbps != sw.ATEPerSec*32/1e9 {
+		t.Errorf("Gbit/s %g at %g ATE/s", sw.Gbps, sw.ATEPerSec)
+	}
+}
+
+// TestReportJSON: the keys a reader of the JSON relies on, nulls where a
+// ratio has nothing to divide by, and what is left out when empty.
+func TestReportJSON(t *testing.T) {
+	b, err := json.Marshal(Report{SchemaVersion: SchemaVersion, Rows: testRows()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Rows) != 3 || back.Rows[0]["vs_gloo"] != 0.5 || back.Rows[2]["error"] == nil || back.Rows[1]["rate_bps"] != 2e8 ||
+		back.Rows[1]["of_ceiling"] == nil || back.Rows[2]["of_ceiling"] != nil {
+		t.Errorf("JSON rows: %v", back.Rows)
+	}
+	shared, _ := back.Rows[0]["shared"].(map[string]any)
+	jobs, _ := shared["jobs"].([]any)
+	if back.Rows[0]["jobs"] != 2.0 || back.Rows[1]["jobs"] != 1.0 || len(jobs) != 2 || shared["equal_share"] != false || shared["min_share"] != 0.5 {
+		t.Fatalf("JSON jobs %v, shared %v", back.Rows[0]["jobs"], shared)
+	}
+	for _, k := range []string{"shared", "switch_drops", "result_sha256", "error"} {
+		if _, ok := back.Rows[1][k]; ok {
+			t.Errorf("Gloo's row has %q, which is left out when empty", k)
+		}
+	}
+	if j, _ := jobs[1].(map[string]any); j["share"] != 0.5 || j["session_id"] != 2.0 || j["span_ns"] != 48e9 || j["link_share"] == nil {
+		t.Errorf("JSON job 2: %v", j)
+	}
+}
+
+func TestLossInflation(t *testing.T) {
+	row := func(sys System, loss float64, median int64) *Row {
+		r := &Row{System: sys, Workers: 4, RateBps: 200e6, TensorBytes: 1 << 20, Loss: loss}
+		r.MedianNs = median
+		return r
+	}
+	free, lossy, other := row(Gloo, 0, 100), row(Gloo, 0.01, 150), row(Ring, 0.01, 300)
+	failed := row(Gloo, 0.05, 0)
+	failed.Error = "not done"
+	lossInflation([]*Row{free, lossy, other, failed})
+	if lossy.LossInflation == nil || *lossy.LossInflation != 1.5 {
+		t.Errorf("Gloo at 1%%: inflation %v, want 1.5", lossy.LossInflation)
+	}
+	if free.LossInflation != nil || other.LossInflation != nil || failed.LossInflation != nil {
+		t.Errorf("a loss-free row, a row without a loss-free twin or a failed row got an inflation: %v %v %v",
+			free.LossInflation, other.LossInflation, failed.LossInflation)
+	}
+}

@@ -1,0 +1,189 @@
+package sweep
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+
+	"github.com/swml-rdma/swml-rdma/testbed/netlab"
+)
+
+// Run runs the sweep of cfg: for each worker count a lab (netlab.Build),
+// and in it for each rate, loss and size a row of every system, each
+// bounded by cfg.Timeout. A system that fails records its error in its
+// row and the sweep goes on; Run returns an error for what ends the sweep
+// (an invalid cfg, a lab that cannot be built, shaped or removed, ctx
+// ending). The Report holds every row run so far, also with an error.
+// Every lab is removed before the next worker count and before Run
+// returns.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return Report{}, err
+	}
+	rep := Report{SchemaVersion: SchemaVersion, Kernel: kernelRelease(), CPUs: runtime.NumCPU(), QueueNs: int64(cfg.Queue),
+		PacketSize: cfg.PacketSize, MessageSize: cfg.MessageSize, WorkerArgs: cfg.WorkerArgs, WirePackets: cfg.wirePackets(), LoadAvgStart: loadAvg()}
+	r := &runner{cfg: cfg}
+	if slices.Contains(cfg.Systems, Gloo) {
+		dir, err := os.MkdirTemp("", "swml-lab-")
+		if err != nil {
+			return rep, fmt.Errorf("sweep: Gloo's script: %w", err)
+		}
+		defer func() { _ = os.RemoveAll(dir) }() // a temporary script: nothing to do if it stays
+		r.glooScript = filepath.Join(dir, "gloo_allreduce.py")
+		if err := os.WriteFile(r.glooScript, netlab.GlooScript, 0o644); err != nil {
+			return rep, fmt.Errorf("sweep: Gloo's script: %w", err)
+		}
+	}
+	var err error
+	for _, n := range cfg.Workers {
+		if err = r.sweepWorkers(ctx, n, &rep); err != nil {
+			break
+		}
+	}
+	lossInflation(rep.Rows)
+	rep.LoadAvgEnd = loadAvg()
+	return rep, err
+}
+
+type runner struct {
+	cfg        Config
+	glooScript string
+}
+
+// sweepWorkers builds a lab of n workers and runs every row in it; the
+// lab is removed when it returns, however.
+func (r *runner) sweepWorkers(ctx context.Context, n int, rep *Report) (err error) {
+	lab, err := netlab.Build(ctx, netlab.Config{Workers: n, Prefix: r.cfg.Prefix, AddrsPerWorker: r.cfg.Jobs})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := lab.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+	if err := lab.SetWirePackets(ctx, r.cfg.wirePackets()); err != nil {
+		return err
+	}
+	for _, rate := range r.cfg.Rates {
+		if err := lab.Shape(ctx, netlab.Shaping{RateBps: rate, Queue: r.cfg.Queue}); err != nil {
+			return err
+		}
+		for _, loss := range r.cfg.Losses {
+			if err := lab.SetLoss(ctx, loss); err != nil {
+				return err
+			}
+			for _, size := range r.cfg.Sizes {
+				var rows []*Row
+				for _, sys := range r.cfg.Systems {
+					if err := ctx.Err(); err != nil {
+						return err
+					}
+					row := &Row{System: sys, Workers: n, RateBps: rate, Loss: loss, TensorBytes: size, Elements: size / 4,
+						Iters: r.cfg.Iters, Warmup: r.cfg.Warmup, LoadAvg: loadAvg(), Jobs: 1}
+					if sys == SwitchML {
+						row.Jobs = r.cfg.Jobs
+					}
+					r.progress(row, false)
+					r.runSystem(ctx, lab, row)
+					r.progress(row, true)
+					rows = append(rows, row)
+					rep.Rows = append(rep.Rows, row)
+				}
+				compareRows(rows, r.cfg.PacketSize, r.cfg.MessageSize)
+			}
+		}
+	}
+	return nil
+}
+
+func (r *runner) progress(row *Row, done bool) {
+	if r.cfg.Progress != nil {
+		r.cfg.Progress(row, done)
+	}
+}
+
+// runSystem runs one system in one row, bounded by Config.Timeout; what
+// goes wrong is the row's Error. A SwitchML row with Jobs > 1 runs one job
+// alone, then (if that worked) Jobs jobs at once, each bounded.
+func (r *runner) runSystem(ctx context.Context, lab *netlab.Lab, row *Row) {
+	d, err := r.measure(ctx, lab, func(ctx context.Context) error {
+		switch row.System {
+		case SwitchML:
+			return r.runSwitchML(ctx, lab, row)
+		case Gloo:
+			return r.runGloo(ctx, lab, row)
+		default:
+			return r.runRing(ctx, lab, row)
+		}
+	})
+	row.UDPRcvbufErrors, row.SwitchUDPRcvbufErrors, row.QueueDrops, row.LossDrops = d.UDPRcvbufErrors, d.SwitchUDPRcvbufErrors, d.QueueDrops, d.LossDrops
+	row.QueueDropsUp, row.QueueDropsDown = d.QueueDropsUp, d.QueueDropsDown
+	if row.System == Gloo {
+		row.Retransmissions = d.TCPRetransSegs
+	}
+	if err != nil {
+		row.Error = err.Error()
+		return
+	}
+	if row.System != SwitchML || row.Jobs < 2 {
+		return
+	}
+	sh := &Shared{}
+	d, err = r.measure(ctx, lab, func(ctx context.Context) error { return r.runShared(ctx, lab, row, sh) })
+	sh.UDPRcvbufErrors, sh.SwitchUDPRcvbufErrors, sh.QueueDrops, sh.LossDrops = d.UDPRcvbufErrors, d.SwitchUDPRcvbufErrors, d.QueueDrops, d.LossDrops
+	row.Shared = sh
+	if err != nil {
+		row.Error = fmt.Sprintf("%d jobs at once: %v", row.Jobs, err)
+		row.Verified = false
+	}
+}
+
+// measure runs fn bounded by Config.Timeout and returns the lab's counters
+// over it (zero if they could not be read: then the error says so).
+func (r *runner) measure(ctx context.Context, lab *netlab.Lab, fn func(context.Context) error) (netlab.Counters, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	before, err := lab.Counters(ctx)
+	if err != nil {
+		return netlab.Counters{}, err
+	}
+	err = fn(ctx)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("not done within %v: %w", r.cfg.Timeout, err)
+	}
+	after, cerr := lab.Counters(context.WithoutCancel(ctx))
+	if cerr != nil {
+		return netlab.Counters{}, cmp.Or(err, cerr)
+	}
+	return after.Sub(before), err
+}
+
+// loadAvg is /proc/loadavg's first three fields, "?" where there is none.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// kernelRelease is the running kernel's release, the OS's name where it
+// cannot be read.
+func kernelRelease() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return runtime.GOOS
+	}
+	return strings.TrimSpace(string(b))
+}

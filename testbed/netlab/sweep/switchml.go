@@ -1,0 +1,168 @@
+package sweep
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/benchmark"
+	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
+	"github.com/swml-rdma/swml-rdma/testbed/netlab"
+)
+
+// runSwitchML runs one SwitchML job alone: session id 1, every worker on
+// its first address. The row gets its result.
+func (r *runner) runSwitchML(ctx context.Context, lab *netlab.Lab, row *Row) error {
+	jobs, drops, err := r.runSwitchMLJobs(ctx, lab, row, 1)
+	if err != nil {
+		return err
+	}
+	j := jobs[0]
+	row.SwitchDrops = drops
+	row.Times = j.Times
+	row.Packets, row.Retransmissions, row.ResendCauses = j.Packets, j.Retransmissions, j.ResendCauses
+	row.CPUUserNs, row.CPUSysNs, row.SwitchCPUNs = j.CPUUserNs, j.CPUSysNs, j.switchCPU
+	row.setMessages(j.Messages)
+	row.ResultSHA256, row.Verified = j.ResultSHA256, true
+	return nil
+}
+
+// runShared runs row.Jobs SwitchML jobs at once after the row's solo job
+// (whose result row holds) and fills sh with them and their shares.
+func (r *runner) runShared(ctx context.Context, lab *netlab.Lab, row *Row, sh *Shared) error {
+	jobs, drops, err := r.runSwitchMLJobs(ctx, lab, row, row.Jobs)
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		// Every job's inputs are its ranks' (the same generator as the
+		// solo job's), so every job's sum is the solo job's.
+		if j.ResultSHA256 != row.ResultSHA256 {
+			return fmt.Errorf("job %d: result digest %s is not the solo job's %s: %w", j.Job, j.ResultSHA256, row.ResultSHA256, benchmark.ErrMismatch)
+		}
+	}
+	sh.Jobs, sh.SwitchDrops = jobs, drops
+	sh.setShares(row.ATEPerSec)
+	return nil
+}
+
+// runSwitchMLJobs runs n SwitchML jobs at once on one switch daemon (a
+// fresh one, so that its drops are these jobs'): job j (1 … n) is session
+// j, its rank i the worker process in worker namespace i bound to that
+// namespace's j-th address, calling the controller at the switch's j-th
+// address (the controller listens on all of them): the lab routes that
+// from the worker's j-th address, which the controller requires to be
+// the RoCE address registered. Every process of every job is started before
+// any is waited for, rank by rank, so the jobs start together. Each
+// worker verifies its every result; the ranks of a job must agree on the
+// result's digest. It returns each job's result and the switch's non-zero
+// drops by reason.
+func (r *runner) runSwitchMLJobs(ctx context.Context, lab *netlab.Lab, row *Row, n int) ([]*Job, map[string]uint64, error) {
+	if n > len(lab.Addrs) {
+		return nil, nil, fmt.Errorf("%d jobs in a lab of %d addresses per worker: %w", n, len(lab.Addrs), netlab.ErrTooManyAddrs)
+	}
+	listen := fmt.Sprintf(":%d", ControllerPort) // every address of the switch namespace: the switch's
+	sw, err := startProc(lab.Command(ctx, lab.Switch, r.cfg.Exe, append([]string{"switch", "--addr", lab.SwitchAddr.String(), "--controller-addr", listen,
+		"--log-level", "warn", "--json"}, r.cfg.SwitchArgs...)...), "switch")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer stopAll([]*proc{sw})
+	var all []*proc
+	defer func() { stopAll(all) }()
+	byJob := make([][]*proc, n)
+	for i, ns := range lab.Workers {
+		for j := range n {
+			ctl := netip.AddrPortFrom(lab.SwitchAddrs[j], ControllerPort).String()
+			args := append([]string{"worker", "--controller", ctl, "--session-id", strconv.Itoa(j + 1), "--addr", lab.Addrs[j][i].String(), "--rank", strconv.Itoa(i),
+				"--workers", strconv.Itoa(row.Workers), "--size", strconv.Itoa(row.TensorBytes), "--iters", strconv.Itoa(row.Iters),
+				"--warmup", strconv.Itoa(row.Warmup), "--packet-size", strconv.Itoa(r.cfg.PacketSize), "--msg-size", strconv.Itoa(r.cfg.MessageSize),
+				"--json", "--log-level", "warn"}, r.cfg.WorkerArgs...)
+			name := fmt.Sprintf("worker rank %d", i)
+			if n > 1 {
+				name = fmt.Sprintf("job %d worker rank %d", j+1, i)
+			}
+			p, err := startProc(lab.Command(ctx, ns, r.cfg.Exe, args...), name)
+			if err != nil {
+				return nil, nil, err
+			}
+			all = append(all, p)
+			byJob[j] = append(byJob[j], p)
+		}
+	}
+	if err := waitAll(all); err != nil {
+		return nil, nil, err
+	}
+	// The switch prints its final counters (swswitch.Totals) on SIGTERM.
+	sw.terminate()
+	if err := sw.cmd.Wait(); err != nil {
+		return nil, nil, sw.failure(err)
+	}
+	var switchCPU int64
+	if ps := sw.cmd.ProcessState; ps != nil {
+		switchCPU = int64(ps.UserTime()+ps.SystemTime()) / int64(n*(row.Warmup+row.Iters))
+	}
+	var totals swswitch.Totals
+	if err := json.Unmarshal(sw.stdout.Bytes(), &totals); err != nil {
+		return nil, nil, fmt.Errorf("switch: its final counters: %w", err)
+	}
+	drops := map[string]uint64{}
+	for reason, v := range totals.Drops {
+		if v > 0 {
+			drops[reason] = v
+		}
+	}
+	perCall := (row.TensorBytes + r.cfg.MessageSize - 1) / r.cfg.MessageSize
+	jobs := make([]*Job, n)
+	for j, procs := range byJob {
+		job, err := jobOf(procs, row)
+		if err != nil {
+			return nil, nil, err
+		}
+		job.Job, job.SessionID, job.switchCPU = j+1, uint32(j+1), switchCPU
+		job.Messages = uint64(row.Workers * (row.Warmup + row.Iters) * perCall)
+		job.RetransmissionsPerMessage = perMessage(job.Retransmissions, job.Messages)
+		jobs[j] = job
+	}
+	return jobs, drops, nil
+}
+
+// jobOf sums and summarises the worker records of one job's processes:
+// the slowest rank's median, the extremes over ranks, every rank verified
+// and agreeing on the result's digest.
+func jobOf(procs []*proc, row *Row) (*Job, error) {
+	job := &Job{}
+	var meds, mins, maxs []time.Duration
+	for _, p := range procs {
+		var res benchmark.WorkerRecord
+		if err := json.Unmarshal(p.stdout.Bytes(), &res); err != nil {
+			return nil, fmt.Errorf("%s: its JSON: %w", p.name, err)
+		}
+		if !res.Verified {
+			return nil, fmt.Errorf("%s: result not verified: %w", p.name, benchmark.ErrMismatch)
+		}
+		if job.ResultSHA256 == "" {
+			job.ResultSHA256 = res.ResultSHA256
+		} else if res.ResultSHA256 != job.ResultSHA256 {
+			return nil, fmt.Errorf("%s: result digest %s is not rank 0's %s: %w", p.name, res.ResultSHA256, job.ResultSHA256, benchmark.ErrMismatch)
+		}
+		meds = append(meds, time.Duration(res.MedianNs))
+		mins = append(mins, time.Duration(res.MinNs))
+		maxs = append(maxs, time.Duration(res.MaxNs))
+		job.Packets += res.Packets
+		job.Retransmissions += res.Retransmissions
+		job.ResendCauses.Add(res.ResendCauses)
+		job.CPUUserNs += res.CPUUserNs / int64(row.Iters)
+		job.CPUSysNs += res.CPUSysNs / int64(row.Iters)
+	}
+	job.Times = benchmark.TimesOf(slices.Max(meds), slices.Min(mins), slices.Max(maxs), row.Elements)
+	first := slices.MinFunc(procs, func(a, b *proc) int { return a.started.Compare(b.started) }).started
+	last := slices.MaxFunc(procs, func(a, b *proc) int { return a.exited.Compare(b.exited) }).exited
+	job.SpanNs = int64(last.Sub(first))
+	job.Verified = true
+	return job, nil
+}
