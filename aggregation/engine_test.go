@@ -389,7 +389,7 @@ func TestPeerTimeoutWaiting(t *testing.T) {
 		{"ended", []control.RankWait{{Rank: 2, Addr: a, Ended: true}},
 			"rank 2 (10.0.0.4) ended its session"},
 		{"slots only", []control.RankWait{{Rank: 2, Addr: a, MissingSlots: 3}, {Rank: 5, MissingSlots: 1}, {Rank: 6, MissingSlots: 1}},
-			"rank 2 (10.0.0.4) missing, +2 ranks"},
+			"rank 2 (10.0.0.4) absent in 3 slots, +2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pe := &PeerTimeoutError{Job: 7, QP: 3, Message: 41, Waited: 10 * time.Second, Waiting: tc.waiting}

@@ -598,7 +598,9 @@ func (e *PeerTimeoutError) Error() string {
 }
 
 // waitingText names the first rank of w, the one missing from the most
-// partial sums, and counts the others: "rank 2 (10.0.0.4) silent 10.2s".
+// partial sums, and counts the others: "rank 2 (10.0.0.4) silent 10.2s",
+// "rank 2 (10.0.0.4) absent in 3 slots, +2" where the switch counts no
+// packets.
 func waitingText(w []control.RankWait) string {
 	r := w[0]
 	var b strings.Builder
@@ -611,10 +613,10 @@ func waitingText(w []control.RankWait) string {
 	case r.ActivityKnown:
 		fmt.Fprintf(&b, " silent %v", r.Idle.Round(100*time.Millisecond))
 	default:
-		b.WriteString(" missing")
+		fmt.Fprintf(&b, " absent in %d slots", r.MissingSlots)
 	}
 	if len(w) > 1 {
-		fmt.Fprintf(&b, ", +%d ranks", len(w)-1)
+		fmt.Fprintf(&b, ", +%d", len(w)-1) // more ranks, in PeerTimeoutError.Waiting
 	}
 	return b.String()
 }

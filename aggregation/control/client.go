@@ -470,7 +470,8 @@ type RankWait struct {
 	MissingSlots int
 	// ActivityKnown: Packets counts the rank's packets that reached the
 	// switch and Idle is how long ago the last one did (since the job
-	// started when none did).
+	// started when none did); false where the switch counts none (the
+	// Tofino program).
 	ActivityKnown bool
 	Packets       uint64
 	Idle          time.Duration
@@ -480,9 +481,9 @@ type RankWait struct {
 
 // Waiting is the controller's answer to WaitingFor.
 type Waiting struct {
-	// SlotsRead: the controller read the job's slots on the switch (the
-	// software switch does; a Tofino through P4Runtime does not, and then
-	// Ranks holds only ranks that ended their session).
+	// SlotsRead: the controller read the job's slots on the switch (a
+	// ProgressReporter); false where it could not, and then Ranks holds
+	// only ranks that ended their session.
 	SlotsRead bool
 	// Aggregating is the number of the job's (slot, set) pairs holding a
 	// partial sum.

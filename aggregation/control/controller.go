@@ -430,6 +430,6 @@ func (s jobService) ListJobs(ctx context.Context, req *pb.ListJobsRequest) (*pb.
 	return s.c.listJobs(ctx, req), nil
 }
 
-func (s jobService) WaitingFor(_ context.Context, req *pb.WaitingForRequest) (*pb.WaitingForResponse, error) {
-	return s.c.waitingFor(req)
+func (s jobService) WaitingFor(ctx context.Context, req *pb.WaitingForRequest) (*pb.WaitingForResponse, error) {
+	return s.c.waitingFor(ctx, req)
 }

@@ -6,17 +6,20 @@ package control
 // the rank that holds the job up instead of blaming a silent switch.
 //
 //   - The switch's slots say it where the Programmer can read them
-//     (ProgressReporter: the software switch): a (slot, set) pair holding a
-//     partial sum waits for every rank whose bit its bitmap lacks, and the
-//     switch's per-rank packet counts say how long each has been silent.
+//     (ProgressReporter: the software switch, a Tofino through P4Runtime):
+//     a (slot, set) pair holding a partial sum waits for every rank whose
+//     bit its bitmap lacks, and the software switch's per-rank packet
+//     counts say how long each has been silent.
 //   - Everywhere, the controller adds what it knows itself: a rank that
 //     ended its session while the others still call.
 //
 // A stopped process (SIGSTOP, a debugger) keeps its keep-alive stream's
-// TCP connection open, so the stream alone cannot tell it from a live one.
+// TCP connection open, so the stream alone cannot tell it from a live one
+// within a peer timeout.
 
 import (
 	"cmp"
+	"context"
 	"slices"
 	"time"
 
@@ -28,7 +31,7 @@ import (
 
 // waitingFor answers WaitingFor for the job the request names, with its
 // token.
-func (c *Controller) waitingFor(req *pb.WaitingForRequest) (*pb.WaitingForResponse, error) {
+func (c *Controller) waitingFor(ctx context.Context, req *pb.WaitingForRequest) (*pb.WaitingForResponse, error) {
 	c.mu.Lock()
 	j := c.jobs[req.GetJobId()]
 	if j == nil {
@@ -50,13 +53,22 @@ func (c *Controller) waitingFor(req *pb.WaitingForRequest) (*pb.WaitingForRespon
 	}
 	// The switch is read without c.mu: it takes its own locks.
 	if pr, ok := c.cfg.Programmer.(ProgressReporter); ok {
-		if prog, ok := pr.JobProgress(j.id()); ok && len(prog.Ranks) == len(waits) {
+		pctx, cancel := context.WithTimeout(ctx, c.cfg.SessionTimeout)
+		prog, err := pr.JobProgress(pctx, j.id())
+		cancel()
+		switch {
+		case err != nil:
+			c.log.Warn("reading a job's slots", "job", j.id(), "err", err)
+		case len(prog.Ranks) == len(waits):
 			now := time.Now()
 			resp.SlotsRead = true
 			resp.Aggregating = uint32(prog.Aggregating)
 			for r, rp := range prog.Ranks {
 				w := waits[r]
 				w.MissingSlots = uint32(rp.Missing)
+				if !prog.Activity {
+					continue
+				}
 				w.ActivityKnown = true
 				w.Packets = rp.Packets
 				since := started

@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -17,13 +18,13 @@ type progressProgrammer struct {
 	progress JobProgress
 }
 
-func (p *progressProgrammer) JobProgress(jobID uint32) (JobProgress, bool) {
+func (p *progressProgrammer) JobProgress(_ context.Context, jobID uint32) (JobProgress, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, ok := p.jobs[jobID]; !ok {
-		return JobProgress{}, false
+		return JobProgress{}, fmt.Errorf("fake: job %d: %w", jobID, ErrJobNotInstalled)
 	}
-	return p.progress, true
+	return p.progress, nil
 }
 
 // TestWaitingForEndedRank: with a switch whose slots it cannot read, the
@@ -54,7 +55,7 @@ func TestWaitingForSlots(t *testing.T) {
 	e := startController(t, func(c *Config) { c.Programmer = p })
 	as := e.registerAll(t, context.Background(), 1, 3, 2, nil)
 	p.mu.Lock()
-	p.progress = JobProgress{Aggregating: 6, Ranks: []RankProgress{
+	p.progress = JobProgress{Aggregating: 6, Activity: true, Ranks: []RankProgress{
 		{Packets: 100, LastPacket: time.Now()},
 		{Missing: 2, Packets: 90, LastPacket: time.Now().Add(-3 * time.Second)},
 		{Missing: 6}, // never sent: silent since the job started
@@ -74,6 +75,18 @@ func TestWaitingForSlots(t *testing.T) {
 	}
 	if r1.Rank != 1 || r1.MissingSlots != 2 || r1.Packets != 90 || r1.Idle < 3*time.Second {
 		t.Errorf("second: %+v; want rank 1, missing 2, 90 packets, silent for 3s or more", r1)
+	}
+
+	// A switch that counts no packets (the Tofino program): the slots
+	// alone, no activity.
+	p.mu.Lock()
+	p.progress.Activity = false
+	p.mu.Unlock()
+	if w, err = c.WaitingFor(context.Background(), as[0]); err != nil {
+		t.Fatal(err)
+	}
+	if !w.SlotsRead || len(w.Ranks) != 2 || w.Ranks[0].Rank != 2 || w.Ranks[0].ActivityKnown || w.Ranks[0].Idle != 0 {
+		t.Errorf("%+v: want ranks 2 and 1 without activity", w)
 	}
 }
 

@@ -1,9 +1,11 @@
 package swswitch
 
 import (
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 )
 
@@ -34,9 +36,9 @@ func TestJobProgress(t *testing.T) {
 		deadline := time.Now().Add(20 * time.Second) // a hang bound, not a speed check
 		var total uint64
 		for {
-			pr, ok := sw.JobProgress(job.ID)
-			if !ok {
-				t.Fatal("JobProgress: job not installed")
+			pr, err := sw.JobProgress(t.Context(), job.ID)
+			if err != nil || !pr.Activity {
+				t.Fatalf("JobProgress: %+v, %v; want the job's progress with packet counts", pr, err)
 			}
 			total = 0
 			for _, r := range pr.Ranks {
@@ -50,7 +52,7 @@ func TestJobProgress(t *testing.T) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		pr, _ := sw.JobProgress(job.ID)
+		pr, _ := sw.JobProgress(t.Context(), job.ID)
 		if pr.Aggregating != (q-1)*ppm || len(pr.Ranks) != n {
 			t.Fatalf("%+v: want %d aggregating (slot, set) pairs and %d ranks", pr, (q-1)*ppm, n)
 		}
@@ -66,8 +68,8 @@ func TestJobProgress(t *testing.T) {
 		if err := sw.RemoveJob(t.Context(), job.ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := sw.JobProgress(job.ID); ok {
-			t.Error("JobProgress of a removed job: ok")
+		if _, err := sw.JobProgress(t.Context(), job.ID); !errors.Is(err, control.ErrJobNotInstalled) {
+			t.Errorf("JobProgress of a removed job: %v; want control.ErrJobNotInstalled", err)
 		}
 	})
 }

@@ -500,16 +500,16 @@ func (s *Switch) JobPackets(jobID uint32) (uint64, bool) {
 }
 
 // JobProgress reads job id's slots and its workers' packet counts on every
-// core (control.ProgressReporter); false if no such job is installed.
-func (s *Switch) JobProgress(jobID uint32) (control.JobProgress, bool) {
-	var out control.JobProgress
+// core (control.ProgressReporter).
+func (s *Switch) JobProgress(_ context.Context, jobID uint32) (control.JobProgress, error) {
+	out := control.JobProgress{Activity: true}
 	var last []int64
 	for _, c := range s.cores {
 		c.mu.Lock()
 		pr, ok := c.eng.pipe.JobProgress(jobID)
 		c.mu.Unlock()
 		if !ok {
-			return control.JobProgress{}, false
+			return control.JobProgress{}, fmt.Errorf("swswitch: progress of job %d: %w", jobID, control.ErrJobNotInstalled)
 		}
 		if out.Ranks == nil {
 			out.Ranks = make([]control.RankProgress, len(pr.Ranks))
@@ -528,7 +528,7 @@ func (s *Switch) JobProgress(jobID uint32) (control.JobProgress, bool) {
 			out.Ranks[r].LastPacket = s.epoch.Add(time.Duration(t - 1))
 		}
 	}
-	return out, true
+	return out, nil
 }
 
 // Stats are the switch's counters.

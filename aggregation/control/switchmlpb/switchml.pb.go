@@ -1576,7 +1576,8 @@ type RankWait struct {
 	MissingSlots uint32 `protobuf:"varint,3,opt,name=missing_slots,json=missingSlots,proto3" json:"missing_slots,omitempty"`
 	// activity_known: packets and idle_ms are the switch's count of this
 	// rank's packets and the milliseconds since its last one reached the
-	// switch (since the job started when none did).
+	// switch (since the job started when none did); false where the switch
+	// counts none (the Tofino program).
 	ActivityKnown bool   `protobuf:"varint,4,opt,name=activity_known,json=activityKnown,proto3" json:"activity_known,omitempty"`
 	Packets       uint64 `protobuf:"varint,5,opt,name=packets,proto3" json:"packets,omitempty"`
 	IdleMs        uint64 `protobuf:"varint,6,opt,name=idle_ms,json=idleMs,proto3" json:"idle_ms,omitempty"`
@@ -1668,8 +1669,8 @@ func (x *RankWait) GetEnded() bool {
 type WaitingForResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// slots_read: the controller read the job's slots on the switch (the
-	// software switch); false where it cannot (a Tofino through P4Runtime),
-	// and then waiting holds only the ranks that ended their session.
+	// software switch, a Tofino through P4Runtime); false where it could
+	// not, and then waiting holds only the ranks that ended their session.
 	SlotsRead bool `protobuf:"varint,1,opt,name=slots_read,json=slotsRead,proto3" json:"slots_read,omitempty"`
 	// aggregating is the number of the job's (slot, set) pairs holding a
 	// partial sum.
