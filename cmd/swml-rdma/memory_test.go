@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 )
 
 // peakRSS is the peak resident set of an exited process, in bytes.
@@ -36,6 +38,21 @@ func checkModel(t *testing.T, what string, rss uint64, need memoryNeed, tensor u
 	}
 }
 
+// skipMeasuredRun skips a test that measures a process's memory where it
+// cannot: with -short, off Linux (Maxrss is in kilobytes there), and under
+// the race detector, whose shadow memory multiplies a process's RSS.
+func skipMeasuredRun(t *testing.T) {
+	t.Helper()
+	switch {
+	case testing.Short():
+		t.Skip("a measured run")
+	case runtime.GOOS != "linux":
+		t.Skip("peak RSS is read as Linux reports it (kilobytes)")
+	case testutil.Race:
+		t.Skip("the race detector's shadow memory multiplies the RSS the model describes")
+	}
+}
+
 // jobFlags are the job flags the memory tests pass and model alike.
 func jobFlags(size int) []string {
 	return []string{"--size", fmt.Sprintf("%dMiB", size>>20), "--packet-size", "1024", "--msg-size", "16KiB", "--qps", "8", "--iters", "1", "--warmup", "0"}
@@ -49,9 +66,7 @@ const memoryTestSize = 96 << 20
 // its peak RSS against the model the memory check refuses with
 // (docs/operations.md "Memory"). Addresses: 127.13.62.x.
 func TestMemoryModelBench(t *testing.T) {
-	if testing.Short() || runtime.GOOS != "linux" {
-		t.Skip("a measured run (Linux: Maxrss in kilobytes)")
-	}
+	skipMeasuredRun(t)
 	args := append([]string{"bench", "--workers", "1", "--baseline", "none", "--switch-addr", "127.13.62.1"}, jobFlags(memoryTestSize)...)
 	p := startProc(t, "bench", args...)
 	if code := p.wait(t, 300*time.Second); code != 0 {
@@ -66,9 +81,7 @@ func TestMemoryModelBench(t *testing.T) {
 // checks each worker's peak RSS against the model the memory check
 // refuses with (docs/operations.md "Memory"). Addresses: 127.13.63.x.
 func TestMemoryModelWorker(t *testing.T) {
-	if testing.Short() || runtime.GOOS != "linux" {
-		t.Skip("a measured run (Linux: Maxrss in kilobytes)")
-	}
+	skipMeasuredRun(t)
 	const net, n = "127.13.63", 2
 	sw, ctl, _ := startSwitchProc(t, net+".1")
 	workers := make([]*proc, n)
