@@ -84,8 +84,10 @@ func (c *Controller) waitingFor(ctx context.Context, req *pb.WaitingForRequest) 
 			resp.Waiting = append(resp.Waiting, w)
 		}
 	}
+	// Most missing first; among equals, the longest silent (a stopped
+	// rank before one that is merely late to its call).
 	slices.SortStableFunc(resp.Waiting, func(a, b *pb.RankWait) int {
-		return cmp.Compare(b.GetMissingSlots(), a.GetMissingSlots())
+		return cmp.Or(cmp.Compare(b.GetMissingSlots(), a.GetMissingSlots()), cmp.Compare(b.GetIdleMs(), a.GetIdleMs()))
 	})
 	c.log.Info("asked who a job waits for", "job", j.id(), "rank", req.GetRank(), "slots_read", resp.GetSlotsRead(),
 		"aggregating", resp.GetAggregating(), "waiting", len(resp.GetWaiting()))

@@ -1675,8 +1675,9 @@ type WaitingForResponse struct {
 	// aggregating is the number of the job's (slot, set) pairs holding a
 	// partial sum.
 	Aggregating uint32 `protobuf:"varint,2,opt,name=aggregating,proto3" json:"aggregating,omitempty"`
-	// waiting lists the ranks missing from a partial sum, most missing
-	// first, then the ranks that ended their session.
+	// waiting lists the ranks missing from a partial sum, most missing first
+	// (the longest silent first among equals), then the ranks that ended
+	// their session.
 	Waiting       []*RankWait `protobuf:"bytes,3,rep,name=waiting,proto3" json:"waiting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
