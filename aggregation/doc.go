@@ -50,7 +50,10 @@
 // (docs/protocol.md "Loss recovery" and "Congestion").
 // After PeerTimeout without a
 // result, AllReduce fails with a *PeerTimeoutError wrapping ErrPeerTimeout
-// (and ErrHeavyLoss when other QPs kept getting results); when the controller aborts
+// (and ErrHeavyLoss when other QPs kept getting results, or ErrWaitingForRank
+// when the controller named the ranks the job waits for, read from the
+// switch's slots: docs/control-plane.md "Who a stalled job waits for");
+// when the controller aborts
 // the job (another worker's connection broke, or it aborted), AllReduce fails
 // at once with an error wrapping control.ErrJobEnded. Either failure, and a
 // cancelled context, leaves this worker out of step with the others: the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -335,11 +336,44 @@ func TestPeerTimeoutError(t *testing.T) {
 			want := PeerTimeoutError{Job: 7, Rank: 2, QP: 3, Message: 41, Waited: 10 * time.Second, Resends: 37, Timeouts: 5,
 				PacketsBack: 12, Packets: 16, LastResult: tc.lastResult, HeavyLoss: tc.heavy, KeepAliveBroken: tc.ctlLost,
 				Switch: addr4(10, 0, 0, 1), Messages: 200, Retransmissions: 50}
-			if *pe != want {
+			if !reflect.DeepEqual(*pe, want) {
 				t.Errorf("got  %+v\nwant %+v", *pe, want)
 			}
 			if got := pe.Error(); got != tc.text || len(got) > 100 {
 				t.Errorf("text %q (%d characters), want %q", got, len(got), tc.text)
+			}
+		})
+	}
+}
+
+// TestPeerTimeoutWaiting checks the error of a call whose controller named
+// the ranks the job waits for: the first rank is named with what the
+// switch saw of it, the others counted; it wraps ErrWaitingForRank.
+func TestPeerTimeoutWaiting(t *testing.T) {
+	a := addr4(10, 0, 0, 4)
+	const head = "aggregation: job 7 rank 0: QP 3 message 41: no result from the switch for 10s: "
+	for _, tc := range []struct {
+		name    string
+		waiting []control.RankWait
+		text    string
+	}{
+		{"silent", []control.RankWait{{Rank: 2, Addr: a, MissingSlots: 64, ActivityKnown: true, Packets: 900, Idle: 10140 * time.Millisecond}},
+			"rank 2 (10.0.0.4) silent 10.1s"},
+		{"sent nothing", []control.RankWait{{Rank: 2, Addr: a, MissingSlots: 64, ActivityKnown: true}},
+			"rank 2 (10.0.0.4) sent nothing"},
+		{"ended", []control.RankWait{{Rank: 2, Addr: a, Ended: true}},
+			"rank 2 (10.0.0.4) ended its session"},
+		{"slots only", []control.RankWait{{Rank: 2, Addr: a, MissingSlots: 3}, {Rank: 5, MissingSlots: 1}, {Rank: 6, MissingSlots: 1}},
+			"rank 2 (10.0.0.4) absent in 3 slots, +2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pe := &PeerTimeoutError{Job: 7, QP: 3, Message: 41, Waited: 10 * time.Second, Waiting: tc.waiting}
+			err := fmt.Errorf("wrapped: %w", pe)
+			if !errors.Is(err, ErrPeerTimeout) || !errors.Is(err, ErrWaitingForRank) || errors.Is(err, ErrHeavyLoss) {
+				t.Errorf("%v: want ErrPeerTimeout and ErrWaitingForRank, not ErrHeavyLoss", err)
+			}
+			if got := pe.Error(); got != head+tc.text || len(got) > 120 {
+				t.Errorf("text %q (%d characters), want %q", got, len(got), head+tc.text)
 			}
 		})
 	}

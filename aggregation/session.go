@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,11 @@ var (
 	// theirs: the switch and the workers are there, the network drops too
 	// much.
 	ErrHeavyLoss = errors.New("heavy loss")
+	// ErrWaitingForRank is wrapped, with ErrPeerTimeout, when the
+	// controller named the ranks the job waits for
+	// (PeerTimeoutError.Waiting): the switch holds partial sums that lack
+	// their contributions, or they ended their session.
+	ErrWaitingForRank = errors.New("waiting for another rank")
 	// ErrSwitchGone is wrapped by AllReduce when the controller's
 	// keep-alive stream broke and no result has come back since
 	// (switchGoneAfter): the switch daemon, which runs the controller, is
@@ -569,6 +575,10 @@ type PeerTimeoutError struct {
 	Switch netip.Addr
 	// Messages and Retransmissions are the session's counts so far.
 	Messages, Retransmissions uint64
+	// Waiting are the other ranks the job waits for, as the controller
+	// told (control.Client.WaitingFor) when the call failed; empty when it
+	// could not tell, or was not asked (heavy loss, no keep-alive).
+	Waiting []control.RankWait
 }
 
 func (e *PeerTimeoutError) Error() string {
@@ -576,21 +586,80 @@ func (e *PeerTimeoutError) Error() string {
 	if e.Message >= 0 {
 		what = fmt.Sprintf("message %d", e.Message)
 	}
-	loss := ""
-	if e.HeavyLoss {
-		loss = ": " + ErrHeavyLoss.Error()
+	cause := ""
+	switch {
+	case e.HeavyLoss:
+		cause = ": " + ErrHeavyLoss.Error()
+	case len(e.Waiting) > 0:
+		cause = ": " + waitingText(e.Waiting)
 	}
 	return fmt.Sprintf("aggregation: job %d rank %d: QP %d %s: %v for %v%s",
-		e.Job, e.Rank, e.QP, what, ErrPeerTimeout, e.Waited.Round(time.Millisecond), loss)
+		e.Job, e.Rank, e.QP, what, ErrPeerTimeout, e.Waited.Round(time.Millisecond), cause)
+}
+
+// waitingText names the first rank of w, the one missing from the most
+// partial sums, and counts the others: "rank 2 (10.0.0.4) silent 10.2s",
+// "rank 2 (10.0.0.4) absent in 3 slots, +2" where the switch counts no
+// packets.
+func waitingText(w []control.RankWait) string {
+	r := w[0]
+	var b strings.Builder
+	fmt.Fprintf(&b, "rank %d (%v)", r.Rank, r.Addr)
+	switch {
+	case r.Ended:
+		b.WriteString(" ended its session")
+	case r.ActivityKnown && r.Packets == 0:
+		b.WriteString(" sent nothing")
+	case r.ActivityKnown:
+		fmt.Fprintf(&b, " silent %v", r.Idle.Round(100*time.Millisecond))
+	default:
+		fmt.Fprintf(&b, " absent in %d slots", r.MissingSlots)
+	}
+	if len(w) > 1 {
+		fmt.Fprintf(&b, ", +%d", len(w)-1) // more ranks, in PeerTimeoutError.Waiting
+	}
+	return b.String()
 }
 
 // Unwrap gives ErrPeerTimeout, and ErrHeavyLoss when the network dropped
-// too much.
+// too much or ErrWaitingForRank when the controller named the ranks the
+// job waits for.
 func (e *PeerTimeoutError) Unwrap() []error {
-	if e.HeavyLoss {
+	switch {
+	case e.HeavyLoss:
 		return []error{ErrPeerTimeout, ErrHeavyLoss}
+	case len(e.Waiting) > 0:
+		return []error{ErrPeerTimeout, ErrWaitingForRank}
 	}
 	return []error{ErrPeerTimeout}
+}
+
+// waitingForTimeout bounds the question to the controller that names the
+// ranks a failed call waited for (askWaitingFor).
+const waitingForTimeout = 2 * time.Second
+
+// askWaitingFor fills a *PeerTimeoutError in err with the other ranks the
+// job waits for, as the controller sees them (docs/control-plane.md "Who a
+// stalled job waits for"): a stopped or stuck rank is then named instead
+// of a silent switch. It does not ask on heavy loss (the other ranks are
+// there) or when the keep-alive stream broke (the controller is gone), and
+// leaves err as it is when the controller cannot tell.
+func (s *Session) askWaitingFor(err error) {
+	var pe *PeerTimeoutError
+	if !errors.As(err, &pe) || pe.HeavyLoss || pe.KeepAliveBroken || s.client == nil || s.assign == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitingForTimeout)
+	defer cancel()
+	w, qerr := s.client.WaitingFor(ctx, s.assign)
+	if qerr != nil {
+		return
+	}
+	for _, r := range w.Ranks {
+		if r.Rank != s.cfg.Rank {
+			pe.Waiting = append(pe.Waiting, r)
+		}
+	}
 }
 
 // isUDPDevice reports whether dev reads RoCEv2 from a UDP socket and so

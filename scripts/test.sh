@@ -97,6 +97,11 @@ rm -f bin/swml-rdma-version-check
 step "go test -race"
 go test -race -count=1 -timeout 15m ./...
 
+# The memory model against measured peak RSS: without the race detector,
+# whose shadow memory the model does not describe (the tests skip under it).
+step "go test: memory model (docs/operations.md \"Memory\")"
+go test -count=1 -timeout 10m -run '^TestMemoryModel(Bench|Worker)$' ./cmd/swml-rdma/
+
 if [ -f /usr/include/infiniband/verbs.h ]; then
 	step "go test -tags ibverbs (cgo backend, interop scenario code)"
 	go test -race -count=1 -tags ibverbs ./verbs/ibverbs/ ./internal/... ./rdma/

@@ -49,8 +49,8 @@ func TestChecker(t *testing.T) {
 		t.Fatalf("exact int32 sums rejected: %v", err)
 	}
 
-	// A result that passed passes again from the kept copy; the copy is
-	// not the caller's buffer, and a changed result gets the full check.
+	// A result that passed passes again by its kept hash, and a changed
+	// result (another hash) gets the full check.
 	for _, check := range []func() error{func() error { return c.SwitchML(out, nil) }, func() error { return cI.SwitchML(nil, outI) }} {
 		if err := check(); err != nil {
 			t.Fatalf("the same result again: %v", err)

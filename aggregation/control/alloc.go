@@ -58,6 +58,7 @@ func (c *Controller) startJob(p *pendingSession) {
 	if err == nil {
 		c.jobs[j.id()] = j
 		c.jobBySession[p.id] = j
+		j.started = time.Now()
 		c.stats.sessionsTotal++
 		if c.cfg.LivenessTimeout > 0 && !p.params.p4app {
 			j.liveness = time.AfterFunc(c.cfg.LivenessTimeout, func() { c.checkLiveness(j) })

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -549,4 +550,55 @@ func (c *Client) wrap(op string, err error) error {
 		}
 	}
 	return &rpcError{msg: fmt.Sprintf("control: %s: %s", op, st.Message()), st: st, mismatch: mismatchFrom(st), sentinel: sentinelFrom(st)}
+}
+
+// RankWait is one rank a job waits for (Client.WaitingFor).
+type RankWait struct {
+	Rank int
+	Addr netip.Addr // the rank's RoCE address
+	// MissingSlots is the number of the job's partial sums on the switch
+	// that lack this rank's contribution.
+	MissingSlots int
+	// ActivityKnown: Packets counts the rank's packets that reached the
+	// switch and Idle is how long ago the last one did (since the job
+	// started when none did); false where the switch counts none (the
+	// Tofino program).
+	ActivityKnown bool
+	Packets       uint64
+	Idle          time.Duration
+	// Ended: the rank ended its session while the others still call.
+	Ended bool
+}
+
+// Waiting is the controller's answer to WaitingFor.
+type Waiting struct {
+	// SlotsRead: the controller read the job's slots on the switch (a
+	// ProgressReporter); false where it could not, and then Ranks holds
+	// only ranks that ended their session.
+	SlotsRead bool
+	// Aggregating is the number of the job's (slot, set) pairs holding a
+	// partial sum.
+	Aggregating int
+	// Ranks are the ranks the job waits for, most missing slots first.
+	Ranks []RankWait
+}
+
+// WaitingFor asks the controller which ranks a's job waits for: what a
+// worker whose message got no result calls to name the rank that holds
+// the job up.
+func (c *Client) WaitingFor(ctx context.Context, a *Assignment) (Waiting, error) {
+	resp, err := c.jobs.WaitingFor(ctx, &pb.WaitingForRequest{JobId: a.JobID, Rank: uint32(a.Rank), JobToken: a.token})
+	if err != nil {
+		return Waiting{}, c.wrap(fmt.Sprintf("ask who job %d waits for", a.JobID), err)
+	}
+	w := Waiting{SlotsRead: resp.GetSlotsRead(), Aggregating: int(resp.GetAggregating())}
+	for _, rw := range resp.GetWaiting() {
+		addr, _ := netip.AddrFromSlice(rw.GetAddr())
+		w.Ranks = append(w.Ranks, RankWait{
+			Rank: int(rw.GetRank()), Addr: addr.Unmap(), MissingSlots: int(rw.GetMissingSlots()),
+			ActivityKnown: rw.GetActivityKnown(), Packets: rw.GetPackets(),
+			Idle: time.Duration(rw.GetIdleMs()) * time.Millisecond, Ended: rw.GetEnded(),
+		})
+	}
+	return w, nil
 }

@@ -429,3 +429,7 @@ func (s jobService) KeepAlive(req *pb.KeepAliveRequest, stream grpc.ServerStream
 func (s jobService) ListJobs(ctx context.Context, req *pb.ListJobsRequest) (*pb.ListJobsResponse, error) {
 	return s.c.listJobs(ctx, req), nil
 }
+
+func (s jobService) WaitingFor(ctx context.Context, req *pb.WaitingForRequest) (*pb.WaitingForResponse, error) {
+	return s.c.waitingFor(ctx, req)
+}

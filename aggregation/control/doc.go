@@ -22,8 +22,8 @@
 // state), register.go (one request, checked on its own), rendezvous.go (the
 // ranks meet), p4app.go (p4app-switchML workers), alloc.go (the job's pool
 // range, QPNs and PSNs, installed), liveness.go (KeepAlive, the liveness
-// and idle checks), teardown.go (EndSession, a job's end), list.go
-// (ListJobs).
+// and idle checks), waiting.go (WaitingFor: the ranks a stalled job waits
+// for), teardown.go (EndSession, a job's end), list.go (ListJobs).
 //
 // Concurrency: Controller and Client are safe for concurrent use. The
 // controller holds one mutex over its tables and never holds it across a

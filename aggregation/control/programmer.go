@@ -2,6 +2,8 @@ package control
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
@@ -26,4 +28,44 @@ type ActivityReporter interface {
 	// JobPackets is the number of packets that reached the job's QPs since
 	// AddJob; false if the job is not installed.
 	JobPackets(jobID uint32) (uint64, bool)
+}
+
+// ProgressReporter is implemented by a Programmer that can read a job's
+// slots (the software switch; a Tofino through P4Runtime). The controller
+// answers WaitingFor from it: the ranks missing from the job's partial
+// sums are the ones the others wait for (docs/control-plane.md "Who a
+// stalled job waits for").
+type ProgressReporter interface {
+	// JobProgress reads the job's slots and, where the switch counts
+	// them, its workers' packets. A job that is not installed is an error
+	// wrapping ErrJobNotInstalled.
+	JobProgress(ctx context.Context, jobID uint32) (JobProgress, error)
+}
+
+// ErrJobNotInstalled is wrapped by a ProgressReporter's error for a job the
+// switch does not hold.
+var ErrJobNotInstalled = errors.New("job not installed")
+
+// JobProgress is what a switch's slots say about a job's workers.
+type JobProgress struct {
+	// Aggregating is the number of the job's (slot, set) pairs holding a
+	// partial sum.
+	Aggregating int
+	// Activity: RankProgress.Packets and LastPacket are the switch's
+	// counts (the software switch); false where it keeps none (the Tofino
+	// program).
+	Activity bool
+	// Ranks[r] is rank r's share.
+	Ranks []RankProgress
+}
+
+// RankProgress is one rank's part in a JobProgress.
+type RankProgress struct {
+	// Missing is the number of aggregating (slot, set) pairs that lack
+	// the rank's contribution.
+	Missing int
+	// Packets is the number of the rank's packets that reached the job's
+	// QPs since AddJob; LastPacket when the last one did (zero if none).
+	Packets    uint64
+	LastPacket time.Time
 }

@@ -18,6 +18,8 @@ package control
 //	               PSNs, Programmer.AddJob; every rank gets its answer
 //	liveness.go    the running job is watched: each rank's KeepAlive
 //	               stream, the liveness timeout, a p4app job's idle check
+//	waiting.go     a stalled job: which ranks it waits for (WaitingFor),
+//	               from the switch's slots and the ranks' sessions
 //	teardown.go    the job ends (endJob): every rank's EndSession, an
 //	               abort, or one of the watches above
 //	list.go        ListJobs: the running jobs a caller may see
@@ -122,6 +124,7 @@ type job struct {
 	streamOpen   []bool
 	ending       bool
 	liveness     *time.Timer
+	started      time.Time // installed on the switch
 	done         chan struct{}
 	aborted      bool
 	reason       string

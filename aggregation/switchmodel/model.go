@@ -286,7 +286,11 @@ func (p *Pipeline) JobPackets(id uint32) (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return j.packets, true
+	var n uint64
+	for _, a := range j.ranks {
+		n += a.packets
+	}
+	return n, true
 }
 
 // AddJob installs a job from the controller's description (copied): its

@@ -24,10 +24,18 @@ type jobEntry struct {
 	keys      []qpKey       // the table keys this job installed
 
 	slotsInUse int64
-	// packets counts packets that matched the job's (source, QPN) keys:
-	// the controller's data-plane liveness signal for workers without a
-	// keep-alive stream (p4app-switchML's).
+	// ranks[r] counts rank r's packets that matched the job's (source,
+	// QPN) keys and stamps the last one: the controller's data-plane
+	// liveness signal for workers without a keep-alive stream
+	// (p4app-switchML's) and its answer to who a stalled job waits for
+	// (JobProgress).
+	ranks []rankActivity
+}
+
+// rankActivity is one rank's packets and the Pipeline clock at its last.
+type rankActivity struct {
 	packets uint64
+	last    int64
 }
 
 type workerEntry struct {
@@ -167,6 +175,7 @@ func newJobEntry(job *wire.Job, cfg *Config) (*jobEntry, error) {
 		psn:       make([]uint32, n*q),
 		tx:        make([]txPos, n*q),
 		keys:      make([]qpKey, 0, n*q),
+		ranks:     make([]rankActivity, n),
 	}
 	seen := make(map[qpKey]struct{}, n*q)
 	for r := range job.Workers {
@@ -197,6 +206,7 @@ type RDMAReceiver struct {
 	table qpTable
 	keys  map[qpKey]uint32 // the installed keys and their job ids
 	jobs  map[uint32]*jobEntry
+	clock int64 // Pipeline.SetClock's value
 }
 
 func (r *RDMAReceiver) init() {
@@ -260,7 +270,9 @@ func (r *RDMAReceiver) Receive(src netip.Addr, pkt *rdma.Packet, md *Metadata) b
 		return false
 	}
 	j := ref.job
-	j.packets++
+	a := &j.ranks[ref.rank]
+	a.packets++
+	a.last = r.clock
 	md.job = j
 	md.JobID = j.id
 	md.Rank = int(ref.rank)

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/bpf"
@@ -123,6 +124,10 @@ type Switch struct {
 	closeOnce  sync.Once
 	done       chan struct{}
 	coll       *collector
+	// epoch is the origin of the pipelines' clocks (SetClock): the
+	// nanoseconds since it, on the monotonic clock, plus one, so that 0
+	// stays "no packet".
+	epoch time.Time
 }
 
 // core is one core's share of the switch: its pipeline (the registers of
@@ -139,7 +144,11 @@ type batch struct {
 	n    int
 }
 
-var _ control.Programmer = (*Switch)(nil)
+var (
+	_ control.Programmer       = (*Switch)(nil)
+	_ control.ActivityReporter = (*Switch)(nil)
+	_ control.ProgressReporter = (*Switch)(nil)
+)
 
 // New opens the switch's sockets and starts serving. Close stops it.
 func New(cfg Config) (*Switch, error) {
@@ -177,6 +186,7 @@ func New(cfg Config) (*Switch, error) {
 		conns: conns,
 		jobs:  make(map[uint32]*wire.Job),
 		done:  make(chan struct{}),
+		epoch: time.Now(),
 	}
 	batchSize := conns[0].BatchSize()
 	for range cfg.Cores {
@@ -363,8 +373,12 @@ func (s *Switch) work(c *core, conn udp.Endpoint) {
 // conn; false once conn is closed.
 func (s *Switch) run(c *core, conn udp.Endpoint, msgs []udp.Msg) bool {
 	e := c.eng
+	// One clock reading stamps the batch's packets (the pipeline's
+	// per-rank last packet, JobProgress).
+	now := int64(time.Since(s.epoch)) + 1
 	for i := 0; i < len(msgs); {
 		c.mu.Lock()
+		e.pipe.SetClock(now)
 		for ; i < len(msgs) && e.room(); i++ {
 			m := &msgs[i]
 			e.process(m.Addr, m.Bytes())
@@ -483,6 +497,38 @@ func (s *Switch) JobPackets(jobID uint32) (uint64, bool) {
 		sum += n
 	}
 	return sum, true
+}
+
+// JobProgress reads job id's slots and its workers' packet counts on every
+// core (control.ProgressReporter).
+func (s *Switch) JobProgress(_ context.Context, jobID uint32) (control.JobProgress, error) {
+	out := control.JobProgress{Activity: true}
+	var last []int64
+	for _, c := range s.cores {
+		c.mu.Lock()
+		pr, ok := c.eng.pipe.JobProgress(jobID)
+		c.mu.Unlock()
+		if !ok {
+			return control.JobProgress{}, fmt.Errorf("swswitch: progress of job %d: %w", jobID, control.ErrJobNotInstalled)
+		}
+		if out.Ranks == nil {
+			out.Ranks = make([]control.RankProgress, len(pr.Ranks))
+			last = make([]int64, len(pr.Ranks))
+		}
+		out.Aggregating += pr.Aggregating
+		for r, rp := range pr.Ranks {
+			o := &out.Ranks[r]
+			o.Missing += rp.Missing
+			o.Packets += rp.Packets
+			last[r] = max(last[r], rp.LastPacket)
+		}
+	}
+	for r, t := range last {
+		if t > 0 {
+			out.Ranks[r].LastPacket = s.epoch.Add(time.Duration(t - 1))
+		}
+	}
+	return out, nil
 }
 
 // Stats are the switch's counters.

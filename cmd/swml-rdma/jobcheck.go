@@ -148,6 +148,14 @@ func checkBench(cfg benchConfig) error {
 			}
 		}
 	}
+	need := benchMemory(cfg)
+	return need.check(fmt.Sprintf("--size %s with --workers %d", approxBytes(uint64(cfg.size)), cfg.workers), "lower --size or --workers")
+}
+
+// benchMemory is the embedded bench's memory model (docs/operations.md
+// "Memory"). The result check keeps a hash of a result, not a copy
+// (benchmark.Checker), so the tensors are each worker's input and buffer.
+func benchMemory(cfg benchConfig) memoryNeed {
 	var need memoryNeed
 	w, size := uint64(cfg.workers), uint64(cfg.size)
 	need.add(2*w*size, "%d workers × 2 × %s: each worker's input and its all-reduce buffer", w, approxBytes(size))
@@ -162,19 +170,27 @@ func checkBench(cfg benchConfig) error {
 	}
 	need.add(switchmodel.DefaultPoolSize*switchSlotBytes, "%s switch pool", approxBytes(switchmodel.DefaultPoolSize*switchSlotBytes))
 	need.add(baseBytes, "%s process", approxBytes(baseBytes))
-	return need.check(fmt.Sprintf("--size %s with --workers %d", approxBytes(size), w), "lower --size or --workers")
+	return need
 }
 
 // checkWorkerJob checks one worker's job as a whole: memory (a worker
 // keeps every rank's input to verify its result).
 func checkWorkerJob(cfg *workerConfig) error {
+	need := workerMemory(cfg)
+	return need.check(fmt.Sprintf("--size %s with --workers %d", approxBytes(uint64(cfg.size)), cfg.workers), "lower --size")
+}
+
+// workerMemory is one worker process's memory model (docs/operations.md
+// "Memory"): every rank's input, its buffer, no copy of a result (the
+// check keeps a hash, benchmark.Checker).
+func workerMemory(cfg *workerConfig) memoryNeed {
 	var need memoryNeed
 	w, size := uint64(cfg.workers), uint64(cfg.size)
 	need.add(w*size, "%d × %s: every rank's input, to verify the result", w, approxBytes(size))
 	need.add(size, "%s all-reduce buffer", approxBytes(size))
 	mr := uint64(cfg.session().RegisteredBytes())
 	need.add(nicBytes+mr+baseBytes, "%s NIC, registered messages and process", approxBytes(nicBytes+mr+baseBytes))
-	return need.check(fmt.Sprintf("--size %s with --workers %d", approxBytes(size), w), "lower --size")
+	return need
 }
 
 // checkSwitchPool refuses a --pool-size whose slots do not fit in memory.

@@ -265,6 +265,55 @@ func TestMultiProcessWorkerDies(t *testing.T) {
 	}
 }
 
+// TestMultiProcessWorkerStopped stops (SIGSTOP) one of three workers in
+// the middle of a long run: its keep-alive stream and its socket stay open,
+// so only the switch's slots tell it from a slow rank. The others fail
+// after their peer timeout with an error that names it, its address and
+// its silence, and says what to do (docs/control-plane.md "Who a stalled
+// job waits for").
+func TestMultiProcessWorkerStopped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	const net = "127.13.61"
+	sw, ctl, _ := startSwitchProc(t, net+".1")
+	const n = 3
+	// Long enough that a survivor late to its call on a loaded host is
+	// never taken for the stopped rank, and shorter than the controller's
+	// keep-alive ping (10 s without traffic, then 5 s for the answer),
+	// which would end the job first (docs/control-plane.md "Timeouts").
+	peerTimeout := min(testutil.Scale(2*time.Second), 8*time.Second)
+	workers := make([]*proc, n)
+	for r := range n {
+		workers[r] = startProc(t, fmt.Sprintf("worker %d", r),
+			workerArgs(ctl, fmt.Sprintf("%s.%d", net, 2+r), r, n, "--size", "16KiB", "--iters", "100000000", "--warmup", "0", "--peer-timeout", peerTimeout.String())...)
+	}
+	for r, w := range workers {
+		waitForLine(t, fmt.Sprintf("worker %d", r), w.stderr, joinedRE, w.done, 60*time.Second)
+	}
+	time.Sleep(200 * time.Millisecond) // let them all-reduce a while
+	victim := workers[n-1]
+	victim.signal(t, syscall.SIGSTOP)
+	t.Cleanup(func() { victim.cmd.Process.Kill() }) // a stopped process dies of SIGKILL too
+	// A survivor whose own timer had not fired yet reads the other's
+	// error in the abort it sent, which this matches too. A victim
+	// stopped before its first packet (a slow start under -race) "sent
+	// nothing".
+	want := regexp.MustCompile(`no result from the switch for [0-9.]+s: rank 2 \(` + regexp.QuoteMeta(net) + `\.4\) (silent [0-9.]+s|sent nothing); the rank named holds the job up: is its process stopped`)
+	for r, w := range workers[:n-1] {
+		if code := w.wait(t, peerTimeout+60*time.Second); code != 1 {
+			t.Fatalf("worker %d exited %d, want 1:\n%s", r, code, w.stderr)
+		}
+		if s := w.stderr.String(); !want.MatchString(s) {
+			t.Errorf("worker %d: error does not name the stopped rank (%q):\n%s", r, want, s)
+		}
+	}
+	t.Log(workers[0].stderr)
+	victim.signal(t, syscall.SIGKILL)
+	victim.wait(t, 60*time.Second)
+	stopSwitchProc(t, sw)
+}
+
 // TestReexec checks TestMain's re-execution: the child is swml-rdma.
 func TestReexec(t *testing.T) {
 	p := startProc(t, "version", "--version")

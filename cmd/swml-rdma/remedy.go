@@ -23,6 +23,7 @@ var remedies = []struct {
 	{verbs.ErrNotSupported, "use --nic soft (no RDMA hardware needed), or a binary built with -tags ibverbs (cgo, libibverbs-dev)"},
 	{verbs.ErrNoDevice, "use --nic soft, or add a Soft-RoCE device: modprobe rdma_rxe && rdma link add rxe0 type rxe netdev DEV (docs/testbed.md); `swml-rdma devices` lists what there is"},
 	{aggregation.ErrHeavyLoss, "the network drops too much: check the links' drop counters (swml_nic_drops_total, the switch's drops, ip -s link), or raise --peer-timeout"},
+	{aggregation.ErrWaitingForRank, "the rank named holds the job up: is its process stopped (SIGSTOP, a debugger: kill -CONT it), stuck before its next all-reduce, or making other calls? check its log; raise --peer-timeout if it is merely slow"},
 	{aggregation.ErrPeerTimeout, "check that every rank makes the same calls and that the switch runs; if a worker is merely slow to reach its next call, raise --peer-timeout"},
 	{p4rt.ErrPoolSize, "pass a --pool-size no larger than the program's slots, or compile the program with a larger NUM_SLOTS (docs/p4.md)"},
 	{p4rt.ErrNotPrimary, "another controller holds the device: stop it, or pass a higher --election-id"},

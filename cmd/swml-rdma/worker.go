@@ -368,7 +368,9 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 		if errors.Is(err, benchmark.ErrMismatch) {
 			log.Error("RESULT MISMATCH", "err", err)
 		}
-		return benchmark.WorkerRecord{}, err
+		// The remedy goes into the abort's reason too: a rank whose own
+		// timer had not fired yet reads it there.
+		return benchmark.WorkerRecord{}, fmt.Errorf("%w%s", err, remedy(err))
 	}
 	st := sess.Stats()
 	jobID := sess.JobID()

@@ -13,7 +13,10 @@
 // the receive table (one ternary entry per worker on the wire.P4AppQPN
 // prefix), so a job's packets only reach the pipeline once everything
 // behind the receive table is in place. RemoveJob undoes it in the reverse
-// order and clears the job's slot registers. Every table, action, register
+// order and clears the job's slot registers. JobProgress reads a job's
+// WorkersCounter and BitmapChecker registers back, for the controller to
+// name the ranks a stalled job waits for (control.ProgressReporter).
+// Every table, action, register
 // and counter is resolved by name (names.go) through the P4Info; a failed
 // write reports the entity it was writing.
 //

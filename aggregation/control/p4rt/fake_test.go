@@ -134,7 +134,18 @@ func (f *fakeSwitch) apply(u *p4v1.Update) (code.Code, string) {
 
 func (f *fakeSwitch) Read(req *p4v1.ReadRequest, s p4v1.P4Runtime_ReadServer) error {
 	resp := &p4v1.ReadResponse{}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	for _, e := range req.GetEntities() {
+		// A register cell as last written (the job's clear wrote every
+		// cell of its range).
+		if re := e.GetRegisterEntry(); re != nil {
+			if d, ok := f.registers[[2]int64{int64(re.GetRegisterId()), re.GetIndex().GetIndex()}]; ok {
+				resp.Entities = append(resp.Entities, &p4v1.Entity{Entity: &p4v1.Entity_RegisterEntry{RegisterEntry: &p4v1.RegisterEntry{
+					RegisterId: re.GetRegisterId(), Index: re.GetIndex(), Data: d,
+				}}})
+			}
+		}
 		if ce := e.GetCounterEntry(); ce != nil {
 			resp.Entities = append(resp.Entities, &p4v1.Entity{Entity: &p4v1.Entity_CounterEntry{CounterEntry: &p4v1.CounterEntry{
 				CounterId: ce.GetCounterId(), Index: &p4v1.Index{Index: 2}, Data: &p4v1.CounterData{PacketCount: 7},

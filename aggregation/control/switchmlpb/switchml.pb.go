@@ -1503,6 +1503,237 @@ func (x *ListJobsResponse) GetHiddenJobs() uint32 {
 	return 0
 }
 
+type WaitingForRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId uint32                 `protobuf:"varint,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// rank is the caller's rank, for the controller's log.
+	Rank uint32 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	// job_token from RdmaSessionResponse.
+	JobToken      []byte `protobuf:"bytes,3,opt,name=job_token,json=jobToken,proto3" json:"job_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitingForRequest) Reset() {
+	*x = WaitingForRequest{}
+	mi := &file_switchml_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitingForRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitingForRequest) ProtoMessage() {}
+
+func (x *WaitingForRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchml_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitingForRequest.ProtoReflect.Descriptor instead.
+func (*WaitingForRequest) Descriptor() ([]byte, []int) {
+	return file_switchml_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *WaitingForRequest) GetJobId() uint32 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *WaitingForRequest) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *WaitingForRequest) GetJobToken() []byte {
+	if x != nil {
+		return x.JobToken
+	}
+	return nil
+}
+
+// RankWait is one rank a job waits for.
+type RankWait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Rank  uint32                 `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	// addr is the rank's RoCE address: 4 bytes (IPv4) or 16 (IPv6).
+	Addr []byte `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	// missing_slots is the number of the job's partial sums on the switch
+	// that lack this rank's contribution (WaitingForResponse.slots_read).
+	MissingSlots uint32 `protobuf:"varint,3,opt,name=missing_slots,json=missingSlots,proto3" json:"missing_slots,omitempty"`
+	// activity_known: packets and idle_ms are the switch's count of this
+	// rank's packets and the milliseconds since its last one reached the
+	// switch (since the job started when none did); false where the switch
+	// counts none (the Tofino program).
+	ActivityKnown bool   `protobuf:"varint,4,opt,name=activity_known,json=activityKnown,proto3" json:"activity_known,omitempty"`
+	Packets       uint64 `protobuf:"varint,5,opt,name=packets,proto3" json:"packets,omitempty"`
+	IdleMs        uint64 `protobuf:"varint,6,opt,name=idle_ms,json=idleMs,proto3" json:"idle_ms,omitempty"`
+	// ended: the rank called EndSession; the others' calls cannot complete.
+	Ended         bool `protobuf:"varint,7,opt,name=ended,proto3" json:"ended,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RankWait) Reset() {
+	*x = RankWait{}
+	mi := &file_switchml_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RankWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RankWait) ProtoMessage() {}
+
+func (x *RankWait) ProtoReflect() protoreflect.Message {
+	mi := &file_switchml_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RankWait.ProtoReflect.Descriptor instead.
+func (*RankWait) Descriptor() ([]byte, []int) {
+	return file_switchml_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RankWait) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *RankWait) GetAddr() []byte {
+	if x != nil {
+		return x.Addr
+	}
+	return nil
+}
+
+func (x *RankWait) GetMissingSlots() uint32 {
+	if x != nil {
+		return x.MissingSlots
+	}
+	return 0
+}
+
+func (x *RankWait) GetActivityKnown() bool {
+	if x != nil {
+		return x.ActivityKnown
+	}
+	return false
+}
+
+func (x *RankWait) GetPackets() uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
+func (x *RankWait) GetIdleMs() uint64 {
+	if x != nil {
+		return x.IdleMs
+	}
+	return 0
+}
+
+func (x *RankWait) GetEnded() bool {
+	if x != nil {
+		return x.Ended
+	}
+	return false
+}
+
+type WaitingForResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// slots_read: the controller read the job's slots on the switch (the
+	// software switch, a Tofino through P4Runtime); false where it could
+	// not, and then waiting holds only the ranks that ended their session.
+	SlotsRead bool `protobuf:"varint,1,opt,name=slots_read,json=slotsRead,proto3" json:"slots_read,omitempty"`
+	// aggregating is the number of the job's (slot, set) pairs holding a
+	// partial sum.
+	Aggregating uint32 `protobuf:"varint,2,opt,name=aggregating,proto3" json:"aggregating,omitempty"`
+	// waiting lists the ranks missing from a partial sum, most missing first
+	// (the longest silent first among equals), then the ranks that ended
+	// their session.
+	Waiting       []*RankWait `protobuf:"bytes,3,rep,name=waiting,proto3" json:"waiting,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitingForResponse) Reset() {
+	*x = WaitingForResponse{}
+	mi := &file_switchml_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitingForResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitingForResponse) ProtoMessage() {}
+
+func (x *WaitingForResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchml_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitingForResponse.ProtoReflect.Descriptor instead.
+func (*WaitingForResponse) Descriptor() ([]byte, []int) {
+	return file_switchml_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *WaitingForResponse) GetSlotsRead() bool {
+	if x != nil {
+		return x.SlotsRead
+	}
+	return false
+}
+
+func (x *WaitingForResponse) GetAggregating() uint32 {
+	if x != nil {
+		return x.Aggregating
+	}
+	return 0
+}
+
+func (x *WaitingForResponse) GetWaiting() []*RankWait {
+	if x != nil {
+		return x.Waiting
+	}
+	return nil
+}
+
 var File_switchml_proto protoreflect.FileDescriptor
 
 const file_switchml_proto_rawDesc = "" +
@@ -1634,7 +1865,24 @@ const file_switchml_proto_rawDesc = "" +
 	"\x10ListJobsResponse\x12+\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x17.switchml_proto.JobInfoR\x04jobs\x12\x1f\n" +
 	"\vhidden_jobs\x18\x02 \x01(\rR\n" +
-	"hiddenJobs*A\n" +
+	"hiddenJobs\"[\n" +
+	"\x11WaitingForRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x12\n" +
+	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1b\n" +
+	"\tjob_token\x18\x03 \x01(\fR\bjobToken\"\xc7\x01\n" +
+	"\bRankWait\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\rR\x04rank\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\fR\x04addr\x12#\n" +
+	"\rmissing_slots\x18\x03 \x01(\rR\fmissingSlots\x12%\n" +
+	"\x0eactivity_known\x18\x04 \x01(\bR\ractivityKnown\x12\x18\n" +
+	"\apackets\x18\x05 \x01(\x04R\apackets\x12\x17\n" +
+	"\aidle_ms\x18\x06 \x01(\x04R\x06idleMs\x12\x14\n" +
+	"\x05ended\x18\a \x01(\bR\x05ended\"\x89\x01\n" +
+	"\x12WaitingForResponse\x12\x1d\n" +
+	"\n" +
+	"slots_read\x18\x01 \x01(\bR\tslotsRead\x12 \n" +
+	"\vaggregating\x18\x02 \x01(\rR\vaggregating\x122\n" +
+	"\awaiting\x18\x03 \x03(\v2\x18.switchml_proto.RankWaitR\awaiting*A\n" +
 	"\n" +
 	"PacketSize\x12\v\n" +
 	"\aMTU_128\x10\x00\x12\v\n" +
@@ -1652,12 +1900,14 @@ const file_switchml_proto_rawDesc = "" +
 	"UdpSession\x12!.switchml_proto.UdpSessionRequest\x1a\".switchml_proto.UdpSessionResponse\"\x002\xa8\x01\n" +
 	"\x04Sync\x12L\n" +
 	"\aBarrier\x12\x1e.switchml_proto.BarrierRequest\x1a\x1f.switchml_proto.BarrierResponse\"\x00\x12R\n" +
-	"\tBroadcast\x12 .switchml_proto.BroadcastRequest\x1a!.switchml_proto.BroadcastResponse\"\x002\xfa\x01\n" +
+	"\tBroadcast\x12 .switchml_proto.BroadcastRequest\x1a!.switchml_proto.BroadcastResponse\"\x002\xd1\x02\n" +
 	"\x03Job\x12U\n" +
 	"\n" +
 	"EndSession\x12!.switchml_proto.EndSessionRequest\x1a\".switchml_proto.EndSessionResponse\"\x00\x12K\n" +
 	"\tKeepAlive\x12 .switchml_proto.KeepAliveRequest\x1a\x18.switchml_proto.JobEvent\"\x000\x01\x12O\n" +
-	"\bListJobs\x12\x1f.switchml_proto.ListJobsRequest\x1a .switchml_proto.ListJobsResponse\"\x00B?Z=github.com/swml-rdma/swml-rdma/aggregation/control/switchmlpbb\x06proto3"
+	"\bListJobs\x12\x1f.switchml_proto.ListJobsRequest\x1a .switchml_proto.ListJobsResponse\"\x00\x12U\n" +
+	"\n" +
+	"WaitingFor\x12!.switchml_proto.WaitingForRequest\x1a\".switchml_proto.WaitingForResponse\"\x00B?Z=github.com/swml-rdma/swml-rdma/aggregation/control/switchmlpbb\x06proto3"
 
 var (
 	file_switchml_proto_rawDescOnce sync.Once
@@ -1672,7 +1922,7 @@ func file_switchml_proto_rawDescGZIP() []byte {
 }
 
 var file_switchml_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_switchml_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_switchml_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_switchml_proto_goTypes = []any{
 	(PacketSize)(0),             // 0: switchml_proto.PacketSize
 	(DataType)(0),               // 1: switchml_proto.DataType
@@ -1693,6 +1943,9 @@ var file_switchml_proto_goTypes = []any{
 	(*ListJobsRequest)(nil),     // 16: switchml_proto.ListJobsRequest
 	(*JobInfo)(nil),             // 17: switchml_proto.JobInfo
 	(*ListJobsResponse)(nil),    // 18: switchml_proto.ListJobsResponse
+	(*WaitingForRequest)(nil),   // 19: switchml_proto.WaitingForRequest
+	(*RankWait)(nil),            // 20: switchml_proto.RankWait
+	(*WaitingForResponse)(nil),  // 21: switchml_proto.WaitingForResponse
 }
 var file_switchml_proto_depIdxs = []int32{
 	0,  // 0: switchml_proto.RdmaSessionRequest.packet_size:type_name -> switchml_proto.PacketSize
@@ -1702,25 +1955,28 @@ var file_switchml_proto_depIdxs = []int32{
 	3,  // 4: switchml_proto.JobEvent.kind:type_name -> switchml_proto.JobEvent.Kind
 	1,  // 5: switchml_proto.JobInfo.dtype:type_name -> switchml_proto.DataType
 	17, // 6: switchml_proto.ListJobsResponse.jobs:type_name -> switchml_proto.JobInfo
-	4,  // 7: switchml_proto.Session.RdmaSession:input_type -> switchml_proto.RdmaSessionRequest
-	6,  // 8: switchml_proto.Session.UdpSession:input_type -> switchml_proto.UdpSessionRequest
-	8,  // 9: switchml_proto.Sync.Barrier:input_type -> switchml_proto.BarrierRequest
-	10, // 10: switchml_proto.Sync.Broadcast:input_type -> switchml_proto.BroadcastRequest
-	12, // 11: switchml_proto.Job.EndSession:input_type -> switchml_proto.EndSessionRequest
-	14, // 12: switchml_proto.Job.KeepAlive:input_type -> switchml_proto.KeepAliveRequest
-	16, // 13: switchml_proto.Job.ListJobs:input_type -> switchml_proto.ListJobsRequest
-	5,  // 14: switchml_proto.Session.RdmaSession:output_type -> switchml_proto.RdmaSessionResponse
-	7,  // 15: switchml_proto.Session.UdpSession:output_type -> switchml_proto.UdpSessionResponse
-	9,  // 16: switchml_proto.Sync.Barrier:output_type -> switchml_proto.BarrierResponse
-	11, // 17: switchml_proto.Sync.Broadcast:output_type -> switchml_proto.BroadcastResponse
-	13, // 18: switchml_proto.Job.EndSession:output_type -> switchml_proto.EndSessionResponse
-	15, // 19: switchml_proto.Job.KeepAlive:output_type -> switchml_proto.JobEvent
-	18, // 20: switchml_proto.Job.ListJobs:output_type -> switchml_proto.ListJobsResponse
-	14, // [14:21] is the sub-list for method output_type
-	7,  // [7:14] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	20, // 7: switchml_proto.WaitingForResponse.waiting:type_name -> switchml_proto.RankWait
+	4,  // 8: switchml_proto.Session.RdmaSession:input_type -> switchml_proto.RdmaSessionRequest
+	6,  // 9: switchml_proto.Session.UdpSession:input_type -> switchml_proto.UdpSessionRequest
+	8,  // 10: switchml_proto.Sync.Barrier:input_type -> switchml_proto.BarrierRequest
+	10, // 11: switchml_proto.Sync.Broadcast:input_type -> switchml_proto.BroadcastRequest
+	12, // 12: switchml_proto.Job.EndSession:input_type -> switchml_proto.EndSessionRequest
+	14, // 13: switchml_proto.Job.KeepAlive:input_type -> switchml_proto.KeepAliveRequest
+	16, // 14: switchml_proto.Job.ListJobs:input_type -> switchml_proto.ListJobsRequest
+	19, // 15: switchml_proto.Job.WaitingFor:input_type -> switchml_proto.WaitingForRequest
+	5,  // 16: switchml_proto.Session.RdmaSession:output_type -> switchml_proto.RdmaSessionResponse
+	7,  // 17: switchml_proto.Session.UdpSession:output_type -> switchml_proto.UdpSessionResponse
+	9,  // 18: switchml_proto.Sync.Barrier:output_type -> switchml_proto.BarrierResponse
+	11, // 19: switchml_proto.Sync.Broadcast:output_type -> switchml_proto.BroadcastResponse
+	13, // 20: switchml_proto.Job.EndSession:output_type -> switchml_proto.EndSessionResponse
+	15, // 21: switchml_proto.Job.KeepAlive:output_type -> switchml_proto.JobEvent
+	18, // 22: switchml_proto.Job.ListJobs:output_type -> switchml_proto.ListJobsResponse
+	21, // 23: switchml_proto.Job.WaitingFor:output_type -> switchml_proto.WaitingForResponse
+	16, // [16:24] is the sub-list for method output_type
+	8,  // [8:16] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_switchml_proto_init() }
@@ -1735,7 +1991,7 @@ func file_switchml_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchml_proto_rawDesc), len(file_switchml_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   15,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -344,6 +344,7 @@ const (
 	Job_EndSession_FullMethodName = "/switchml_proto.Job/EndSession"
 	Job_KeepAlive_FullMethodName  = "/switchml_proto.Job/KeepAlive"
 	Job_ListJobs_FullMethodName   = "/switchml_proto.Job/ListJobs"
+	Job_WaitingFor_FullMethodName = "/switchml_proto.Job/WaitingFor"
 )
 
 // JobClient is the client API for Job service.
@@ -364,6 +365,10 @@ type JobClient interface {
 	// ListJobs describes the running jobs whose token the caller passes, or
 	// every job for an operator.
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
+	// WaitingFor says which ranks a running job waits for: a worker whose
+	// message got no result in time asks it to name the rank that holds the
+	// job up. It needs the job's token.
+	WaitingFor(ctx context.Context, in *WaitingForRequest, opts ...grpc.CallOption) (*WaitingForResponse, error)
 }
 
 type jobClient struct {
@@ -413,6 +418,16 @@ func (c *jobClient) ListJobs(ctx context.Context, in *ListJobsRequest, opts ...g
 	return out, nil
 }
 
+func (c *jobClient) WaitingFor(ctx context.Context, in *WaitingForRequest, opts ...grpc.CallOption) (*WaitingForResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WaitingForResponse)
+	err := c.cc.Invoke(ctx, Job_WaitingFor_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobServer is the server API for Job service.
 // All implementations must embed UnimplementedJobServer
 // for forward compatibility.
@@ -431,6 +446,10 @@ type JobServer interface {
 	// ListJobs describes the running jobs whose token the caller passes, or
 	// every job for an operator.
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
+	// WaitingFor says which ranks a running job waits for: a worker whose
+	// message got no result in time asks it to name the rank that holds the
+	// job up. It needs the job's token.
+	WaitingFor(context.Context, *WaitingForRequest) (*WaitingForResponse, error)
 	mustEmbedUnimplementedJobServer()
 }
 
@@ -449,6 +468,9 @@ func (UnimplementedJobServer) KeepAlive(*KeepAliveRequest, grpc.ServerStreamingS
 }
 func (UnimplementedJobServer) ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListJobs not implemented")
+}
+func (UnimplementedJobServer) WaitingFor(context.Context, *WaitingForRequest) (*WaitingForResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method WaitingFor not implemented")
 }
 func (UnimplementedJobServer) mustEmbedUnimplementedJobServer() {}
 func (UnimplementedJobServer) testEmbeddedByValue()             {}
@@ -518,6 +540,24 @@ func _Job_ListJobs_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Job_WaitingFor_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitingForRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServer).WaitingFor(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Job_WaitingFor_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServer).WaitingFor(ctx, req.(*WaitingForRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Job_ServiceDesc is the grpc.ServiceDesc for Job service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -532,6 +572,10 @@ var Job_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListJobs",
 			Handler:    _Job_ListJobs_Handler,
+		},
+		{
+			MethodName: "WaitingFor",
+			Handler:    _Job_WaitingFor_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
