@@ -380,7 +380,7 @@ func (s *Session) runCall(ctx context.Context, arg call) error {
 		s.stats.packetWriteCalls.Add(1)
 	}
 	if err := s.driveLanes(ctx, c); err != nil {
-		s.askWaitingFor(err)
+		err = s.askWaitingFor(err)
 		s.broken = err
 		return err
 	}

@@ -642,24 +642,35 @@ const waitingForTimeout = 2 * time.Second
 // job waits for, as the controller sees them (docs/control-plane.md "Who a
 // stalled job waits for"): a stopped or stuck rank is then named instead
 // of a silent switch. It does not ask on heavy loss (the other ranks are
-// there) or when the keep-alive stream broke (the controller is gone), and
-// leaves err as it is when the controller cannot tell.
-func (s *Session) askWaitingFor(err error) {
+// there) or when the keep-alive stream broke (the controller is gone).
+// When the controller cannot tell because the job has just ended —
+// another rank whose timer fired first aborted it, with the ranks it was
+// told in its reason — the call's error is that end; otherwise err as it
+// is.
+func (s *Session) askWaitingFor(err error) error {
 	var pe *PeerTimeoutError
 	if !errors.As(err, &pe) || pe.HeavyLoss || pe.KeepAliveBroken || s.client == nil || s.assign == nil {
-		return
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitingForTimeout)
 	defer cancel()
 	w, qerr := s.client.WaitingFor(ctx, s.assign)
 	if qerr != nil {
-		return
+		select {
+		case <-s.assign.Done():
+		case <-ctx.Done():
+		}
+		if aerr := s.assign.Err(); errors.Is(aerr, control.ErrJobEnded) {
+			return fmt.Errorf("aggregation: %v: the controller ended the job: %w", s.who(), aerr)
+		}
+		return err
 	}
 	for _, r := range w.Ranks {
 		if r.Rank != s.cfg.Rank {
 			pe.Waiting = append(pe.Waiting, r)
 		}
 	}
+	return err
 }
 
 // isUDPDevice reports whether dev reads RoCEv2 from a UDP socket and so
