@@ -224,9 +224,9 @@ control NextStep(
     table step {
         key = {
             hdr.bridged.isValid()            : exact;
-            hdr.bridged.pass                 : ternary;
-            hdr.bridged.chunk                : ternary;
-            hdr.bridged.decision             : ternary;
+            BRIDGED_KEY(pass)                : ternary;
+            BRIDGED_KEY(chunk)               : ternary;
+            BRIDGED_KEY(decision)            : ternary;
             hdr.ib_bth.isValid()             : ternary;
             ig_md.forward                    : ternary;
             ig_md.switchml_md.drop_reason    : ternary;
@@ -338,8 +338,8 @@ control NextStep(
     table step {
         key = {
             hdr.bridged.isValid()           : exact;
-            hdr.bridged.pass                : ternary;
-            hdr.bridged.decision            : ternary;
+            BRIDGED_KEY(pass)               : ternary;
+            BRIDGED_KEY(decision)           : ternary;
             hdr.ib_bth.isValid()            : ternary;
             ig_md.forward                   : ternary;
             ig_md.switchml_md.drop_reason   : ternary;
