@@ -86,10 +86,12 @@ testgen_run() {
 	t0=$SECONDS
 	# shellcheck disable=SC2064 # expand now
 	trap "rm -rf '$tmp'" RETURN
-	if ! "$tg" --target tofino --arch tna --std p4-16 -D__TARGET_TOFINO__=1 -DP4TESTGEN "$@" \
+	# From the repository root, so that the traces name the sources by
+	# their paths in the repository.
+	if ! (cd "$root" && "$tg" --target tofino --arch tna --std p4-16 -D__TARGET_TOFINO__=1 -DP4TESTGEN "$@" \
 		--test-backend ptf --seed "$seed" --max-tests "$max" --path-selection "$path" \
 		--port-ranges "$ports" --track-coverage STATEMENTS --print-coverage --out-dir "$tmp/out" \
-		"$root/p4/rdma_switch/rdma_switch.p4" >"$tmp/log" 2>&1; then
+		p4/rdma_switch/rdma_switch.p4) >"$tmp/log" 2>&1; then
 		tail -20 "$tmp/log" >&2
 		echo "scripts/p4.sh: p4testgen failed: $profile $name" >&2
 		return 1
@@ -120,9 +122,12 @@ testgen_coverage() {
 		| tee -a "$td/COVERAGE"
 }
 
-# The runs: requests from the front ports (the BTH assumed, two
-# strategies), harvest passes on the recirculation port, and anything
-# from the front ports (ARP, ICMP, forwarding, short packets).
+# The runs: RoCE requests from the front ports (testgen_steer.p4; three
+# searches, one of them for paths that emit a packet), bridged passes
+# (harvest; the 1024 B profile's consume passes), and anything from ports
+# 0-63 (ARP, ICMP, forwarding, short packets). The port range bounds the
+# output port too, so the first four take every port (the recirculation
+# and loopback ports are outputs of the request pass).
 # The RoCE runs' frames are at least 14 B + the largest IPv4 total length
 # testgen_steer.p4 allows (IPV4_LEN_NO_EXT + 36), so that the frame always
 # holds the IPv4 packet its header describes, as on the wire.
@@ -130,11 +135,11 @@ testgen_profile() { # profile min_frame_bytes [defines...]
 	local profile=$1 size
 	size="$(($2 * 8)):$((($2 + 64) * 8))"
 	shift 2
-	testgen_run "$profile" roce-dfs 1 40 DEPTH_FIRST 0:63 --packet-size-range "$size" -DP4TESTGEN_ROCE "$@"
-	testgen_run "$profile" roce-random 2 80 RANDOM_BACKTRACK 0:63 --packet-size-range "$size" -DP4TESTGEN_ROCE "$@"
-	testgen_run "$profile" roce-out 5 30 RANDOM_BACKTRACK 0:63 --packet-size-range "$size" --output-packet-only \
+	testgen_run "$profile" roce-dfs 1 40 DEPTH_FIRST 0:511 --packet-size-range "$size" -DP4TESTGEN_ROCE "$@"
+	testgen_run "$profile" roce-random 2 80 RANDOM_BACKTRACK 0:511 --packet-size-range "$size" -DP4TESTGEN_ROCE "$@"
+	testgen_run "$profile" roce-out 5 30 RANDOM_BACKTRACK 0:511 --packet-size-range "$size" --output-packet-only \
 		-DP4TESTGEN_ROCE "$@"
-	testgen_run "$profile" harvest 3 20 RANDOM_BACKTRACK 68:68 "$@"
+	testgen_run "$profile" bridged 3 30 RANDOM_BACKTRACK 0:511 -DP4TESTGEN_BRIDGED "$@"
 	testgen_run "$profile" front 4 15 RANDOM_BACKTRACK 0:63 "$@"
 }
 

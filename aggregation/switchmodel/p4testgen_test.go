@@ -97,10 +97,9 @@ const (
 // missed), the last value written to drop_reason, and whether the parser
 // dropped the packet.
 type p4Outcome struct {
-	step        string
-	reason      DropReason
-	parserDrop  bool
-	decideTaken bool
+	step       string
+	reason     DropReason
+	parserDrop bool
 }
 
 var (
@@ -117,7 +116,10 @@ func traceOutcome(trace string) p4Outcome {
 		v, _ := strconv.Atoi(m[len(m)-1][1])
 		o.reason = DropReason(v)
 	}
-	o.parserDrop = strings.Contains(trace, "[ExtractFailure]")
+	// An extraction failure of the ingress parser (the egress parser's
+	// come from the tool's egress offset, replayHarvestUnicast).
+	ingress, _, _ := strings.Cut(trace, "[Parser] EgressParser")
+	o.parserDrop = strings.Contains(ingress, "[ExtractFailure]")
 	return o
 }
 
@@ -219,7 +221,6 @@ func replayP4Test(prof p4Profile, tc *ptfTest, st *replayStats) error {
 		bridgedPass = tc.inPort == p4RecircLow || tc.inPort >= 0x80
 	}
 	if bridgedPass {
-		st.kinds["bridged pass"]++
 		return replayBridged(prof, tc, o, st)
 	}
 	fr, ok := parseP4Request(tc)
@@ -281,11 +282,10 @@ func parseP4Request(tc *ptfTest) (p4Request, bool) {
 // p4Job is the job a test's receive_qp entry describes (set_qp's
 // parameters, as p4rt.Programmer writes them), if the packet matches it.
 type p4Job struct {
-	rank, n, q      int
-	qpBase          uint64
-	first, end      uint64 // pool index units
-	mgid            uint64
-	matchedEntryKey bool
+	rank, n, q int
+	qpBase     uint64
+	first, end uint64 // pool index units
+	mgid       uint64
 }
 
 func matchReceiveQP(tc *ptfTest, fr p4Request) (p4Job, bool) {
@@ -317,7 +317,7 @@ func matchReceiveQP(tc *ptfTest, fr p4Request) (p4Job, bool) {
 		}
 		p := e.params
 		return p4Job{rank: int(p["worker_id"]), n: int(p["num_workers"]), q: int(p["num_qps"]), qpBase: p["qp_base"],
-			first: p["pool_first_index"], end: p["pool_end_index"], mgid: p["mgid"], matchedEntryKey: true}, true
+			first: p["pool_first_index"], end: p["pool_end_index"], mgid: p["mgid"]}, true
 	}
 	return p4Job{}, false
 }
@@ -495,7 +495,7 @@ func replayRequest(prof p4Profile, tc *ptfTest, o p4Outcome, fr p4Request, st *r
 		// malformed here (docs/p4.md "Generated tests": the frame length
 		// against the IPv4 total length, the IPv4 version, the UDP
 		// length, BTH TVer and PadCount) and decides on the headers.
-		what := "malformed"
+		what := fmt.Sprintf("malformed (%v)", ferr)
 		if fr.totalLen > len(tc.in)-14 {
 			what = "frame shorter than its IPv4 total length"
 		}
@@ -706,12 +706,18 @@ func replayBridged(prof p4Profile, tc *ptfTest, o p4Outcome, st *replayStats) er
 			return fmt.Errorf("harvest_broadcast: the tool expects a unicast packet on port %d", tc.outPort)
 		}
 		st.kinds["harvest: broadcast (multicast, not modelled by the tool)"]++
+	case pass == p4PassHarvest && decision != byte(Unicast):
+		// The request pass writes a harvest header only for Broadcast and
+		// Unicast; the step is still the program's (harvest_unicast).
+		if o.step != "harvest_unicast" {
+			return fmt.Errorf("harvest pass (decision %d): step %q", decision, o.step)
+		}
+		st.kinds["harvest: decision no request pass writes"]++
 	case pass == p4PassHarvest:
 		if o.step != "harvest_unicast" {
 			return fmt.Errorf("harvest pass (decision %d): step %q", decision, o.step)
 		}
-		st.kinds["harvest: unicast"]++
-		return replayHarvestUnicast(prof, tc, o, st)
+		return replayHarvestUnicast(tc, st)
 	default:
 		if o.step != "" && o.step != "NoAction" {
 			return fmt.Errorf("bridged pass %d: step %q", pass, o.step)
@@ -721,167 +727,29 @@ func replayBridged(prof p4Profile, tc *ptfTest, o p4Outcome, st *replayStats) er
 	return nil
 }
 
-// replayHarvestUnicast: the harvest pass of a unicast result goes back out
-// of the sender's port (bridged ingress_port) through egress: RDMASender
-// turns it into the result packet. The model's encoder gets the same
-// inputs — the bridged header's rank, QP, pool index, position and
-// immediate, the request's RETH, the slot's values (first halves from the
-// tool's registers, second halves from the recirculated payload), the
-// worker's QPN and rkey from the egress tables, the PSN and transmit
-// position from the egress registers — and its BTH, RETH, ImmDt and
-// payload must be the program's; the ICRC is not compared (R16: the
-// program leaves it stale).
-func replayHarvestUnicast(prof p4Profile, tc *ptfTest, o p4Outcome, st *replayStats) error {
-	in := tc.in
-	br := in[:p4BridgedLen]
-	inPort := int(binary.BigEndian.Uint16(br[18:]) & 0x1FF)
-	first, last := br[2]&1 == 1, br[3]&1 == 1
-	rank, qp := int(br[7]&0x1F), int(binary.BigEndian.Uint16(br[8:])&0x1FF)
-	mgid := uint64(binary.BigEndian.Uint16(br[10:]))
-	poolIndex := wire.PoolIndex(binary.BigEndian.Uint16(br[12:]))
-	imm := wire.MakeImm(binary.BigEndian.Uint16(br[14:]), int8(br[16]), int8(br[17]))
-	frame := in[p4BridgedLen:]
-	var worker, workerQP *ptfEntry
-	for k := range tc.entries {
-		e := &tc.entries[k]
-		switch {
-		case e.table == "Egress.rdma_sender.worker" && e.action == "Egress.rdma_sender.set_worker" &&
-			keyIs(e, "hdr.bridged.mgid", mgid) && keyIs(e, "eg_md.dest_rank", uint64(rank)):
-			worker = e
-		case e.table == "Egress.rdma_sender.worker_qp" && e.action == "Egress.rdma_sender.set_qp" &&
-			keyIs(e, "hdr.bridged.mgid", mgid) && keyIs(e, "eg_md.dest_rank", uint64(rank)) &&
-			keyIs(e, "hdr.bridged.qp_index", uint64(qp)):
-			workerQP = e
-		}
-	}
-	if worker == nil || workerQP == nil {
-		// No worker or QP entry: the program drops the result; the model
-		// always has its job's workers.
-		st.kinds["harvest: unicast, no sender entry (dropped)"]++
-		if tc.outPort >= 0 {
-			return fmt.Errorf("no sender table entry for rank %d QP %d, the tool expects a packet on port %d", rank, qp, tc.outPort)
-		}
+// replayHarvestUnicast: the harvest pass of a unicast result leaves
+// ingress towards the sender's port (bridged ingress_port). The tool's
+// expected packet after egress is not compared: its egress parser reads
+// the bridged header at the offset where the ingress parser stopped, not
+// at the start of the packet the ingress deparser wrote (the trace shows
+// other values extracted than emitted), so its result frames are the
+// input minus 21 B or garbage (docs/p4.md "Generated tests"). What
+// ingress decided is checked from the trace: the egress port it set.
+func replayHarvestUnicast(tc *ptfTest, st *replayStats) error {
+	inPort := int(binary.BigEndian.Uint16(tc.in[18:]) & 0x1FF)
+	m := traceEgressPortRE.FindStringSubmatch(tc.trace)
+	if m == nil {
+		st.kinds["harvest: unicast, dropped before egress"]++
 		return nil
 	}
-	psnIdx := workerQP.params["psn_index"]
-	txPosReg := tc.reg("Egress.rdma_sender.tx_pos", psnIdx, "")
-	psnReg := tc.reg("Egress.rdma_sender.psn", psnIdx, "")
-
-	var pkt rdma.Packet
-	f, err := rdma.ParseFrame(frame, true)
-	if err == nil {
-		err = pkt.Parse(f.UDPPayload)
+	if port, _ := strconv.Atoi(m[1]); port != inPort {
+		return fmt.Errorf("harvest_unicast set egress port %d, the bridged ingress port is %d", port, inPort)
 	}
-	if err != nil || len(pkt.Payload) != prof.payload || pkt.BTH.Opcode().Transport() != rdma.TransportUC ||
-		!pkt.BTH.Opcode().IsRDMAWrite() || pkt.BTH.Opcode().IsFirst() != first {
-		// The tool makes up the recirculated frame: one the request pass
-		// cannot have written (other headers than the bridged position
-		// says, another payload size) is not a harvest pass of this
-		// program's; the model has no input for it.
-		st.kinds["harvest: unicast, frame no request pass writes"]++
-		return nil
-	}
-	// A job with the sender's rank and QP in it; its other workers are
-	// never reached by a unicast.
-	n, q := rank+1, qp+1
-	p, err := New(Config{PoolSize: prof.slots, MaxPayload: prof.payload, MaxWorkers: 32})
-	if err != nil {
-		return err
-	}
-	job := &wire.Job{ID: 1, DType: wire.Int32, PacketSize: prof.payload, PoolBase: 0, PoolSlots: prof.slots}
-	for r := 0; r < n; r++ {
-		w := wire.Worker{Rank: r, Addr: netip.AddrFrom4([4]byte{198, 18, 0, byte(r)}), RKey: 0x1000}
-		if r == rank {
-			w.Addr = netip.AddrFrom4([4]byte(binary.BigEndian.AppendUint32(nil, uint32(worker.params["ip"]))))
-			w.RKey = uint32(worker.params["rkey"])
-		}
-		for i := 0; i < q; i++ {
-			qpn, _ := wire.P4AppQPN(r, i)
-			w.SwitchQPNs = append(w.SwitchQPNs, qpn)
-			w.QPNs = append(w.QPNs, 0x100000+uint32(i))
-			w.PSNs = append(w.PSNs, 0)
-		}
-		if r == rank {
-			w.QPNs[qp] = uint32(workerQP.params["qpn"]) & rdma.PSNMask
-			w.PSNs[qp] = uint32(psnReg) & rdma.PSNMask
-		}
-		job.Workers = append(job.Workers, w)
-	}
-	if err := p.AddJob(job); err != nil {
-		return fmt.Errorf("install the harvest's job: %w", err)
-	}
-	je := p.Receiver.jobs[1]
-	k := rank*q + qp
-	if txPosReg != p4InvalidPSN {
-		je.tx[k] = txPos{last: wire.PoolIndex(uint32(txPosReg) - 2), open: true}
-	}
-	md := Metadata{Decision: Unicast, Rank: rank, QP: qp, PoolIndex: poolIndex, First: first, Last: last,
-		HasImm: true, Imm: imm, job: je, slot: poolIndex.Slot(), set: poolIndex.Set()}
-	if first {
-		md.VA, md.Len = pkt.RETH.VA(), pkt.RETH.DMALen()
-	}
-	vec := p.Processor.vector(md.slot, md.set, prof.payload)
-	for l := range vec {
-		firstHalf := tc.reg(fmt.Sprintf("Ingress.processor%02d.values", l), uint64(poolIndex), "first")
-		vec[l] = firstHalf<<32 | uint64(binary.BigEndian.Uint32(pkt.Payload[8*l+4:]))
-	}
-	res := make([]byte, rdma.PacketLen(resultOpcode(first, last), prof.payload))
-	nres, dst, encErr := p.EncodeResult(&md, 0, res)
-	if encErr == ErrOutOfOrder {
-		st.kinds["harvest: unicast, skipped (tx_pos)"]++
-		if tc.outPort >= 0 {
-			return fmt.Errorf("the model skips the result (tx_pos %#x, pool index %#x), the tool expects it on port %d", txPosReg, poolIndex, tc.outPort)
-		}
-		return nil
-	}
-	if encErr != nil {
-		return encErr
-	}
-	st.kinds["harvest: unicast, sent"]++
-	if tc.outPort != inPort {
-		return fmt.Errorf("result on port %d (-1: none), the bridged ingress port is %d", tc.outPort, inPort)
-	}
-	// The tool's frame: Ethernet, IPv4, UDP from the program, then the
-	// result from the BTH on; compare the model's BTH … payload with it,
-	// and the addresses the program writes.
-	want := slices.Clone(tc.out)
-	care := slices.Clone(tc.care)
-	if len(want) < 42+nres-rdma.ICRCSize {
-		return fmt.Errorf("result frame %d B, the model's result needs %d B after the UDP header", len(want), nres)
-	}
-	copy(want[42:], res[:nres-rdma.ICRCSize])
-	mac := binary.BigEndian.AppendUint64(nil, worker.params["mac"])[2:]
-	copy(want[0:6], mac)
-	copy(want[6:12], frame[0:6])          // the switch's MAC: the request's destination
-	copy(want[26:30], frame[14+16:14+20]) // the switch IP: the request's destination
-	copy(want[30:34], dst.AsSlice())
-	for i := 8 * (42 + nres - rdma.ICRCSize); i < len(care); i++ {
-		care[i] = false // the unparsed tail: stale ICRC (R16)
-	}
-	for i := 8 * 34; i < 8*42; i++ {
-		care[i] = false // IPv4 fields and UDP header: not the model's (swswitch writes them)
-	}
-	for i := 8 * 14; i < 8*26; i++ {
-		care[i] = false
-	}
-	saved := tc.care
-	tc.care = care
-	defer func() { tc.care = saved }()
-	return compareMasked(tc, want)
+	st.kinds["harvest: unicast to the bridged ingress port"]++
+	return nil
 }
 
-func keyIs(e *ptfEntry, field string, v uint64) bool {
-	for _, k := range e.keys {
-		if k.field == field {
-			mask := ^uint64(0)
-			if k.hasMask {
-				mask = k.mask
-			}
-			return k.value&mask == v&mask
-		}
-	}
-	return false
-}
+var traceEgressPortRE = regexp.MustCompile(`\*eg_intr_md\.egress_port = (\d+);`)
 
 // payloadOffset is where a parsed request's payload starts in its frame:
 // Ethernet, IPv4 (IHL 5), UDP, BTH and the extension headers.

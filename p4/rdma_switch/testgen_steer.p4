@@ -54,7 +54,7 @@
 #define TESTGEN_ASSUME_MISSING(m) \
     testgen_assume((m == 0) == (ig_md.switchml_md.bitmap_before == 0));
 
-// -DP4TESTGEN_ROCE: from the front ports only well-formed RoCEv2 packets
+// -DP4TESTGEN_ROCE: only well-formed RoCEv2 packets from the front ports
 // (IPv4 version 4, total length from IPv4 + UDP + BTH + ICRC to a
 // request's with RETH and ImmDt + 16, which scripts/p4.sh's packet size
 // range keeps within the frame, UDP length = IPv4 payload, BTH TVer 0 and
@@ -63,14 +63,20 @@
 // none of them, docs/p4.md "Generated tests") to the switch IP.
 #ifdef P4TESTGEN_ROCE
 #define TESTGEN_ASSUME_INGRESS \
-    testgen_assume(hdr.bridged.isValid() || (hdr.ib_bth.isValid() && hdr.ipv4.version == 4 && \
+    testgen_assume(!hdr.bridged.isValid() && (hdr.ib_bth.isValid() && hdr.ipv4.version == 4 && \
         hdr.ipv4.total_len >= 44 && hdr.ipv4.total_len <= IPV4_LEN_NO_EXT + 36 && \
         hdr.udp.length == hdr.ipv4.total_len - 20 && \
         hdr.ib_bth.transport_version == 0 && \
         hdr.ib_bth.pad_count == 0));
 #define TESTGEN_ASSUME_FOR_SWITCH testgen_assume(hdr.ipv4.dst_addr == ig_md.switch_ip);
 #else
+#ifdef P4TESTGEN_BRIDGED
+// -DP4TESTGEN_BRIDGED: only bridged passes (a recirculation or loopback
+// port; the tool's port range must hold the output ports too).
+#define TESTGEN_ASSUME_INGRESS testgen_assume(hdr.bridged.isValid());
+#else
 #define TESTGEN_ASSUME_INGRESS
+#endif
 #define TESTGEN_ASSUME_FOR_SWITCH
 #endif
 

@@ -189,22 +189,17 @@ struct rx_md_t {
     salu_predicate_t stale;          // rx_high_psn's answer (PRED_LO_HI: stale)
 }
 
-// NextStep.step's keys from the bridged header (BRIDGED_KEY), copied by
-// the parser under p4testgen's test-only define (scripts/p4.sh testgen,
-// docs/p4.md "Generated tests"): the table reads them also when the
-// header is invalid, where every entry that can match wildcards them, but
-// the tool takes an invalid header's fields for taint and abandons the
-// path. On a switch the keys are the header's fields.
+// NextStep.step's keys from the bridged header, copied by the parser
+// under p4testgen's test-only define (scripts/p4.sh testgen, docs/p4.md
+// "Generated tests"): the table reads them also when the header is
+// invalid, where every entry that can match wildcards them, but the tool
+// takes an invalid header's fields for taint and abandons the path. On a
+// switch the keys are the header's fields.
 struct testgen_bridged_t {
     pass_t     pass;
     decision_t decision;
     bit<2>     chunk;
 }
-#ifdef P4TESTGEN
-#define BRIDGED_KEY(f) ig_md.testgen_bridged.f
-#else
-#define BRIDGED_KEY(f) hdr.bridged.f
-#endif
 
 struct ingress_metadata_t {
     switchml_md_t switchml_md;
