@@ -80,29 +80,33 @@ sources_hash() {
 # run into p4/testdata/p4testgen/<profile>/<name>.py.gz (PTF back end, the
 # tool's output as written, gzip without a timestamp).
 testgen_run() {
-	local profile=$1 name=$2 seed=$3 max=$4 path=$5 ports=$6 tmp t0 n
+	local profile=$1 name=$2 seed=$3 max=$4 path=$5 ports=$6 tmp t0 n out
 	shift 6
 	tmp=$(mktemp -d)
 	t0=$SECONDS
 	# shellcheck disable=SC2064 # expand now
 	trap "rm -rf '$tmp'" RETURN
-	# From the repository root, so that the traces name the sources by
-	# their paths in the repository.
+	# From the repository root, with paths relative to it, so that the
+	# output names the sources by their paths in the repository and a run
+	# with the same seeds writes the same tests (but for the tool's date).
+	out=build/p4testgen/$profile-$name
+	rm -rf "${root:?}/$out"
 	if ! (cd "$root" && "$tg" --target tofino --arch tna --std p4-16 -D__TARGET_TOFINO__=1 -DP4TESTGEN "$@" \
 		--test-backend ptf --seed "$seed" --max-tests "$max" --path-selection "$path" \
-		--port-ranges "$ports" --track-coverage STATEMENTS --print-coverage --out-dir "$tmp/out" \
+		--port-ranges "$ports" --track-coverage STATEMENTS --print-coverage --out-dir "$out" \
 		p4/rdma_switch/rdma_switch.p4) >"$tmp/log" 2>&1; then
 		tail -20 "$tmp/log" >&2
 		echo "scripts/p4.sh: p4testgen failed: $profile $name" >&2
 		return 1
 	fi
 	mkdir -p "$td/$profile"
-	gzip -9n -c "$tmp/out/rdma_switch.py" >"$td/$profile/$name.py.gz"
-	# The statements this run left unexecuted (the tool's --print-coverage
-	# list after the last test), and its "Nodes covered" line.
-	sed -n '/^Not covered program nodes:/,$p' "$tmp/log" | grep $'^\t' | sed 's/^\t//' | LC_ALL=C sort -u \
-		>"$td/$profile/$name.uncovered"
-	n=$(grep -c '^class Test' "$tmp/out/rdma_switch.py")
+	gzip -9n -c "$root/$out/rdma_switch.py" >"$td/$profile/$name.py.gz"
+	# The statements this run left unexecuted (the tool prints the list
+	# after every test, for the tests so far: the last one is the run's),
+	# and its "Nodes covered" line.
+	awk '/^Not covered program nodes:/ { n = 0; next } /^\t/ { l[n++] = substr($0, 2) }
+		END { for (i = 0; i < n; i++) print l[i] }' "$tmp/log" | LC_ALL=C sort -u >"$td/$profile/$name.uncovered"
+	n=$(grep -c '^class Test' "$root/$out/rdma_switch.py")
 	echo "scripts/p4.sh: $profile/$name: $n tests in $((SECONDS - t0)) s, $(grep 'Nodes covered' "$tmp/log" | tail -1 | tr -d '=')"
 }
 

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -427,7 +428,8 @@ func replayRequest(prof p4Profile, tc *ptfTest, o p4Outcome, fr p4Request, st *r
 	var err error
 	if hit {
 		p, err = buildModel(prof, tc, fr, j)
-		if _, ok := err.(errUnreachable); ok {
+		var u errUnreachable
+		if errors.As(err, &u) {
 			st.kinds["unreachable register state"]++
 			return nil
 		}
@@ -565,7 +567,7 @@ func compareRequestOutput(prof p4Profile, tc *ptfTest, p *Pipeline, pkt *rdma.Pa
 	// The Processors on the request pass: lane 2k keeps the request's
 	// value, lane 2k+1 becomes the slot's (write/sum/read1).
 	off := payloadOffset(pkt)
-	lanes(frame[off:off+prof.payload], p, md, false)
+	secondHalves(frame[off:off+prof.payload], p, md)
 	want = append(want, frame...)
 	return compareMasked(tc, want, st)
 }
@@ -649,15 +651,11 @@ func bridged256(md *Metadata, j p4Job, inPort int) []byte {
 	return b
 }
 
-// lanes writes the slot's values into a 256 B payload window: the odd
-// lanes (second halves) on a request pass, the even ones on a harvest.
-func lanes(w []byte, p *Pipeline, md *Metadata, even bool) {
+// secondHalves writes the slot's odd lanes (the second halves the
+// Processors return on a request pass) into a 256 B payload window.
+func secondHalves(w []byte, p *Pipeline, md *Metadata) {
 	for k := 0; k < 32; k++ {
-		i := 2*k + 1
-		if even {
-			i = 2 * k
-		}
-		binary.BigEndian.PutUint32(w[4*i:], uint32(p.Processor.Value(md.slot, md.set, i)))
+		binary.BigEndian.PutUint32(w[4*(2*k+1):], uint32(p.Processor.Value(md.slot, md.set, 2*k+1)))
 	}
 }
 
