@@ -195,11 +195,13 @@ struct rx_md_t {
 // invalid, where every entry that can match wildcards them, but the tool
 // takes an invalid header's fields for taint and abandons the path. On a
 // switch the keys are the header's fields.
+#ifdef P4TESTGEN
 struct testgen_bridged_t {
     pass_t     pass;
     decision_t decision;
     bit<2>     chunk;
 }
+#endif
 
 struct ingress_metadata_t {
     switchml_md_t switchml_md;
