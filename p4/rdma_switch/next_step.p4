@@ -224,9 +224,15 @@ control NextStep(
     table step {
         key = {
             hdr.bridged.isValid()            : exact;
+#ifdef P4TESTGEN
+            ig_md.testgen_bridged.pass       : ternary; // types.p4 testgen_bridged_t
+            ig_md.testgen_bridged.chunk      : ternary;
+            ig_md.testgen_bridged.decision   : ternary;
+#else
             hdr.bridged.pass                 : ternary;
             hdr.bridged.chunk                : ternary;
             hdr.bridged.decision             : ternary;
+#endif
             hdr.ib_bth.isValid()             : ternary;
             ig_md.forward                    : ternary;
             ig_md.switchml_md.drop_reason    : ternary;
@@ -338,8 +344,13 @@ control NextStep(
     table step {
         key = {
             hdr.bridged.isValid()           : exact;
+#ifdef P4TESTGEN
+            ig_md.testgen_bridged.pass      : ternary; // types.p4 testgen_bridged_t
+            ig_md.testgen_bridged.decision  : ternary;
+#else
             hdr.bridged.pass                : ternary;
             hdr.bridged.decision            : ternary;
+#endif
             hdr.ib_bth.isValid()            : ternary;
             ig_md.forward                   : ternary;
             ig_md.switchml_md.drop_reason   : ternary;

@@ -137,6 +137,11 @@ parser IngressParser(
         ig_md.rx.qp_room = 1;
         ig_md.rx.verdict = 0;
         ig_md.rx.stale = 0;
+#ifdef P4TESTGEN
+        ig_md.testgen_bridged = {0, 0, 0};
+        ig_md.testgen_pool_first = 0;
+        ig_md.testgen_pool_end = 0;
+#endif
 #ifdef PAYLOAD_1024
         ig_md.loopback_key = 0;
         // Bridged passes arrive on pipe 0's recirculation port and on every
@@ -155,6 +160,13 @@ parser IngressParser(
     // empty (PASS_HARVEST_INSERT).
     state parse_bridged {
         pkt.extract(hdr.bridged);
+#ifdef P4TESTGEN
+        ig_md.testgen_bridged.pass = hdr.bridged.pass;
+        ig_md.testgen_bridged.decision = hdr.bridged.decision;
+#ifdef PAYLOAD_1024
+        ig_md.testgen_bridged.chunk = hdr.bridged.chunk;
+#endif
+#endif
         // A bridged pass reads or adds what pass 0 accepted: the
         // Processors run (Ingress), RDMAReceiverDecide leaves it alone.
         ig_md.rx.verdict = PRED_LO_HI;
@@ -208,6 +220,13 @@ parser IngressParser(
     }
     state parse_bridged {
         pkt.extract(hdr.bridged);
+#ifdef P4TESTGEN
+        ig_md.testgen_bridged.pass = hdr.bridged.pass;
+        ig_md.testgen_bridged.decision = hdr.bridged.decision;
+#ifdef PAYLOAD_1024
+        ig_md.testgen_bridged.chunk = hdr.bridged.chunk;
+#endif
+#endif
         // The harvest pass reads what pass 0 accepted: the Processors
         // run (Ingress), RDMAReceiverDecide leaves it alone.
         ig_md.rx.verdict = PRED_LO_HI;

@@ -51,6 +51,7 @@
 
 #include "types.p4"
 #include "headers.p4"
+#include "testgen_steer.p4"
 
 control RDMAReceiver(
     inout header_t hdr,
@@ -74,7 +75,8 @@ control RDMAReceiver(
     // cmplo: the PSN is the expected one (never true on an invalid QP).
     RegisterAction<rx_state_t, qp_state_index_t, salu_predicate_t>(rx_qp_state) invalidate = {
         void apply(inout rx_state_t s, out salu_predicate_t verdict) {
-            verdict = this.predicate(s.next_psn == ig_md.switchml_md.psn_key);
+            TESTGEN_ASSUME_RX_STATE(s)
+            verdict = SALU_PREDICATE_LO(s.next_psn == ig_md.switchml_md.psn_key);
             s.next_psn = INVALID_PSN;
         }
     };
@@ -83,7 +85,8 @@ control RDMAReceiver(
     // the job's range (room counts pool index steps to its end).
     RegisterAction<rx_state_t, qp_state_index_t, salu_predicate_t>(rx_qp_state) continue_message = {
         void apply(inout rx_state_t s, out salu_predicate_t verdict) {
-            verdict = this.predicate(s.next_psn == ig_md.switchml_md.psn_key, s.room > 2);
+            TESTGEN_ASSUME_RX_STATE(s)
+            verdict = SALU_PREDICATE(s.next_psn == ig_md.switchml_md.psn_key, s.room > 2);
             if (s.next_psn == ig_md.switchml_md.psn_key && s.room > 2) {
                 s.next_psn = ig_md.switchml_md.psn_key + 0x100;
                 s.room = s.room - 2;
@@ -98,7 +101,8 @@ control RDMAReceiver(
     // mark only moves forward.
     RegisterAction<bit<32>, qp_state_index_t, salu_predicate_t>(rx_high_psn) check_high_psn = {
         void apply(inout bit<32> v, out salu_predicate_t stale) {
-            stale = this.predicate(v != 0, (int<32>) (ig_md.switchml_md.psn_key - v) < 0);
+            TESTGEN_ASSUME_HIGH_PSN(v)
+            stale = SALU_PREDICATE(v != 0, (int<32>) (ig_md.switchml_md.psn_key - v) < 0);
             if (v == 0 || (int<32>) (ig_md.switchml_md.psn_key - v) >= 0) {
                 // (PSN + 1 mod 2^24) << 8 | 0x80: the 24-bit PSN sits in
                 // the top bits, so adding 1 << 8 wraps it at 2^24.
@@ -129,6 +133,7 @@ control RDMAReceiver(
                   num_workers_t num_workers, bit<16> num_qps,
                   qp_state_index_t qp_base, bit<32> pool_first_index,
                   bit<32> pool_end_index, mgid_t mgid) {
+        TESTGEN_ASSUME_SET_QP
         ig_md.switchml_md.worker_id = worker_id;
         ig_md.switchml_md.worker_bit = worker_bit;
         ig_md.switchml_md.num_workers = num_workers;

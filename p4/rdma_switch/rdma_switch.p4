@@ -35,6 +35,7 @@
 #include "processor.p4"
 #include "next_step.p4"
 #include "rdma_sender.p4"
+#include "testgen_steer.p4"
 
 control Ingress(
     inout header_t hdr,
@@ -156,6 +157,7 @@ control Ingress(
     }
 
     apply {
+        TESTGEN_ASSUME_INGRESS
         if (hdr.bridged.isValid()) {
 #ifdef PAYLOAD_1024
             // PASS_CONSUME / PASS_HARVEST / PASS_HARVEST_INSERT: only the
@@ -215,6 +217,7 @@ control Ingress(
             // addresses receive_qp matches on, so it must not come first
             // (the packets are disjoint, the compiler cannot tell).
             arp_icmp_responder.apply(hdr, ig_md, ig_intr_md, ig_tm_md);
+            TESTGEN_ASSUME_FOR_SWITCH
             // Not for the switch: two tests (a gateway takes 4 bytes).
             if (hdr.ipv4.isValid()) {
                 if (hdr.ipv4.dst_addr == ig_md.switch_ip) {

@@ -70,6 +70,17 @@ const salu_predicate_t PRED_LO_HI     = 8; // cmplo && cmphi
 const salu_predicate_t PRED_HI        = 4; // !cmplo && cmphi
 const salu_predicate_t PRED_LO        = 2; // cmplo && !cmphi
 const salu_predicate_t PRED_NONE      = 1; // !cmplo && !cmphi
+// The predicate of a RegisterAction body. p4testgen (scripts/p4.sh
+// testgen, docs/p4.md "Generated tests") cannot execute `this.predicate`
+// and stops; under its test-only define the same value is spelled out.
+#ifdef P4TESTGEN
+#define SALU_PREDICATE(cmplo, cmphi) \
+    ((cmplo) ? ((cmphi) ? PRED_LO_HI : PRED_LO) : ((cmphi) ? PRED_HI : PRED_NONE))
+#define SALU_PREDICATE_LO(cmplo) ((cmplo) ? PRED_LO : PRED_NONE)
+#else
+#define SALU_PREDICATE(cmplo, cmphi) this.predicate(cmplo, cmphi)
+#define SALU_PREDICATE_LO(cmplo) this.predicate(cmplo)
+#endif
 
 // RDMASender per (worker, QP) transmit position (switchmodel.txPos): the
 // pool index the next MIDDLE/LAST result to that worker QP must have (the
@@ -178,6 +189,20 @@ struct rx_md_t {
     salu_predicate_t stale;          // rx_high_psn's answer (PRED_LO_HI: stale)
 }
 
+// NextStep.step's keys from the bridged header, copied by the parser
+// under p4testgen's test-only define (scripts/p4.sh testgen, docs/p4.md
+// "Generated tests"): the table reads them also when the header is
+// invalid, where every entry that can match wildcards them, but the tool
+// takes an invalid header's fields for taint and abandons the path. On a
+// switch the keys are the header's fields.
+#ifdef P4TESTGEN
+struct testgen_bridged_t {
+    pass_t     pass;
+    decision_t decision;
+    bit<2>     chunk;
+}
+#endif
+
 struct ingress_metadata_t {
     switchml_md_t switchml_md;
     rx_md_t       rx;
@@ -190,6 +215,11 @@ struct ingress_metadata_t {
     bool          accepted;          // the Processors run (accepted() held, or a bridged pass)
 #ifdef PAYLOAD_1024
     bit<4>        loopback_key;      // NextStep.loopback_port key (pool index bits)
+#endif
+#ifdef P4TESTGEN
+    testgen_bridged_t testgen_bridged;
+    bit<32>       testgen_pool_first; // set_qp's pool range (testgen_steer.p4)
+    bit<32>       testgen_pool_end;
 #endif
 }
 

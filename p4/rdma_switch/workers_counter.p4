@@ -19,6 +19,7 @@
 #define _WORKERS_COUNTER_P4_
 
 #include "types.p4"
+#include "testgen_steer.p4"
 
 control WorkersCounter(inout ingress_metadata_t ig_md) {
 
@@ -26,6 +27,7 @@ control WorkersCounter(inout ingress_metadata_t ig_md) {
 
     RegisterAction<bit<8>, pool_index_t, bit<8>>(missing) count_new = {
         void apply(inout bit<8> m, out bit<8> after) {
+            TESTGEN_ASSUME_MISSING(m)
             if (m == 0) {
                 m = ig_md.switchml_md.num_workers - 1;
             } else {
