@@ -337,7 +337,11 @@ class ProcessGroupSwml(dist.ProcessGroup):
     def _work(self, fut):
         work = _create_work_from_future(fut)
         self._pending.add(work)
-        fut.add_done_callback(lambda _f, w=work: self._pending.discard(w))
+        # The callback holds the set, not the group: run on the completer
+        # thread, it must not be what keeps the group alive, or the group
+        # would be collected (and its session ended) there, after
+        # destroy_process_group has returned.
+        fut.add_done_callback(lambda _f, w=work, pending=self._pending: pending.discard(w))
         return work
 
     def allreduce(self, tensors, opts=None):
