@@ -544,7 +544,7 @@ func (c *Client) wrap(op string, err error) error {
 			}
 		}
 		return &rpcError{
-			msg:         fmt.Sprintf("control: %s: controller %s unreachable: start `swml-rdma switch` or pass --controller (%s)", op, c.addr, st.Message()),
+			msg:         fmt.Sprintf("control: %s: controller %s unreachable (%s)", op, c.addr, st.Message()),
 			st:          st,
 			unreachable: true,
 		}

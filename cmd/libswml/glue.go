@@ -254,6 +254,7 @@ var remedies = []struct {
 	{control.ErrRegistrationTokenMissing, "the switch requires its registration token: set SWML_REGISTRATION_TOKEN_FILE to the file its --registration-token-file reads"},
 	{control.ErrRegistrationTokenWrong, "SWML_REGISTRATION_TOKEN_FILE holds another token than the switch's: set it to the file its --registration-token-file reads"},
 	{control.ErrSessionRunning, "set SWML_SESSION_ID to another id (every concurrent job needs its own), or wait for that job to end"},
+	{control.ErrUnreachable, "the controller stopped answering: is `swml-rdma switch` still running at SWML_CONTROLLER?"},
 }
 
 // tlsRemedies are the fixes of control.TLSError's problems.

@@ -20,6 +20,7 @@ var remedies = []struct {
 	fix string
 }{
 	{join.ErrControllerUnreachable, "start `swml-rdma switch` first, check --controller, or raise --connect-timeout"},
+	{control.ErrUnreachable, "the controller stopped answering: is `swml-rdma switch` still running at --controller?"},
 	{verbs.ErrNotSupported, "use --nic soft (no RDMA hardware needed), or a binary built with -tags ibverbs (cgo, libibverbs-dev)"},
 	{verbs.ErrNoDevice, "use --nic soft, or add a Soft-RoCE device: modprobe rdma_rxe && rdma link add rxe0 type rxe netdev DEV (docs/testbed.md); `swml-rdma devices` lists what there is"},
 	{aggregation.ErrHeavyLoss, "the network drops too much: check the links' drop counters (swml_nic_drops_total, the switch's drops, ip -s link), or raise --peer-timeout"},
