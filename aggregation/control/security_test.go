@@ -2,15 +2,10 @@ package control
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
-	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -148,33 +143,24 @@ func TestOperatorToken(t *testing.T) {
 	}
 }
 
-// selfSigned makes a certificate for 127.0.0.1 and a pool trusting it.
+// selfSigned is a server certificate for 127.0.0.1 (testutil.WritePKI)
+// and a pool of the CA that signed it.
 func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	p := testutil.WritePKI(t)
+	cert, err := tls.LoadX509KeyPair(p.ServerCert, p.ServerKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "swml-rdma test controller"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
+	ca, err := os.ReadFile(p.CA)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+	if !pool.AppendCertsFromPEM(ca) {
+		t.Fatalf("%s holds no certificate", p.CA)
+	}
+	return cert, pool
 }
 
 // A controller serving TLS runs a job for TLS clients and the operator

@@ -2,14 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,41 +14,24 @@ import (
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	pb "github.com/swml-rdma/swml-rdma/aggregation/control/switchmlpb"
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 )
 
-// writeTestCert writes a self-signed certificate for 127.0.0.1 and its key
-// as PEM files and returns their paths and the certificate's pool.
+// writeTestCert writes a server certificate for 127.0.0.1 and its key as
+// PEM files (testutil.WritePKI) and returns their paths and a pool of the
+// CA that signed it.
 func writeTestCert(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	p := testutil.WritePKI(t)
+	ca, err := os.ReadFile(p.CA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "swml-rdma test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	leaf, _ := x509.ParseCertificate(der)
 	pool = x509.NewCertPool()
-	pool.AddCert(leaf)
-	return certFile, keyFile, pool
+	if !pool.AppendCertsFromPEM(ca) {
+		t.Fatalf("%s holds no certificate", p.CA)
+	}
+	return p.ServerCert, p.ServerKey, pool
 }
 
 func TestSwitchSecurityBadFlags(t *testing.T) {
