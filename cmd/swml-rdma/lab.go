@@ -27,7 +27,6 @@ import (
 // `swml-rdma lab`: the flags of a sweep of the network lab
 // (testbed/netlab/sweep, docs/netlab.md), its table, JSON and plots.
 
-func init() { commands = append(commands, labCommand()) }
 
 // labSystemList is every system, as --systems takes them.
 func labSystemList() string {
