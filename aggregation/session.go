@@ -259,6 +259,9 @@ func (s *Session) open(ctx context.Context) error {
 		// parses the ICRC): a message may leave as one GSO datagram.
 		u.AllowGSO(a.SwitchAddr)
 	}
+	for _, l := range s.lanes {
+		l.eng.rack.groups(l.qps, a.OrderGroups)
+	}
 	for i, st := range s.qps {
 		st.pool = a.QPPoolIndices[i]
 		err := st.qp.ReadyToReceive(verbs.RTRAttr{RemoteQPN: a.SwitchQPNs[i], RemoteAddr: a.SwitchAddr, RecvPSN: psns[i], MTU: verbs.MTU(cfg.PacketSize)})
