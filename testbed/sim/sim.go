@@ -169,6 +169,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	window := s.QPs * s.PacketsPerMessage
 	nw, err := memlink.New(memlink.Config{
 		Seed:        cfg.Seed,
+		SourceOrder: true,
 		MaxDatagram: s.PacketSize + rdma.BTHSize + rdma.RETHSize + rdma.ImmDtSize + rdma.ICRCSize,
 		RecvQueue:   cfg.Workers*window + cfg.Queue,
 	})

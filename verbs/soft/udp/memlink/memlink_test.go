@@ -313,3 +313,39 @@ func TestAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per batch, want 0", allocs)
 	}
 }
+
+// TestSourceOrder: datagrams due at the same instant are read in send
+// order, or with SourceOrder by source address (each source's in its send
+// order) whichever source sent first.
+func TestSourceOrder(t *testing.T) {
+	addrC := netip.MustParseAddrPort("10.0.0.3:4791")
+	for _, tc := range []struct {
+		bySource bool
+		want     []int
+	}{{false, []int{1, 0, 1, 0}}, {true, []int{0, 0, 1, 1}}} {
+		clk := &ManualClock{}
+		n := newNet(t, Config{Clock: clk, SourceOrder: tc.bySource, Link: LinkConfig{Delay: time.Millisecond}})
+		a, b, c := listen(t, n, addrA), listen(t, n, addrB), listen(t, n, addrC)
+		// B sends before A, each twice, interleaved: all due at 1 ms.
+		for range 2 {
+			for _, e := range []*Endpoint{b, a} {
+				if _, err := e.WriteBatch(packets(1, 100, addrC)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		clk.Advance(time.Millisecond)
+		in := recvBufs(8)
+		k, err := c.ReadBatch(in)
+		if err != nil || k != 4 {
+			t.Fatalf("ReadBatch: %d, %v", k, err)
+		}
+		var got []int
+		for _, m := range in[:k] {
+			got = append(got, int(m.Addr.Addr().As4()[3]-1)) // 0: A, 1: B
+		}
+		if !equal(got, tc.want) {
+			t.Errorf("SourceOrder %v: sources %v, want %v (0: A, 1: B)", tc.bySource, got, tc.want)
+		}
+	}
+}

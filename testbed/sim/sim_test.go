@@ -1,0 +1,234 @@
+package sim
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
+	"github.com/swml-rdma/swml-rdma/testbed/netlab"
+)
+
+// The flags of TestSim (docs/sim.md): every point of the sweep workers ×
+// payload × loss is one job in its own bubble. The defaults are the CI
+// point: 32 workers at 100 Gbit/s, 256 KiB each.
+var (
+	flagWorkers = flag.String("workers", "32", "workers per job; a list sweeps: 8,16,32,64,128,256")
+	flagRate    = flag.String("rate", "100gbit", "each link direction's rate, as tc writes it")
+	flagPayload = flag.String("payload", "1024", "payload bytes per packet; a list sweeps: 256,1024")
+	flagSize    = flag.String("size", "256KiB", "tensor bytes per worker (KiB, MiB)")
+	flagLoss    = flag.String("loss", "0", "fraction of packets every link drops; a list sweeps: 0,0.01")
+	flagSeed    = flag.Uint64("seed", 1, "seed of the links' loss")
+	flagQPs     = flag.Int("qps", 0, "queue pairs per worker (0: the engine's default)")
+	flagIters   = flag.Int("iters", 3, "measured all-reduces per point")
+	flagWarmup  = flag.Int("warmup", 1, "unmeasured all-reduces per point")
+	flagDelay   = flag.Duration("delay", DefaultDelay, "each link direction's propagation delay")
+	flagDType   = flag.String("dtype", "float32", "float32 or int32 (exact)")
+	flagJSON    = flag.String("json", "", "write the report as JSON to this file (- for standard output)")
+)
+
+// report is TestSim's JSON document.
+type report struct {
+	Date    string      `json:"date"`
+	GoVer   string      `json:"go"`
+	CPUs    int         `json:"cpus"`
+	Command string      `json:"command"`
+	Runs    []runReport `json:"runs"`
+}
+
+// runReport is a point's Report with the wall time it took (measured
+// outside the bubble, whose clock is virtual).
+type runReport struct {
+	Report
+	WallNs int64 `json:"wall_ns"`
+}
+
+// TestSim runs the jobs the flags describe in virtual time and checks
+// each: every result verified, no drop but the links' Loss. With -v or
+// -json it prints one line per all-reduce and per point.
+func TestSim(t *testing.T) {
+	if testutil.Race && !flagsSet() {
+		// Under the race detector the 32 workers' packets take minutes of
+		// wall time; scripts/test.sh runs this point in its step without
+		// the race detector, and TestSimReproducible covers the race.
+		t.Skip("the CI point runs without the race detector (scripts/test.sh)")
+	}
+	workers, err := ints(*flagWorkers)
+	if err != nil {
+		t.Fatalf("-workers: %v", err)
+	}
+	payloads, err := ints(*flagPayload)
+	if err != nil {
+		t.Fatalf("-payload: %v", err)
+	}
+	losses, err := floats(*flagLoss)
+	if err != nil {
+		t.Fatalf("-loss: %v", err)
+	}
+	rate, err := netlab.ParseRate(*flagRate)
+	if err != nil || rate == 0 {
+		t.Fatalf("-rate: %q: give a rate such as 100gbit (%v)", *flagRate, err)
+	}
+	size, err := parseSize(*flagSize)
+	if err != nil || size%4 != 0 {
+		t.Fatalf("-size: %q: give a multiple of 4 bytes such as 4MiB (%v)", *flagSize, err)
+	}
+	dtype, err := wire.ParseDType(*flagDType)
+	if err != nil {
+		t.Fatalf("-dtype: %v", err)
+	}
+	loud := testing.Verbose() || *flagJSON != ""
+	doc := report{Date: time.Now().UTC().Format(time.RFC3339), GoVer: runtime.Version(), CPUs: runtime.NumCPU(),
+		Command: "go test ./testbed/sim/ -run '^TestSim$' -args " + strings.Join(os.Args[1:], " ")}
+	for _, loss := range losses {
+		for _, payload := range payloads {
+			for _, n := range workers {
+				cfg := Config{Workers: n, Rate: float64(rate), Delay: *flagDelay, Loss: loss, Seed: *flagSeed,
+					Session:  aggregation.Config{PacketSize: payload, QPs: *flagQPs, DType: dtype},
+					Elements: size / 4, Iters: *flagIters, Warmup: *flagWarmup}
+				name := fmt.Sprintf("%d workers, %s, %d B, loss %g", n, netlab.FormatRate(rate), payload, loss)
+				start := time.Now()
+				// Inside the bubble time.Now is virtual: a goroutine outside
+				// it stamps the progress lines with the wall time.
+				progress := make(chan string, 64)
+				printed := make(chan struct{})
+				go func() {
+					defer close(printed)
+					for line := range progress {
+						fmt.Fprintf(os.Stderr, "sim: %s: %s, %.1fs wall\n", name, line, time.Since(start).Seconds())
+					}
+				}()
+				if loud {
+					cfg.Progress = func(k, total int, d time.Duration) {
+						progress <- fmt.Sprintf("all-reduce %d of %d: %v virtual", k, total, d)
+					}
+				}
+				var rep Report
+				synctest.Test(t, func(t *testing.T) {
+					var err error
+					if rep, err = Run(t.Context(), cfg); err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+				})
+				close(progress)
+				<-printed
+				if t.Failed() {
+					return
+				}
+				wall := time.Since(start)
+				doc.Runs = append(doc.Runs, runReport{Report: rep, WallNs: int64(wall)})
+				if loud {
+					fmt.Fprintf(os.Stderr, "sim: %s: %v virtual per all-reduce, %.3g ATE/s, %.3f of the ceiling %.3g (efficiency %.3f, computed %.3f), %d resends, %.1fs wall\n",
+						name, time.Duration(rep.MedianNs), rep.ATEPerSec, rep.OfCeiling, rep.CeilingATEPerSec, rep.MeasuredEfficiency, rep.Efficiency, rep.Retransmissions, wall.Seconds())
+				}
+				if !rep.Verified || rep.QueueDrops != 0 || rep.Overflow != 0 {
+					t.Errorf("%s: verified %v, %d drops at link queues, %d at receive queues: the sim's queues must hold every window", name, rep.Verified, rep.QueueDrops, rep.Overflow)
+				}
+				if loss == 0 && (rep.LinkLost != 0 || rep.Retransmissions != 0) {
+					t.Errorf("%s: %d packets lost, %d resends on loss-free links", name, rep.LinkLost, rep.Retransmissions)
+				}
+			}
+		}
+	}
+	if *flagJSON == "" {
+		return
+	}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = append(b, '\n')
+	if *flagJSON == "-" {
+		os.Stdout.Write(b)
+	} else if err := os.WriteFile(*flagJSON, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSimReproducible runs one lossy point twice with the same seed: the
+// same virtual times, the same resends and the same (exact, int32) result.
+func TestSimReproducible(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Workers: 4, Rate: 10e9, Loss: 0.02, Seed: 7, Session: aggregation.Config{DType: wire.Int32, QPs: 4},
+		Elements: 16 << 10, Iters: 2, Warmup: 1}
+	run := func() Report {
+		var rep Report
+		synctest.Test(t, func(t *testing.T) {
+			var err error
+			if rep, err = Run(t.Context(), cfg); err != nil {
+				t.Fatal(err)
+			}
+		})
+		return rep
+	}
+	a, b := run(), run()
+	if a.LinkLost == 0 || a.Retransmissions == 0 {
+		t.Fatalf("%d packets lost, %d resends: the point does not exercise loss recovery", a.LinkLost, a.Retransmissions)
+	}
+	if a.Times != b.Times || a.Retransmissions != b.Retransmissions || a.LinkLost != b.LinkLost || a.ResultSHA256 != b.ResultSHA256 {
+		t.Errorf("same seed, different runs:\n%+v\n%+v", a, b)
+	}
+}
+
+// flagsSet reports whether any of TestSim's flags was given.
+func flagsSet() bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) {
+		if !strings.HasPrefix(f.Name, "test.") {
+			set = true
+		}
+	})
+	return set
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func floats(s string) ([]float64, error) {
+	var out []float64
+	for f := range strings.SplitSeq(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// parseSize reads a byte count with an optional KiB, MiB or GiB suffix.
+func parseSize(s string) (int, error) {
+	mult := 1
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if t, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = t, u.mult
+			break
+		}
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("%q: not a positive byte count", s)
+	}
+	return v * mult, nil
+}
