@@ -16,9 +16,11 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/benchmark"
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/local"
+	"github.com/swml-rdma/swml-rdma/aggregation/ring"
 	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
 	"github.com/swml-rdma/swml-rdma/rdma"
 	"github.com/swml-rdma/swml-rdma/testbed/netlab"
+	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/soft"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp/memlink"
 )
@@ -70,8 +72,15 @@ type Config struct {
 	// Warmup unmeasured, then Iters (≥ 1) measured all-reduces, each
 	// verified.
 	Warmup, Iters int
+	// Ring, when set, then runs the project's ring all-reduce
+	// (aggregation/ring) among the same NICs on the same network: each
+	// worker sends to the next through the switch, which a link of the
+	// same rate and twice the delay from worker to worker models exactly
+	// (a ring sends one flow per up-link and per down-link).
+	Ring bool
 	// Progress, if set, is called after each verified all-reduce with its
-	// number (from 1, warm-up included), the total and its virtual time.
+	// number (from 1, warm-up included), the total and its virtual time
+	// (the ring's calls continue the count).
 	Progress func(n, total int, d time.Duration)
 }
 
@@ -104,6 +113,19 @@ type Report struct {
 	// measured all-reduces (benchmark.Result).
 	CPUUserNs int64 `json:"cpu_user_ns"`
 	CPUSysNs  int64 `json:"cpu_sys_ns"`
+	// Ring is the ring's measurement (Config.Ring), nil without.
+	Ring *RingReport `json:"ring,omitempty"`
+}
+
+// RingReport is the ring all-reduce's part of a Report: its virtual
+// times, its link-rate ceiling (netlab.LinkCeilingsFramed) and SwitchML's
+// speed as a multiple of it.
+type RingReport struct {
+	benchmark.Times
+	Retransmissions  uint64  `json:"retransmissions"`
+	CeilingATEPerSec float64 `json:"ceiling_ate_per_s"`
+	OfCeiling        float64 `json:"of_ceiling"`
+	SwitchMLSpeedup  float64 `json:"switchml_speedup"`
 }
 
 // Addresses: the switch at 10.0.0.1, worker r at 10.1.r/256.r%256 (never
@@ -167,7 +189,12 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	// receive queue: the switch's must hold every worker's window, and a
 	// datagram is at most a packet with its RoCE headers.
 	window := s.QPs * s.PacketsPerMessage
+	link := memlink.LinkConfig{Rate: cfg.Rate, Overhead: udpFrame + cfg.Framing, Queue: cfg.Queue, Delay: cfg.Delay, Loss: cfg.Loss}
+	// Links between workers (the ring's) pass the switch: twice the delay.
+	peer := link
+	peer.Delay *= 2
 	nw, err := memlink.New(memlink.Config{
+		Link:        peer,
 		Seed:        cfg.Seed,
 		SourceOrder: true,
 		MaxDatagram: s.PacketSize + rdma.BTHSize + rdma.RETHSize + rdma.ImmDtSize + rdma.ICRCSize,
@@ -176,7 +203,6 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	if err != nil {
 		return Report{}, fmt.Errorf("sim: network: %w", err)
 	}
-	link := memlink.LinkConfig{Rate: cfg.Rate, Overhead: udpFrame + cfg.Framing, Queue: cfg.Queue, Delay: cfg.Delay, Loss: cfg.Loss}
 	swEP, err := nw.Listen(netip.AddrPortFrom(switchAddr, 0))
 	if err != nil {
 		return Report{}, fmt.Errorf("sim: switch endpoint: %w", err)
@@ -234,7 +260,10 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 				continue
 			}
 			if err != nil {
-				ss.Abort(err.Error())
+				// The run already failed with err, the error reported; the
+				// abort only ends the others' calls at once.
+				_ = ss.Abort(err.Error())
+				continue
 			}
 			ss.Close()
 		}
@@ -253,6 +282,9 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		reducers[r] = ss
 	}
 	total, done := cfg.Warmup+cfg.Iters, 0
+	if cfg.Ring {
+		total *= 2
+	}
 	var last time.Duration
 	res, err := benchmark.Run(ctx, reducers, benchmark.Config{
 		Inputs: in, Warmup: cfg.Warmup, Iters: cfg.Iters, Bound: benchmark.QuantizationBound,
@@ -268,7 +300,61 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	if err != nil {
 		return Report{}, fmt.Errorf("sim: %w", err)
 	}
-	return cfg.report(res, sessions, nw), nil
+	rep = cfg.report(res, sessions, nw)
+	if !cfg.Ring {
+		return rep, nil
+	}
+	for i, ss := range sessions {
+		ss.Close()
+		sessions[i] = nil
+	}
+	if rep.Ring, err = cfg.runRing(ctx, devs, in, total, &done); err != nil {
+		return Report{}, err
+	}
+	rep.Ring.SwitchMLSpeedup = rep.ATEPerSec / rep.Ring.ATEPerSec
+	return rep, nil
+}
+
+// runRing runs the ring all-reduce on the job's NICs and inputs; done
+// counts the calls for Progress.
+func (cfg *Config) runRing(ctx context.Context, devs []*soft.Device, in *benchmark.Inputs, total int, done *int) (*RingReport, error) {
+	s := cfg.Session
+	msg := s.PacketSize * s.PacketsPerMessage
+	vdevs := make([]verbs.Device, len(devs))
+	for i, d := range devs {
+		vdevs[i] = d
+	}
+	rg, err := ring.New(vdevs, ring.Config{MessageSize: msg, MTU: verbs.MTU(s.PacketSize)})
+	if err != nil {
+		return nil, fmt.Errorf("sim: ring: %w", err)
+	}
+	defer rg.Close()
+	reducers := make([]benchmark.AllReducer, len(devs))
+	for r := range reducers {
+		reducers[r] = rg.Rank(r)
+	}
+	var last time.Duration
+	res, err := benchmark.Run(ctx, reducers, benchmark.Config{
+		Inputs: in, Warmup: cfg.Warmup, Iters: cfg.Iters, Bound: benchmark.Float32Bound,
+		Label:   fmt.Sprintf("ring, %d workers", cfg.Workers),
+		Observe: func(d time.Duration) { last = d },
+		Step: func() {
+			*done++
+			if cfg.Progress != nil {
+				cfg.Progress(*done, total, last)
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sim: ring: %w", err)
+	}
+	sum := benchmark.Summarize(res.Times, cfg.Elements)
+	c := netlab.LinkCeilingsFramed(cfg.Rate, cfg.Workers, s.PacketSize, msg, cfg.Framing)
+	rr := &RingReport{Times: sum.Times(), Retransmissions: rg.Stats().Retransmissions, CeilingATEPerSec: c.Ring}
+	if c.Ring > 0 {
+		rr.OfCeiling = sum.ATEPerSec / c.Ring
+	}
+	return rr, nil
 }
 
 // report fills the Report of a run that passed its checks.

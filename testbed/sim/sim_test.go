@@ -32,6 +32,7 @@ var (
 	flagWarmup  = flag.Int("warmup", 1, "unmeasured all-reduces per point")
 	flagDelay   = flag.Duration("delay", DefaultDelay, "each link direction's propagation delay")
 	flagDType   = flag.String("dtype", "float32", "float32 or int32 (exact)")
+	flagRing    = flag.Bool("ring", false, "then run the project's ring all-reduce on the same network")
 	flagJSON    = flag.String("json", "", "write the report as JSON to this file (- for standard output)")
 )
 
@@ -92,7 +93,7 @@ func TestSim(t *testing.T) {
 			for _, n := range workers {
 				cfg := Config{Workers: n, Rate: float64(rate), Delay: *flagDelay, Loss: loss, Seed: *flagSeed,
 					Session:  aggregation.Config{PacketSize: payload, QPs: *flagQPs, DType: dtype},
-					Elements: size / 4, Iters: *flagIters, Warmup: *flagWarmup}
+					Elements: size / 4, Iters: *flagIters, Warmup: *flagWarmup, Ring: *flagRing}
 				name := fmt.Sprintf("%d workers, %s, %d B, loss %g", n, netlab.FormatRate(rate), payload, loss)
 				start := time.Now()
 				// Inside the bubble time.Now is virtual: a goroutine outside
@@ -127,6 +128,10 @@ func TestSim(t *testing.T) {
 				if loud {
 					fmt.Fprintf(os.Stderr, "sim: %s: %v virtual per all-reduce, %.3g ATE/s, %.3f of the ceiling %.3g (efficiency %.3f, computed %.3f), %d resends, %.1fs wall\n",
 						name, time.Duration(rep.MedianNs), rep.ATEPerSec, rep.OfCeiling, rep.CeilingATEPerSec, rep.MeasuredEfficiency, rep.Efficiency, rep.Retransmissions, wall.Seconds())
+				}
+				if r := rep.Ring; loud && r != nil {
+					fmt.Fprintf(os.Stderr, "sim: %s: ring %v virtual per all-reduce, %.3g ATE/s, %.3f of its ceiling %.3g; SwitchML %.2fx the ring\n",
+						name, time.Duration(r.MedianNs), r.ATEPerSec, r.OfCeiling, r.CeilingATEPerSec, r.SwitchMLSpeedup)
 				}
 				if !rep.Verified || rep.QueueDrops != 0 || rep.Overflow != 0 {
 					t.Errorf("%s: verified %v, %d drops at link queues, %d at receive queues: the sim's queues must hold every window", name, rep.Verified, rep.QueueDrops, rep.Overflow)
