@@ -32,6 +32,7 @@ var (
 	flagWarmup  = flag.Int("warmup", 1, "unmeasured all-reduces per point")
 	flagDelay   = flag.Duration("delay", DefaultDelay, "each link direction's propagation delay")
 	flagDType   = flag.String("dtype", "float32", "float32 or int32 (exact)")
+	flagRTO     = flag.Duration("rto", 0, "the workers' retransmission timeout floor (0: the engine's default, 1ms)")
 	flagRing    = flag.Bool("ring", false, "then run the project's ring all-reduce on the same network")
 	flagJSON    = flag.String("json", "", "write the report as JSON to this file (- for standard output)")
 )
@@ -92,7 +93,7 @@ func TestSim(t *testing.T) {
 			var fastest, slowest time.Duration
 			for _, n := range workers {
 				cfg := Config{Workers: n, Rate: float64(rate), Delay: *flagDelay, Loss: loss, Seed: *flagSeed,
-					Session:  aggregation.Config{PacketSize: payload, QPs: *flagQPs, DType: dtype},
+					Session:  aggregation.Config{PacketSize: payload, QPs: *flagQPs, DType: dtype, RetransmitTimeout: *flagRTO},
 					Elements: size / 4, Iters: *flagIters, Warmup: *flagWarmup, Ring: *flagRing}
 				name := fmt.Sprintf("%d workers, %s, %d B, loss %g", n, netlab.FormatRate(rate), payload, loss)
 				start := time.Now()
