@@ -26,7 +26,7 @@ import (
 )
 
 // ErrConfig is wrapped by Run's error for a configuration it refuses.
-var ErrConfig = errors.New("sim: invalid configuration")
+var ErrConfig = errors.New("invalid configuration")
 
 // Defaults of Config's zero fields.
 const (
@@ -164,13 +164,13 @@ func (cfg *Config) withDefaults() error {
 	}
 	switch {
 	case cfg.Workers < 2 || cfg.Workers > 256:
-		return fmt.Errorf("sim: %d workers: %w (2 to 256)", cfg.Workers, ErrConfig)
+		return fmt.Errorf("sim: %d workers, not 2 to 256: %w", cfg.Workers, ErrConfig)
 	case cfg.Rate <= 0:
-		return fmt.Errorf("sim: link rate %g bit/s: %w (above 0)", cfg.Rate, ErrConfig)
+		return fmt.Errorf("sim: link rate %g bit/s, not above 0: %w", cfg.Rate, ErrConfig)
 	case cfg.Elements < 1 || cfg.Iters < 1 || cfg.Warmup < 0:
-		return fmt.Errorf("sim: %d elements, %d iterations, %d warm-up: %w", cfg.Elements, cfg.Iters, cfg.Warmup, ErrConfig)
+		return fmt.Errorf("sim: %d elements, %d iterations, %d warm-up, not ≥ 1, 1, 0: %w", cfg.Elements, cfg.Iters, cfg.Warmup, ErrConfig)
 	case cfg.Delay < 0 || cfg.Queue < 0:
-		return fmt.Errorf("sim: delay %v, queue %d: %w", cfg.Delay, cfg.Queue, ErrConfig)
+		return fmt.Errorf("sim: delay %v, queue %d, negative: %w", cfg.Delay, cfg.Queue, ErrConfig)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -244,4 +245,24 @@ func parseSize(s string) (int, error) {
 		return 0, fmt.Errorf("%q: not a positive byte count", s)
 	}
 	return v * mult, nil
+}
+
+// TestConfigRefused: Run refuses what it cannot simulate before building
+// anything, with an error wrapping ErrConfig.
+func TestConfigRefused(t *testing.T) {
+	ok := Config{Workers: 2, Rate: 1e9, Elements: 1, Iters: 1}
+	for name, mut := range map[string]func(*Config){
+		"one worker":  func(c *Config) { c.Workers = 1 },
+		"257 workers": func(c *Config) { c.Workers = 257 },
+		"no rate":     func(c *Config) { c.Rate = 0 },
+		"no elements": func(c *Config) { c.Elements = 0 },
+		"no iters":    func(c *Config) { c.Iters = 0 },
+		"neg delay":   func(c *Config) { c.Delay = -1 },
+	} {
+		c := ok
+		mut(&c)
+		if _, err := Run(t.Context(), c); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: %v, want ErrConfig", name, err)
+		}
+	}
 }
