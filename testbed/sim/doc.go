@@ -16,7 +16,9 @@
 // listener (a goroutine blocked on a socket would keep the clock from
 // moving). The links order datagrams due at the same instant by source
 // (memlink.Config.SourceOrder) and draw each link's losses from its own
-// generator, so the same seed gives the same times and the same results.
+// generator: loss-free times are exact and results the same for the same
+// inputs; lossy times repeat at small points only (docs/sim.md "The
+// virtual clock").
 //
 // TestSim is the command: `go test ./testbed/sim/ -run '^TestSim$' -args
 // -workers 8,64,256 -size 4MiB -json out.json` (docs/sim.md). Run and its

@@ -101,8 +101,8 @@ type Report struct {
 	OfCeiling          float64 `json:"of_ceiling"`
 	Efficiency         float64 `json:"efficiency"`
 	MeasuredEfficiency float64 `json:"measured_efficiency"`
-	// ResultSHA256 is the last result's digest (benchmark.Result): the
-	// same seed gives the same digest and the same times.
+	// ResultSHA256 is the last result's digest (benchmark.Result): the same
+	// for the same inputs, whatever the loss.
 	ResultSHA256 string `json:"result_sha256"`
 	// LinkLost, QueueDrops and Overflow are the links' drops: by Loss, at
 	// a full link queue, at a full receive queue.
