@@ -842,6 +842,10 @@ func TestWireBits(t *testing.T) {
 			if j == nil || j.ElementBytes != tc.wantElemBytes {
 				t.Errorf("installed job %+v; want ElementBytes %d", j, tc.wantElemBytes)
 			}
+			list, err := pb.NewJobClient(e.rawConn(t)).ListJobs(context.Background(), &pb.ListJobsRequest{JobTokens: [][]byte{as[0].token}})
+			if err != nil || len(list.GetJobs()) != 1 || list.GetJobs()[0].GetWireBits() != uint32(tc.wantBits) {
+				t.Errorf("ListJobs = %v, %v; want the job with wire_bits %d", list, err, tc.wantBits)
+			}
 		})
 	}
 }
@@ -964,4 +968,62 @@ func TestSessionRunningTyped(t *testing.T) {
 		t.Errorf("second registration of session 7: %v; want FAILED_PRECONDITION wrapping ErrSessionRunning naming the job", err)
 	}
 	endAll(t, e, as)
+}
+
+// preWireBitsController answers RdmaSession as a controller without the
+// wire_bits field does (it never echoes it) and records EndSession calls.
+type preWireBitsController struct {
+	pb.UnimplementedSessionServer
+	pb.UnimplementedJobServer
+	mu     sync.Mutex
+	aborts []*pb.EndSessionRequest
+}
+
+func (s *preWireBitsController) RdmaSession(_ context.Context, req *pb.RdmaSessionRequest) (*pb.RdmaSessionResponse, error) {
+	return &pb.RdmaSessionResponse{SessionId: uint64(req.GetSessionId()), JobId: 9, Ipv4: 0x7f000001, Qpns: []uint32{0x100}, Psns: []uint32{0},
+		PacketSizeBytes: req.GetPacketSizeBytes(), PacketsPerMessage: 4, NumWorkers: req.GetNumWorkers(), JobToken: []byte("token")}, nil
+}
+
+func (s *preWireBitsController) EndSession(_ context.Context, req *pb.EndSessionRequest) (*pb.EndSessionResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.aborts = append(s.aborts, req)
+	return &pb.EndSessionResponse{}, nil
+}
+
+// A controller that predates wire_bits would program a 32-bit job for a
+// 16-bit worker: the Client refuses its answer with wire.ErrElementWidth
+// and aborts the job; a 32-bit registration is served as before.
+func TestClientRefusesUnechoedWireBits(t *testing.T) {
+	testutil.NoLeaks(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	old := &preWireBitsController{}
+	pb.RegisterSessionServer(srv, old)
+	pb.RegisterJobServer(srv, old)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	c, err := Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	reg := testReg(1, 0, 1, 1)
+	reg.NoKeepAlive, reg.WireBits = true, 16
+	if _, err := c.RegisterRDMA(context.Background(), reg); !errors.Is(err, wire.ErrElementWidth) ||
+		!strings.Contains(err.Error(), "16-bit wire registered, the controller answered 32 bits") {
+		t.Errorf("16-bit registration answered without wire_bits: %v; want wire.ErrElementWidth", err)
+	}
+	old.mu.Lock()
+	if len(old.aborts) != 1 || !old.aborts[0].GetAbort() || old.aborts[0].GetJobId() != 9 {
+		t.Errorf("EndSession calls %v; want one abort of job 9", old.aborts)
+	}
+	old.mu.Unlock()
+	reg.WireBits = 0
+	if a, err := c.RegisterRDMA(context.Background(), reg); err != nil || a.WireBits != 32 {
+		t.Errorf("32-bit registration: %+v, %v; want WireBits 32", a, err)
+	}
 }

@@ -1354,7 +1354,10 @@ type JobInfo struct {
 	Dtype      DataType `protobuf:"varint,10,opt,name=dtype,proto3,enum=switchml_proto.DataType" json:"dtype,omitempty"`
 	EndedRanks []uint32 `protobuf:"varint,11,rep,packed,name=ended_ranks,json=endedRanks,proto3" json:"ended_ranks,omitempty"`
 	// tensor_bytes as the ranks registered it (0: not declared).
-	TensorBytes   uint64 `protobuf:"varint,12,opt,name=tensor_bytes,json=tensorBytes,proto3" json:"tensor_bytes,omitempty"`
+	TensorBytes uint64 `protobuf:"varint,12,opt,name=tensor_bytes,json=tensorBytes,proto3" json:"tensor_bytes,omitempty"`
+	// wire_bits is the job's element width on the wire, 32 or 16
+	// (RdmaSessionResponse.wire_bits).
+	WireBits      uint32 `protobuf:"varint,13,opt,name=wire_bits,json=wireBits,proto3" json:"wire_bits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1469,6 +1472,13 @@ func (x *JobInfo) GetEndedRanks() []uint32 {
 func (x *JobInfo) GetTensorBytes() uint64 {
 	if x != nil {
 		return x.TensorBytes
+	}
+	return 0
+}
+
+func (x *JobInfo) GetWireBits() uint32 {
+	if x != nil {
+		return x.WireBits
 	}
 	return 0
 }
@@ -1868,7 +1878,7 @@ const file_switchml_proto_rawDesc = "" +
 	"\x05ENDED\x10\x01\"0\n" +
 	"\x0fListJobsRequest\x12\x1d\n" +
 	"\n" +
-	"job_tokens\x18\x01 \x03(\fR\tjobTokens\"\x99\x03\n" +
+	"job_tokens\x18\x01 \x03(\fR\tjobTokens\"\xb6\x03\n" +
 	"\aJobInfo\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x1d\n" +
 	"\n" +
@@ -1887,7 +1897,8 @@ const file_switchml_proto_rawDesc = "" +
 	" \x01(\x0e2\x18.switchml_proto.DataTypeR\x05dtype\x12\x1f\n" +
 	"\vended_ranks\x18\v \x03(\rR\n" +
 	"endedRanks\x12!\n" +
-	"\ftensor_bytes\x18\f \x01(\x04R\vtensorBytes\"`\n" +
+	"\ftensor_bytes\x18\f \x01(\x04R\vtensorBytes\x12\x1b\n" +
+	"\twire_bits\x18\r \x01(\rR\bwireBits\"`\n" +
 	"\x10ListJobsResponse\x12+\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x17.switchml_proto.JobInfoR\x04jobs\x12\x1f\n" +
 	"\vhidden_jobs\x18\x02 \x01(\rR\n" +
