@@ -263,7 +263,7 @@ func TestBenchSweepPlot(t *testing.T) {
 		for _, alg := range []string{"switchml", "ring"} {
 			found := false
 			for _, line := range strings.Split(out, "\n") {
-				if f := strings.Fields(line); len(f) > 3 && f[0] == w && f[2] == alg {
+				if f := strings.Fields(line); len(f) > 4 && f[0] == w && f[3] == alg {
 					found = true
 				}
 			}
