@@ -40,3 +40,7 @@ func quantizeHalfWire16(dst []byte, src []uint16, f Format, factor, limit float3
 func dequantizeHalfWire16(dst []uint16, src []byte, f Format, inv float32) {
 	dequantizeHalfWire16Generic(dst, src, f, inv)
 }
+
+func encodeInt16(dst []byte, src []int16) { encodeInt16Generic(dst, src) }
+
+func decodeInt16(dst []int16, src []byte) { decodeInt16Generic(dst, src) }

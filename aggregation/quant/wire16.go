@@ -126,10 +126,7 @@ func EncodeInt16(dst []byte, src []int16) {
 	if len(dst) < 2*len(src) {
 		panic(fmt.Sprintf("quant: EncodeInt16: %d-byte destination for %d values", len(dst), len(src)))
 	}
-	dst = dst[:2*len(src)]
-	for i, v := range src {
-		binary.BigEndian.PutUint16(dst[2*i:], uint16(v))
-	}
+	encodeInt16(dst[:2*len(src)], src)
 }
 
 // DecodeInt16 reads len(dst) big-endian int16 values from src (at least
@@ -138,10 +135,7 @@ func DecodeInt16(dst []int16, src []byte) {
 	if len(src) < 2*len(dst) {
 		panic(fmt.Sprintf("quant: DecodeInt16: %d-byte source for %d values", len(src), len(dst)))
 	}
-	src = src[:2*len(dst)]
-	for i := range dst {
-		dst[i] = int16(binary.BigEndian.Uint16(src[2*i:]))
-	}
+	decodeInt16(dst, src[:2*len(dst)])
 }
 
 // The scalar reference of the 16-bit wire: the code on every platform
@@ -206,5 +200,19 @@ func dequantizeHalfWire16Generic(dst []uint16, src []byte, f Format, inv float32
 	}
 	for i := range dst {
 		dst[i] = Float16.FromFloat32(float32(int16(binary.BigEndian.Uint16(src[2*i:]))) * inv)
+	}
+}
+
+func encodeInt16Generic(dst []byte, src []int16) {
+	dst = dst[:2*len(src)]
+	for i, v := range src {
+		binary.BigEndian.PutUint16(dst[2*i:], uint16(v))
+	}
+}
+
+func decodeInt16Generic(dst []int16, src []byte) {
+	src = src[:2*len(dst)]
+	for i := range dst {
+		dst[i] = int16(binary.BigEndian.Uint16(src[2*i:]))
 	}
 }

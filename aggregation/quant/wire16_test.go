@@ -968,9 +968,25 @@ func TestLargeWire16(t *testing.T) {
 	}
 }
 
+// TestInt16 runs EncodeInt16 and DecodeInt16 on every path: lengths
+// around the kernel's 16- and 64-value steps, misaligned buffers, and one
+// of ≥ 1 MiB (non-temporal stores).
 func TestInt16(t *testing.T) {
 	rng := rand.New(rand.NewPCG(33, 34))
-	for n := 0; n <= 67; n++ {
+	var lengths []int
+	for n := 0; n <= 150; n++ {
+		lengths = append(lengths, n)
+	}
+	lengths = append(lengths, 1<<19+13)
+	for _, path := range paths() {
+		restore := usePath(path)
+		testInt16(t, path, rng, lengths)
+		restore()
+	}
+}
+
+func testInt16(t *testing.T, path string, rng *rand.Rand, lengths []int) {
+	for _, n := range lengths {
 		for off := range 4 {
 			src := make([]int16, n+off)[off:]
 			for i := range src {
@@ -980,14 +996,14 @@ func TestInt16(t *testing.T) {
 			EncodeInt16(enc, src)
 			for i, v := range src {
 				if got := int16(binary.BigEndian.Uint16(enc[2*i:])); got != v {
-					t.Fatalf("len %d off %d: EncodeInt16[%d] = %d, want %d", n, off, i, got, v)
+					t.Fatalf("%s len %d off %d: EncodeInt16[%d] = %d, want %d", path, n, off, i, got, v)
 				}
 			}
 			dec := make([]int16, n+off)[off:]
 			DecodeInt16(dec, enc)
 			for i := range src {
 				if dec[i] != src[i] {
-					t.Fatalf("len %d off %d: DecodeInt16[%d] = %d, want %d", n, off, i, dec[i], src[i])
+					t.Fatalf("%s len %d off %d: DecodeInt16[%d] = %d, want %d", path, n, off, i, dec[i], src[i])
 				}
 			}
 		}
