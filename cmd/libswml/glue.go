@@ -6,7 +6,7 @@ package main
 //
 // Joining a job follows the rules cmd/swml-rdma/worker.go follows, from
 // one place, aggregation/join (rank and size, the soft NIC's default
-// address, the job's two sessions, the soft or ibverbs NIC, waiting for the
+// address, the job's sessions, the soft or ibverbs NIC, waiting for the
 // controller); aggregation.Config.Validate checks the rest.
 
 import (

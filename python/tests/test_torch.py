@@ -477,6 +477,9 @@ def test_strided():
 # -- the end of a job ------------------------------------------------------------------
 
 ENDED = "swml_controller_sessions_ended_total"
+# A job's sessions at a switch with a 16-bit pipeline (docs/pytorch.md
+# "Which wire a dtype uses"): float32, the 16-bit wire's, int32.
+SESSIONS = 3
 
 
 def ending_rank(rank, world, how):
@@ -544,7 +547,7 @@ UNCAUGHT = textwrap.dedent("""
 def test_clean_end():
     """Jobs that end normally without shutdown() (DDP through the backend,
     plain all_reduce + destroy_process_group, DDP with the hook on Gloo)
-    end their two sessions each cleanly at the switch: reason "end", no
+    end their three sessions each cleanly at the switch: reason "end", no
     keepalive_lost or abort. A rank dying of an uncaught exception aborts
     instead. Read from a switch of its own's /metrics."""
     with common.start_switch(fresh=True):
@@ -552,8 +555,8 @@ def test_clean_end():
         assert 'reason="end"' in before, before
         for how in ("swml", "destroy", "hook"):
             rs = common.launch(2, ending_rank, how, agree_session=(how == "hook"))
-            before, delta = _wait_ended(before, 2)
-            assert delta == {'reason="end"': 2}, f"{how}: sessions ended {delta}, want 2 by reason end"
+            before, delta = _wait_ended(before, SESSIONS)
+            assert delta == {'reason="end"': SESSIONS}, f"{how}: sessions ended {delta}, want {SESSIONS} by reason end"
             if how == "destroy":
                 for r in rs:
                     assert abs(r["sum"] - 2.0) < 1e-6, r
@@ -568,8 +571,8 @@ def test_clean_end():
         outs = [p.communicate(timeout=common.HANG_S)[0] for p in procs]
         for p, out in zip(procs, outs):
             assert p.returncode == 1 and "the training script failed" in out, out
-        _, delta = _wait_ended(before, 2)
-        assert delta == {'reason="abort"': 2}, f"uncaught exception: sessions ended {delta}, want 2 by reason abort"
+        _, delta = _wait_ended(before, SESSIONS)
+        assert delta == {'reason="abort"': SESSIONS}, f"uncaught exception: sessions ended {delta}, want {SESSIONS} by reason abort"
 
 
 # -- two hook jobs on one switch ---------------------------------------------------------
