@@ -9,11 +9,13 @@
 //   - quantize: the float32 quantizer of quant_amd64.s (VMULPS, VMAXPS and
 //     VMINPS with the value first, so NaN becomes −limit, VCVTPS2DQ in the
 //     default rounding, the x·0 FMA as the finiteness check) on float32,
-//     bfloat16 (VPMOVZXWD, VPSLLD $16) or float16 (VCVTPH2PS) input, then
-//     VPACKSSDW to int16 (|q| ≤ limit ≤ 2^15−1, so it never saturates:
-//     the int16 is the int32's low half, as the scalar code takes it),
-//     VPERMQ $0xD8 to undo the in-lane order of the pack, and VPSHUFB to
-//     swap the bytes of each word.
+//     bfloat16 (VPUNPCKLWD/VPUNPCKHWD with zero; VPMOVZXWD, VPSLLD $16 for
+//     the last 8-value steps) or float16 (VCVTPH2PS) input, then VPACKSSDW
+//     to int16 (|q| ≤ limit ≤ 2^15−1, so it never saturates: the int16 is
+//     the int32's low half, as the scalar code takes it), VPERMQ $0xD8 to
+//     undo the in-lane order of the pack (bfloat16's unpack already left
+//     the values in the order the pack restores), and VPSHUFB to swap the
+//     bytes of each word.
 //   - dequantize: VBROADCASTI128 puts 8 big-endian int16 in both lanes,
 //     VPSHUFB moves each to the top half of a dword, byte-swapped
 //     (lane 0 takes values 0–3, lane 1 values 4–7), VPSRAD $16 sign-extends
@@ -59,14 +61,51 @@ GLOBL ·wire16Spread(SB), RODATA|NOPTR, $32
 #define LF16(off, x) \
 	VCVTPH2PS off(SI), x
 
-// QUANTW16(L, o1, o2, o3, step) is the body of a quantize kernel whose
-// input is loaded by L, 8 values every o1 bytes (o2 = 2·o1, o3 = 3·o1,
-// step = 4·o1 and per 8 values o1): 32 values per iteration into 64 bytes,
-// then 8 into 16, leaving the finiteness result in CX. Arguments: DI dst,
-// SI src, CX n, AX nt, Y12 factor, Y13 limit. (go vet's asmdecl reads a
-// macro as part of the function above it, so the arguments are loaded and
-// stored outside the macros.)
-#define QUANTW16(L, o1, o2, o3, step) \
+// P32(L, o1, o2, o3) quantizes the 32 values at (SI), loaded 8 at a time by
+// L from offsets 0, o1, o2, o3, into 32 int16 in Y0 (the first 16) and Y2,
+// in order (VPACKSSDW packs lane by lane; VPERMQ $0xD8 restores the order).
+#define P32(L, o1, o2, o3) \
+	L(0, Y0) \
+	QW(Y0, Y4) \
+	L(o1, Y1) \
+	QW(Y1, Y5) \
+	L(o2, Y2) \
+	QW(Y2, Y6) \
+	L(o3, Y3) \
+	QW(Y3, Y7) \
+	VPACKSSDW Y1, Y0, Y0 \
+	VPACKSSDW Y3, Y2, Y2 \
+	VPERMQ    $0xD8, Y0, Y0 \
+	VPERMQ    $0xD8, Y2, Y2
+
+#define P32F32 P32(LF32, 32, 64, 96)
+
+#define P32F16 P32(LF16, 16, 32, 48)
+
+// P32BF16 is P32 for bfloat16 without the widening shifts and the VPERMQ:
+// VPUNPCKLWD and VPUNPCKHWD with zero (Y11) make each bfloat16 the top
+// half of a dword, values 0–3 and 8–11 in one vector, 4–7 and 12–15 in the
+// other, the order VPACKSSDW's lane-by-lane pack puts back in sequence.
+#define P32BF16 \
+	VPUNPCKLWD (SI), Y11, Y0 \
+	QW(Y0, Y4) \
+	VPUNPCKHWD (SI), Y11, Y1 \
+	QW(Y1, Y5) \
+	VPUNPCKLWD 32(SI), Y11, Y2 \
+	QW(Y2, Y6) \
+	VPUNPCKHWD 32(SI), Y11, Y3 \
+	QW(Y3, Y7) \
+	VPACKSSDW  Y1, Y0, Y0 \
+	VPACKSSDW  Y3, Y2, Y2
+
+// QUANTW16(Q32, L8, o1, step) is the body of a quantize kernel: Q32 turns
+// the 32 values at (SI) into 32 int16 in Y0 and Y2, L8 loads 8 values as
+// floats, o1 is the input bytes of 8 values and step of 32. 32 values per
+// iteration into 64 bytes, then 8 into 16, leaving the finiteness result
+// in CX. Arguments: DI dst, SI src, CX n, AX nt, Y12 factor, Y13 limit. (go
+// vet's asmdecl reads a macro as part of the function above it, so the
+// arguments are loaded and stored outside the macros.)
+#define QUANTW16(Q32, L8, o1, step) \
 	VXORPS       Y14, Y14, Y14 \
 	VSUBPS       Y13, Y14, Y14 \
 	VMOVDQU      ·bswap16Mask(SB), Y15 \
@@ -80,18 +119,7 @@ GLOBL ·wire16Spread(SB), RODATA|NOPTR, $32
 	TESTQ        AX, AX \
 	JNZ          q32nt \
 q32: \
-	L(0, Y0) \
-	QW(Y0, Y4) \
-	L(o1, Y1) \
-	QW(Y1, Y5) \
-	L(o2, Y2) \
-	QW(Y2, Y6) \
-	L(o3, Y3) \
-	QW(Y3, Y7) \
-	VPACKSSDW Y1, Y0, Y0 \
-	VPACKSSDW Y3, Y2, Y2 \
-	VPERMQ    $0xD8, Y0, Y0 \
-	VPERMQ    $0xD8, Y2, Y2 \
+	Q32 \
 	VPSHUFB   Y15, Y0, Y0 \
 	VPSHUFB   Y15, Y2, Y2 \
 	VMOVDQU   Y0, (DI) \
@@ -103,18 +131,7 @@ q32: \
 	JAE       q32 \
 	JMP       q8 \
 q32nt: \
-	L(0, Y0) \
-	QW(Y0, Y4) \
-	L(o1, Y1) \
-	QW(Y1, Y5) \
-	L(o2, Y2) \
-	QW(Y2, Y6) \
-	L(o3, Y3) \
-	QW(Y3, Y7) \
-	VPACKSSDW Y1, Y0, Y0 \
-	VPACKSSDW Y3, Y2, Y2 \
-	VPERMQ    $0xD8, Y0, Y0 \
-	VPERMQ    $0xD8, Y2, Y2 \
+	Q32 \
 	VPSHUFB   Y15, Y0, Y0 \
 	VPSHUFB   Y15, Y2, Y2 \
 	VMOVNTDQ  Y0, (DI) \
@@ -127,7 +144,7 @@ q32nt: \
 q8: \
 	CMPQ         CX, $8 \
 	JB           qdone \
-	L(0, Y0) \
+	L8(0, Y0) \
 	QW(Y0, Y4) \
 	VEXTRACTI128 $1, Y0, X1 \
 	VPACKSSDW    X1, X0, X0 \
@@ -160,7 +177,7 @@ TEXT ·quantizeW16AVX2(SB), NOSPLIT, $0-44
 	MOVBQZX      nt+32(FP), AX
 	VBROADCASTSS factor+24(FP), Y12
 	VBROADCASTSS limit+28(FP), Y13
-	QUANTW16(LF32, 32, 64, 96, 128)
+	QUANTW16(P32F32, LF32, 32, 128)
 	MOVL         CX, nonFinite+40(FP)
 	VZEROUPPER
 	RET
@@ -173,7 +190,7 @@ TEXT ·quantizeBF16W16AVX2(SB), NOSPLIT, $0-44
 	MOVBQZX      nt+32(FP), AX
 	VBROADCASTSS factor+24(FP), Y12
 	VBROADCASTSS limit+28(FP), Y13
-	QUANTW16(LBF16, 16, 32, 48, 64)
+	QUANTW16(P32BF16, LBF16, 16, 64)
 	MOVL         CX, nonFinite+40(FP)
 	VZEROUPPER
 	RET
@@ -186,7 +203,7 @@ TEXT ·quantizeF16W16AVX2(SB), NOSPLIT, $0-44
 	MOVBQZX      nt+32(FP), AX
 	VBROADCASTSS factor+24(FP), Y12
 	VBROADCASTSS limit+28(FP), Y13
-	QUANTW16(LF16, 16, 32, 48, 64)
+	QUANTW16(P32F16, LF16, 16, 64)
 	MOVL         CX, nonFinite+40(FP)
 	VZEROUPPER
 	RET
