@@ -48,6 +48,7 @@ import (
 type qpState struct {
 	qp      verbs.QP
 	index   int
+	group   int            // the QP's ordering group (rackState.groups)
 	pool    wire.PoolIndex // pool index of the QP's first packet, set 0
 	sendOff uint64         // the QP's send staging region in the MR
 	next    int            // the next tensor message this QP sends

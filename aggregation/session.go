@@ -262,6 +262,9 @@ func (s *Session) open(ctx context.Context) error {
 		// parses the ICRC): a message may leave as one GSO datagram.
 		u.AllowGSO(a.SwitchAddr)
 	}
+	for _, l := range s.lanes {
+		l.eng.rack.groups(l.qps, a.OrderGroups)
+	}
 	for i, st := range s.qps {
 		st.pool = a.QPPoolIndices[i]
 		err := st.qp.ReadyToReceive(verbs.RTRAttr{RemoteQPN: a.SwitchQPNs[i], RemoteAddr: a.SwitchAddr, RecvPSN: psns[i], MTU: verbs.MTU(cfg.PacketSize)})
@@ -447,36 +450,18 @@ func (s *Session) Stats() Stats {
 
 // load reads c's counters.
 func (c *counters) load() Stats {
-	return Stats{
-		AllReduces:              c.allReduces.Load(),
-		Messages:                c.messages.Load(),
-		Packets:                 c.packets.Load(),
-		Retransmissions:         c.retransmissions.Load(),
-		Timeouts:                c.timeouts.Load(),
-		FastRetransmissions:     c.fastRetransmissions.Load(),
-		SpuriousRetransmissions: c.spurious.Load(),
-		Results:                 c.results.Load(),
-		StaleResults:            c.stale.Load(),
-		BytesSent:               c.bytesSent.Load(),
-		BytesReceived:           c.bytesReceived.Load(),
-		PacketWriteCalls:        c.packetWriteCalls.Load(),
+	var st Stats
+	for _, f := range statFields {
+		*f.stat(&st) = f.counter(c).Load()
 	}
+	return st
 }
 
 // add adds o's counts to st's.
 func (st *Stats) add(o Stats) {
-	st.AllReduces += o.AllReduces
-	st.Messages += o.Messages
-	st.Packets += o.Packets
-	st.Retransmissions += o.Retransmissions
-	st.Timeouts += o.Timeouts
-	st.FastRetransmissions += o.FastRetransmissions
-	st.SpuriousRetransmissions += o.SpuriousRetransmissions
-	st.Results += o.Results
-	st.StaleResults += o.StaleResults
-	st.BytesSent += o.BytesSent
-	st.BytesReceived += o.BytesReceived
-	st.PacketWriteCalls += o.PacketWriteCalls
+	for _, f := range statFields {
+		*f.stat(st) += *f.stat(&o)
+	}
 }
 
 // who names the session in errors: "job 7 rank 1".

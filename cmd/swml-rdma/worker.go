@@ -28,7 +28,6 @@ import (
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
-func init() { commands = append(commands, workerCommand()) }
 
 // Defaults of the worker's job flags.
 const (
