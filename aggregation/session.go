@@ -235,6 +235,9 @@ func (s *Session) open(ctx context.Context) error {
 		// A NIC that wedges on a truncated multi-packet WRITE gets only
 		// one-packet results if every worker sends packet writes.
 		NeedsPacketWrites: needsPacketWrites,
+		// The element width of the job's lanes: the controller refuses
+		// ranks that differ, and a switch that cannot sum it.
+		WireBits: cfg.Wire,
 	})
 	if err != nil {
 		return fmt.Errorf("aggregation: join session %d as rank %d of %d: %w", cfg.SessionID, cfg.Rank, cfg.Workers, err)
@@ -304,6 +307,10 @@ func (s *Session) watch() {
 	case <-s.stopWatch:
 	}
 }
+
+// Wire is the session's element width on the wire in bits, 32 or 16
+// (Config.Wire).
+func (s *Session) Wire() int { return s.cfg.Wire }
 
 // JobID is the controller's id of the job this session belongs to.
 func (s *Session) JobID() uint32 { return s.assign.JobID }
@@ -472,7 +479,7 @@ func (s *Session) String() string {
 	if s.assign != nil {
 		id = s.assign.JobID
 	}
-	return fmt.Sprintf("job %d rank %d/%d (%s, %d QPs × %d × %d B)", id, s.cfg.Rank, s.cfg.Workers, s.cfg.DType, s.cfg.QPs, s.cfg.PacketsPerMessage, s.cfg.PacketSize)
+	return fmt.Sprintf("job %d rank %d/%d (%s, %d-bit wire, %d QPs × %d × %d B)", id, s.cfg.Rank, s.cfg.Workers, s.cfg.DType, s.cfg.Wire, s.cfg.QPs, s.cfg.PacketsPerMessage, s.cfg.PacketSize)
 }
 
 // checkUCTruncation says whether this worker's NIC needs the job to send
