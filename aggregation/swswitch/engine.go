@@ -1,7 +1,6 @@
 package swswitch
 
 import (
-	"hash/crc32"
 	"net/netip"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
@@ -210,7 +209,7 @@ func (e *engine) payloadCRC(pkt []byte) (*rdma.CRCShift, uint32) {
 		e.shifts = append(e.shifts, s)
 	}
 	end := len(pkt) - rdma.ICRCSize
-	return s, crc32.ChecksumIEEE(pkt[end-n : end])
+	return s, rdma.UpdateCRC(0, pkt[end-n:end])
 }
 
 // seal computes the ICRC of result m (pl bytes, addressed). With shift
