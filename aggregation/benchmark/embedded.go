@@ -87,7 +87,7 @@ type RingResult struct {
 	Summary
 	// CPUUser and CPUSys are this process's CPU time in the ring's
 	// measured all-reduces.
-	CPUUser, CPUSys time.Duration
+	CPUUser, CPUSys          time.Duration
 	Packets, Retransmissions uint64
 	// WindowMessages is the ring's window (ring.Config.Window).
 	WindowMessages int

@@ -180,6 +180,9 @@ func (v *verifier) verifyICRC(src netip.AddrPort, buf []byte, off, n int) error 
 	})
 	if id < 0 {
 		f := rdma.Flow{Src: src.Addr(), Dst: v.local.Addr(), SrcPort: src.Port(), DstPort: v.local.Port(), DF: true}
+		if off < rdma.ICRCHeadroom {
+			return v.icrc.Verify(&f, buf[off:off+n]) // a lent packet has no headroom
+		}
 		return v.icrc.VerifyHeadroom(&f, buf[:off+n], off)
 	}
 	return v.flows.flows[id].Verify(buf[off : off+n])
