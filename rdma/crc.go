@@ -38,21 +38,25 @@ const crcFoldMin = 64
 
 // UpdateCRC returns crc32.Update(crc, crc32.IEEETable, p): the same value,
 // computed so that the standard library's folding kernel covers all of p
-// but its first len(p)%16 bytes, which are hashed eight and four at a time.
+// but its first len(p)%16 bytes, which are hashed eight and four at a time,
+// as is all of a buffer too short to fold (a packet's headers).
 func UpdateCRC(crc uint32, p []byte) uint32 {
-	if head := len(p) & 15; head != 0 && len(p)-head >= crcFoldMin {
+	if len(p) < crcFoldMin+16 {
+		return crcSliced(crc, p)
+	}
+	if head := len(p) & 15; head != 0 {
 		crc = crcSliced(crc, p[:head])
 		p = p[head:]
 	}
 	return crc32.Update(crc, crc32.IEEETable, p)
 }
 
-// crcSliced is crc32.Update over fewer than 16 bytes, without crc32's byte
-// at a time loop for all of them.
+// crcSliced is crc32.Update with slicing-by-8 down to the last 4 bytes,
+// where crc32's own slicing takes up to 8 bytes one at a time.
 func crcSliced(crc uint32, p []byte) uint32 {
 	t := crcSlicing
 	crc = ^crc
-	if len(p) >= 8 {
+	for len(p) >= 8 {
 		crc ^= binary.LittleEndian.Uint32(p)
 		crc = t[0][p[7]] ^ t[1][p[6]] ^ t[2][p[5]] ^ t[3][p[4]] ^
 			t[4][crc>>24] ^ t[5][crc>>16&0xFF] ^ t[6][crc>>8&0xFF] ^ t[7][crc&0xFF]
