@@ -260,7 +260,7 @@ func adversarialStream(t *testing.T, job *wire.Job, swAddr netip.AddrPort, ppm, 
 	psn := make([][]uint32, n)
 	late := make([][]sentPacket, n) // per worker, for its next round
 	for r := range ws {
-		ws[r] = &testWorker{t: t, job: job, rank: r, sw: swAddr, ppm: ppm}
+		ws[r] = &testWorker{t: t, job: job, rank: r, sw: swAddr, ppm: ppm, lane: job.LaneBytes()}
 		psn[r] = make([]uint32, q)
 		for i := range psn[r] {
 			psn[r][i] = rng.Uint32() & rdma.PSNMask

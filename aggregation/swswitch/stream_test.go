@@ -118,7 +118,7 @@ func streamSim(t *testing.T, seed uint64, n, q, ppm, rounds int) {
 	for r := range ws {
 		me := job.Workers[r]
 		sw := &simWorker{
-			w:     &testWorker{t: t, job: job, rank: r, sw: local, ppm: ppm},
+			w:     &testWorker{t: t, job: job, rank: r, sw: local, ppm: ppm, lane: job.LaneBytes()},
 			round: make([]int, q), psn: make([]uint32, q), rx: make([]ucRx, q), rounds: rounds,
 			qpIndex: map[uint32]int{},
 		}
