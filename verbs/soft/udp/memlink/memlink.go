@@ -445,6 +445,19 @@ func (e *Endpoint) WriteBatch(msgs []udp.Msg) (int, error) {
 	return len(msgs), nil
 }
 
+// Real-time readers wait for a datagram's due time in the kernel
+// (sleepPrecise) when it is less than preciseWait away, in slices of at
+// most preciseSlice. The runtime's timers wake an idle process with
+// millisecond granularity (its netpoller waits in whole milliseconds),
+// which would add up to a millisecond to every link a packet crosses —
+// more than a message's time on a 1 Gbit/s link — and so turn a link's
+// rate into a round-trip-time limit for windowed senders.
+const (
+	preciseWait  = 2 * time.Millisecond
+	preciseSlice = 250 * time.Microsecond
+	preciseMin   = 100 * time.Microsecond
+)
+
 // ReadBatch blocks until a datagram is due, then returns every due one
 // that fits msgs, in order of arrival.
 func (e *Endpoint) ReadBatch(msgs []udp.Msg) (int, error) {
@@ -490,6 +503,15 @@ func (e *Endpoint) ReadBatch(msgs []udp.Msg) (int, error) {
 		n.mu.Unlock()
 		if got > 0 {
 			return got, nil
+		}
+		if wait >= 0 && wait < preciseWait {
+			// A packet comes due soon: sleep for it in slices, looking
+			// again after each, so that one due sooner (or Close) is seen.
+			sleepPrecise(min(max(wait, preciseMin), preciseSlice))
+			continue
+		}
+		if wait >= preciseWait {
+			wait -= preciseWait / 2 // the runtime's timer wakes late; the rest in slices
 		}
 		var tc <-chan time.Time
 		if wait >= 0 {
