@@ -135,9 +135,10 @@ type linkTotals struct {
 
 // The regimes a row is measured in (docs/bench.md "Regimes"): with a link,
 // an all-reduce at linkBoundFraction of its ceiling or more is link-bound
-// (the links set its speed), below it host-bound (this host's CPUs, which
-// run every NIC, the switch and the ring, could not fill the links);
-// without a link every row is host-bound by construction.
+// (the links set its speed), below it host-bound (this host, which runs
+// every NIC, the switch and the ring, did not fill the links: its CPUs,
+// or its scheduling delays against the all-reduce's window); without a
+// link every row is host-bound by construction.
 const (
 	regimeLink        = "link-bound"
 	regimeHost        = "host-bound"
@@ -607,7 +608,7 @@ func regimeLine(r benchRun) string {
 	if r.Regime == regimeLink {
 		return line + ": the links set SwitchML's speed"
 	}
-	return line + (": this host's CPUs, not the links, set SwitchML's speed; a lower --link (or a quieter host) measures the links")
+	return line + ": this host, not the links, set SwitchML's speed (its CPUs, or how late a loaded host wakes the goroutines); a quieter host or a lower --link measures the links"
 }
 
 // linkDropsLine names what a row's links dropped, or is empty when they

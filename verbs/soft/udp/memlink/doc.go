@@ -1,4 +1,5 @@
-// Package memlink is an in-memory datagram network for tests: endpoints
+// Package memlink is an in-memory datagram network for tests and for
+// `swml-rdma bench --link` (aggregation/benchmark's Link): endpoints
 // that implement udp.Endpoint (the seam of the userspace NIC and the
 // software switch), joined by links that can delay, rate-limit, queue
 // (bounded, drop-tail), drop and reorder. The real NIC (verbs/soft) and the
@@ -13,7 +14,9 @@
 // (packets kept back until a later one releases them). Every endpoint has a bounded receive queue
 // (the socket buffer) ordered by arrival time.
 //
-// Time is real by default. With Config.Clock a test moves time itself
+// Time is real by default: a reader waits for a packet due within 2 ms in
+// the kernel (nanosleep on Linux), since the runtime's timers wake an idle
+// process on a millisecond grid. With Config.Clock a test moves time itself
 // (ManualClock.Advance): then the congestion behaviour of a link — which
 // packets wait, which are dropped at a full queue, when each arrives — is
 // a pure function of what was sent when, and tests of it are exact.

@@ -455,7 +455,6 @@ func (e *Endpoint) WriteBatch(msgs []udp.Msg) (int, error) {
 const (
 	preciseWait  = 2 * time.Millisecond
 	preciseSlice = 250 * time.Microsecond
-	preciseMin   = 100 * time.Microsecond
 )
 
 // ReadBatch blocks until a datagram is due, then returns every due one
@@ -507,7 +506,7 @@ func (e *Endpoint) ReadBatch(msgs []udp.Msg) (int, error) {
 		if wait >= 0 && wait < preciseWait {
 			// A packet comes due soon: sleep for it in slices, looking
 			// again after each, so that one due sooner (or Close) is seen.
-			sleepPrecise(min(max(wait, preciseMin), preciseSlice))
+			sleepPrecise(min(wait, preciseSlice))
 			continue
 		}
 		if wait >= preciseWait {
