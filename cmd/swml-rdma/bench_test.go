@@ -304,7 +304,8 @@ func TestBenchSweepPlot(t *testing.T) {
 		t.Fatalf("SVG series elements %v: want both series with a point per worker count", series)
 	}
 	all := strings.Join(texts, "|")
-	for _, want := range []string{"workers", "time per all-reduce", "ATE/s", "SwitchML", "ring"} {
+	// Over the default links each algorithm's ceiling is drawn too.
+	for _, want := range []string{"workers", "time per all-reduce", "ATE/s", "SwitchML", "ring", "SwitchML ceiling", "ring ceiling", defaultLink + " links"} {
 		if !strings.Contains(all, want) {
 			t.Fatalf("SVG text lacks %q: %s", want, all)
 		}
