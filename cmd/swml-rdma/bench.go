@@ -34,9 +34,11 @@ func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:     "bench",
 		Category: "benchmarks",
-		Usage:    "all-reduce benchmark: software switch, controller and N userspace-NIC workers on loopback, against a ring all-reduce",
+		Usage:    "all-reduce benchmark: software switch, controller and N userspace-NIC workers behind in-memory links (or on loopback), against a ring all-reduce",
 		Description: "Runs a software switch (--switch-addr, 127.0.0.1), its controller and --workers workers (127.0.0.2, …), each with\n" +
-			"its own userspace RoCEv2 NIC, in one process; all-reduces a tensor --iters times and checks every\n" +
+			"its own userspace RoCEv2 NIC behind its own --link to the switch (in memory; none: loopback sockets), in one\n" +
+			"process; prints each all-reduce's ATE/s against its link-rate ceiling and the regime measured (link-bound or\n" +
+			"host-bound). It all-reduces a tensor --iters times and checks every\n" +
 			"result against a float64 (int32: exact) reference. A mismatch fails the run. With --baseline ring\n" +
 			"(the default) the same workers then run a ring all-reduce over the same NICs, checked the same way,\n" +
 			"and the table gives SwitchML's ATE/s as a multiple of the ring's. --workers 2,4,8,16 sweeps worker\n" +
@@ -44,7 +46,7 @@ func benchCommand() *cli.Command {
 			"engine alone instead (no switch or network cost; docs/bench.md \"Engine alone\"). See docs/bench.md.",
 		Flags: append(append(append([]cli.Flag{
 			&cli.StringFlag{Name: "workers", Value: "4", Usage: "number of workers, or a comma list to sweep, e.g. 2,4,8,16", EnvVars: []string{"SWML_WORKERS"}, Category: "job"},
-			&cli.StringFlag{Name: "switch", Value: switchSoftware, Usage: "software: the software switch and userspace NICs on loopback; instant: the worker engine alone, one worker whose writes an in-process switch answers inside the engine's own calls (no network): the engine's capacity, against the memory-bandwidth limit", EnvVars: []string{"SWML_SWITCH"}, Category: "job"},
+			&cli.StringFlag{Name: "switch", Value: switchSoftware, Usage: "software: the software switch and userspace NICs, over --link or on loopback; instant: the worker engine alone, one worker whose writes an in-process switch answers inside the engine's own calls (no network): the engine's capacity, against the memory-bandwidth limit", EnvVars: []string{"SWML_SWITCH"}, Category: "job"},
 			&cli.StringFlag{Name: "link", Value: defaultLink, Usage: "each worker's link to the switch, both directions, in memory (no sockets, no root): a rate as tc writes it, e.g. 200mbit or 1gbit, or none for loopback sockets without a link (docs/bench.md \"Linked mode\")", EnvVars: []string{"SWML_LINK"}, Category: "network"},
 			&cli.StringFlag{Name: "switch-addr", Value: "127.0.0.1", Usage: "embedded switch's IPv4 address; workers take the next ones", EnvVars: []string{"SWML_SWITCH_ADDR"}, Category: "network"},
 			&cli.StringFlag{Name: "loss", Value: "0", Usage: "loss probability at each port a packet crosses: with a link each link direction (a worker's uplink and downlink), with --link none the switch's ingress and egress (the ring: its NICs' send and receive), e.g. 0.01, or a comma list to sweep, e.g. 0,0.001,0.01,0.05", EnvVars: []string{"SWML_LOSS"}, Category: "protocol"},
