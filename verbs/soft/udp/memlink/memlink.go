@@ -150,6 +150,10 @@ type Network struct {
 	seq       uint64
 	linkConfs map[pair]LinkConfig
 	held      []heldPacket // LinkConfig.Hold's, in the order held
+	// waiters are the endpoints whose readers wait for a datagram due
+	// within preciseWait, each at its wakeAt; ticking says that tick runs.
+	waiters []*Endpoint
+	ticking bool
 }
 
 // heldPacket is a datagram a link's Hold kept back.
@@ -361,9 +365,11 @@ type Endpoint struct {
 	batch int
 
 	// under net.mu
-	rx     rxQueue
-	closed bool
-	st     udp.Stats
+	rx      rxQueue
+	closed  bool
+	st      udp.Stats
+	wakeAt  time.Duration // when tick wakes the reader, if waiting
+	waiting bool          // in net.waiters
 
 	notify chan struct{}
 	done   chan struct{}
@@ -445,17 +451,68 @@ func (e *Endpoint) WriteBatch(msgs []udp.Msg) (int, error) {
 	return len(msgs), nil
 }
 
-// Real-time readers wait for a datagram's due time in the kernel
-// (sleepPrecise) when it is less than preciseWait away, in slices of at
-// most preciseSlice. The runtime's timers wake an idle process with
-// millisecond granularity (its netpoller waits in whole milliseconds),
-// which would add up to a millisecond to every link a packet crosses —
-// more than a message's time on a 1 Gbit/s link — and so turn a link's
-// rate into a round-trip-time limit for windowed senders.
+// A real-time reader whose next datagram is due less than preciseWait
+// away is woken by the network's tick goroutine, which sleeps in the kernel
+// (sleepPrecise) in slices of at most preciseSlice. The runtime's timers
+// wake an idle process with millisecond granularity (its netpoller waits in
+// whole milliseconds), which would add up to a millisecond to every link a
+// packet crosses — more than a message's time on a 1 Gbit/s link — and so
+// turn a link's rate into a round-trip-time limit for windowed senders.
+// One goroutine sleeps for all readers, so that at most one thread (and
+// the scheduler's P it holds) waits in a system call at a time.
 const (
 	preciseWait  = 2 * time.Millisecond
-	preciseSlice = 250 * time.Microsecond
+	preciseSlice = 100 * time.Microsecond
 )
+
+// awaitDue has the tick goroutine wake e's reader at its head datagram's
+// due time; n.mu is held.
+func (n *Network) awaitDue(e *Endpoint) {
+	e.wakeAt = e.rx.headDue()
+	if !e.waiting {
+		e.waiting = true
+		n.waiters = append(n.waiters, e)
+	}
+	if !n.ticking {
+		n.ticking = true
+		go n.tick()
+	}
+}
+
+// tick wakes each waiting reader once its datagram is due, sleeping in the
+// kernel in between; it returns when no reader waits.
+func (n *Network) tick() {
+	for {
+		n.mu.Lock()
+		now := n.now()
+		next := time.Duration(-1)
+		k := 0
+		for _, e := range n.waiters {
+			switch {
+			case e.closed:
+				e.waiting = false
+			case e.wakeAt <= now:
+				e.waiting = false
+				e.wake()
+			default:
+				if next < 0 || e.wakeAt < next {
+					next = e.wakeAt
+				}
+				n.waiters[k] = e
+				k++
+			}
+		}
+		clear(n.waiters[k:])
+		n.waiters = n.waiters[:k]
+		if k == 0 {
+			n.ticking = false
+			n.mu.Unlock()
+			return
+		}
+		n.mu.Unlock()
+		sleepPrecise(min(next-now, preciseSlice))
+	}
+}
 
 // ReadBatch blocks until a datagram is due, then returns every due one
 // that fits msgs, in order of arrival.
@@ -497,20 +554,18 @@ func (e *Endpoint) ReadBatch(msgs []udp.Msg) (int, error) {
 			e.st.RxDatagrams += uint64(got)
 			e.st.RxCalls++
 		} else if e.rx.len() > 0 && n.cfg.Clock == nil {
-			wait = e.rx.headDue() - now
+			if wait = e.rx.headDue() - now; wait < preciseWait {
+				// Due soon: tick wakes this reader (notify), as a
+				// datagram due sooner that arrives meanwhile does.
+				n.awaitDue(e)
+				wait = -1
+			} else {
+				wait -= preciseWait / 2 // the runtime's timer wakes late; tick the rest
+			}
 		}
 		n.mu.Unlock()
 		if got > 0 {
 			return got, nil
-		}
-		if wait >= 0 && wait < preciseWait {
-			// A packet comes due soon: sleep for it in slices, looking
-			// again after each, so that one due sooner (or Close) is seen.
-			sleepPrecise(min(wait, preciseSlice))
-			continue
-		}
-		if wait >= preciseWait {
-			wait -= preciseWait / 2 // the runtime's timer wakes late; the rest in slices
 		}
 		var tc <-chan time.Time
 		if wait >= 0 {
