@@ -110,7 +110,10 @@ func newLinkNet(l Link, sw netip.Addr, workers []netip.Addr, packetSize int, los
 	// the switch hears every worker's uplink, a NIC at most two pair links
 	// and its downlink; room for all of them full, and a socket buffer's
 	// worth more for a reader that falls behind.
-	mem, err := memlink.New(memlink.Config{Seed: 1, Link: twoPorts,
+	// PreciseTimers: packets reach their readers within tens of
+	// microseconds of their wire time, not up to a millisecond after it
+	// (docs/bench.md "Linked mode").
+	mem, err := memlink.New(memlink.Config{Seed: 1, Link: twoPorts, PreciseTimers: true,
 		RecvQueue: len(workers)*(q+1) + memlink.DefaultRecvQueue})
 	if err != nil {
 		return nil, fmt.Errorf("benchmark: link network: %w", err)

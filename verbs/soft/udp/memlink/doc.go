@@ -14,10 +14,11 @@
 // (packets kept back until a later one releases them). Every endpoint has a bounded receive queue
 // (the socket buffer) ordered by arrival time.
 //
-// Time is real by default: a reader whose packet is due within 2 ms is
-// woken by one goroutine per Network that sleeps in the kernel (nanosleep
-// on Linux), since the runtime's timers wake an idle process on a
-// millisecond grid; it runs only while a reader waits. With Config.Clock a test moves time itself
+// Time is real by default. The runtime's timers wake an idle process on a
+// millisecond grid; with Config.PreciseTimers a reader whose packet is due
+// within 2 ms is woken instead by one goroutine per Network that sleeps in
+// the kernel (nanosleep on Linux), and runs only while a reader waits.
+// With Config.Clock a test moves time itself
 // (ManualClock.Advance): then the congestion behaviour of a link — which
 // packets wait, which are dropped at a full queue, when each arrives — is
 // a pure function of what was sent when, and tests of it are exact.

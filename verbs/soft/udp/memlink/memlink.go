@@ -49,6 +49,13 @@ type Config struct {
 	RecvQueue int
 	// BatchSize is each endpoint's BatchSize (default udp.DefaultBatchSize).
 	BatchSize int
+	// PreciseTimers, on real time, has a reader whose next datagram is due
+	// within 2 ms woken by one goroutine of the network that sleeps in the
+	// kernel, instead of by the runtime's timers, which wake an idle
+	// process on a millisecond grid (preciseWait). Not for a
+	// testing/synctest bubble, whose clock moves only while every
+	// goroutine in it is blocked, which one in a system call is not.
+	PreciseTimers bool
 	// Tap, when set, sees every datagram sent, before any drop, in send
 	// order, under the network's lock: it must not call the network.
 	Tap func(src, dst netip.AddrPort, pkt []byte)
@@ -451,8 +458,8 @@ func (e *Endpoint) WriteBatch(msgs []udp.Msg) (int, error) {
 	return len(msgs), nil
 }
 
-// A real-time reader whose next datagram is due less than preciseWait
-// away is woken by the network's tick goroutine, which sleeps in the kernel
+// With Config.PreciseTimers, a real-time reader whose next datagram is due
+// less than preciseWait away is woken by the network's tick goroutine, which sleeps in the kernel
 // (sleepPrecise) in slices of at most preciseSlice. The runtime's timers
 // wake an idle process with millisecond granularity (its netpoller waits in
 // whole milliseconds), which would add up to a millisecond to every link a
@@ -554,12 +561,12 @@ func (e *Endpoint) ReadBatch(msgs []udp.Msg) (int, error) {
 			e.st.RxDatagrams += uint64(got)
 			e.st.RxCalls++
 		} else if e.rx.len() > 0 && n.cfg.Clock == nil {
-			if wait = e.rx.headDue() - now; wait < preciseWait {
+			if wait = e.rx.headDue() - now; n.cfg.PreciseTimers && wait < preciseWait {
 				// Due soon: tick wakes this reader (notify), as a
 				// datagram due sooner that arrives meanwhile does.
 				n.awaitDue(e)
 				wait = -1
-			} else {
+			} else if n.cfg.PreciseTimers {
 				wait -= preciseWait / 2 // the runtime's timer wakes late; tick the rest
 			}
 		}
