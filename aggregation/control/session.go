@@ -43,7 +43,10 @@ type sessionParams struct {
 	messageSize int
 	qps         int
 	dtype       wire.DType
-	v6          bool
+	// elementBytes is the element width on the wire, 4 or 2
+	// (RdmaSessionRequest.wire_bits / 8, wire.Job.ElementBytes).
+	elementBytes uint8
+	v6           bool
 	// tensorBytes is the tensor length every call reduces, 0 if not
 	// declared (RdmaSessionRequest.tensor_bytes).
 	tensorBytes uint64
@@ -119,15 +122,18 @@ type job struct {
 	// packetWrites: a rank registered needs_packet_writes, so every rank
 	// sends packet writes (RdmaSessionResponse.packet_writes).
 	packetWrites bool
-	ended        []bool // rank called EndSession
-	attached     []bool // rank opened a KeepAlive stream at some point
-	streamOpen   []bool
-	ending       bool
-	liveness     *time.Timer
-	started      time.Time // installed on the switch
-	done         chan struct{}
-	aborted      bool
-	reason       string
+	// orderGroups: RdmaSessionResponse.qp_order_groups, from an
+	// OrderReporter after AddJob; nil: one group.
+	orderGroups []uint32
+	ended       []bool // rank called EndSession
+	attached    []bool // rank opened a KeepAlive stream at some point
+	streamOpen  []bool
+	ending      bool
+	liveness    *time.Timer
+	started     time.Time // installed on the switch
+	done        chan struct{}
+	aborted     bool
+	reason      string
 }
 
 func (j *job) id() uint32 { return j.spec.ID }

@@ -456,7 +456,8 @@ func (s *Switch) AddJob(ctx context.Context, job *wire.Job) error {
 		}
 	}
 	s.log.Info("job added", "job", job.ID, "workers", len(job.Workers), "qps", len(job.Workers[0].QPNs),
-		"pool", fmt.Sprintf("[%d, %d)", job.PoolBase, job.PoolBase+job.PoolSlots), "packet", job.PacketSize)
+		"pool", fmt.Sprintf("[%d, %d)", job.PoolBase, job.PoolBase+job.PoolSlots), "packet", job.PacketSize,
+		"element_bits", 8*job.LaneBytes())
 	return nil
 }
 
@@ -497,6 +498,28 @@ func (s *Switch) JobPackets(jobID uint32) (uint64, bool) {
 		sum += n
 	}
 	return sum, true
+}
+
+// JobOrderGroups is the core that completes the slots of each of job id's
+// QP indices (control.OrderReporter): results of one core's QPs leave in
+// the order it completes them, results of different cores overtake each
+// other (docs/switch.md "Cores").
+func (s *Switch) JobOrderGroups(jobID uint32) ([]uint32, bool) {
+	s.jobsMu.Lock()
+	j := s.jobs[jobID]
+	s.jobsMu.Unlock()
+	if j == nil {
+		return nil, false
+	}
+	t := s.table.Load()
+	var g []uint32
+	if len(j.Workers) > 0 {
+		g = make([]uint32, len(j.Workers[0].SwitchQPNs))
+		for i, qpn := range j.Workers[0].SwitchQPNs {
+			g[i] = uint32(t.coreOf(qpn))
+		}
+	}
+	return g, true
 }
 
 // JobProgress reads job id's slots and its workers' packet counts on every

@@ -13,7 +13,6 @@ import (
 	"github.com/swml-rdma/swml-rdma/rdma/rdmadev"
 )
 
-func init() { commands = append(commands, devicesCommand()) }
 
 // noDevicesHelp explains an empty device list and what to do instead.
 const noDevicesHelp = `no RDMA devices: this kernel has no RDMA device (no /sys/class/infiniband entries).

@@ -27,7 +27,6 @@ import (
 // `swml-rdma lab`: the flags of a sweep of the network lab
 // (testbed/netlab/sweep, docs/netlab.md), its table, JSON and plots.
 
-func init() { commands = append(commands, labCommand()) }
 
 // labSystemList is every system, as --systems takes them.
 func labSystemList() string {
@@ -290,11 +289,40 @@ func printLab(out io.Writer, rep sweep.Report, asJSON bool) error {
 			fmt.Fprintf(out, "FAILED: %s, %d workers, %s, loss %g, %s: %s\n", r.System, r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.Error)
 		}
 	}
+	printReproduced(out, rep.Rows)
 	fmt.Fprintln(out, "median: the slowest rank's median time per all-reduce. ceiling: ATE/s at the link rate (SwitchML: rate × payload ÷ wire bytes ÷ 32;")
 	fmt.Fprintln(out, "Gloo and ring: rate ÷ (2(N−1)/N) ÷ 32 × payload ÷ wire). retransmissions: SwitchML and ring messages resent, Gloo TCP segments.")
 	fmt.Fprintln(out, "CPU/call: the workers' (Gloo: the ranks') CPU inside the measured all-reduces, summed, per all-reduce, user+kernel; the switch")
 	fmt.Fprintln(out, "daemon's over its life per all-reduce it served in parentheses; the ring (in this process) is not measured.")
 	return printShared(out, rep.Rows)
+}
+
+// printReproduced says, per worker count and size with more than one
+// SwitchML row, whether their results were bit-identical across the
+// sweep's rates and losses.
+func printReproduced(out io.Writer, rows []*sweep.Row) {
+	type key struct{ workers, size int }
+	n := map[key]int{}
+	var keys []key
+	same := map[key]bool{}
+	for _, r := range rows {
+		if r.System != sweep.SwitchML || r.ResultReproduced == nil {
+			continue
+		}
+		k := key{r.Workers, r.TensorBytes}
+		if n[k] == 0 {
+			keys = append(keys, k)
+		}
+		n[k]++
+		same[k] = *r.ResultReproduced
+	}
+	for _, k := range keys {
+		verdict := "bit-identical"
+		if !same[k] {
+			verdict = "NOT identical"
+		}
+		fmt.Fprintf(out, "SwitchML results, %d workers, %s: %s across its %d rows (rates and losses)\n", k.workers, humanBytes(k.size), verdict, n[k])
+	}
 }
 
 // printShared prints, for the SwitchML rows with --jobs N > 1, the solo

@@ -48,7 +48,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	lossInflation(rep.Rows)
 	rep.LoadAvgEnd = loadAvg()
-	return rep, err
+	return rep, errors.Join(err, reproduced(rep.Rows))
 }
 
 type runner struct {
