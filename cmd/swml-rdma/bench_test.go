@@ -684,6 +684,21 @@ func TestBenchLink(t *testing.T) {
 		}
 	}
 
+	// A 16-bit wire carries two elements per four payload bytes: twice
+	// the ceiling.
+	out, _, err = run(t, "bench", "--link", "100mbit", "--workers", "2", "--size", "64KiB", "--iters", "1", "--warmup", "0", "--wire", "16",
+		"--msg-size", "4KiB", "--baseline", "none", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	r16, want16 := rep.Runs[0], 2*netlab.LinkCeilings(100e6, 2, 1024, 4096).SwitchML
+	if r16.WireBits != 16 || r16.CeilingATEPerSec != want16 || r16.OfCeiling == nil || *r16.OfCeiling <= 0 || *r16.OfCeiling > 1.001 {
+		t.Fatalf("16-bit wire: ceiling %v (want %v), of ceiling %v", r16.CeilingATEPerSec, want16, r16.OfCeiling)
+	}
+
 	out, _, err = run(t, "bench", "--link", "none", "--workers", "2", "--size", "16KiB", "--iters", "1", "--warmup", "0", "--json", "--switch-addr", "127.13.37.1")
 	if err != nil {
 		t.Fatal(err)
