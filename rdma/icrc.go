@@ -63,8 +63,8 @@ func (h *ICRC) Frame(ip []byte) (uint32, error) {
 	u := s[8+ipLen:]
 	u[6], u[7] = 0xFF, 0xFF
 	u[udpHeaderLen+bthResv8a] = 0xFF
-	c := crc32.Update(0, crc32.IEEETable, s)
-	return crc32.Update(c, crc32.IEEETable, ip[ipLen+udpHeaderLen+BTHSize:len(ip)-ICRCSize]), nil
+	c := UpdateCRC(0, s)
+	return UpdateCRC(c, ip[ipLen+udpHeaderLen+BTHSize:len(ip)-ICRCSize]), nil
 }
 
 func maskIP(ip []byte) {
@@ -158,8 +158,8 @@ func (h *ICRC) Datagram(f *Flow, payload []byte) (uint32, error) {
 	copy(s[n:], payload[:BTHSize])
 	s[n+bthResv8a] = 0xFF
 	n += BTHSize
-	c := crc32.Update(0, crc32.IEEETable, s[:n])
-	return crc32.Update(c, crc32.IEEETable, payload[BTHSize:len(payload)-ICRCSize]), nil
+	c := UpdateCRC(0, s[:n])
+	return UpdateCRC(c, payload[BTHSize:len(payload)-ICRCSize]), nil
 }
 
 // DatagramHeadroom is Datagram for a packet at b[off:] with at least
@@ -178,7 +178,7 @@ func (h *ICRC) DatagramHeadroom(f *Flow, b []byte, off int) (uint32, error) {
 	writePseudo(b[off-pl:off], f, len(payload))
 	saved := payload[bthResv8a]
 	payload[bthResv8a] = 0xFF
-	c := crc32.ChecksumIEEE(b[off-pl : len(b)-ICRCSize])
+	c := UpdateCRC(0, b[off-pl:len(b)-ICRCSize])
 	payload[bthResv8a] = saved
 	return c, nil
 }
@@ -315,7 +315,7 @@ func (h *FlowICRC) sum(pkt []byte) (uint32, error) {
 	pc := h.pseudoCRC(len(pkt))
 	saved := pkt[bthResv8a]
 	pkt[bthResv8a] = 0xFF
-	c := crc32.Update(pc, crc32.IEEETable, pkt[:len(pkt)-ICRCSize])
+	c := UpdateCRC(pc, pkt[:len(pkt)-ICRCSize])
 	pkt[bthResv8a] = saved
 	return c, nil
 }

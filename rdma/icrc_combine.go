@@ -86,7 +86,7 @@ func (h *FlowICRC) SealCombined(pkt []byte, suffixCRC uint32, s *CRCShift) error
 	pc := h.pseudoCRC(len(pkt))
 	saved := pkt[bthResv8a]
 	pkt[bthResv8a] = 0xFF
-	c := crc32.Update(pc, crc32.IEEETable, pkt[:end])
+	c := UpdateCRC(pc, pkt[:end])
 	pkt[bthResv8a] = saved
 	binary.LittleEndian.PutUint32(pkt[len(pkt)-ICRCSize:], s.Combine(c, suffixCRC))
 	return nil

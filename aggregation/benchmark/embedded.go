@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/local"
@@ -63,6 +64,10 @@ type EmbeddedConfig struct {
 // a summary covers the measured all-reduces that finished.
 type EmbeddedResult struct {
 	SwitchML Summary
+	// CPUUser and CPUSys are this process's CPU time in SwitchML's
+	// measured all-reduces (Result.CPUUser, Result.CPUSys): every worker's,
+	// its NIC's and the switch's.
+	CPUUser, CPUSys time.Duration
 	// SwitchMLCalls and RingCalls count the all-reduces that finished and
 	// were verified, warm-up included.
 	SwitchMLCalls, RingCalls int
@@ -90,6 +95,9 @@ type EmbeddedResult struct {
 // Retransmissions counts data messages resent.
 type RingResult struct {
 	Summary
+	// CPUUser and CPUSys are this process's CPU time in the ring's
+	// measured all-reduces.
+	CPUUser, CPUSys          time.Duration
 	Packets, Retransmissions uint64
 	// WindowMessages is the ring's window (ring.Config.Window).
 	WindowMessages int
@@ -213,6 +221,7 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 	res := EmbeddedResult{SwitchMLCalls: calls}
 	if len(run.Times) > 0 {
 		res.SwitchML = Summarize(run.Times, cfg.Elements)
+		res.CPUUser, res.CPUSys = run.CPUUser, run.CPUSys
 	}
 	for _, s := range sessions {
 		st := s.Stats()
@@ -272,7 +281,7 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 	if len(run.Times) > 0 {
 		rs := rg.Stats()
 		res.Ring = &RingResult{Summary: Summarize(run.Times, cfg.Elements), Packets: rs.Packets, Retransmissions: rs.Retransmissions,
-			WindowMessages: rg.Config().Window}
+			WindowMessages: rg.Config().Window, CPUUser: run.CPUUser, CPUSys: run.CPUSys}
 		if links != nil {
 			res.Ring.Links = links.ringTotals()
 		}

@@ -69,7 +69,9 @@ func dequantizeBF16AVX2(dst *uint16, src *byte, n int, inv float32, nt bool)
 func dequantizeF16AVX2(dst *uint16, src *byte, n int, inv float32, nt bool)
 
 // The 16-bit wire's kernels (wire16_amd64.s) take n a multiple of 8
-// (bswap16AVX2: of 16) and report finiteness as quantizeAVX2 does.
+// (bswap16AVX2: of 16) and report finiteness as quantizeAVX2 does. The
+// dequantize kernels take inv16 = inv·2^-16 (wireInverse16), as they
+// convert each sum shifted left by 16.
 
 //go:noescape
 func quantizeW16AVX2(dst *byte, src *float32, n int, factor, limit float32, nt bool) (nonFinite uint32)
@@ -81,13 +83,13 @@ func quantizeBF16W16AVX2(dst *byte, src *uint16, n int, factor, limit float32, n
 func quantizeF16W16AVX2(dst *byte, src *uint16, n int, factor, limit float32, nt bool) (nonFinite uint32)
 
 //go:noescape
-func dequantizeW16AVX2(dst *float32, src *byte, n int, inv float32, nt bool)
+func dequantizeW16AVX2(dst *float32, src *byte, n int, inv16 float32, nt bool)
 
 //go:noescape
-func dequantizeBF16W16AVX2(dst *uint16, src *byte, n int, inv float32, nt bool)
+func dequantizeBF16W16AVX2(dst *uint16, src *byte, n int, inv16 float32, nt bool)
 
 //go:noescape
-func dequantizeF16W16AVX2(dst *uint16, src *byte, n int, inv float32, nt bool)
+func dequantizeF16W16AVX2(dst *uint16, src *byte, n int, inv16 float32, nt bool)
 
 //go:noescape
 func bswap16AVX2(dst, src *byte, n int, nt bool)
@@ -235,8 +237,17 @@ func quantizeWire16(dst []byte, src []float32, factor, limit float32) (nonFinite
 	return bad != 0 || m >= infBits
 }
 
+// wireInverse16 is inv·2^-16 for the dequantize kernels, and whether it is
+// exact: every inverse a Scale has (≥ 2^-126) gives a power of two ≥ 2^-142,
+// a float32 (subnormal below 2^-126); other values run the scalar code.
+func wireInverse16(inv float32) (float32, bool) {
+	inv16 := inv * 0x1p-16
+	return inv16, inv16*0x1p16 == inv
+}
+
 func dequantizeWire16(dst []float32, src []byte, inv float32) {
-	if !useAVX2 || len(dst) < 8 {
+	inv16, exact := wireInverse16(inv)
+	if !useAVX2 || len(dst) < 8 || !exact {
 		dequantizeWire16Generic(dst, src, inv)
 		return
 	}
@@ -244,7 +255,7 @@ func dequantizeWire16(dst []float32, src []byte, inv float32) {
 	dequantizeWire16Generic(dst[:head], src[:2*head], inv)
 	dst, src = dst[head:], src[2*head:]
 	if k := len(dst) &^ 7; k > 0 {
-		dequantizeW16AVX2(&dst[0], &src[0], k, inv, nt)
+		dequantizeW16AVX2(&dst[0], &src[0], k, inv16, nt)
 		dst, src = dst[k:], src[2*k:]
 	}
 	dequantizeWire16Generic(dst, src, inv)
@@ -271,7 +282,8 @@ func quantizeHalfWire16(dst []byte, src []uint16, f Format, factor, limit float3
 }
 
 func dequantizeHalfWire16(dst []uint16, src []byte, f Format, inv float32) {
-	if !simd16(f) || len(dst) < 8 {
+	inv16, exact := wireInverse16(inv)
+	if !simd16(f) || len(dst) < 8 || !exact {
 		dequantizeHalfWire16Generic(dst, src, f, inv)
 		return
 	}
@@ -280,9 +292,9 @@ func dequantizeHalfWire16(dst []uint16, src []byte, f Format, inv float32) {
 	dst, src = dst[head:], src[2*head:]
 	if k := len(dst) &^ 7; k > 0 {
 		if f == BFloat16 {
-			dequantizeBF16W16AVX2(&dst[0], &src[0], k, inv, nt)
+			dequantizeBF16W16AVX2(&dst[0], &src[0], k, inv16, nt)
 		} else {
-			dequantizeF16W16AVX2(&dst[0], &src[0], k, inv, nt)
+			dequantizeF16W16AVX2(&dst[0], &src[0], k, inv16, nt)
 		}
 		dst, src = dst[k:], src[2*k:]
 	}

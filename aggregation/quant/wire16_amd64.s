@@ -18,10 +18,14 @@
 //     bytes of each word.
 //   - dequantize: VBROADCASTI128 puts 8 big-endian int16 in both lanes,
 //     VPSHUFB moves each to the top half of a dword, byte-swapped
-//     (lane 0 takes values 0–3, lane 1 values 4–7), VPSRAD $16 sign-extends
-//     it; then VCVTDQ2PS (exact: |sum| < 2^24) and VMULPS by the inverse,
-//     and for 16-bit results the narrowing of quant16_amd64.s (bfloat16:
-//     the scalar integer rule; float16: VCVTPS2PH imm8 0).
+//     (lane 0 takes values 0–3, lane 1 values 4–7): the int32 sum·2^16.
+//     VCVTDQ2PS converts it exactly (16 significant bits) and VMULPS by
+//     inv·2^-16 (the Go wrapper's argument, a power of two, subnormal for
+//     inv < 2^-110 but exact) gives sum·inv exactly, as the scalar
+//     float32(sum)·inv does: both products are the exact value, rounded
+//     the same way where it overflows. Then, for 16-bit results, the
+//     narrowing of quant16_amd64.s (bfloat16: the scalar integer rule;
+//     float16: VCVTPS2PH imm8 0).
 
 // VPSHUFB control reversing the bytes of each 16-bit word of both lanes.
 DATA ·bswap16Mask+0x00(SB)/8, $0x0607040502030001
@@ -209,20 +213,19 @@ TEXT ·quantizeF16W16AVX2(SB), NOSPLIT, $0-44
 	RET
 
 // DW8(off, x) turns the 8 big-endian int16 at off(SI) into floats times the
-// inverse in x. Constants: Y12 inverse, Y15 wire16Spread.
+// inverse in x. Constants: Y12 inverse·2^-16, Y15 wire16Spread.
 #define DW8(off, x) \
 	VBROADCASTI128 off(SI), x \
 	VPSHUFB        Y15, x, x \
-	VPSRAD         $16, x, x \
 	VCVTDQ2PS      x, x \
 	VMULPS         Y12, x, x
 
-// func dequantizeW16AVX2(dst *float32, src *byte, n int, inv float32, nt bool)
+// func dequantizeW16AVX2(dst *float32, src *byte, n int, inv16 float32, nt bool)
 TEXT ·dequantizeW16AVX2(SB), NOSPLIT, $0-29
 	MOVQ         dst+0(FP), DI
 	MOVQ         src+8(FP), SI
 	MOVQ         n+16(FP), CX
-	VBROADCASTSS inv+24(FP), Y12
+	VBROADCASTSS inv16+24(FP), Y12
 	MOVBQZX      nt+28(FP), AX
 	VMOVDQU      ·wire16Spread(SB), Y15
 	CMPQ         CX, $32
@@ -322,7 +325,7 @@ dret:
 // DEQUANTHALFW16(N32, N8) is the body of a kernel from the 16-bit wire to
 // 16-bit values, narrowing with N32 and N8: 32 values per iteration (64
 // bytes in, 64 out), then 8. Arguments: DI dst, SI src, CX n, AX nt, Y12
-// inverse.
+// inverse·2^-16.
 #define DEQUANTHALFW16(N32, N8) \
 	VMOVDQU  ·wire16Spread(SB), Y15 \
 	VPCMPEQD Y10, Y10, Y10 \
@@ -375,23 +378,23 @@ hdone: \
 	SFENCE \
 hret:
 
-// func dequantizeBF16W16AVX2(dst *uint16, src *byte, n int, inv float32, nt bool)
+// func dequantizeBF16W16AVX2(dst *uint16, src *byte, n int, inv16 float32, nt bool)
 TEXT ·dequantizeBF16W16AVX2(SB), NOSPLIT, $0-29
 	MOVQ         dst+0(FP), DI
 	MOVQ         src+8(FP), SI
 	MOVQ         n+16(FP), CX
-	VBROADCASTSS inv+24(FP), Y12
+	VBROADCASTSS inv16+24(FP), Y12
 	MOVBQZX      nt+28(FP), AX
 	DEQUANTHALFW16(NBF16_32, NBF16_8)
 	VZEROUPPER
 	RET
 
-// func dequantizeF16W16AVX2(dst *uint16, src *byte, n int, inv float32, nt bool)
+// func dequantizeF16W16AVX2(dst *uint16, src *byte, n int, inv16 float32, nt bool)
 TEXT ·dequantizeF16W16AVX2(SB), NOSPLIT, $0-29
 	MOVQ         dst+0(FP), DI
 	MOVQ         src+8(FP), SI
 	MOVQ         n+16(FP), CX
-	VBROADCASTSS inv+24(FP), Y12
+	VBROADCASTSS inv16+24(FP), Y12
 	MOVBQZX      nt+28(FP), AX
 	DEQUANTHALFW16(NF16_32, NF16_8)
 	VZEROUPPER

@@ -868,14 +868,25 @@ func TestHalfWire16MatchesScalar(t *testing.T) {
 				checkHalfWire16Dequantize(t, what, f, wire, s, 1)
 			}
 			// Every int16 sum, with inverses that put the results on every
-			// side of the format's range.
+			// side of the format's range; the smallest a Scale has (2^-126,
+			// whose kernel multiplier 2^-142 is subnormal), and smaller
+			// ones that no Scale has (the kernels' multiplier would round:
+			// the scalar code runs).
 			every := make([]byte, 2<<16)
 			for i := range 1 << 16 {
 				binary.BigEndian.PutUint16(every[2*i:], uint16(i))
 			}
-			for _, inv := range []float32{0x1p-40, 0x1p-30, 0x1p-24, 0x1p-20, 0x1p-14, 0x1p-8, 1, 0x1p2, 0x1p4, 0x1p20, 0x1p110, 0x1p126} {
+			for _, inv := range []float32{0x1p-140, 0x1p-133, 0x1p-126, 0x1p-40, 0x1p-30, 0x1p-24, 0x1p-20, 0x1p-14, 0x1p-8, 1, 0x1p2, 0x1p4, 0x1p20, 0x1p110, 0x1p126} {
 				s := Scale{inv: inv, wire16: true, n: 1}
 				checkHalfWire16Dequantize(t, path+" "+f.String()+" every sum", f, every, s, 0)
+				r, rw := make([]float32, 1<<16), make([]float32, 1<<16)
+				DequantizeWire16(r, every, s)
+				dequantizeWire16Generic(rw, every, inv)
+				for i := range rw {
+					if math.Float32bits(r[i]) != math.Float32bits(rw[i]) {
+						t.Fatalf("%s: DequantizeWire16 of %d with inverse %g: %g, scalar %g", path, int16(i), inv, r[i], rw[i])
+					}
+				}
 			}
 		}
 		restore()

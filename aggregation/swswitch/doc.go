@@ -11,7 +11,9 @@
 // any slot.
 //
 // I/O is batched through verbs/soft/udp (recvmmsg/sendmmsg, caller-owned
-// buffers, no allocation per packet). Incoming ICRCs are verified over IPv6,
+// buffers, no allocation per packet); with one core, the requests of a GRO
+// datagram are run where the kernel put them (udp.Lender), not copied
+// first. Incoming ICRCs are verified over IPv6,
 // and over IPv4 when senders use Identification 0 (ICRCVerify, the default,
 // right for verbs/soft workers); ICRCVerifyIPv6 skips IPv4 peers such as rxe
 // whose Identification a UDP socket cannot see. A drop simulator (ingress

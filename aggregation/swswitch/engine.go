@@ -1,7 +1,6 @@
 package swswitch
 
 import (
-	"hash/crc32"
 	"net/netip"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
@@ -44,19 +43,34 @@ type engine struct {
 const maxFlows = 4096
 
 // flowCache maps a flow's remote end to its FlowICRC. It allocates only
-// when it meets a new flow.
+// when it meets a new flow. A broadcast's results go to each of a job's
+// workers in turn, so the last few flows used are kept in a small array,
+// tried before the map (whose lookup hashes the 32-byte key).
 type flowCache struct {
-	m       map[netip.AddrPort]int
-	flows   []rdma.FlowICRC
-	lastKey netip.AddrPort
-	last    int
+	m      map[netip.AddrPort]int
+	flows  []rdma.FlowICRC
+	recent [flowRecent]recentFlow
+	next   int // the recent entry replaced next
+}
+
+// flowRecent is the number of flows a flowCache tries before its map: a
+// broadcast to that many workers finds every flow there.
+const flowRecent = 16
+
+type recentFlow struct {
+	key netip.AddrPort
+	id  int // -1: empty
 }
 
 // get returns the id of the flow to or from remote (local being the
 // switch), creating it if there is room; -1 if not.
 func (c *flowCache) get(remote netip.AddrPort, f func() rdma.Flow) int {
-	if c.m != nil && remote == c.lastKey {
-		return c.last
+	if c.m != nil {
+		for i := range c.recent {
+			if r := &c.recent[i]; r.id >= 0 && r.key == remote {
+				return r.id
+			}
+		}
 	}
 	id, ok := c.m[remote]
 	if !ok {
@@ -65,6 +79,9 @@ func (c *flowCache) get(remote netip.AddrPort, f func() rdma.Flow) int {
 		}
 		if c.m == nil {
 			c.m = make(map[netip.AddrPort]int)
+			for i := range c.recent {
+				c.recent[i].id = -1
+			}
 		}
 		fl := f()
 		id = len(c.flows)
@@ -72,7 +89,8 @@ func (c *flowCache) get(remote netip.AddrPort, f func() rdma.Flow) int {
 		c.flows[id].Reset(&fl)
 		c.m[remote] = id
 	}
-	c.lastKey, c.last = remote, id
+	c.recent[c.next] = recentFlow{remote, id}
+	c.next = (c.next + 1) % flowRecent
 	return id
 }
 
@@ -181,6 +199,9 @@ func (v *verifier) verifyICRC(src netip.AddrPort, buf []byte, off, n int) error 
 	})
 	if id < 0 {
 		f := rdma.Flow{Src: src.Addr(), Dst: v.local.Addr(), SrcPort: src.Port(), DstPort: v.local.Port(), DF: true}
+		if off < rdma.ICRCHeadroom {
+			return v.icrc.Verify(&f, buf[off:off+n]) // a lent packet has no headroom
+		}
 		return v.icrc.VerifyHeadroom(&f, buf[:off+n], off)
 	}
 	return v.flows.flows[id].Verify(buf[off : off+n])
@@ -210,7 +231,7 @@ func (e *engine) payloadCRC(pkt []byte) (*rdma.CRCShift, uint32) {
 		e.shifts = append(e.shifts, s)
 	}
 	end := len(pkt) - rdma.ICRCSize
-	return s, crc32.ChecksumIEEE(pkt[end-n : end])
+	return s, rdma.UpdateCRC(0, pkt[end-n:end])
 }
 
 // seal computes the ICRC of result m (pl bytes, addressed). With shift

@@ -251,3 +251,41 @@ func TestEngineAllocs(t *testing.T) {
 		t.Errorf("%v allocations per round", allocs)
 	}
 }
+
+// TestVerifierUncached: with the flow cache full, a request from a new
+// source is verified without it: in place with headroom, or in two passes
+// when it has none (a packet lent by a GRO socket, udp.Lender); a good
+// ICRC passes, a corrupted one is dropped.
+func TestVerifierUncached(t *testing.T) {
+	_, jobs := testEngine(t, engineV4, ICRCVerify)
+	j := jobs[0]
+	v := verifier{local: engineV4, policy: ICRCVerify}
+	for i := range maxFlows {
+		v.flows.get(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 77, byte(i >> 8), byte(i)}), rdma.UDPPort), func() rdma.Flow {
+			return rdma.Flow{Src: netip.AddrFrom4([4]byte{10, 77, 0, 1}), Dst: engineV4.Addr(), SrcPort: rdma.UDPPort, DstPort: engineV4.Port()}
+		})
+	}
+	src := netip.AddrPortFrom(j.Workers[0].Addr, rdma.UDPPort)
+	for _, lent := range []bool{false, true} {
+		for _, corrupt := range []bool{false, true} {
+			b := datagram(t, j, 0, j.PoolBase, 5, engineV4)
+			if corrupt {
+				b[len(b)-5] ^= 1
+			}
+			off := rdma.ICRCHeadroom
+			if lent {
+				b, off = b[rdma.ICRCHeadroom:], 0
+			}
+			want := switchmodel.NotDropped
+			if corrupt {
+				want = switchmodel.DropICRC
+			}
+			if got := v.check(src, b, off, len(b)-off); got != want {
+				t.Errorf("lent %v, corrupt %v: %v, want %v", lent, corrupt, got, want)
+			}
+		}
+	}
+	if len(v.flows.flows) != maxFlows {
+		t.Errorf("the cache grew to %d flows past its %d", len(v.flows.flows), maxFlows)
+	}
+}

@@ -298,12 +298,25 @@ func (s *Switch) Readers() int { return len(s.conns) }
 
 // read receives from conn into b until conn closes. It drops requests whose
 // ICRC fails, and hands the others to their cores: with one core it runs
-// them itself, else in batches, in arrival order.
+// them itself, else in batches, in arrival order. With one core, on an
+// endpoint that lends its receive memory (udp.Lender: a GRO socket), the
+// requests are read where the kernel put them and run before the next
+// read; with more, each is copied into a batch buffer that travels to its
+// core.
 func (s *Switch) read(conn udp.Endpoint, b *batch) {
 	v := verifier{local: conn.LocalAddr(), policy: s.cfg.ICRC}
 	out := make([]*batch, len(s.cores))
+	read := conn.ReadBatch
+	var own []udp.Msg
+	if l, ok := conn.(udp.Lender); ok && len(s.cores) == 1 {
+		read = l.ReadLent
+		own = append(own, b.msgs...)
+	}
 	for {
-		n, err := conn.ReadBatch(b.msgs)
+		if own != nil {
+			copy(b.msgs, own)
+		}
+		n, err := read(b.msgs)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return

@@ -108,6 +108,11 @@ type benchRun struct {
 	// --switch instant (null otherwise).
 	Switch string        `json:"switch"`
 	Engine *engineResult `json:"engine"`
+	// CPUUserNs and CPUSysNs are the process's CPU time inside SwitchML's
+	// measured all-reduces (every worker, NIC and the switch), as a worker's
+	// record has its own.
+	CPUUserNs int64 `json:"cpu_user_ns"`
+	CPUSysNs  int64 `json:"cpu_sys_ns"`
 	linkResult
 }
 
@@ -196,6 +201,10 @@ type baselineResult struct {
 	// LossInflation as for the SwitchML run, against the ring's own
 	// loss-free run.
 	LossInflation *float64 `json:"loss_inflation"`
+	// CPUUserNs and CPUSysNs are the process's CPU time inside the ring's
+	// measured all-reduces.
+	CPUUserNs int64 `json:"cpu_user_ns"`
+	CPUSysNs  int64 `json:"cpu_sys_ns"`
 	linkResult
 }
 
@@ -498,7 +507,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (run
 		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Loss: cfg.loss, Verified: true,
 		Packets: res.Packets, Retransmissions: res.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: res.PacketWriteCalls,
 		ResendCauses: benchmark.ResendCauses{Timeouts: res.Timeouts, FastRetransmissions: res.FastRetransmissions, SpuriousRetransmissions: res.SpuriousRetransmissions}},
-		SwitchDrops: res.SwitchDrops}
+		SwitchDrops: res.SwitchDrops, CPUUserNs: int64(res.CPUUser), CPUSysNs: int64(res.CPUSys)}
 	run.Times = res.SwitchML.Times()
 	if res.Messages > 0 {
 		run.RetransmissionsPerMessage = float64(res.Retransmissions) / float64(res.Messages)
@@ -510,7 +519,8 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (run
 	run.linkResult = newLinkResult(cfg.link, ceil.SwitchML*32/float64(cfg.wire), run.ATEPerSec, res.Links)
 	if r := res.Ring; r != nil {
 		run.Baseline = &baselineResult{Name: "ring", Times: r.Summary.Times(),
-			Packets: r.Packets, Retransmissions: r.Retransmissions, Verified: true, WindowMessages: r.WindowMessages}
+			Packets: r.Packets, Retransmissions: r.Retransmissions, Verified: true, WindowMessages: r.WindowMessages,
+			CPUUserNs: int64(r.CPUUser), CPUSysNs: int64(r.CPUSys)}
 		run.Baseline.linkResult = newLinkResult(cfg.link, ceil.Ring, run.Baseline.ATEPerSec, r.Links)
 		ratio := run.ATEPerSec / run.Baseline.ATEPerSec
 		run.ATERatio = &ratio

@@ -22,7 +22,6 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/control/p4rt"
 )
 
-
 func controllerCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "controller",

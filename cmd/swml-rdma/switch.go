@@ -27,7 +27,6 @@ import (
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
-
 func switchCommand() *cli.Command {
 	return &cli.Command{
 		Name:     "switch",

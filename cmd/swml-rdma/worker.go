@@ -28,7 +28,6 @@ import (
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
-
 // Defaults of the worker's job flags.
 const (
 	defaultConnectTimeout = 30 * time.Second

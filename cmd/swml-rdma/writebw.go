@@ -18,7 +18,6 @@ import (
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
-
 func writeBWCommand() *cli.Command {
 	return &cli.Command{
 		Name:     "write-bw",

@@ -23,7 +23,10 @@
 // requests complete after their packets are sent.
 //
 // Receive: one goroutine per device reads batches, demultiplexes by
-// destination QPN and applies the UC rules as rxe does: FIRST/ONLY start a
+// destination QPN and applies the UC rules as rxe does (a batch under one
+// read lock of the device, its counters added once). On a GRO socket the
+// packets are read where the kernel put them (udp.Lender), so a payload is
+// copied once in user space, into the MR, as an RNIC's DMA writes it: FIRST/ONLY start a
 // message at any PSN; MIDDLE/LAST must continue the sequence or the rest of
 // that message is dropped. The RETH rkey, address range, length and the MR's
 // remote-write access are checked before any byte is written; a WRITE WITH

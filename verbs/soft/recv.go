@@ -12,7 +12,10 @@ import (
 // every header is far below it.
 const maxDatagram = 4096 + 256
 
-// receive is the device's receive goroutine.
+// receive is the device's receive goroutine. On an endpoint that lends its
+// receive memory (udp.Lender: a GRO socket) a packet is read where the
+// kernel put it, and its payload copied once, into the MR; msgs' own
+// buffers serve an endpoint that does not lend.
 func (d *Device) receive() {
 	defer close(d.rxDone)
 	batch := d.conn.BatchSize()
@@ -22,19 +25,26 @@ func (d *Device) receive() {
 	for i := range msgs {
 		msgs[i] = udp.Msg{Buf: store[i*stride : (i+1)*stride], Off: rdma.ICRCHeadroom}
 	}
+	read := d.conn.ReadBatch
+	var own []udp.Msg
+	if l, ok := d.conn.(udp.Lender); ok {
+		read = l.ReadLent
+		own = append(own, msgs...)
+	}
 	var h rxICRC
 	var pkt rdma.Packet
 	for {
-		n, err := d.conn.ReadBatch(msgs)
+		if own != nil {
+			copy(msgs, own)
+		}
+		n, err := read(msgs)
 		if err != nil {
 			if errClosedConn(err) || d.closing.Load() {
 				return
 			}
 			continue
 		}
-		for i := 0; i < n; i++ {
-			d.handle(&h, &pkt, &msgs[i])
-		}
+		d.handleBatch(&h, &pkt, msgs[:n])
 		d.rxWakes.flush()
 		d.rxHandled.Add(uint64(n))
 	}
@@ -61,6 +71,9 @@ func (r *rxICRC) verify(d *Device, m *udp.Msg) error {
 		if fh == nil {
 			f := rdma.Flow{Src: src.Addr(), Dst: d.Addr(), SrcPort: src.Port(), DstPort: d.conn.LocalAddr().Port(), DF: true}
 			if len(r.flows) >= maxRxFlows {
+				if m.Off < rdma.ICRCHeadroom {
+					return r.h.Verify(&f, m.Bytes()) // a lent packet has no headroom
+				}
 				return r.h.VerifyHeadroom(&f, m.Buf[:m.Off+m.N], m.Off)
 			}
 			if r.flows == nil {
@@ -75,11 +88,26 @@ func (r *rxICRC) verify(d *Device, m *udp.Msg) error {
 	return r.last.Verify(m.Bytes())
 }
 
+// handleBatch handles a batch of received datagrams under one read lock
+// of the device (QPs and MRs cannot go away meanwhile), and counts them
+// once: a lock and counter updates per packet would bounce their cache
+// lines between this goroutine and the posting ones.
+func (d *Device) handleBatch(h *rxICRC, p *rdma.Packet, msgs []udp.Msg) {
+	var bytes uint64
+	d.mu.RLock()
+	for i := range msgs {
+		bytes += uint64(msgs[i].N)
+		d.handle(h, p, &msgs[i])
+	}
+	d.mu.RUnlock()
+	d.cnt.rxPackets.Add(uint64(len(msgs)))
+	d.cnt.rxBytes.Add(bytes)
+}
+
+// handle handles one received datagram; the caller holds d.mu (read).
 func (d *Device) handle(h *rxICRC, p *rdma.Packet, m *udp.Msg) {
 	payload := m.Bytes()
 	c := &d.cnt
-	c.rxPackets.Add(1)
-	c.rxBytes.Add(uint64(len(payload)))
 	if err := p.Parse(payload); err != nil {
 		c.rxMalformed.Add(1)
 		return
@@ -96,8 +124,6 @@ func (d *Device) handle(h *rxICRC, p *rdma.Packet, m *udp.Msg) {
 		c.rxUnsupported.Add(1)
 		return
 	}
-	d.mu.RLock()
-	defer d.mu.RUnlock()
 	q := d.qps[p.BTH.DestQP()]
 	if q == nil {
 		c.rxUnknownQP.Add(1)

@@ -138,6 +138,7 @@ func (q *QP) sendOne(wr *verbs.SendWR) error {
 		RETH: rdma.RETHFields{VA: wr.RemoteAddr, RKey: wr.RKey, DMALen: uint32(length)},
 		Imm:  wr.Imm,
 	}
+	var bytes uint64
 	for k := 0; k < npk; k++ {
 		if t.n == len(t.msgs) {
 			if err := d.flushLocked(); err != nil {
@@ -166,8 +167,9 @@ func (q *QP) sendOne(wr *verbs.SendWR) error {
 		t.msgs[t.n] = udp.Msg{Buf: pkt, N: len(pkt), Addr: q.remote}
 		t.streams[t.n] = q.qpn
 		t.n++
-		d.cnt.txBytes.Add(uint64(len(pkt)))
+		bytes += uint64(len(pkt))
 	}
+	d.cnt.txBytes.Add(bytes)
 	d.cnt.txPackets.Add(uint64(npk))
 	d.cnt.txMessages.Add(1)
 	if wr.Signaled {

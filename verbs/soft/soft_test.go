@@ -214,7 +214,7 @@ func settle(t *testing.T, d *Device, n uint64) {
 	t.Helper()
 	deadline := time.Now().Add(testutil.Scale(5 * time.Second))
 	// rxHandled, not RxPackets: the packet must have been handled to the
-	// end (RxPackets counts it on arrival, before the checks).
+	// end, and its completions woken.
 	for d.rxHandled.Load() < n {
 		if time.Now().After(deadline) {
 			t.Fatalf("NIC saw %d packets, want %d", d.Stats().RxPackets, n)

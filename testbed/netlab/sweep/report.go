@@ -1,6 +1,7 @@
 package sweep
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -34,7 +35,10 @@ type Report struct {
 
 // Row is one system's run in one row of the sweep.
 type Row struct {
-	System      System  `json:"system"`
+	System System `json:"system"`
+	// WireBits is SwitchML's element width on the wire (32 or 16; 0 in
+	// Gloo's and the ring's rows).
+	WireBits    int     `json:"wire_bits"`
 	Workers     int     `json:"workers"`
 	RateBps     uint64  `json:"rate_bps"` // 0: unshaped
 	Loss        float64 `json:"loss"`
@@ -97,7 +101,7 @@ type Row struct {
 	Verified     bool   `json:"verified"`
 	ResultSHA256 string `json:"result_sha256,omitempty"`
 	// ResultReproduced (SwitchML rows): whether every verified SwitchML row
-	// of the sweep with the same workers and size — at any rate and loss —
+	// of the sweep with the same workers, size and wire — at any rate and loss —
 	// has this row's result digest, bit for bit (docs/protocol.md
 	// "Reproducible sums"); nil when no other such row ran.
 	ResultReproduced *bool  `json:"result_reproduced"`
@@ -228,7 +232,9 @@ func compareRows(rows []*Row, packetSize, msgSize int) {
 		c := netlab.LinkCeilings(float64(row.RateBps), row.Workers, packetSize, msgSize)
 		switch row.System {
 		case SwitchML:
-			row.CeilingATEPerSec = c.SwitchML
+			// The ceiling counts 4-byte elements; a 16-bit wire carries
+			// twice as many per byte.
+			row.CeilingATEPerSec = c.SwitchML * 32 / float64(cmp.Or(row.WireBits, 32))
 		case Gloo:
 			row.CeilingATEPerSec = c.Gloo
 		case Ring:
@@ -264,14 +270,14 @@ func compareRows(rows []*Row, packetSize, msgSize int) {
 // size must have the same digest. A row that differs fails, naming the row
 // it differs from, and the error wraps benchmark.ErrMismatch.
 func reproduced(rows []*Row) error {
-	type key struct{ workers, size int }
+	type key struct{ workers, size, wire int }
 	groups := map[key][]*Row{}
 	var keys []key
 	for _, r := range rows {
 		if r.System != SwitchML || r.Error != "" || !r.Verified || r.ResultSHA256 == "" {
 			continue
 		}
-		k := key{r.Workers, r.TensorBytes}
+		k := key{r.Workers, r.TensorBytes, r.WireBits}
 		if groups[k] == nil {
 			keys = append(keys, k)
 		}
@@ -306,7 +312,7 @@ func lossInflation(rows []*Row) {
 			continue
 		}
 		for _, z := range rows {
-			if z.Loss == 0 && z.Error == "" && z.System == r.System && z.Workers == r.Workers && z.RateBps == r.RateBps && z.TensorBytes == r.TensorBytes {
+			if z.Loss == 0 && z.Error == "" && z.System == r.System && z.WireBits == r.WireBits && z.Workers == r.Workers && z.RateBps == r.RateBps && z.TensorBytes == r.TensorBytes {
 				x := float64(r.MedianNs) / float64(z.MedianNs)
 				r.LossInflation = &x
 			}

@@ -116,6 +116,14 @@ func TestCompareRows(t *testing.T) {
 	if sw.Gbps != sw.ATEPerSec*32/1e9 {
 		t.Errorf("Gbit/s %g at %g ATE/s", sw.Gbps, sw.ATEPerSec)
 	}
+	// The 16-bit wire carries twice the elements per byte: twice the
+	// ceiling of the 32-bit wire's row beside it.
+	w32 := &Row{System: SwitchML, WireBits: 32, Workers: 4, RateBps: 200e6}
+	w16 := &Row{System: SwitchML, WireBits: 16, Workers: 4, RateBps: 200e6}
+	compareRows([]*Row{w32, w16}, 1024, 16384)
+	if w32.CeilingATEPerSec != sw.CeilingATEPerSec || !near(w16.CeilingATEPerSec, 2*w32.CeilingATEPerSec) {
+		t.Errorf("ceilings: 32-bit wire %g, 16-bit %g; want %g and twice it", w32.CeilingATEPerSec, w16.CeilingATEPerSec, sw.CeilingATEPerSec)
+	}
 }
 
 // TestReportJSON: the keys a reader of the JSON relies on, nulls where a

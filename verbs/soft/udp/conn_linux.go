@@ -303,8 +303,28 @@ func (c *Conn) recv() error {
 // net.ErrClosed after Close.
 func (c *Conn) ReadBatch(msgs []Msg) (int, error) {
 	if c.gro {
-		return c.readGRO(msgs)
+		return c.readGRO(msgs, false)
 	}
+	return c.readPlain(msgs)
+}
+
+var _ Lender = (*Conn)(nil)
+
+// ReadLent is ReadBatch that lends the packets of GRO datagrams (Lender):
+// on a GRO socket every packet comes back lent, a slice of the 64 KiB
+// receive buffer it arrived in, and the caller's buffers are not used;
+// without GRO the datagrams are received straight into the caller's
+// buffers, as by ReadBatch, which copies nothing either.
+func (c *Conn) ReadLent(msgs []Msg) (int, error) {
+	if c.gro {
+		return c.readGRO(msgs, true)
+	}
+	return c.readPlain(msgs)
+}
+
+// readPlain is ReadBatch without GRO: each datagram is received into its
+// Msg's buffer.
+func (c *Conn) readPlain(msgs []Msg) (int, error) {
 	for {
 		req := min(len(msgs), c.batch)
 		if req == 0 {
@@ -380,11 +400,14 @@ func (c *Conn) accept(from netip.AddrPort, b []byte, n *rxCount) bool {
 }
 
 // readGRO is ReadBatch on a GRO socket: datagrams are received into the
-// endpoint's own 64 KiB buffers and each packet is copied to its Msg.
-func (c *Conn) readGRO(msgs []Msg) (int, error) {
-	for i := range msgs {
-		if m := &msgs[i]; m.Off < 0 || m.Off >= len(m.Buf) {
-			return 0, fmt.Errorf("udp: ReadBatch: message %d has no room after offset %d in its %d-byte buffer", i, m.Off, len(m.Buf))
+// endpoint's own 64 KiB buffers and each packet is copied to its Msg, or,
+// with lend, handed over where it lies (ReadLent).
+func (c *Conn) readGRO(msgs []Msg, lend bool) (int, error) {
+	if !lend {
+		for i := range msgs {
+			if m := &msgs[i]; m.Off < 0 || m.Off >= len(m.Buf) {
+				return 0, fmt.Errorf("udp: ReadBatch: message %d has no room after offset %d in its %d-byte buffer", i, m.Off, len(m.Buf))
+			}
 		}
 	}
 	if len(msgs) == 0 {
@@ -431,17 +454,21 @@ func (c *Conn) readGRO(msgs []Msg) (int, error) {
 			if seg > 0 {
 				n = min(n, seg)
 			}
-			b := c.rbig[i][c.roff : c.roff+n]
+			b := c.rbig[i][c.roff : c.roff+n : c.roff+n]
 			c.roff += n
 			m := &msgs[out]
-			if n > len(m.Buf)-m.Off {
+			if !lend && n > len(m.Buf)-m.Off {
 				c.rxTrunc.Add(1)
 				continue
 			}
 			if !c.accept(c.rfrom[i], b, &cnt) {
 				continue
 			}
-			copy(m.Buf[m.Off:], b)
+			if lend {
+				m.Buf, m.Off = b, 0
+			} else {
+				copy(m.Buf[m.Off:], b)
+			}
 			m.N = n
 			m.Addr = c.rfrom[i]
 			out++

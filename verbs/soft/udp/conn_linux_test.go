@@ -454,3 +454,74 @@ func TestGROBuffers(t *testing.T) {
 		t.Fatalf("rx stats %+v: want %d packets, some coalesced", st, 2*len(sizes))
 	}
 }
+
+// TestReadLent: ReadLent hands over the packets of GRO datagrams where
+// they lie (Off 0, not the caller's buffer), the same bytes and counts as
+// ReadBatch, carrying packets over between calls; without GRO it fills the
+// caller's buffers as ReadBatch does. Neither allocates.
+func TestReadLent(t *testing.T) {
+	a := listenOffload(t, "127.10.0.2", Config{})
+	gro := listenOffload(t, "127.10.0.3", Config{})
+	plain := listen(t, "127.10.0.4", Config{Offload: OffloadOff})
+	sizes := append(roceSizes(), 1040, 1040, 300)
+	for _, tc := range []struct {
+		name string
+		c    *Conn
+		lent bool
+	}{{"gro", gro, true}, {"plain", plain, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out []Msg
+			for i, n := range sizes {
+				out = append(out, Msg{Buf: packet(i, n), N: n, Addr: tc.c.LocalAddr()})
+			}
+			own := make([]Msg, 5) // fewer than a GRO datagram holds: exercises the carry-over
+			for i := range own {
+				own[i] = Msg{Buf: make([]byte, 2048), Off: 8}
+			}
+			in := make([]Msg, len(own))
+			got := 0
+			check := func() {
+				copy(in, own)
+				k, err := tc.c.ReadLent(in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, m := range in[:k] {
+					if !bytes.Equal(m.Bytes(), out[got].Buf) || m.Addr != a.LocalAddr() {
+						t.Fatalf("packet %d: %d bytes from %v, want %d bytes from %v", got, m.N, m.Addr, sizes[got], a.LocalAddr())
+					}
+					isOwn := false
+					for _, o := range own {
+						isOwn = isOwn || &o.Buf[0] == &m.Buf[0]
+					}
+					if lent := !isOwn; lent != tc.lent || (lent && (m.Off != 0 || len(m.Buf) != m.N)) {
+						t.Fatalf("packet %d: lent %v (Off %d, %d-byte Buf), want lent %v with Off 0 and a Buf of just the packet", got, lent, m.Off, len(m.Buf), tc.lent)
+					}
+					got++
+				}
+			}
+			if _, err := a.WriteBatch(out); err != nil {
+				t.Fatal(err)
+			}
+			timer := time.AfterFunc(10*time.Second, func() { tc.c.Close() })
+			defer timer.Stop()
+			for got < len(sizes) {
+				check()
+			}
+			if st := tc.c.Stats(); st.RxPackets != uint64(len(sizes)) {
+				t.Fatalf("rx stats %+v, want %d packets", st, len(sizes))
+			}
+			if n := testing.AllocsPerRun(20, func() {
+				got = 0
+				if _, err := a.WriteBatch(out); err != nil {
+					t.Fatal(err)
+				}
+				for got < len(sizes) {
+					check()
+				}
+			}); n != 0 {
+				t.Fatalf("%v allocations per batch, want 0", n)
+			}
+		})
+	}
+}

@@ -40,3 +40,20 @@ type GSOPeers interface {
 }
 
 var _ GSOPeers = (*Conn)(nil)
+
+// Lender is implemented by endpoints that receive into memory of their own
+// and can hand a packet over where it lies instead of copying it into the
+// caller's buffer: a *Conn with GRO, whose 64 KiB datagrams are split into
+// packets. ReadLent is ReadBatch, except that a Msg may come back lent:
+// its Buf replaced by a slice of the endpoint's memory holding exactly
+// that packet (Off 0, so no headroom in front of it). The caller may read
+// and write a lent packet until its next ReadBatch or ReadLent call on the
+// endpoint and must not keep it beyond that; a Msg that was not lent is
+// filled as ReadBatch fills it. Lent or not, the Bufs of msgs are the
+// endpoint's to replace: a caller that passes buffers of its own puts
+// them back before the next call. Without the copy, a received packet's
+// payload is copied once in user space, into its destination (a memory
+// region, a switch register), as a NIC's DMA does.
+type Lender interface {
+	ReadLent(msgs []Msg) (int, error)
+}
