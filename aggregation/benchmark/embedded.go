@@ -27,8 +27,15 @@ type EmbeddedConfig struct {
 	// that each drop the same fraction, so both algorithms see the same
 	// loss per hop.
 	Loss float64
-	// Offload is the UDP GSO/GRO setting of the switch and the NICs.
+	// Offload is the UDP GSO/GRO setting of the switch and the NICs
+	// (loopback sockets only).
 	Offload udp.Offload
+	// Link, when its Rate is set, puts the switch and every worker's NIC
+	// on in-memory links of that rate instead of loopback sockets (Link);
+	// Loss is then the links' (each worker–switch direction drops Loss,
+	// a worker-to-worker pair link, two ports, 1 − (1 − Loss)²), so both
+	// algorithms still see Loss per port crossed.
+	Link Link
 	// Session is every worker's session: QPs, PacketSize,
 	// PacketsPerMessage, DType and the rest of aggregation.Config (Device,
 	// ControllerAddr, Rank and Workers are set per worker; SessionID
@@ -78,6 +85,9 @@ type EmbeddedResult struct {
 	// Ring is the ring's run; nil without EmbeddedConfig.Ring, or when
 	// none of its measured all-reduces finished.
 	Ring *RingResult
+	// Links are the counters of SwitchML's links (worker–switch), zero
+	// without EmbeddedConfig.Link.
+	Links LinkTotals
 }
 
 // RingResult is the ring all-reduce's run. Packets counts everything its
@@ -91,6 +101,9 @@ type RingResult struct {
 	Packets, Retransmissions uint64
 	// WindowMessages is the ring's window (ring.Config.Window).
 	WindowMessages int
+	// Links are the counters of the ring's links (worker to worker),
+	// zero without EmbeddedConfig.Link.
+	Links LinkTotals
 }
 
 // Embedded runs a whole job in this process on a local cluster: a
@@ -125,15 +138,47 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 	if err != nil {
 		return EmbeddedResult{}, err
 	}
-	cl, err := local.Start(ctx, local.Config{
+	lc := local.Config{
 		Switch:  swswitch.Config{Addr: cfg.SwitchAddr, IngressLoss: cfg.Loss, EgressLoss: cfg.Loss, Seed: 1, Offload: cfg.Offload},
 		Workers: cfg.Workers,
 		NIC:     soft.Config{Offload: cfg.Offload},
-	})
+	}
+	var links *linkNet
+	if cfg.Link.Rate > 0 {
+		// The switch and the NICs on the links; the controller stays on a
+		// loopback TCP port, as the control plane is not what is measured.
+		if !lc.Switch.Addr.IsValid() {
+			lc.Switch.Addr = local.DefaultSwitchAddr
+		}
+		workers := make([]netip.Addr, cfg.Workers)
+		for r, a := 0, lc.Switch.Addr; r < cfg.Workers; r++ {
+			a = a.Next()
+			workers[r] = a
+		}
+		if links, err = newLinkNet(cfg.Link, lc.Switch.Addr, workers, packetSize, cfg.Loss); err != nil {
+			return EmbeddedResult{}, err
+		}
+		if lc.Switch.Endpoint, err = links.mem.Listen(netip.AddrPortFrom(lc.Switch.Addr, 0)); err != nil {
+			return EmbeddedResult{}, fmt.Errorf("benchmark: switch at %v: %w", lc.Switch.Addr, err)
+		}
+		lc.Switch.IngressLoss, lc.Switch.EgressLoss, lc.Workers = 0, 0, 0
+	}
+	cl, err := local.Start(ctx, lc)
 	if err != nil {
 		return EmbeddedResult{}, err
 	}
 	defer cl.Close()
+	nics := cl.NICs
+	if links != nil {
+		if nics, err = links.openNICs(); err != nil {
+			return EmbeddedResult{}, err
+		}
+		defer func() {
+			for _, d := range nics {
+				d.Close()
+			}
+		}()
+	}
 
 	sessions := make([]*aggregation.Session, cfg.Workers)
 	closeSessions := func() {
@@ -147,7 +192,7 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 	defer closeSessions()
 	err = local.Parallel(cfg.Workers, func(r int) error {
 		sc := cfg.Session
-		sc.Device, sc.ControllerAddr, sc.Rank, sc.Workers = cl.NICs[r], cl.ControllerAddr, r, cfg.Workers
+		sc.Device, sc.ControllerAddr, sc.Rank, sc.Workers = nics[r], cl.ControllerAddr, r, cfg.Workers
 		var err error
 		sessions[r], err = aggregation.Open(ctx, sc)
 		return err
@@ -190,6 +235,9 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 	}
 	sws := cl.Switch.Stats()
 	res.SwitchDrops = sws.DropsByReason()
+	if links != nil {
+		res.Links = links.switchTotals()
+	}
 	if err != nil {
 		return res, err
 	}
@@ -198,8 +246,8 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 		return res, nil
 	}
 
-	devs := cl.NICs
-	if cfg.Loss > 0 {
+	devs := nics
+	if cfg.Loss > 0 && links == nil {
 		// The ring gets the same loss model: NICs at the same addresses
 		// that drop cfg.Loss of what they send and of what they receive.
 		for _, d := range cl.NICs {
@@ -234,6 +282,9 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 		rs := rg.Stats()
 		res.Ring = &RingResult{Summary: Summarize(run.Times, cfg.Elements), Packets: rs.Packets, Retransmissions: rs.Retransmissions,
 			WindowMessages: rg.Config().Window, CPUUser: run.CPUUser, CPUSys: run.CPUSys}
+		if links != nil {
+			res.Ring.Links = links.ringTotals()
+		}
 	}
 	if err != nil {
 		return res, fmt.Errorf("ring baseline: %w", err)

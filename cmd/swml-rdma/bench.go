@@ -24,6 +24,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation"
 	"github.com/swml-rdma/swml-rdma/aggregation/benchmark"
 	"github.com/swml-rdma/swml-rdma/aggregation/instant"
+	"github.com/swml-rdma/swml-rdma/testbed/netlab"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
@@ -31,9 +32,11 @@ func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:     "bench",
 		Category: "benchmarks",
-		Usage:    "all-reduce benchmark: software switch, controller and N userspace-NIC workers on loopback, against a ring all-reduce",
+		Usage:    "all-reduce benchmark: software switch, controller and N userspace-NIC workers behind in-memory links (or on loopback), against a ring all-reduce",
 		Description: "Runs a software switch (--switch-addr, 127.0.0.1), its controller and --workers workers (127.0.0.2, …), each with\n" +
-			"its own userspace RoCEv2 NIC, in one process; all-reduces a tensor --iters times and checks every\n" +
+			"its own userspace RoCEv2 NIC behind its own --link to the switch (in memory; none: loopback sockets), in one\n" +
+			"process; prints each all-reduce's ATE/s against its link-rate ceiling and the regime measured (link-bound or\n" +
+			"host-bound). It all-reduces a tensor --iters times and checks every\n" +
 			"result against a float64 (int32: exact) reference. A mismatch fails the run. With --baseline ring\n" +
 			"(the default) the same workers then run a ring all-reduce over the same NICs, checked the same way,\n" +
 			"and the table gives SwitchML's ATE/s as a multiple of the ring's. --workers 2,4,8,16 sweeps worker\n" +
@@ -41,9 +44,10 @@ func benchCommand() *cli.Command {
 			"engine alone instead (no switch or network cost; docs/bench.md \"Engine alone\"). See docs/bench.md.",
 		Flags: append(append(append([]cli.Flag{
 			&cli.StringFlag{Name: "workers", Value: "4", Usage: "number of workers, or a comma list to sweep, e.g. 2,4,8,16", EnvVars: []string{"SWML_WORKERS"}, Category: "job"},
-			&cli.StringFlag{Name: "switch", Value: switchSoftware, Usage: "software: the software switch and userspace NICs on loopback; instant: the worker engine alone, one worker whose writes an in-process switch answers inside the engine's own calls (no network): the engine's capacity, against the memory-bandwidth limit", EnvVars: []string{"SWML_SWITCH"}, Category: "job"},
+			&cli.StringFlag{Name: "switch", Value: switchSoftware, Usage: "software: the software switch and userspace NICs, over --link or on loopback; instant: the worker engine alone, one worker whose writes an in-process switch answers inside the engine's own calls (no network): the engine's capacity, against the memory-bandwidth limit", EnvVars: []string{"SWML_SWITCH"}, Category: "job"},
+			&cli.StringFlag{Name: "link", Value: defaultLink, Usage: "each worker's link to the switch, both directions, in memory (no sockets, no root): a rate as tc writes it, e.g. 200mbit or 1gbit, or none for loopback sockets without a link (docs/bench.md \"Linked mode\")", EnvVars: []string{"SWML_LINK"}, Category: "network"},
 			&cli.StringFlag{Name: "switch-addr", Value: "127.0.0.1", Usage: "embedded switch's IPv4 address; workers take the next ones", EnvVars: []string{"SWML_SWITCH_ADDR"}, Category: "network"},
-			&cli.StringFlag{Name: "loss", Value: "0", Usage: "loss probability at the switch's ingress and egress (the ring: at its NICs' send and receive), e.g. 0.01, or a comma list to sweep, e.g. 0,0.001,0.01,0.05", EnvVars: []string{"SWML_LOSS"}, Category: "protocol"},
+			&cli.StringFlag{Name: "loss", Value: "0", Usage: "loss probability at each port a packet crosses: with a link each link direction (a worker's uplink and downlink), with --link none the switch's ingress and egress (the ring: its NICs' send and receive), e.g. 0.01, or a comma list to sweep, e.g. 0,0.001,0.01,0.05", EnvVars: []string{"SWML_LOSS"}, Category: "protocol"},
 			&cli.StringFlag{Name: "baseline", Value: "ring", Usage: "also run this all-reduce among the same workers over the same NICs: ring or none", EnvVars: []string{"SWML_BASELINE"}, Category: "job"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON (schema in docs/bench.md)", EnvVars: []string{"SWML_JSON"}, Category: "output"},
 			&cli.StringFlag{Name: "plot", Usage: "draw time per all-reduce and ATE/s against worker count into `FILE` (.svg)", EnvVars: []string{"SWML_PLOT"}, Category: "output"},
@@ -109,6 +113,57 @@ type benchRun struct {
 	// record has its own.
 	CPUUserNs int64 `json:"cpu_user_ns"`
 	CPUSysNs  int64 `json:"cpu_sys_ns"`
+	linkResult
+}
+
+// linkResult is what a run over links adds, for SwitchML (flat in
+// benchRun) and for the ring (in baselineResult): the link rate (0: --link
+// none), the all-reduce's link-rate ceiling (netlab.LinkCeilings) and
+// ATE/s ÷ it (null without a link), the regime that implies, and the
+// counters of its links (null without a link).
+type linkResult struct {
+	RateBps          uint64      `json:"rate_bps"`
+	CeilingATEPerSec float64     `json:"ceiling_ate_per_s"`
+	OfCeiling        *float64    `json:"of_ceiling"`
+	Regime           string      `json:"regime"`
+	Links            *linkTotals `json:"links"`
+}
+
+// linkTotals are benchmark.LinkTotals as bench prints them.
+type linkTotals struct {
+	Links        int    `json:"links"`
+	Packets      uint64 `json:"packets"`
+	Loss         uint64 `json:"loss"`
+	Queue        uint64 `json:"queue"`
+	ReceiveQueue uint64 `json:"receive_queue"`
+	MaxQueue     int    `json:"max_queue"`
+}
+
+// The regimes a row is measured in (docs/bench.md "Regimes"): with a link,
+// an all-reduce at linkBoundFraction of its ceiling or more is link-bound
+// (the links set its speed), below it host-bound (this host, which runs
+// every NIC, the switch and the ring, did not fill the links: its CPUs,
+// or its scheduling delays against the all-reduce's window); without a
+// link every row is host-bound by construction.
+const (
+	regimeLink        = "link-bound"
+	regimeHost        = "host-bound"
+	linkBoundFraction = 0.9
+)
+
+// newLinkResult is the linkResult of an all-reduce at ate ATE/s on links
+// of rate bps with ceiling ATE/s, and the counters of its links.
+func newLinkResult(bps uint64, ceiling, ate float64, links benchmark.LinkTotals) linkResult {
+	if bps == 0 || ceiling <= 0 {
+		return linkResult{Regime: regimeHost}
+	}
+	f := ate / ceiling
+	r := linkResult{RateBps: bps, CeilingATEPerSec: ceiling, OfCeiling: &f, Regime: regimeHost,
+		Links: &linkTotals{Links: links.Links, Packets: links.Packets, Loss: links.Lost, Queue: links.Queue, ReceiveQueue: links.Overflow, MaxQueue: links.MaxQueue}}
+	if f >= linkBoundFraction {
+		r.Regime = regimeLink
+	}
+	return r
 }
 
 // The values of --switch.
@@ -150,6 +205,7 @@ type baselineResult struct {
 	// measured all-reduces.
 	CPUUserNs int64 `json:"cpu_user_ns"`
 	CPUSysNs  int64 `json:"cpu_sys_ns"`
+	linkResult
 }
 
 type benchConfig struct {
@@ -163,7 +219,15 @@ type benchConfig struct {
 	baseline   string // "ring" or "none"
 	plot       string
 	offload    udp.Offload
+	link       uint64 // --link in bits per second; 0: none
 }
+
+// defaultLink is --link's default: the network lab's rate (docs/netlab.md),
+// low enough that the development machine (2 vCPUs) runs four workers,
+// the switch and the ring at line rate when it is not shared, so that the
+// default run measures the regime SwitchML is for: links, not a host
+// (docs/benchmarks.md "Linked bench").
+const defaultLink = "200mbit"
 
 // distributedCategory holds the flags of `bench --controller`.
 const distributedCategory = "distributed (with --controller)"
@@ -192,6 +256,7 @@ var embeddedOnlyFlags = []struct{ name, why string }{
 	{"loss", "loss is simulated by the switch: pass --loss to `swml-rdma switch`"},
 	{"switch", "the switch is the one behind --controller"},
 	{"switch-addr", "the switch is the one behind --controller"},
+	{"link", "the links are the embedded bench's; a worker runs on its host's network"},
 	{"cpuprofile", "profile the embedded bench, or the worker with `go tool pprof` on a test"},
 }
 
@@ -345,6 +410,12 @@ func benchFlags(c *cli.Context) (benchConfig, error) {
 	if cfg.offload, err = parseOffload(c); err != nil {
 		return cfg, err
 	}
+	if cfg.link, err = netlab.ParseRate(c.String("link")); err != nil {
+		return cfg, fmt.Errorf("--link: %w%s; or none for loopback sockets", err, envSource("link", c.String("link")))
+	}
+	if cfg.link != 0 && c.IsSet("offload") {
+		return cfg, fmt.Errorf("--offload%s does not apply with --link %s: no socket carries the job's traffic; drop it, or give --link none", envSource("offload", c.String("offload")), netlab.FormatRate(cfg.link))
+	}
 	if cfg.sweep, err = parseWorkers(c.String("workers")); err != nil {
 		return cfg, fmt.Errorf("%w%s", err, envSource("workers", c.String("workers")))
 	}
@@ -419,7 +490,7 @@ func parseLosses(s string) ([]float64, error) {
 // algorithm got.
 func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (run benchRun, measured bool, reached string, err error) {
 	res, err := benchmark.Embedded(ctx, benchmark.EmbeddedConfig{
-		Workers: cfg.workers, SwitchAddr: cfg.switchAddr, Loss: cfg.loss, Offload: cfg.offload,
+		Workers: cfg.workers, SwitchAddr: cfg.switchAddr, Loss: cfg.loss, Offload: cfg.offload, Link: benchmark.Link{Rate: float64(cfg.link)},
 		Session: cfg.session(), Elements: cfg.elements(), Warmup: cfg.warmup, Iters: cfg.iters,
 		Ring: cfg.baseline == "ring", Step: prog.step, Phase: prog.phase,
 	})
@@ -441,10 +512,16 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (run
 	if res.Messages > 0 {
 		run.RetransmissionsPerMessage = float64(res.Retransmissions) / float64(res.Messages)
 	}
+	// SwitchML's ceiling does not depend on the worker count; LinkCeilings
+	// wants two workers or more for the ring's. It counts 32 bits per
+	// element on the wire: a 16-bit wire carries twice the elements.
+	ceil := netlab.LinkCeilings(float64(cfg.link), max(cfg.workers, 2), cfg.packetSize, cfg.msgSize)
+	run.linkResult = newLinkResult(cfg.link, ceil.SwitchML*32/float64(cfg.wire), run.ATEPerSec, res.Links)
 	if r := res.Ring; r != nil {
 		run.Baseline = &baselineResult{Name: "ring", Times: r.Summary.Times(),
 			Packets: r.Packets, Retransmissions: r.Retransmissions, Verified: true, WindowMessages: r.WindowMessages,
 			CPUUserNs: int64(r.CPUUser), CPUSysNs: int64(r.CPUSys)}
+		run.Baseline.linkResult = newLinkResult(cfg.link, ceil.Ring, run.Baseline.ATEPerSec, r.Links)
 		ratio := run.ATEPerSec / run.Baseline.ATEPerSec
 		run.ATERatio = &ratio
 	}
@@ -474,13 +551,21 @@ func printBench(out io.Writer, rep benchReport, asJSON bool) error {
 	if r0.Baseline != nil {
 		what = "SwitchML vs " + r0.Baseline.Name + " all-reduce"
 	}
-	fmt.Fprintf(out, "%s on loopback: %s workers, %s tensor of %s (%d elements), packet %d B, message %d B, %d QPs/worker, %s writes, loss %s, %d iters (+%d warmup)\n",
-		what, strings.Join(counts, ","), r0.DType, humanBytes(r0.TensorBytes), r0.Elements, r0.PacketSize, r0.MessageSize, r0.QPs, rep.Runs[0].Writes, strings.Join(losses, ","), r0.Iters, r0.Warmup)
+	where := "on loopback"
+	if r0.RateBps > 0 {
+		where = fmt.Sprintf("over %s links (in memory: each worker behind its own switch port, %s drop-tail buffer each way)",
+			netlab.FormatRate(r0.RateBps), humanBytes(benchmark.DefaultPortBuffer))
+	}
+	fmt.Fprintf(out, "%s %s: %s workers, %s tensor of %s (%d elements), packet %d B, message %d B, %d QPs/worker, %s writes, loss %s, %d iters (+%d warmup)\n",
+		what, where, strings.Join(counts, ","), r0.DType, humanBytes(r0.TensorBytes), r0.Elements, r0.PacketSize, r0.MessageSize, r0.QPs, rep.Runs[0].Writes, strings.Join(losses, ","), r0.Iters, r0.Warmup)
 	anyLoss := false
 	for _, r := range rep.Runs {
 		anyLoss = anyLoss || r.Loss > 0
 	}
-	if r0.Baseline != nil && anyLoss {
+	switch {
+	case anyLoss && r0.RateBps > 0:
+		fmt.Fprintln(out, "(--loss drops on each link direction a packet crosses: a worker's uplink, then a downlink)")
+	case anyLoss && r0.Baseline != nil:
 		fmt.Fprintf(out, "(--loss drops at the switch's ingress and egress for SwitchML, at the sending and the receiving NIC for the %s)\n", r0.Baseline.Name)
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
@@ -492,6 +577,12 @@ func printBench(out io.Writer, rep benchReport, asJSON bool) error {
 		}
 		return fmt.Sprintf("%.2f×", *x)
 	}
+	ceiling := func(l linkResult) (string, string) {
+		if l.OfCeiling == nil {
+			return "-", "-"
+		}
+		return fmt.Sprintf("%.3g", l.CeilingATEPerSec), fmt.Sprintf("%.2f", *l.OfCeiling)
+	}
 	for _, r := range rep.Runs {
 		ratio := "-"
 		if r.ATERatio != nil {
@@ -501,11 +592,13 @@ func printBench(out io.Writer, rep benchReport, asJSON bool) error {
 		for _, n := range r.SwitchDrops {
 			drops += n
 		}
-		fmt.Fprintf(w, "%d\t%d\t%g\t%s\t%v\t%v\t%v\t%.3g\t%.3f\t%d\t%d\t%.4f\t%s\t%d\t%v\t%s\t\n", r.Workers, r.WireBits, r.Loss, "switchml",
-			d(r.MedianNs), d(r.MinNs), d(r.MaxNs), r.ATEPerSec, r.Gbps, r.Packets, r.Retransmissions, r.RetransmissionsPerMessage, infl(r.LossInflation), drops, r.Verified, ratio)
+		c, of := ceiling(r.linkResult)
+		fmt.Fprintf(w, "%d\t%d\t%g\t%s\t%v\t%v\t%v\t%.3g\t%s\t%s\t%.3f\t%d\t%d\t%.4f\t%s\t%d\t%v\t%s\t\n", r.Workers, r.WireBits, r.Loss, "switchml",
+			d(r.MedianNs), d(r.MinNs), d(r.MaxNs), r.ATEPerSec, c, of, r.Gbps, r.Packets, r.Retransmissions, r.RetransmissionsPerMessage, infl(r.LossInflation), drops, r.Verified, ratio)
 		if b := r.Baseline; b != nil {
-			fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%v\t%v\t%v\t%.3g\t%.3f\t%d\t%d\t%s\t%s\t%s\t%v\t%s\t\n", r.Workers, "-", r.Loss, b.Name,
-				d(b.MedianNs), d(b.MinNs), d(b.MaxNs), b.ATEPerSec, b.Gbps, b.Packets, b.Retransmissions, "-", infl(b.LossInflation), "-", b.Verified, "baseline")
+			c, of := ceiling(b.linkResult)
+			fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%v\t%v\t%v\t%.3g\t%s\t%s\t%.3f\t%d\t%d\t%s\t%s\t%s\t%v\t%s\t\n", r.Workers, "-", r.Loss, b.Name,
+				d(b.MedianNs), d(b.MinNs), d(b.MaxNs), b.ATEPerSec, c, of, b.Gbps, b.Packets, b.Retransmissions, "-", infl(b.LossInflation), "-", b.Verified, "baseline")
 		}
 	}
 	if err := w.Flush(); err != nil {
@@ -514,7 +607,14 @@ func printBench(out io.Writer, rep benchReport, asJSON bool) error {
 	if r0.Baseline != nil {
 		fmt.Fprintf(out, "ATE/s ratio = SwitchML ATE/s ÷ %s ATE/s in the same run (> 1: SwitchML is faster).\n", r0.Baseline.Name)
 	}
+	if r0.RateBps > 0 {
+		fmt.Fprintln(out, "ceiling = the most ATE/s the links carry for that all-reduce (docs/bench.md \"Linked mode\"); of ceiling = ATE/s ÷ ceiling.")
+	}
 	for _, r := range rep.Runs {
+		fmt.Fprintln(out, regimeLine(r))
+		if line := linkDropsLine(r); line != "" {
+			fmt.Fprintln(out, line)
+		}
 		if line := resendLine(r); line != "" {
 			fmt.Fprintln(out, line)
 		}
@@ -522,9 +622,46 @@ func printBench(out io.Writer, rep benchReport, asJSON bool) error {
 	return nil
 }
 
+// regimeLine says which regime a row measured (docs/bench.md "Regimes"):
+// whether the links or this host's CPUs set the speed.
+func regimeLine(r benchRun) string {
+	head := fmt.Sprintf("%d workers, %d-bit wire, loss %g: ", r.Workers, r.WireBits, r.Loss)
+	if r.RateBps == 0 {
+		return head + "host-bound: loopback, no link; the switch, every NIC and the ring share this host's CPUs, so the ratio compares software paths, not networks"
+	}
+	parts := []string{fmt.Sprintf("SwitchML %s (%.2f of its ceiling)", r.Regime, *r.OfCeiling)}
+	if b := r.Baseline; b != nil && b.OfCeiling != nil {
+		parts = append(parts, fmt.Sprintf("%s %s (%.2f)", b.Name, b.Regime, *b.OfCeiling))
+	}
+	line := head + strings.Join(parts, ", ")
+	if r.Regime == regimeLink {
+		return line + ": the links set SwitchML's speed"
+	}
+	return line + ": this host, not the links, set SwitchML's speed (its CPUs, or how late a loaded host wakes the goroutines); a quieter host or a lower --link measures the links"
+}
+
+// linkDropsLine names what a row's links dropped, or is empty when they
+// dropped nothing: losses (--loss), full port queues, full receive queues.
+func linkDropsLine(r benchRun) string {
+	var parts []string
+	add := func(name string, d *linkTotals) {
+		if d != nil && d.Loss+d.Queue+d.ReceiveQueue > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d lost, %d at full port queues, %d at full receive queues", name, d.Loss, d.Queue, d.ReceiveQueue))
+		}
+	}
+	add("SwitchML", r.Links)
+	if r.Baseline != nil {
+		add(r.Baseline.Name, r.Baseline.Links)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d workers, %d-bit wire, loss %g: link drops: %s", r.Workers, r.WireBits, r.Loss, strings.Join(parts, "; "))
+}
+
 // benchColumns are the columns of bench's table, in order (docs/bench.md
 // "Table" shows and explains each).
-var benchColumns = []string{"workers", "wire", "loss", "all-reduce", "median", "min", "max", "ATE/s", "Gbit/s", "packets",
+var benchColumns = []string{"workers", "wire", "loss", "all-reduce", "median", "min", "max", "ATE/s", "ceiling", "of ceiling", "Gbit/s", "packets",
 	"retransmissions", "retx/msg", "vs loss-free", "switch drops", "verified", "ATE/s ratio"}
 
 // resendLine explains a row's SwitchML resends and switch drops, or is
@@ -591,6 +728,7 @@ func engineAloneFlags(c *cli.Context, cfg *benchConfig) error {
 		{"plot", "a plot needs a sweep of worker counts"},
 		{"switch-addr", "the instant switch has no network address"},
 		{"offload", "no socket carries the job's traffic"},
+		{"link", "the instant switch has no network"},
 	} {
 		if c.IsSet(f.name) {
 			return fmt.Errorf("--%s%s does not apply with --switch instant: %s; drop it", f.name, envSource(f.name, c.String(f.name)), f.why)

@@ -17,10 +17,12 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
+	"github.com/swml-rdma/swml-rdma/testbed/netlab"
 )
 
 // Bench tests send traffic only to 127.13.2.1, 127.13.3.1 and
-// 127.13.32.0 – 127.13.47.255 (switch at .1, workers at .2, …).
+// 127.13.32.0 – 127.13.47.255 (switch at .1, workers at .2, …), or
+// over in-memory links (--link, the default), which use no socket.
 
 func TestBenchJSON(t *testing.T) {
 	for i, dtype := range []string{"float32", "int32"} {
@@ -217,11 +219,11 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // TestBenchTableWithLoss also runs the plain (no GSO/GRO) socket path.
 func TestBenchTableWithLoss(t *testing.T) {
-	out, _, err := run(t, "bench", "--workers", "2", "--size", "64KiB", "--iters", "2", "--loss", "0.02", "--msg-size", "4KiB", "--switch-addr", "127.13.3.1", "--offload", "off")
+	out, _, err := run(t, "bench", "--link", "none", "--workers", "2", "--size", "64KiB", "--iters", "2", "--loss", "0.02", "--msg-size", "4KiB", "--switch-addr", "127.13.3.1", "--offload", "off")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"2 workers", "loss 0.02", "ATE/s", "retransmissions", "true", "switchml", "ring", "×", "ATE/s ratio", "sending and the receiving NIC"} {
+	for _, want := range []string{"on loopback", "2 workers", "loss 0.02", "ATE/s", "retransmissions", "true", "switchml", "ring", "×", "ATE/s ratio", "sending and the receiving NIC", "host-bound: loopback, no link"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("output lacks %q:\n%s", want, out)
 		}
@@ -302,7 +304,8 @@ func TestBenchSweepPlot(t *testing.T) {
 		t.Fatalf("SVG series elements %v: want both series with a point per worker count", series)
 	}
 	all := strings.Join(texts, "|")
-	for _, want := range []string{"workers", "time per all-reduce", "ATE/s", "SwitchML", "ring"} {
+	// Over the default links each algorithm's ceiling is drawn too.
+	for _, want := range []string{"workers", "time per all-reduce", "ATE/s", "SwitchML", "ring", "SwitchML ceiling", "ring ceiling", defaultLink + " links"} {
 		if !strings.Contains(all, want) {
 			t.Fatalf("SVG text lacks %q: %s", want, all)
 		}
@@ -362,6 +365,11 @@ func TestBenchBadFlags(t *testing.T) {
 		{"instant switch addr", []string{"--switch", "instant", "--switch-addr", "127.0.0.1"}, "--switch-addr does not apply with --switch instant"},
 		{"instant job flags", []string{"--switch", "instant", "--msg-size", "3000"}, "power of two"},
 		{"controller with switch", []string{"--controller", "127.0.0.1:1", "--rank", "0", "--switch", "instant"}, "--switch does not apply with --controller"},
+		{"link", []string{"--link", "fast"}, `--link: rate "fast": give bits per second as tc writes them`},
+		{"link too slow", []string{"--link", "10kbit"}, "below 100kbit"},
+		{"link with offload", []string{"--link", "1gbit", "--offload", "off"}, "--offload does not apply with --link 1gbit"},
+		{"instant link", []string{"--switch", "instant", "--link", "1gbit"}, "--link does not apply with --switch instant"},
+		{"controller with link", []string{"--controller", "127.0.0.1:1", "--rank", "0", "--link", "1gbit"}, "--link does not apply with --controller"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -417,7 +425,7 @@ func TestNiceScale(t *testing.T) {
 // the loss-free one gets its inflation, the ring runs under the same loss
 // (at its NICs), and the switch's drop counters show the loss happened.
 func TestBenchLossSweep(t *testing.T) {
-	out, _, err := run(t, "bench", "--workers", "2", "--size", "64KiB", "--iters", "2", "--warmup", "1", "--loss", "0,0.02",
+	out, _, err := run(t, "bench", "--link", "none", "--workers", "2", "--size", "64KiB", "--iters", "2", "--warmup", "1", "--loss", "0,0.02",
 		"--msg-size", "4KiB", "--switch-addr", "127.13.35.1", "--json")
 	if err != nil {
 		t.Fatal(err)
@@ -568,7 +576,7 @@ func TestBenchEdges(t *testing.T) {
 		// bench one of them: it runs the embedded bench.
 		t.Setenv("SWML_CONTROLLER", "127.0.0.1:1")
 		out, _, err := run(t, "bench", "--workers", "1", "--baseline", "none", "--size", "4KiB", "--iters", "1", "--warmup", "0", "--switch-addr", "127.13.50.1")
-		if err != nil || !strings.Contains(out, "SwitchML all-reduce on loopback") {
+		if err != nil || !strings.Contains(out, "SwitchML all-reduce over "+defaultLink+" links") {
 			t.Fatalf("bench with SWML_CONTROLLER exported: %v\n%s", err, out)
 		}
 	})
@@ -580,7 +588,7 @@ func TestBenchEdges(t *testing.T) {
 			t.Skipf("cannot hold the address: %v", err)
 		}
 		defer hold.Close()
-		out, _, err := run(t, "bench", "--workers", "1,2", "--baseline", "none", "--size", "4KiB", "--iters", "1", "--warmup", "0", "--switch-addr", "127.13.51.1", "--json")
+		out, _, err := run(t, "bench", "--link", "none", "--workers", "1,2", "--baseline", "none", "--size", "4KiB", "--iters", "1", "--warmup", "0", "--switch-addr", "127.13.51.1", "--json")
 		if err == nil || !strings.Contains(err.Error(), "the 1 finished rows are printed") {
 			t.Fatalf("sweep with the second row failing: %v", err)
 		}
@@ -617,5 +625,91 @@ func TestProgressPhase(t *testing.T) {
 	p.phase("starting 32 workers")
 	if s := buf.String(); !strings.Contains(s, "0/4") || !strings.Contains(s, "starting 32 workers") {
 		t.Fatalf("phase drew %q", s)
+	}
+}
+
+// TestBenchLink: the linked mode's JSON — the rate, each algorithm's
+// ceiling (netlab.LinkCeilings: SwitchML's for any worker count, the
+// ring's for this one), ATE/s ÷ it, at most 1 (the ring's up to its
+// acknowledgements' share of the wire, which ride links of their own:
+// docs/bench.md "Linked mode"), the regime that fraction implies and the
+// links each used; the table says so too. --link none: no rate, ceiling
+// or links, host-bound.
+func TestBenchLink(t *testing.T) {
+	const workers, packet, msg = 3, 256, 1024
+	out, _, err := run(t, "bench", "--link", "100mbit", "--workers", "3", "--size", "40000", "--iters", "2", "--warmup", "1",
+		"--packet-size", "256", "--msg-size", "1KiB", "--qps", "2", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBenchSchema(t, out, true)
+	var rep benchReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Runs[0]
+	want := netlab.LinkCeilings(100e6, workers, packet, msg)
+	ackShare := float64(netlab.RoCEMessageWire(0, 1)) / float64(netlab.RoCEMessageWire(packet, msg/packet))
+	for _, c := range []struct {
+		name         string
+		l            linkResult
+		ate, ceiling float64
+		most         float64
+	}{
+		{"switchml", r.linkResult, r.ATEPerSec, want.SwitchML, 1.001},
+		{"ring", r.Baseline.linkResult, r.Baseline.ATEPerSec, want.Ring, 1.001 + ackShare},
+	} {
+		l := c.l
+		if l.RateBps != 100e6 || l.CeilingATEPerSec != c.ceiling || l.OfCeiling == nil || *l.OfCeiling != c.ate/c.ceiling {
+			t.Fatalf("%s: rate %d, ceiling %v (want %v), of ceiling %v (ATE/s %v)", c.name, l.RateBps, l.CeilingATEPerSec, c.ceiling, l.OfCeiling, c.ate)
+		}
+		if f := *l.OfCeiling; f <= 0 || f > c.most {
+			t.Fatalf("%s: %.4f of the ceiling, want (0, %.4f]", c.name, f, c.most)
+		}
+		if wantRegime := map[bool]string{true: regimeLink, false: regimeHost}[*l.OfCeiling >= linkBoundFraction]; l.Regime != wantRegime {
+			t.Fatalf("%s: regime %q at %.2f of the ceiling, want %q", c.name, l.Regime, *l.OfCeiling, wantRegime)
+		}
+		if l.Links == nil || l.Links.Links != 2*workers || l.Links.Packets == 0 || l.Links.Loss != 0 {
+			t.Fatalf("%s: links %+v, want %d used, none lost", c.name, l.Links, 2*workers)
+		}
+	}
+
+	out, _, err = run(t, "bench", "--link", "100mbit", "--workers", "2", "--size", "16KiB", "--iters", "1", "--warmup", "0", "--msg-size", "4KiB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"over 100mbit links (in memory", "ceiling", "of ceiling", "2 workers, 32-bit wire, loss 0: SwitchML "} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("table lacks %q:\n%s", want, out)
+		}
+	}
+
+	// A 16-bit wire carries two elements per four payload bytes: twice
+	// the ceiling.
+	out, _, err = run(t, "bench", "--link", "100mbit", "--workers", "2", "--size", "64KiB", "--iters", "1", "--warmup", "0", "--wire", "16",
+		"--msg-size", "4KiB", "--baseline", "none", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	r16, want16 := rep.Runs[0], 2*netlab.LinkCeilings(100e6, 2, 1024, 4096).SwitchML
+	if r16.WireBits != 16 || r16.CeilingATEPerSec != want16 || r16.OfCeiling == nil || *r16.OfCeiling <= 0 || *r16.OfCeiling > 1.001 {
+		t.Fatalf("16-bit wire: ceiling %v (want %v), of ceiling %v", r16.CeilingATEPerSec, want16, r16.OfCeiling)
+	}
+
+	out, _, err = run(t, "bench", "--link", "none", "--workers", "2", "--size", "16KiB", "--iters", "1", "--warmup", "0", "--json", "--switch-addr", "127.13.37.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBenchSchema(t, out, true)
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []linkResult{rep.Runs[0].linkResult, rep.Runs[0].Baseline.linkResult} {
+		if l.RateBps != 0 || l.CeilingATEPerSec != 0 || l.OfCeiling != nil || l.Links != nil || l.Regime != regimeHost {
+			t.Fatalf("--link none: %+v, want no rate, ceiling or links, host-bound", l)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
+	"github.com/swml-rdma/swml-rdma/verbs/soft/udp/memlink"
 )
 
 // exitCode is the status main would exit with for err.
@@ -189,6 +190,14 @@ func TestMemoryModel(t *testing.T) {
 	}
 	if err := checkSwitchPool(switchmodel.DefaultPoolSize); err != nil {
 		t.Fatalf("default pool: %v", err)
+	}
+	// Over links the packets in flight count too: 4 NICs holding the
+	// ring's window (256 packets and 16 acknowledgements) and the switch
+	// every worker's 8 QPs × 16 packets, a slot each.
+	cfg.link = 200e6
+	if got, want := benchMemory(cfg).bytes-benchMemory(benchConfig{workers: 4, sweep: []int{4}, jobSpec: cfg.jobSpec, baseline: "ring"}).bytes,
+		uint64(4*272+4*128)*memlink.DefaultMaxDatagram; got != want {
+		t.Fatalf("links add %d bytes to the model, want %d", got, want)
 	}
 	availableMemory = func() (uint64, bool) { return 0, false }
 	cfg.size = 64 << 30

@@ -14,6 +14,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/ring"
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/verbs/soft/udp/memlink"
 )
 
 // jobSpec is an all-reduce job's tensor and protocol (allReduceFlags): the
@@ -201,6 +202,21 @@ func benchMemory(cfg benchConfig) memoryNeed {
 		need.add(w*rb, "%d ring ranks × %s", w, approxBytes(rb))
 	}
 	need.add(switchmodel.DefaultPoolSize*switchSlotBytes, "%s switch pool", approxBytes(switchmodel.DefaultPoolSize*switchSlotBytes))
+	if cfg.link > 0 {
+		// Over in-memory links a packet in flight waits in its receiver's
+		// queue (memlink), one slot of the largest datagram each: at a NIC
+		// SwitchML's results (every QP's message) or the ring's window and
+		// its acknowledgements, at the switch every worker's requests.
+		ppm := uint64(cfg.msgSize / cfg.packetSize)
+		sml := uint64(cfg.qps) * ppm
+		nic := sml
+		if cfg.baseline == "ring" {
+			win := uint64(ring.RegisteredBytes(cfg.msgSize, 0)) / 2 // 2 × window × message
+			nic = max(nic, win/uint64(cfg.packetSize)+win/uint64(cfg.msgSize))
+		}
+		lb := (w*nic + w*sml) * memlink.DefaultMaxDatagram
+		need.add(lb, "%s of packets in flight on the links", approxBytes(lb))
+	}
 	need.add(baseBytes, "%s process", approxBytes(baseBytes))
 	return need
 }

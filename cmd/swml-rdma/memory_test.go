@@ -67,7 +67,7 @@ const memoryTestSize = 96 << 20
 // (docs/operations.md "Memory"). Addresses: 127.13.62.x.
 func TestMemoryModelBench(t *testing.T) {
 	skipMeasuredRun(t)
-	args := append([]string{"bench", "--workers", "1", "--baseline", "none", "--switch-addr", "127.13.62.1"}, jobFlags(memoryTestSize)...)
+	args := append([]string{"bench", "--link", "none", "--workers", "1", "--baseline", "none", "--switch-addr", "127.13.62.1"}, jobFlags(memoryTestSize)...)
 	p := startProc(t, "bench", args...)
 	if code := p.wait(t, 300*time.Second); code != 0 {
 		t.Fatalf("bench exited %d:\n%s", code, p.stderr)

@@ -11,11 +11,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/swml-rdma/swml-rdma/testbed/netlab"
 )
 
 // The bench plot: two panels, time per all-reduce (median, min–max bar) and
-// ATE/s, against the worker count (log₂ axis), one series per algorithm;
-// for a --loss sweep, time and the inflation over the loss-free time
+// ATE/s, against the worker count (log₂ axis), one series per algorithm
+// and, over links, each one's link-rate ceiling dashed; for a --loss sweep, time and the inflation over the loss-free time
 // against the loss rate (one tick per rate).
 // The plot is a display list written out as SVG, which every browser and
 // document tool renders. PNG output (a hand-written rasteriser with a bitmap
@@ -67,6 +69,16 @@ var (
 func plotData(runs []benchRun, byLoss bool) []plotSeries {
 	sw := plotSeries{name: "SwitchML", color: colorSwitchML}
 	ring := plotSeries{color: colorRing}
+	// Over links (bench --link), each algorithm's link-rate ceiling, dashed
+	// as the lab draws it.
+	swCeil := plotSeries{name: "SwitchML ceiling", color: colorSwitchML, dashed: true}
+	ringCeil := plotSeries{color: colorRing, dashed: true}
+	ceiling := func(s *plotSeries, x float64, l linkResult, elements int) {
+		if !byLoss && l.CeilingATEPerSec > 0 {
+			t := float64(elements) / l.CeilingATEPerSec * 1e3 // ms at the ceiling
+			s.pts = append(s.pts, plotPoint{x: x, ate: l.CeilingATEPerSec, ms: t, msLo: t, msHi: t})
+		}
+	}
 	inflation := func(x *float64) float64 {
 		if x == nil {
 			return 0
@@ -79,8 +91,10 @@ func plotData(runs []benchRun, byLoss bool) []plotSeries {
 			x, ate = r.Loss, inflation(r.LossInflation)
 		}
 		sw.pts = append(sw.pts, plotPoint{x: x, ms: ms(r.MedianNs), msLo: ms(r.MinNs), msHi: ms(r.MaxNs), ate: ate})
+		ceiling(&swCeil, x, r.linkResult, r.Elements)
 		if b := r.Baseline; b != nil {
-			ring.name = b.Name
+			ring.name, ringCeil.name = b.Name, b.Name+" ceiling"
+			ceiling(&ringCeil, x, b.linkResult, r.Elements)
 			if ate = b.ATEPerSec; byLoss {
 				ate = inflation(b.LossInflation)
 			}
@@ -88,8 +102,10 @@ func plotData(runs []benchRun, byLoss bool) []plotSeries {
 		}
 	}
 	out := []plotSeries{sw}
-	if len(ring.pts) > 0 {
-		out = append(out, ring)
+	for _, s := range []plotSeries{ring, swCeil, ringCeil} {
+		if len(s.pts) > 0 {
+			out = append(out, s)
+		}
 	}
 	for i := range out {
 		slices.SortFunc(out[i].pts, func(a, b plotPoint) int {
@@ -119,12 +135,20 @@ func writePlot(path string, runs []benchRun) error {
 	for _, r := range runs[1:] {
 		byLoss = byLoss || r.Loss != runs[0].Loss
 	}
-	title := fmt.Sprintf("swml-rdma bench: %s tensor of %s, packet %d B, message %d B, loopback",
-		runs[0].DType, humanBytes(runs[0].TensorBytes), runs[0].PacketSize, runs[0].MessageSize)
+	where := "loopback"
+	if runs[0].RateBps > 0 {
+		where = netlab.FormatRate(runs[0].RateBps) + " links"
+	}
+	title := fmt.Sprintf("swml-rdma bench: %s tensor of %s, packet %d B, message %d B, %s",
+		runs[0].DType, humanBytes(runs[0].TensorBytes), runs[0].PacketSize, runs[0].MessageSize, where)
 	ax := plotAxes{x: "workers", logX: true, right: "ATE/s (tensor elements reduced per second)", rightFormat: formatSI}
 	if byLoss {
 		title = fmt.Sprintf("swml-rdma bench: %d workers, %s tensor of %s, loss at switch ingress and egress (ring: at the NICs)",
 			runs[0].Workers, runs[0].DType, humanBytes(runs[0].TensorBytes))
+		if runs[0].RateBps > 0 {
+			title = fmt.Sprintf("swml-rdma bench: %d workers, %s tensor of %s, %s links, loss on each link direction",
+				runs[0].Workers, runs[0].DType, humanBytes(runs[0].TensorBytes), netlab.FormatRate(runs[0].RateBps))
+		}
 		ax = plotAxes{x: "loss probability", right: "time / loss-free time (x)",
 			rightFormat: func(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }}
 	}

@@ -1,4 +1,5 @@
-// Package memlink is an in-memory datagram network for tests: endpoints
+// Package memlink is an in-memory datagram network for tests and for
+// `swml-rdma bench --link` (aggregation/benchmark's Link): endpoints
 // that implement udp.Endpoint (the seam of the userspace NIC and the
 // software switch), joined by links that can delay, rate-limit, queue
 // (bounded, drop-tail), drop and reorder. The real NIC (verbs/soft) and the
@@ -16,7 +17,11 @@
 // (packets kept back until a later one releases them). Every endpoint has a bounded receive queue
 // (the socket buffer) ordered by arrival time.
 //
-// Time is real by default. With Config.Clock a test moves time itself
+// Time is real by default. The runtime's timers wake an idle process on a
+// millisecond grid; with Config.PreciseTimers a reader whose packet is due
+// within 2 ms is woken instead by one goroutine per Network that sleeps in
+// the kernel (nanosleep on Linux), and runs only while a reader waits.
+// With Config.Clock a test moves time itself
 // (ManualClock.Advance): then the congestion behaviour of a link — which
 // packets wait, which are dropped at a full queue, when each arrives — is
 // a pure function of what was sent when, and tests of it are exact.

@@ -50,6 +50,13 @@ type Config struct {
 	RecvQueue int
 	// BatchSize is each endpoint's BatchSize (default udp.DefaultBatchSize).
 	BatchSize int
+	// PreciseTimers, on real time, has a reader whose next datagram is due
+	// within 2 ms woken by one goroutine of the network that sleeps in the
+	// kernel, instead of by the runtime's timers, which wake an idle
+	// process on a millisecond grid (preciseWait). Not for a
+	// testing/synctest bubble, whose clock moves only while every
+	// goroutine in it is blocked, which one in a system call is not.
+	PreciseTimers bool
 	// SourceOrder orders the datagrams an endpoint receives due at the
 	// same instant by source address, then each source's send order,
 	// instead of by send order alone. On a virtual clock (a
@@ -175,6 +182,10 @@ type Network struct {
 	seq       uint64
 	linkConfs map[pair]LinkConfig
 	held      []heldPacket // LinkConfig.Hold's, in the order held
+	// waiters are the endpoints whose readers wait for a datagram due
+	// within preciseWait, each at its wakeAt; ticking says that tick runs.
+	waiters []*Endpoint
+	ticking bool
 }
 
 // heldPacket is a datagram a link's Hold kept back.
@@ -391,9 +402,11 @@ type Endpoint struct {
 	batch int
 
 	// under net.mu
-	rx     rxQueue
-	closed bool
-	st     udp.Stats
+	rx      rxQueue
+	closed  bool
+	st      udp.Stats
+	wakeAt  time.Duration // when tick wakes the reader, if waiting
+	waiting bool          // in net.waiters
 
 	notify chan struct{}
 	done   chan struct{}
@@ -475,6 +488,69 @@ func (e *Endpoint) WriteBatch(msgs []udp.Msg) (int, error) {
 	return len(msgs), nil
 }
 
+// With Config.PreciseTimers, a real-time reader whose next datagram is due
+// less than preciseWait away is woken by the network's tick goroutine, which sleeps in the kernel
+// (sleepPrecise) in slices of at most preciseSlice. The runtime's timers
+// wake an idle process with millisecond granularity (its netpoller waits in
+// whole milliseconds), which would add up to a millisecond to every link a
+// packet crosses — more than a message's time on a 1 Gbit/s link — and so
+// turn a link's rate into a round-trip-time limit for windowed senders.
+// One goroutine sleeps for all readers, so that at most one thread (and
+// the scheduler's P it holds) waits in a system call at a time.
+const (
+	preciseWait  = 2 * time.Millisecond
+	preciseSlice = 100 * time.Microsecond
+)
+
+// awaitDue has the tick goroutine wake e's reader at its head datagram's
+// due time; n.mu is held.
+func (n *Network) awaitDue(e *Endpoint) {
+	e.wakeAt = e.rx.headDue()
+	if !e.waiting {
+		e.waiting = true
+		n.waiters = append(n.waiters, e)
+	}
+	if !n.ticking {
+		n.ticking = true
+		go n.tick()
+	}
+}
+
+// tick wakes each waiting reader once its datagram is due, sleeping in the
+// kernel in between; it returns when no reader waits.
+func (n *Network) tick() {
+	for {
+		n.mu.Lock()
+		now := n.now()
+		next := time.Duration(-1)
+		k := 0
+		for _, e := range n.waiters {
+			switch {
+			case e.closed:
+				e.waiting = false
+			case e.wakeAt <= now:
+				e.waiting = false
+				e.wake()
+			default:
+				if next < 0 || e.wakeAt < next {
+					next = e.wakeAt
+				}
+				n.waiters[k] = e
+				k++
+			}
+		}
+		clear(n.waiters[k:])
+		n.waiters = n.waiters[:k]
+		if k == 0 {
+			n.ticking = false
+			n.mu.Unlock()
+			return
+		}
+		n.mu.Unlock()
+		sleepPrecise(min(next-now, preciseSlice))
+	}
+}
+
 // ReadBatch blocks until a datagram is due, then returns every due one
 // that fits msgs, in order of arrival.
 func (e *Endpoint) ReadBatch(msgs []udp.Msg) (int, error) {
@@ -515,7 +591,14 @@ func (e *Endpoint) ReadBatch(msgs []udp.Msg) (int, error) {
 			e.st.RxDatagrams += uint64(got)
 			e.st.RxCalls++
 		} else if e.rx.len() > 0 && n.cfg.Clock == nil {
-			wait = e.rx.headDue() - now
+			if wait = e.rx.headDue() - now; n.cfg.PreciseTimers && wait < preciseWait {
+				// Due soon: tick wakes this reader (notify), as a
+				// datagram due sooner that arrives meanwhile does.
+				n.awaitDue(e)
+				wait = -1
+			} else if n.cfg.PreciseTimers {
+				wait -= preciseWait / 2 // the runtime's timer wakes late; tick the rest
+			}
 		}
 		n.mu.Unlock()
 		if got > 0 {

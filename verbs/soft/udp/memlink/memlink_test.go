@@ -261,6 +261,44 @@ func TestRealClock(t *testing.T) {
 	}
 }
 
+// TestPreciseTimers: with Config.PreciseTimers, on real time, a reader
+// gets every datagram of a rate-limited link in order and none before its
+// time on the wire (1 ms each at 10 Mbit/s: the first due within
+// preciseWait, the last beyond it), and a reader waiting for one returns
+// net.ErrClosed when its endpoint closes.
+func TestPreciseTimers(t *testing.T) {
+	n := newNet(t, Config{PreciseTimers: true, Link: LinkConfig{Rate: 10e6}})
+	a, b := listen(t, n, addrA), listen(t, n, addrB)
+	const k, size = 5, 1250 // 1 ms each on the wire
+	start := time.Now()
+	a.WriteBatch(packets(k, size, addrB))
+	in := recvBufs(k)
+	var got []int
+	for len(got) < k {
+		m, err := b.ReadBatch(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ids(in[:m])...)
+		if d, due := time.Since(start), time.Duration(len(got))*time.Millisecond; d < due {
+			t.Fatalf("datagram %d read %v after the send, before its wire time %v", len(got)-1, d, due)
+		}
+	}
+	if !equal(got, []int{0, 1, 2, 3, 4}) {
+		t.Fatalf("read %v, want 0 … 4 in order", got)
+	}
+	a.WriteBatch(packets(1, size, addrB))
+	errc := make(chan error)
+	go func() {
+		_, err := b.ReadBatch(in)
+		errc <- err
+	}()
+	b.Close()
+	if err := <-errc; err != nil && !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("ReadBatch waiting for a datagram when its endpoint closed: %v", err)
+	}
+}
+
 // TestLimits: addresses, sizes, full receive queues.
 func TestLimits(t *testing.T) {
 	n := newNet(t, Config{RecvQueue: 4, MaxDatagram: 1000})
