@@ -142,15 +142,18 @@ parser IngressParser(
         ig_md.testgen_pool_first = 0;
         ig_md.testgen_pool_end = 0;
 #endif
-#ifdef PAYLOAD_1024
+#ifdef CHUNKED
         ig_md.loopback_key = 0;
         // Bridged passes arrive on pipe 0's recirculation port and on every
-        // port of pipes 1–3 (all in loopback in this profile).
+        // port of pipes 1–3 (all in loopback in the 1024 B profile; the
+        // 16-bit profile's two chunks use pipe 1 only).
         transition select(ig_intr_md.ingress_port) {
             RECIRC_PORT_PIPE0 : parse_bridged;
             0x080 &&& 0x180   : parse_bridged;
+#ifndef WIRE_16
             0x100 &&& 0x180   : parse_bridged;
             0x180 &&& 0x180   : parse_bridged;
+#endif
             default           : parse_ethernet;
         }
     }
@@ -163,7 +166,7 @@ parser IngressParser(
 #ifdef P4TESTGEN
         ig_md.testgen_bridged.pass = hdr.bridged.pass;
         ig_md.testgen_bridged.decision = hdr.bridged.decision;
-#ifdef PAYLOAD_1024
+#ifdef CHUNKED
         ig_md.testgen_bridged.chunk = hdr.bridged.chunk;
 #endif
 #endif
@@ -223,7 +226,7 @@ parser IngressParser(
 #ifdef P4TESTGEN
         ig_md.testgen_bridged.pass = hdr.bridged.pass;
         ig_md.testgen_bridged.decision = hdr.bridged.decision;
-#ifdef PAYLOAD_1024
+#ifdef CHUNKED
         ig_md.testgen_bridged.chunk = hdr.bridged.chunk;
 #endif
 #endif
