@@ -20,6 +20,8 @@ package control
 import (
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -47,7 +49,7 @@ func (c *Controller) startJob(p *pendingSession) {
 		cancel()
 		if err != nil {
 			c.log.Error("switch refused job", "session", p.id, "job", j.id(), "err", err)
-			err = status.Errorf(codes.Unavailable, "session %d: the switch did not install job %d: %v", p.id, j.id(), err)
+			err = refusal(p.id, j, err)
 			c.mu.Lock()
 			c.freeJob(j)
 			c.mu.Unlock()
@@ -72,6 +74,19 @@ func (c *Controller) startJob(p *pendingSession) {
 	p.job, p.err = j, err
 	close(p.done)
 	c.mu.Unlock()
+}
+
+// refusal is a rank's error when the Programmer did not install job j:
+// FAILED_PRECONDITION with reason ErrorReasonElementWidth when the switch
+// cannot sum the job's element width (wire.ErrElementWidth: the request is
+// valid, this switch is not built for it), UNAVAILABLE otherwise.
+func refusal(sid uint32, j *job, err error) error {
+	if errors.Is(err, wire.ErrElementWidth) {
+		return reasonError(codes.FailedPrecondition, ErrorReasonElementWidth, fmt.Sprintf(
+			"session %d: the switch cannot sum %d-bit elements (job %d: %v); register the job for the 32-bit wire",
+			sid, 8*j.spec.LaneBytes(), j.id(), err))
+	}
+	return status.Errorf(codes.Unavailable, "session %d: the switch did not install job %d: %v", sid, j.id(), err)
 }
 
 // allocJob picks the job id, pool range, switch QPNs and PSNs. Holds c.mu.
@@ -143,12 +158,13 @@ func (c *Controller) allocJob(p *pendingSession) (*job, error) {
 		c.nextJobID++
 	}
 	j.spec = wire.Job{
-		ID:         c.nextJobID,
-		DType:      prm.dtype,
-		PacketSize: prm.packetSize,
-		PoolBase:   pool.Base,
-		PoolSlots:  pool.Size,
-		Workers:    make([]wire.Worker, prm.numWorkers),
+		ID:           c.nextJobID,
+		DType:        prm.dtype,
+		PacketSize:   prm.packetSize,
+		ElementBytes: prm.elementBytes,
+		PoolBase:     pool.Base,
+		PoolSlots:    pool.Size,
+		Workers:      make([]wire.Worker, prm.numWorkers),
 	}
 	c.nextJobID++
 	for r := range prm.numWorkers {
@@ -279,6 +295,7 @@ func (c *Controller) buildResponse(sid uint32, prm sessionParams, pool spans.Spa
 		QpPoolIndices:     idx,
 		NumWorkers:        uint32(prm.numWorkers),
 		PacketsPerMessage: uint32(ppm),
+		WireBits:          8 * uint32(prm.elementBytes),
 	}
 	if c.cfg.SwitchIPv4.IsValid() {
 		resp.Ipv4 = binary.BigEndian.Uint32(c.cfg.SwitchIPv4.AsSlice())

@@ -57,6 +57,10 @@ const (
 	ErrorReasonTokenMissing   = "REGISTRATION_TOKEN_MISSING"
 	ErrorReasonTokenWrong     = "REGISTRATION_TOKEN_WRONG"
 	ErrorReasonSessionRunning = "SESSION_RUNNING"
+	// ErrorReasonElementWidth: the switch cannot sum the job's element
+	// width (RdmaSessionRequest.wire_bits); Client errors wrap
+	// wire.ErrElementWidth.
+	ErrorReasonElementWidth = "ELEMENT_WIDTH"
 )
 
 // reasonSentinels are the sentinels of the ErrorInfo reasons.
@@ -64,6 +68,7 @@ var reasonSentinels = map[string]error{
 	ErrorReasonTokenMissing:   ErrRegistrationTokenMissing,
 	ErrorReasonTokenWrong:     ErrRegistrationTokenWrong,
 	ErrorReasonSessionRunning: ErrSessionRunning,
+	ErrorReasonElementWidth:   wire.ErrElementWidth,
 }
 
 // sentinelFrom is the sentinel of a status's ErrorInfo reason, or nil.
@@ -252,6 +257,11 @@ type Registration struct {
 	// worker of the job must send packet writes
 	// (RdmaSessionRequest.needs_packet_writes, Assignment.PacketWrites).
 	NeedsPacketWrites bool
+	// WireBits is the element width on the wire, 32 (or 0) or 16
+	// (RdmaSessionRequest.wire_bits); every worker of a job registers the
+	// same. A switch that cannot sum 16-bit elements refuses the job with an
+	// error wrapping wire.ErrElementWidth.
+	WireBits int
 	// NoKeepAlive skips the KeepAlive stream (a controller with liveness
 	// checks on aborts the job after its liveness timeout).
 	NoKeepAlive bool
@@ -281,6 +291,9 @@ type Assignment struct {
 	// PacketWrites: a worker of the job registered NeedsPacketWrites, so
 	// every worker sends packet writes (the same answer for every rank).
 	PacketWrites bool
+	// WireBits is the job's element width on the wire, 32 or 16: what the
+	// worker registered, as the controller echoed it.
+	WireBits int
 
 	token  []byte // the job's secret; KeepAlive and EndSession carry it
 	cancel context.CancelFunc
@@ -330,6 +343,7 @@ func (c *Client) RegisterRDMA(ctx context.Context, r Registration) (*Assignment,
 		TensorBytes:       r.TensorBytes,
 		IgnoresIpv4Id:     r.IgnoresIPv4ID,
 		NeedsPacketWrites: r.NeedsPacketWrites,
+		WireBits:          uint32(r.WireBits),
 	}
 	switch r.PacketSize { // for p4app controllers, which know only the enum
 	case 256:
@@ -364,8 +378,20 @@ func (c *Client) RegisterRDMA(ctx context.Context, r Registration) (*Assignment,
 		PacketSize:        int(resp.GetPacketSizeBytes()),
 		PacketsPerMessage: int(resp.GetPacketsPerMessage()),
 		PacketWrites:      resp.GetPacketWrites(),
+		WireBits:          int(resp.GetWireBits()),
 		token:             resp.GetJobToken(),
 		done:              make(chan struct{}),
+	}
+	if a.WireBits == 0 {
+		a.WireBits = 32 // a controller without the field serves the 32-bit wire
+	}
+	if want := wireBitsOf(r.WireBits); a.WireBits != want {
+		// A controller that predates wire_bits ignores it and programs a
+		// 32-bit job: the worker's int16 lanes would be summed as int32.
+		_, _ = c.jobs.EndSession(ctx, &pb.EndSessionRequest{JobId: a.JobID, Rank: uint32(a.Rank), Abort: true,
+			Reason: fmt.Sprintf("rank %d registered a %d-bit wire, the controller set up %d bits", r.Rank, want, a.WireBits), JobToken: a.token})
+		return nil, fmt.Errorf("control: register: session %d: %d-bit wire registered, the controller answered %d bits: %w",
+			r.SessionID, want, a.WireBits, wire.ErrElementWidth)
 	}
 	for _, p := range resp.GetQpPoolIndices() {
 		a.QPPoolIndices = append(a.QPPoolIndices, wire.PoolIndex(p))
@@ -385,6 +411,15 @@ func (c *Client) RegisterRDMA(ctx context.Context, r Registration) (*Assignment,
 		return nil, err
 	}
 	return a, nil
+}
+
+// wireBitsOf is the element width a Registration.WireBits asks for: 16, or
+// 32 for 0 and 32 (any other width the controller refuses).
+func wireBitsOf(b int) int {
+	if b == 16 {
+		return 16
+	}
+	return 32
 }
 
 // holdLease opens the KeepAlive stream and waits for ATTACHED.

@@ -399,6 +399,9 @@ func TestRegistrationValidation(t *testing.T) {
 		{"unknown dtype", func(r *pb.RdmaSessionRequest) { r.Dtype = 7 }, codes.InvalidArgument, "unknown dtype 7"},
 		{"unknown op", func(r *pb.RdmaSessionRequest) { r.Op = 3 }, codes.InvalidArgument, "only sums"},
 		{"wide mac", func(r *pb.RdmaSessionRequest) { r.Mac = 1 << 50 }, codes.InvalidArgument, "more than 48 bits"},
+		{"wire_bits 8", func(r *pb.RdmaSessionRequest) { r.WireBits = 8 }, codes.InvalidArgument, "wire_bits 8: the wire carries 32-bit or 16-bit elements"},
+		{"int32 on the 16-bit wire", func(r *pb.RdmaSessionRequest) { r.WireBits, r.Dtype = 16, pb.DataType_DATA_TYPE_INT32 },
+			codes.InvalidArgument, "wire_bits 16 with DATA_TYPE_INT32: int32 needs the 32-bit wire"},
 		// A job larger than the whole pool can never start: refused at
 		// once, naming the pool's size.
 		{"larger than the pool", func(r *pb.RdmaSessionRequest) {
@@ -449,6 +452,7 @@ func TestMismatchedRanks(t *testing.T) {
 		{"message size", func(r *Registration) { r.MessageSize = 2048 }, "message_size", "message_size 2048 but rank 0 with 1024"},
 		{"QP count", func(r *Registration) { r.QPNs, r.PSNs = []uint32{1, 2}, []uint32{1, 2} }, "qps", "QP count 2 but rank 0 with 1"},
 		{"dtype", func(r *Registration) { r.DType = wire.Int32 }, "dtype", "dtype int32 but rank 0 with float32"},
+		{"wire bits", func(r *Registration) { r.WireBits = 16 }, "wire_bits", "wire_bits 16 but rank 0 with 32"},
 		{"tensor length", func(r *Registration) { r.TensorBytes = 8192 }, "tensor_bytes", "tensor length 8192 bytes but rank 0 with 4096 bytes"},
 		{"tensor length undeclared", func(r *Registration) { r.TensorBytes = 0 }, "tensor_bytes", "tensor length (not declared) but rank 0 with 4096 bytes"},
 		{"duplicate rank", func(r *Registration) { r.Rank = 0 }, "rank", "rank 0 registered twice"},
@@ -794,6 +798,72 @@ func TestAddJobFailure(t *testing.T) {
 	}
 }
 
+// A switch that cannot sum the job's element width refuses it with
+// wire.ErrElementWidth: every rank gets FAILED_PRECONDITION naming the
+// width, and a Client error wrapping the same sentinel.
+func TestElementWidthRefused(t *testing.T) {
+	testutil.NoLeaks(t)
+	e := startController(t, nil)
+	e.prog.addErr = fmt.Errorf("test switch: 16-bit lanes: %w", wire.ErrElementWidth)
+	reg := testReg(1, 0, 1, 1)
+	reg.WireBits = 16
+	_, err := e.client(t).RegisterRDMA(context.Background(), reg)
+	if status.Code(err) != codes.FailedPrecondition || !errors.Is(err, wire.ErrElementWidth) ||
+		!strings.Contains(err.Error(), "the switch cannot sum 16-bit elements") || !strings.Contains(err.Error(), "test switch") {
+		t.Errorf("got %v; want FAILED_PRECONDITION wrapping wire.ErrElementWidth naming the width and the switch", err)
+	}
+	if got := e.metric(t, "swml_controller_pool_slots_used"); got != 0 {
+		t.Errorf("pool_slots_used = %v after a refused width", got)
+	}
+}
+
+// The registered width reaches the switch (wire.Job.ElementBytes) and
+// comes back in every rank's answer; 0 is the 32-bit wire.
+func TestWireBits(t *testing.T) {
+	testutil.NoLeaks(t)
+	e := startController(t, nil)
+	for _, tc := range []struct {
+		sid           uint32
+		bits          int
+		wantBits      int
+		wantElemBytes uint8
+	}{{41, 0, 32, 4}, {42, 32, 32, 4}, {43, 16, 16, 2}} {
+		t.Run(fmt.Sprint(tc.bits), func(t *testing.T) {
+			as := e.registerAll(t, context.Background(), tc.sid, 3, 1, func(r *Registration) { r.WireBits = tc.bits })
+			defer endAll(t, e, as)
+			for _, a := range as {
+				if a.WireBits != tc.wantBits {
+					t.Errorf("rank %d: WireBits %d, want %d", a.Rank, a.WireBits, tc.wantBits)
+				}
+			}
+			e.prog.mu.Lock()
+			j := e.prog.jobs[as[0].JobID]
+			e.prog.mu.Unlock()
+			if j == nil || j.ElementBytes != tc.wantElemBytes {
+				t.Errorf("installed job %+v; want ElementBytes %d", j, tc.wantElemBytes)
+			}
+			list, err := pb.NewJobClient(e.rawConn(t)).ListJobs(context.Background(), &pb.ListJobsRequest{JobTokens: [][]byte{as[0].token}})
+			if err != nil || len(list.GetJobs()) != 1 || list.GetJobs()[0].GetWireBits() != uint32(tc.wantBits) {
+				t.Errorf("ListJobs = %v, %v; want the job with wire_bits %d", list, err, tc.wantBits)
+			}
+		})
+	}
+}
+
+// The 16-bit wire's headroom holds wire.MaxWire16Workers workers; a
+// controller that serves more refuses a larger 16-bit job at once.
+func TestWire16WorkerLimit(t *testing.T) {
+	testutil.NoLeaks(t)
+	e := startController(t, func(c *Config) { c.MaxWorkers = 2 * wire.MaxWire16Workers })
+	sc := pb.NewSessionClient(e.rawConn(t))
+	req := &pb.RdmaSessionRequest{SessionId: 1, NumWorkers: wire.MaxWire16Workers + 1, Ipv4: 0x7f000002, PacketSizeBytes: 256,
+		MessageSize: 256, Qpns: []uint32{0x11}, Psns: []uint32{0}, WireBits: 16}
+	_, err := sc.RdmaSession(context.Background(), req)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "the 16-bit wire holds at most 16384 workers") {
+		t.Errorf("16-bit job of %d workers: %v", wire.MaxWire16Workers+1, err)
+	}
+}
+
 func TestP4AppQPNs(t *testing.T) {
 	testutil.NoLeaks(t)
 	e := startController(t, func(c *Config) { c.QPNScheme = QPNP4App })
@@ -898,4 +968,62 @@ func TestSessionRunningTyped(t *testing.T) {
 		t.Errorf("second registration of session 7: %v; want FAILED_PRECONDITION wrapping ErrSessionRunning naming the job", err)
 	}
 	endAll(t, e, as)
+}
+
+// preWireBitsController answers RdmaSession as a controller without the
+// wire_bits field does (it never echoes it) and records EndSession calls.
+type preWireBitsController struct {
+	pb.UnimplementedSessionServer
+	pb.UnimplementedJobServer
+	mu     sync.Mutex
+	aborts []*pb.EndSessionRequest
+}
+
+func (s *preWireBitsController) RdmaSession(_ context.Context, req *pb.RdmaSessionRequest) (*pb.RdmaSessionResponse, error) {
+	return &pb.RdmaSessionResponse{SessionId: uint64(req.GetSessionId()), JobId: 9, Ipv4: 0x7f000001, Qpns: []uint32{0x100}, Psns: []uint32{0},
+		PacketSizeBytes: req.GetPacketSizeBytes(), PacketsPerMessage: 4, NumWorkers: req.GetNumWorkers(), JobToken: []byte("token")}, nil
+}
+
+func (s *preWireBitsController) EndSession(_ context.Context, req *pb.EndSessionRequest) (*pb.EndSessionResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.aborts = append(s.aborts, req)
+	return &pb.EndSessionResponse{}, nil
+}
+
+// A controller that predates wire_bits would program a 32-bit job for a
+// 16-bit worker: the Client refuses its answer with wire.ErrElementWidth
+// and aborts the job; a 32-bit registration is served as before.
+func TestClientRefusesUnechoedWireBits(t *testing.T) {
+	testutil.NoLeaks(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	old := &preWireBitsController{}
+	pb.RegisterSessionServer(srv, old)
+	pb.RegisterJobServer(srv, old)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	c, err := Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	reg := testReg(1, 0, 1, 1)
+	reg.NoKeepAlive, reg.WireBits = true, 16
+	if _, err := c.RegisterRDMA(context.Background(), reg); !errors.Is(err, wire.ErrElementWidth) ||
+		!strings.Contains(err.Error(), "16-bit wire registered, the controller answered 32 bits") {
+		t.Errorf("16-bit registration answered without wire_bits: %v; want wire.ErrElementWidth", err)
+	}
+	old.mu.Lock()
+	if len(old.aborts) != 1 || !old.aborts[0].GetAbort() || old.aborts[0].GetJobId() != 9 {
+		t.Errorf("EndSession calls %v; want one abort of job 9", old.aborts)
+	}
+	old.mu.Unlock()
+	reg.WireBits = 0
+	if a, err := c.RegisterRDMA(context.Background(), reg); err != nil || a.WireBits != 32 {
+		t.Errorf("32-bit registration: %+v, %v; want WireBits 32", a, err)
+	}
 }

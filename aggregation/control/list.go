@@ -58,6 +58,7 @@ func (i JobInfo) proto() *pb.JobInfo {
 		PoolBase:        i.Job.PoolBase,
 		PoolSlots:       i.Job.PoolSlots,
 		TensorBytes:     i.TensorBytes,
+		WireBits:        8 * uint32(i.Job.LaneBytes()),
 	}
 	if i.Job.DType == wire.Int32 {
 		p.Dtype = pb.DataType_DATA_TYPE_INT32

@@ -9,7 +9,7 @@ package control
 //	parseQPs          qpns, psns: how many, how wide, no QPN twice
 //	parsePacketSize   packet_size_bytes, or p4app's packet_size
 //	parseMessageSize  message_size, and the pool slots the job needs
-//	parseReduction    dtype, op
+//	parseReduction    dtype, op, wire_bits
 //	parseAddress      gid or ipv4, mac
 //
 // Every count is bounded by what this switch serves before anything is
@@ -52,7 +52,7 @@ func (c *Controller) parseRegistration(req *pb.RdmaSessionRequest) (*registratio
 	if err != nil {
 		return fail(err)
 	}
-	dt, err := parseReduction(sid, req, rank)
+	dt, eb, err := parseReduction(sid, req, rank, n)
 	if err != nil {
 		return fail(err)
 	}
@@ -71,7 +71,7 @@ func (c *Controller) parseRegistration(req *pb.RdmaSessionRequest) (*registratio
 		ignoresIPv4ID:     req.GetIgnoresIpv4Id(),
 		needsPacketWrites: req.GetNeedsPacketWrites(),
 	}
-	return reg, sessionParams{numWorkers: n, packetSize: size, messageSize: msg, qps: q, dtype: dt, v6: addr.Is6(),
+	return reg, sessionParams{numWorkers: n, packetSize: size, messageSize: msg, qps: q, dtype: dt, elementBytes: eb, v6: addr.Is6(),
 		tensorBytes: req.GetTensorBytes(), p4app: req.GetPacketSizeBytes() == 0}, nil
 }
 
@@ -183,8 +183,12 @@ func (c *Controller) parseMessageSize(sid uint32, req *pb.RdmaSessionRequest, ra
 	return msg, nil
 }
 
-// parseReduction is the element type; the switch only sums.
-func parseReduction(sid uint32, req *pb.RdmaSessionRequest, rank int) (wire.DType, error) {
+// parseReduction is the element type and its width on the wire
+// (wire_bits: 0 or 32 = int32 lanes, 16 = int16 lanes, returned as
+// wire.Job.ElementBytes); the switch only sums. int32 needs 32-bit lanes,
+// and the 16-bit wire's headroom holds wire.MaxWire16Workers workers
+// (docs/wire-format.md "Payload").
+func parseReduction(sid uint32, req *pb.RdmaSessionRequest, rank, n int) (wire.DType, uint8, error) {
 	var dt wire.DType
 	switch req.GetDtype() {
 	case pb.DataType_DATA_TYPE_FLOAT32:
@@ -192,12 +196,25 @@ func parseReduction(sid uint32, req *pb.RdmaSessionRequest, rank int) (wire.DTyp
 	case pb.DataType_DATA_TYPE_INT32:
 		dt = wire.Int32
 	default:
-		return 0, invalid(sid, "rank %d: unknown dtype %d: use DATA_TYPE_FLOAT32 or DATA_TYPE_INT32", rank, req.GetDtype())
+		return 0, 0, invalid(sid, "rank %d: unknown dtype %d: use DATA_TYPE_FLOAT32 or DATA_TYPE_INT32", rank, req.GetDtype())
 	}
 	if req.GetOp() != pb.ReduceOp_REDUCE_OP_SUM {
-		return 0, invalid(sid, "rank %d: unknown op %d: the switch only sums (REDUCE_OP_SUM)", rank, req.GetOp())
+		return 0, 0, invalid(sid, "rank %d: unknown op %d: the switch only sums (REDUCE_OP_SUM)", rank, req.GetOp())
 	}
-	return dt, nil
+	switch bits := req.GetWireBits(); bits {
+	case 0, 32:
+		return dt, 4, nil
+	case 16:
+		if dt == wire.Int32 {
+			return 0, 0, invalid(sid, "rank %d: wire_bits 16 with DATA_TYPE_INT32: int32 needs the 32-bit wire", rank)
+		}
+		if n > wire.MaxWire16Workers {
+			return 0, 0, invalid(sid, "%d workers: the 16-bit wire holds at most %d workers; use the 32-bit wire", n, wire.MaxWire16Workers)
+		}
+		return dt, 2, nil
+	default:
+		return 0, 0, invalid(sid, "rank %d: wire_bits %d: the wire carries 32-bit or 16-bit elements", rank, bits)
+	}
 }
 
 // parseAddress is where the switch sends the rank's results: its RoCE

@@ -196,6 +196,8 @@ func (p *pendingSession) check(q sessionParams, rank int) error {
 		return mismatch("qps", "QP count", q.qps, p.params.qps, "every worker must open the same number of QPs")
 	case q.dtype != p.params.dtype:
 		return mismatch("dtype", "dtype", q.dtype, p.params.dtype, "every worker must reduce the same element type")
+	case q.elementBytes != p.params.elementBytes:
+		return mismatch("wire_bits", "wire_bits", 8*int(q.elementBytes), 8*int(p.params.elementBytes), "every worker of a job must use the same wire width")
 	case q.p4app != p.params.p4app:
 		return mismatch("request_style", "request style", style(q.p4app), style(p.params.p4app), "all workers of a job must be p4app-switchML workers or all swml-rdma workers")
 	case q.v6 != p.params.v6:

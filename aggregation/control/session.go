@@ -43,7 +43,10 @@ type sessionParams struct {
 	messageSize int
 	qps         int
 	dtype       wire.DType
-	v6          bool
+	// elementBytes is the element width on the wire, 4 or 2
+	// (RdmaSessionRequest.wire_bits / 8, wire.Job.ElementBytes).
+	elementBytes uint8
+	v6           bool
 	// tensorBytes is the tensor length every call reduces, 0 if not
 	// declared (RdmaSessionRequest.tensor_bytes).
 	tensorBytes uint64

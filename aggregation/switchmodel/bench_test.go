@@ -10,25 +10,32 @@ import (
 // workers through the pipeline, round after round over 64 slots with
 // alternating sets, and encodes every result packet into a buffer. One op is
 // one request packet; the result packets it triggers (4 per 4 requests on
-// average) are included.
+// average) are included. The wire16 cases run a job of the 16-bit wire
+// (int16 lanes).
 func BenchmarkPipeline(b *testing.B) {
 	for _, bc := range []struct {
 		name    string
 		payload int
 		encode  bool
+		wire16  bool
 	}{
-		{"1KiB", 1024, true},
-		{"1KiB/process-only", 1024, false},
-		{"256B", 256, true},
-		{"4KiB", 4096, true},
+		{"1KiB", 1024, true, false},
+		{"1KiB/process-only", 1024, false, false},
+		{"256B", 256, true, false},
+		{"4KiB", 4096, true, false},
+		{"1KiB/wire16", 1024, true, true},
+		{"1KiB/wire16/process-only", 1024, false, true},
 	} {
-		b.Run(bc.name, func(b *testing.B) { benchPipeline(b, bc.payload, bc.encode) })
+		b.Run(bc.name, func(b *testing.B) { benchPipeline(b, bc.payload, bc.encode, bc.wire16) })
 	}
 }
 
-func benchPipeline(b *testing.B, payload int, encode bool) {
+func benchPipeline(b *testing.B, payload int, encode, wire16 bool) {
 	const n, q, ppm, slots = 4, 16, 4, 16 * 4
 	job := testJob(1, n, q, 0, slots, payload)
+	if wire16 {
+		job = testJob16(1, n, q, 0, slots, payload)
+	}
 	p, err := New(Config{PoolSize: slots, MaxPayload: payload})
 	if err != nil {
 		b.Fatal(err)

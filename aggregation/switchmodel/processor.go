@@ -4,16 +4,20 @@ import (
 	"encoding/binary"
 )
 
-// Processor holds, per (slot, set), the int32 vector being summed. The first
-// contribution overwrites it, later ones add with wrapping (two's
-// complement, as the Tofino ALU), a retransmission only reads. P4:
+// Processor holds, per (slot, set), the vector being summed: int32 lanes,
+// or int16 lanes for a job of the 16-bit wire (wire.Job.ElementBytes 2,
+// docs/wire-format.md "Payload"). The first contribution overwrites it,
+// later ones add lane by lane with wrapping (two's complement modulo 2^32
+// or 2^16, as the Tofino ALU), a retransmission only reads. P4:
 // p4/rdma_switch Processor (one register action per 4-byte lane).
 //
-// Vectors are kept as 64-bit words holding two lanes in wire order: the
+// Vectors are kept as 64-bit words holding the lanes in wire order: the
 // word loaded big-endian from payload bytes [8k, 8k+8) has element 2k in its
-// high half and 2k+1 in its low half, so a packet is summed with one load,
-// one byte swap and a lane-wise add per 8 bytes, and written back the same
-// way.
+// high half and 2k+1 in its low half (int32 lanes), or elements 4k … 4k+3
+// from the high quarter down (int16 lanes), so a packet is summed with one
+// load, one byte swap and a lane-wise add per 8 bytes, and written back the
+// same way. Loading and storing do not depend on the lane width; only the
+// add does.
 type Processor struct {
 	stride int      // words per (slot, set)
 	vec    []uint64 // [(slot·2 + set)·stride + k]
@@ -41,9 +45,12 @@ func (p *Processor) Process(payload []byte, md *Metadata) {
 		return
 	}
 	v := p.vector(md.slot, md.set, len(payload))
-	if md.FirstContribution {
+	switch {
+	case md.FirstContribution:
 		load(v, payload)
-	} else {
+	case md.job.lanes16:
+		accumulate16(v, payload)
+	default:
 		accumulate(v, payload)
 	}
 }
@@ -57,13 +64,29 @@ func (p *Processor) Value(slot uint32, set uint8, i int) int32 {
 	return int32(w)
 }
 
-const laneHigh = 0x8000_0000_8000_0000
+// Value16 returns int16 element i of the (slot, set) vector of a 16-bit
+// job (for tests).
+func (p *Processor) Value16(slot uint32, set uint8, i int) int16 {
+	w := p.vec[(int(slot)*2+int(set))*p.stride+i/4]
+	return int16(w >> (16 * (3 - i&3)))
+}
+
+const (
+	laneHigh   = 0x8000_0000_8000_0000
+	laneHigh16 = 0x8000_8000_8000_8000
+)
 
 // add2 adds two pairs of int32 lanes with wrapping and no carry between
 // lanes: the low 31 bits of each lane cannot carry out of the lane, and the
 // top bit is the sum's parity.
 func add2(a, b uint64) uint64 {
 	return ((a &^ laneHigh) + (b &^ laneHigh)) ^ ((a ^ b) & laneHigh)
+}
+
+// add4 adds four int16 lanes with wrapping and no carry between lanes, as
+// add2 does for int32 lanes.
+func add4(a, b uint64) uint64 {
+	return ((a &^ laneHigh16) + (b &^ laneHigh16)) ^ ((a ^ b) & laneHigh16)
 }
 
 func loadGeneric(v []uint64, b []byte) {
@@ -77,6 +100,13 @@ func accumulateGeneric(v []uint64, b []byte) {
 	b = b[:len(v)*8]
 	for k := range v {
 		v[k] = add2(v[k], binary.BigEndian.Uint64(b[8*k:]))
+	}
+}
+
+func accumulate16Generic(v []uint64, b []byte) {
+	b = b[:len(v)*8]
+	for k := range v {
+		v[k] = add4(v[k], binary.BigEndian.Uint64(b[8*k:]))
 	}
 }
 

@@ -14,7 +14,8 @@ import (
 type jobEntry struct {
 	id        uint32
 	n, q      int
-	payload   int // bytes per packet
+	payload   int  // bytes per packet
+	lanes16   bool // int16 lanes (wire.Job.ElementBytes 2), else int32
 	poolBase  uint32
 	poolSlots uint32
 	workers   []workerEntry // by rank
@@ -168,6 +169,7 @@ func newJobEntry(job *wire.Job, cfg *Config) (*jobEntry, error) {
 		n:         n,
 		q:         q,
 		payload:   job.PacketSize,
+		lanes16:   job.LaneBytes() == 2,
 		poolBase:  job.PoolBase,
 		poolSlots: job.PoolSlots,
 		workers:   make([]workerEntry, n),

@@ -26,6 +26,11 @@ func bswap64AVX2(dst, src unsafe.Pointer, n int)
 //go:noescape
 func accumulateAVX2(acc, src unsafe.Pointer, n int)
 
+// accumulate16AVX2 is accumulateAVX2 for int16 lanes.
+//
+//go:noescape
+func accumulate16AVX2(acc, src unsafe.Pointer, n int)
+
 func load(v []uint64, b []byte) {
 	if !useAVX2 || len(v) == 0 {
 		loadGeneric(v, b)
@@ -42,6 +47,15 @@ func accumulate(v []uint64, b []byte) {
 	}
 	b = b[:len(v)*8]
 	accumulateAVX2(unsafe.Pointer(&v[0]), unsafe.Pointer(&b[0]), len(b))
+}
+
+func accumulate16(v []uint64, b []byte) {
+	if !useAVX2 || len(v) == 0 {
+		accumulate16Generic(v, b)
+		return
+	}
+	b = b[:len(v)*8]
+	accumulate16AVX2(unsafe.Pointer(&v[0]), unsafe.Pointer(&b[0]), len(b))
 }
 
 func store(b []byte, v []uint64) {

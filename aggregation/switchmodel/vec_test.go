@@ -52,6 +52,15 @@ func BenchmarkAccumulate1KiB(b *testing.B) {
 	}
 }
 
+func BenchmarkAccumulate16_1KiB(b *testing.B) {
+	buf := make([]byte, 1024)
+	acc := make([]uint64, 128)
+	b.SetBytes(1024)
+	for b.Loop() {
+		accumulate16(acc, buf)
+	}
+}
+
 func BenchmarkStore1KiB(b *testing.B) {
 	buf := make([]byte, 1024)
 	acc := make([]uint64, 128)

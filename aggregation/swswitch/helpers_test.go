@@ -106,12 +106,31 @@ func makeJob(id uint32, net, n, q int, poolBase, poolSlots uint32, payload int) 
 	return j
 }
 
-// delivered is a complete result message as a UC receiver sees it.
+// delivered is a complete result message as a UC receiver sees it; its
+// payload holds the elements of the job's wire width (int32, or int16
+// sign-extended).
 type delivered struct {
 	qp      int
 	imm     wire.Imm
 	va      uint64
 	payload []int32
+}
+
+// putLane writes v as a big-endian lane of lane bytes (4, or 2: v's low
+// 16 bits), getLane reads one back sign-extended.
+func putLane(b []byte, lane int, v int32) {
+	if lane == 2 {
+		binary.BigEndian.PutUint16(b, uint16(v))
+		return
+	}
+	binary.BigEndian.PutUint32(b, uint32(v))
+}
+
+func getLane(b []byte, lane int) int32 {
+	if lane == 2 {
+		return int32(int16(binary.BigEndian.Uint16(b)))
+	}
+	return int32(binary.BigEndian.Uint32(b))
 }
 
 // testWorker is a minimal SwitchML worker over a udp.Conn: it sends
@@ -130,6 +149,7 @@ type testWorker struct {
 	mu      sync.Mutex
 	psn     []uint32
 	badICRC int
+	lane    int // bytes per element: job.LaneBytes()
 }
 
 func newTestWorker(t testing.TB, job *wire.Job, rank, ppm int, sw *Switch) *testWorker {
@@ -147,7 +167,7 @@ func newTestWorker(t testing.TB, job *wire.Job, rank, ppm int, sw *Switch) *test
 		t.Fatal(err)
 	}
 	w := &testWorker{t: t, job: job, rank: rank, conn: c, sw: sw.Addr(), ppm: ppm, out: make(chan delivered, 1024),
-		psn: make([]uint32, len(job.Workers[rank].QPNs))}
+		psn: make([]uint32, len(job.Workers[rank].QPNs)), lane: job.LaneBytes()}
 	w.wg.Add(1)
 	go w.read(job.Workers[rank])
 	t.Cleanup(w.close)
@@ -210,10 +230,10 @@ func (w *testWorker) read(me wire.Worker) {
 				continue
 			}
 			s.next = (pk.BTH.PSN() + 1) & rdma.PSNMask
-			for i := 0; i+4 <= len(pk.Payload); i += 4 {
-				s.payload = append(s.payload, int32(binary.BigEndian.Uint32(pk.Payload[i:])))
+			for i := 0; i+w.lane <= len(pk.Payload); i += w.lane {
+				s.payload = append(s.payload, getLane(pk.Payload[i:], w.lane))
 			}
-			if len(s.payload)*4 > int(s.length) || op.IsLast() && len(s.payload)*4 != int(s.length) {
+			if len(s.payload)*w.lane > int(s.length) || op.IsLast() && len(s.payload)*w.lane != int(s.length) {
 				s.active = false
 				continue
 			}
@@ -239,7 +259,7 @@ func exponent(r, round int) int8 { return int8((r*5+round*3)%17 - 8) }
 // on QP i for round, with the given first PSN.
 func (w *testWorker) message(i, round int, psn uint32) []udp.Msg {
 	me := w.job.Workers[w.rank]
-	vals := w.job.PacketSize / 4
+	vals := w.job.PacketSize / w.lane
 	slot := w.job.PoolBase + uint32(i*w.ppm)
 	rkey := uint32(wire.MakePoolIndex(slot, uint8(round&1)))
 	msgs := make([]udp.Msg, w.ppm)
@@ -261,7 +281,7 @@ func (w *testWorker) message(i, round int, psn uint32) []udp.Msg {
 		}
 		pl := buf[rdma.ICRCHeadroom+off:]
 		for e := 0; e < vals; e++ {
-			binary.BigEndian.PutUint32(pl[4*e:], uint32(value(w.rank, round, i, k, e)))
+			putLane(pl[w.lane*e:], w.lane, value(w.rank, round, i, k, e))
 		}
 		fl := rdma.Flow{Src: me.Addr, Dst: w.sw.Addr(), SrcPort: rdma.UDPPort, DstPort: w.sw.Port(), DF: true}
 		if err := icrc.SealHeadroom(&fl, buf, rdma.ICRCHeadroom); err != nil {
@@ -322,8 +342,10 @@ func (w *testWorker) run(ctx context.Context, rounds int, timeout time.Duration)
 	return nil
 }
 
+// check compares a result with the sum of every worker's values, wrapped
+// to the job's lane width (the switch adds int16 lanes modulo 2^16).
 func (w *testWorker) check(d delivered, round, n int) error {
-	vals := w.job.PacketSize / 4
+	vals := w.job.PacketSize / w.lane
 	if len(d.payload) != w.ppm*vals {
 		return fmt.Errorf("worker %d round %d QP %d: %d values, want %d", w.rank, round, d.qp, len(d.payload), w.ppm*vals)
 	}
@@ -342,6 +364,9 @@ func (w *testWorker) check(d delivered, round, n int) error {
 			var want int32
 			for r := 0; r < n; r++ {
 				want += value(r, round, d.qp, k, e)
+			}
+			if w.lane == 2 {
+				want = int32(int16(want)) // the low 16 bits of each value sum to the low 16 bits of the sum
 			}
 			if got := d.payload[k*vals+e]; got != want {
 				return fmt.Errorf("worker %d round %d QP %d packet %d element %d: %d, want %d", w.rank, round, d.qp, k, e, got, want)

@@ -456,7 +456,8 @@ func (s *Switch) AddJob(ctx context.Context, job *wire.Job) error {
 		}
 	}
 	s.log.Info("job added", "job", job.ID, "workers", len(job.Workers), "qps", len(job.Workers[0].QPNs),
-		"pool", fmt.Sprintf("[%d, %d)", job.PoolBase, job.PoolBase+job.PoolSlots), "packet", job.PacketSize)
+		"pool", fmt.Sprintf("[%d, %d)", job.PoolBase, job.PoolBase+job.PoolSlots), "packet", job.PacketSize,
+		"element_bits", 8*job.LaneBytes())
 	return nil
 }
 

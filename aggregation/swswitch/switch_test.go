@@ -49,11 +49,17 @@ func TestEndToEnd(t *testing.T) {
 	}
 }
 
-func (tc endToEnd) run(t *testing.T, fb fabric) {
+func (tc endToEnd) run(t *testing.T, fb fabric) { tc.runWidth(t, fb, 0) }
+
+// runWidth runs the job with wire.Job.ElementBytes eb.
+func (tc endToEnd) runWidth(t *testing.T, fb fabric, eb uint8) {
 	reg := prometheus.NewPedanticRegistry()
 	sw := fb.newSwitch(t, Config{Addr: addr(tc.net, 1), Model: switchmodel.Config{PoolSize: 256},
 		IngressLoss: tc.ingress, EgressLoss: tc.egress, Seed: 42, Registry: reg})
 	job := makeJob(7, tc.net, tc.n, tc.q, 16, uint32(tc.q*tc.ppm), tc.payload)
+	if eb == 2 {
+		job.DType, job.ElementBytes = wire.Float32, eb // int32 needs 32-bit lanes
+	}
 	if err := sw.AddJob(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}

@@ -166,6 +166,10 @@ type Job struct {
 	ID         uint32
 	DType      DType
 	PacketSize int // payload bytes per packet
+	// ElementBytes is the width of one payload element (docs/wire-format.md
+	// "Payload"): 0 or 4 = big-endian int32 lanes, 2 = big-endian int16
+	// lanes summed with 16-bit wrapping adds. Lanes reports it as 2 or 4.
+	ElementBytes uint8
 	// Pool: the job owns slots [PoolBase, PoolBase+PoolSlots); pool indices
 	// (rkeys) outside that range are dropped.
 	PoolBase  uint32
@@ -189,8 +193,28 @@ func (j *Job) Clone() Job {
 	return c
 }
 
+// LaneBytes is the job's element width on the wire, 2 or 4 bytes
+// (ElementBytes, with 0 meaning 4).
+func (j *Job) LaneBytes() int {
+	if j.ElementBytes == 0 {
+		return 4
+	}
+	return int(j.ElementBytes)
+}
+
+// MaxWire16Workers is the most workers of a 16-bit-wire job: each worker's
+// int16 input keeps ⌈log2 n⌉ bits of headroom so that the sum of n inputs
+// cannot wrap (docs/quantization.md), which leaves at least one bit of
+// magnitude at n = 2^14.
+const MaxWire16Workers = 1 << 14
+
 // ErrBadJob is wrapped by Validate.
 var ErrBadJob = errors.New("invalid job")
+
+// ErrElementWidth is wrapped by a switch backend's AddJob when it cannot
+// aggregate the job's element width (Job.ElementBytes): the Tofino program
+// without a 16-bit profile refuses a 16-bit job.
+var ErrElementWidth = errors.New("element width not supported by the switch")
 
 // Validate checks the job's internal consistency.
 func (j *Job) Validate() error {
@@ -202,6 +226,18 @@ func (j *Job) Validate() error {
 	}
 	if j.PoolSlots == 0 {
 		return fmt.Errorf("job %d: %w: empty pool", j.ID, ErrBadJob)
+	}
+	switch j.ElementBytes {
+	case 0, 4:
+	case 2:
+		if j.DType == Int32 {
+			return fmt.Errorf("job %d: %w: int32 needs 4-byte elements, not 2", j.ID, ErrBadJob)
+		}
+		if len(j.Workers) > MaxWire16Workers {
+			return fmt.Errorf("job %d: %w: %d workers; the 16-bit wire holds %d", j.ID, ErrBadJob, len(j.Workers), MaxWire16Workers)
+		}
+	default:
+		return fmt.Errorf("job %d: %w: element width %d bytes; the wire has 2 or 4", j.ID, ErrBadJob, j.ElementBytes)
 	}
 	q := len(j.Workers[0].QPNs)
 	for r, w := range j.Workers {

@@ -75,11 +75,24 @@ func TestJobValidate(t *testing.T) {
 		"no address":  func(j *Job) { j.Workers[0].Addr = netip.Addr{} },
 		"QP count":    func(j *Job) { j.Workers[1].QPNs = []uint32{1, 2} },
 		"switch QPNs": func(j *Job) { j.Workers[0].SwitchQPNs = nil },
+		"width 3":     func(j *Job) { j.ElementBytes = 3 },
+		"width 8":     func(j *Job) { j.ElementBytes = 8 },
+		"int32 on 16": func(j *Job) { j.DType, j.ElementBytes = Int32, 2 },
 	} {
 		j := good()
 		mod(&j)
 		if err := j.Validate(); !errors.Is(err, ErrBadJob) {
 			t.Errorf("%s: Validate = %v", name, err)
+		}
+	}
+	for _, eb := range []uint8{0, 2, 4} {
+		j := good()
+		j.ElementBytes = eb
+		if err := j.Validate(); err != nil {
+			t.Errorf("ElementBytes %d: %v", eb, err)
+		}
+		if want := map[uint8]int{0: 4, 2: 2, 4: 4}[eb]; j.LaneBytes() != want {
+			t.Errorf("ElementBytes %d: LaneBytes = %d, want %d", eb, j.LaneBytes(), want)
 		}
 	}
 	if _, err := ParseDType("float64"); err == nil {
@@ -90,7 +103,7 @@ func TestJobValidate(t *testing.T) {
 // TestJobClone: the copy equals the job and shares no memory with it, so
 // changing every slice of the original leaves the copy as it was.
 func TestJobClone(t *testing.T) {
-	orig := Job{ID: 7, DType: Int32, PacketSize: 256, PoolBase: 16, PoolSlots: 8, Workers: []Worker{
+	orig := Job{ID: 7, DType: Int32, PacketSize: 256, ElementBytes: 4, PoolBase: 16, PoolSlots: 8, Workers: []Worker{
 		{Rank: 0, Addr: netip.MustParseAddr("10.0.0.2"), MAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, RKey: 5,
 			QPNs: []uint32{17, 18}, PSNs: []uint32{1, 2}, SwitchQPNs: []uint32{0x100, 0x101}},
 		{Rank: 1, Addr: netip.MustParseAddr("10.0.0.3"), MAC: net.HardwareAddr{2, 0, 0, 0, 0, 3}, RKey: 6,

@@ -396,6 +396,10 @@ func (p *Programmer) checkJob(job *wire.Job) error {
 	if job.DType != wire.Float32 && job.DType != wire.Int32 {
 		return fmt.Errorf("p4rt: add job %d: %w: dtype %v", job.ID, wire.ErrBadJob, job.DType)
 	}
+	if job.LaneBytes() != 4 {
+		// The Processors' registers add 32-bit lanes (docs/p4.md).
+		return fmt.Errorf("p4rt: add job %d: %d-bit elements: the Tofino program sums 32-bit lanes: %w", job.ID, 8*job.LaneBytes(), wire.ErrElementWidth)
+	}
 	if len(job.Workers) > wire.MaxP4AppWorkers {
 		return fmt.Errorf("p4rt: add job %d: %w: %d workers; the Tofino program holds %d", job.ID, wire.ErrBadJob, len(job.Workers), wire.MaxP4AppWorkers)
 	}

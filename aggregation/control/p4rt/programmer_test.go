@@ -442,6 +442,7 @@ func TestProgrammerRefusesJobs(t *testing.T) {
 		{"IPv6", func(j *wire.Job) { j.Workers[0].Addr = netip.MustParseAddr("fd00::1") }, "IPv4 only"},
 		{"no MAC", func(j *wire.Job) { j.Workers[3].MAC = nil }, "MAC"},
 		{"pool", func(j *wire.Job) { j.PoolBase = 60 }, "exceeds"},
+		{"16-bit", func(j *wire.Job) { j.ElementBytes = 2 }, "16-bit elements"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j := testJob()
@@ -449,6 +450,9 @@ func TestProgrammerRefusesJobs(t *testing.T) {
 			err := p.AddJob(ctx, j)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("AddJob = %v, want an error containing %q", err, tc.want)
+			}
+			if wantWidth := j.ElementBytes == 2; errors.Is(err, wire.ErrElementWidth) != wantWidth {
+				t.Errorf("AddJob = %v: errors.Is(ErrElementWidth) = %v, want %v", err, !wantWidth, wantWidth)
 			}
 		})
 	}

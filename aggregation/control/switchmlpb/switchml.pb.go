@@ -282,8 +282,15 @@ type RdmaSessionRequest struct {
 	// mirrors the request that completed its slot, so every worker of the job
 	// must send packet writes (RdmaSessionResponse.packet_writes).
 	NeedsPacketWrites bool `protobuf:"varint,106,opt,name=needs_packet_writes,json=needsPacketWrites,proto3" json:"needs_packet_writes,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// wire_bits is the width of one element on the wire (docs/wire-format.md
+	// "Payload"): 0 or 32 = int32 lanes (p4app-switchML's wire), 16 = int16
+	// lanes, twice the elements per packet; any other value is refused. Every
+	// rank of a session must send the same width. A 16-bit job must reduce
+	// DATA_TYPE_FLOAT32 (int32 needs 32-bit lanes), and a switch that cannot
+	// add int16 lanes refuses it with FAILED_PRECONDITION.
+	WireBits      uint32 `protobuf:"varint,107,opt,name=wire_bits,json=wireBits,proto3" json:"wire_bits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RdmaSessionRequest) Reset() {
@@ -435,6 +442,13 @@ func (x *RdmaSessionRequest) GetNeedsPacketWrites() bool {
 	return false
 }
 
+func (x *RdmaSessionRequest) GetWireBits() uint32 {
+	if x != nil {
+		return x.WireBits
+	}
+	return 0
+}
+
 type RdmaSessionResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -470,7 +484,10 @@ type RdmaSessionResponse struct {
 	// packet_writes: some rank of the job registered needs_packet_writes, so
 	// every rank must send each packet of a message as a one-packet WRITE
 	// (the same for every rank; p4app workers ignore it).
-	PacketWrites  bool `protobuf:"varint,109,opt,name=packet_writes,json=packetWrites,proto3" json:"packet_writes,omitempty"`
+	PacketWrites bool `protobuf:"varint,109,opt,name=packet_writes,json=packetWrites,proto3" json:"packet_writes,omitempty"`
+	// wire_bits is the job's element width on the wire, 32 or 16: the
+	// registered wire_bits, with 0 answered as 32.
+	WireBits      uint32 `protobuf:"varint,110,opt,name=wire_bits,json=wireBits,proto3" json:"wire_bits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -615,6 +632,13 @@ func (x *RdmaSessionResponse) GetPacketWrites() bool {
 		return x.PacketWrites
 	}
 	return false
+}
+
+func (x *RdmaSessionResponse) GetWireBits() uint32 {
+	if x != nil {
+		return x.WireBits
+	}
+	return 0
 }
 
 // UdpSession messages: present so the service matches p4app's; unused.
@@ -1330,7 +1354,10 @@ type JobInfo struct {
 	Dtype      DataType `protobuf:"varint,10,opt,name=dtype,proto3,enum=switchml_proto.DataType" json:"dtype,omitempty"`
 	EndedRanks []uint32 `protobuf:"varint,11,rep,packed,name=ended_ranks,json=endedRanks,proto3" json:"ended_ranks,omitempty"`
 	// tensor_bytes as the ranks registered it (0: not declared).
-	TensorBytes   uint64 `protobuf:"varint,12,opt,name=tensor_bytes,json=tensorBytes,proto3" json:"tensor_bytes,omitempty"`
+	TensorBytes uint64 `protobuf:"varint,12,opt,name=tensor_bytes,json=tensorBytes,proto3" json:"tensor_bytes,omitempty"`
+	// wire_bits is the job's element width on the wire, 32 or 16
+	// (RdmaSessionResponse.wire_bits).
+	WireBits      uint32 `protobuf:"varint,13,opt,name=wire_bits,json=wireBits,proto3" json:"wire_bits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1445,6 +1472,13 @@ func (x *JobInfo) GetEndedRanks() []uint32 {
 func (x *JobInfo) GetTensorBytes() uint64 {
 	if x != nil {
 		return x.TensorBytes
+	}
+	return 0
+}
+
+func (x *JobInfo) GetWireBits() uint32 {
+	if x != nil {
+		return x.WireBits
 	}
 	return 0
 }
@@ -1738,7 +1772,7 @@ var File_switchml_proto protoreflect.FileDescriptor
 
 const file_switchml_proto_rawDesc = "" +
 	"\n" +
-	"\x0eswitchml.proto\x12\x0eswitchml_proto\"\xbd\x04\n" +
+	"\x0eswitchml.proto\x12\x0eswitchml_proto\"\xda\x04\n" +
 	"\x12RdmaSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\rR\tsessionId\x12\x12\n" +
@@ -1760,7 +1794,8 @@ const file_switchml_proto_rawDesc = "" +
 	"\x11packet_size_bytes\x18g \x01(\rR\x0fpacketSizeBytes\x12!\n" +
 	"\ftensor_bytes\x18h \x01(\x04R\vtensorBytes\x12&\n" +
 	"\x0fignores_ipv4_id\x18i \x01(\bR\rignoresIpv4Id\x12.\n" +
-	"\x13needs_packet_writes\x18j \x01(\bR\x11needsPacketWrites\"\xe2\x03\n" +
+	"\x13needs_packet_writes\x18j \x01(\bR\x11needsPacketWrites\x12\x1b\n" +
+	"\twire_bits\x18k \x01(\rR\bwireBits\"\xff\x03\n" +
 	"\x13RdmaSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x10\n" +
@@ -1780,7 +1815,8 @@ const file_switchml_proto_rawDesc = "" +
 	"numWorkers\x12.\n" +
 	"\x13packets_per_message\x18k \x01(\rR\x11packetsPerMessage\x12\x1b\n" +
 	"\tjob_token\x18l \x01(\fR\bjobToken\x12#\n" +
-	"\rpacket_writes\x18m \x01(\bR\fpacketWrites\"\xca\x01\n" +
+	"\rpacket_writes\x18m \x01(\bR\fpacketWrites\x12\x1b\n" +
+	"\twire_bits\x18n \x01(\rR\bwireBits\"\xca\x01\n" +
 	"\x11UdpSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x12\n" +
@@ -1842,7 +1878,7 @@ const file_switchml_proto_rawDesc = "" +
 	"\x05ENDED\x10\x01\"0\n" +
 	"\x0fListJobsRequest\x12\x1d\n" +
 	"\n" +
-	"job_tokens\x18\x01 \x03(\fR\tjobTokens\"\x99\x03\n" +
+	"job_tokens\x18\x01 \x03(\fR\tjobTokens\"\xb6\x03\n" +
 	"\aJobInfo\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\rR\x05jobId\x12\x1d\n" +
 	"\n" +
@@ -1861,7 +1897,8 @@ const file_switchml_proto_rawDesc = "" +
 	" \x01(\x0e2\x18.switchml_proto.DataTypeR\x05dtype\x12\x1f\n" +
 	"\vended_ranks\x18\v \x03(\rR\n" +
 	"endedRanks\x12!\n" +
-	"\ftensor_bytes\x18\f \x01(\x04R\vtensorBytes\"`\n" +
+	"\ftensor_bytes\x18\f \x01(\x04R\vtensorBytes\x12\x1b\n" +
+	"\twire_bits\x18\r \x01(\rR\bwireBits\"`\n" +
 	"\x10ListJobsResponse\x12+\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x17.switchml_proto.JobInfoR\x04jobs\x12\x1f\n" +
 	"\vhidden_jobs\x18\x02 \x01(\rR\n" +
