@@ -158,11 +158,12 @@ testgen)
 	t0=$SECONDS
 	rm -rf "$td"
 	mkdir -p "$td"
-	for p in default test payload1024; do
+	for p in default test payload1024 wire16; do
 		case $p in
 		default) testgen_profile default 350 ;;
 		test) testgen_profile test 350 -DTEST_PROFILE ;;
 		payload1024) testgen_profile payload1024 1118 -DPAYLOAD_1024 ;;
+		wire16) testgen_profile wire16 350 -DWIRE_16 ;;
 		esac | tee "$td/$p.log"
 		testgen_coverage "$p"
 		rm -f "$td/$p.log"
