@@ -12,9 +12,9 @@ import (
 )
 
 // This file is what a call's tensor is to the engine beyond float32 and
-// int32: 16-bit floats (bfloat16, float16) quantized straight into the same
-// int32 wire, the non-finite marker (Config.PropagateNonFinite), and the
-// length check of the exponent round.
+// int32: 16-bit floats (bfloat16, float16) quantized straight into the
+// session's wire (int32 or int16 lanes, Config.Wire), the non-finite marker
+// (Config.PropagateNonFinite), and the length check of the exponent round.
 
 // ErrLengthMismatch: the workers of a job called an all-reduce with tensors
 // of different lengths.
@@ -40,10 +40,16 @@ func (c *call) blockExponent(lo, hi int, marked bool) (int8, error) {
 	return quant.BlockExponent(c.f[lo:hi])
 }
 
-// quantize writes elements [lo, hi) into buf with sc.
+// quantize writes elements [lo, hi) into buf with sc, in sc's lanes
+// (int32 or int16, sc.WireBytes).
 func (c *call) quantize(buf []byte, lo, hi int, sc quant.Scale) error {
-	if c.h != nil {
+	switch {
+	case c.h != nil && sc.WireBytes() == 2:
+		return quant.QuantizeHalfWire16(buf, c.h[lo:hi], c.half, sc)
+	case c.h != nil:
 		return quant.Quantize16(buf, c.h[lo:hi], c.half, sc)
+	case sc.WireBytes() == 2:
+		return quant.QuantizeWire16(buf, c.f[lo:hi], sc)
 	}
 	return quant.Quantize(buf, c.f[lo:hi], sc)
 }
@@ -52,8 +58,12 @@ func (c *call) quantize(buf []byte, lo, hi int, sc quant.Scale) error {
 // calls: decodes them).
 func (c *call) dequantize(lo, hi int, res []byte, sc quant.Scale) {
 	switch {
+	case c.h != nil && sc.WireBytes() == 2:
+		quant.DequantizeHalfWire16(c.h[lo:hi], res, c.half, sc)
 	case c.h != nil:
 		quant.Dequantize16(c.h[lo:hi], res, c.half, sc)
+	case c.f != nil && sc.WireBytes() == 2:
+		quant.DequantizeWire16(c.f[lo:hi], res, sc)
 	case c.f != nil:
 		quant.Dequantize(c.f[lo:hi], res, sc)
 	default:
@@ -139,8 +149,9 @@ func (c *call) exponent(j int) int8 {
 
 // AllReduce16 is AllReduce for a tensor of 16-bit floats in format f
 // (quant.BFloat16 or quant.Float16, as raw bits): each is quantized straight
-// into the float32 session's block-floating-point wire, and the result is
-// rounded back to f (docs/quantization.md, "16-bit inputs"). The session
+// into the float32 session's block-floating-point wire (32-bit or, with
+// Config.Wire 16, 16-bit lanes), and the result is rounded back to f
+// (docs/quantization.md, "16-bit inputs"). The session
 // must have been opened with DType wire.Float32; workers may mix float32
 // and 16-bit calls only in the same order and with the same lengths.
 func (s *Session) AllReduce16(ctx context.Context, x []uint16, f quant.Format) error {
@@ -164,19 +175,45 @@ func (s *Session) AllReduce16Async(ctx context.Context, x []uint16, f quant.Form
 
 // The exponent round's payload carries the call's length, so workers
 // that called with different lengths find out at once instead of after
-// the peer timeout. Each worker writes the length's lengthLimbs bytes l_k
-// as int32 pairs (l_k, l_k²); the switch sums them. Every worker then holds
-// Σl_k and Σl_k² over the W workers, and all lengths are equal exactly when,
-// for every k, Σl_k = W·l_k and Σl_k² = W·l_k² (Cauchy–Schwarz: equality
-// only for equal l_k), so every worker sees a mismatch, not only those
-// whose length differs from the mean. No sum can wrap: W ≤ 2^16 and
-// l_k² < 2^16.
-const lengthLimbs = 6 // lengths below 2^48
+// the peer timeout (docs/protocol.md "Length check"). On the 32-bit wire
+// each worker writes the length's lengthLimbs bytes l_k as int32 pairs
+// (l_k, l_k²); the switch sums them. Every worker then holds Σl_k and
+// Σl_k² over the W workers, and all lengths are equal exactly when, for
+// every k, Σl_k = W·l_k and Σl_k² = W·l_k² (Cauchy–Schwarz: equality only
+// for equal l_k), so every worker sees a mismatch, not only those whose
+// length differs from the mean. No sum can wrap: W ≤ 2^16 and l_k² < 2^16.
+//
+// On the 16-bit wire an int16 lane holds less than a byte's square times
+// the workers, so the digits are bits: each worker writes the length's
+// lengthBits16 bits b_k as one int16 lane each. Σb_k counts the workers
+// whose bit k is set, so Σb_k = W·b_k holds for every k on every worker
+// exactly when all lengths are equal (Σb_k is 0 or W only if every b_k
+// agrees): no square is needed. No sum can wrap as long as W < 2^15, above
+// the 16-bit wire's limit of wire.MaxWire16Workers workers (its
+// headroom, docs/quantization.md), which Open enforces.
+const (
+	lengthLimbs  = 6  // lengths below 2^48
+	lengthBits16 = 48 // lengths below 2^48
+)
 
-// lengthHeaderBytes is the header's size: it fits the smallest packet.
-const lengthHeaderBytes = 4 * 2 * lengthLimbs
+// lengthHeaderSize is the header's size on the session's wire: it fits
+// the smallest packet on either.
+func (s *Session) lengthHeaderSize() uint64 {
+	if s.cfg.Wire == 16 {
+		return 2 * lengthBits16
+	}
+	return 4 * 2 * lengthLimbs
+}
 
-func putLengthHeader(buf []byte, n int) {
+// putLengthHeader writes the length header of a call of n elements into
+// buf, in the lanes of a wireBits-bit wire.
+func putLengthHeader(buf []byte, n, wireBits int) {
+	if wireBits == 16 {
+		for k := range lengthBits16 {
+			binary.BigEndian.PutUint16(buf[2*k:], uint16(n>>k)&1)
+		}
+		return
+	}
 	for k := range lengthLimbs {
 		l := uint32(n>>(8*k)) & 0xFF
 		binary.BigEndian.PutUint32(buf[8*k:], l)
@@ -189,13 +226,26 @@ func (s *Session) checkLengthHeader(res []byte, n int) error {
 	w := uint32(s.cfg.Workers)
 	other := 0 // the other worker's length when there are two
 	bad := false
-	for k := range lengthLimbs {
-		l := uint32(n>>(8*k)) & 0xFF
-		sum, sq := binary.BigEndian.Uint32(res[8*k:]), binary.BigEndian.Uint32(res[8*k+4:])
-		if sum != w*l || sq != w*l*l {
-			bad = true
+	if s.cfg.Wire == 16 {
+		for k := range lengthBits16 {
+			b := uint32(n>>k) & 1
+			// The lane's sum is at most W < 2^15: read as unsigned it is
+			// the count itself.
+			sum := uint32(binary.BigEndian.Uint16(res[2*k:]))
+			if sum != w*b {
+				bad = true
+			}
+			other |= int((sum-b)&1) << k
 		}
-		other |= int(sum-l) << (8 * k)
+	} else {
+		for k := range lengthLimbs {
+			l := uint32(n>>(8*k)) & 0xFF
+			sum, sq := binary.BigEndian.Uint32(res[8*k:]), binary.BigEndian.Uint32(res[8*k+4:])
+			if sum != w*l || sq != w*l*l {
+				bad = true
+			}
+			other |= int(sum-l) << (8 * k)
+		}
 	}
 	if !bad {
 		return nil

@@ -97,6 +97,16 @@ type Config struct {
 	// wire.Int32 (exact). AllReduce serves Float32 sessions,
 	// AllReduceInt32 Int32 sessions.
 	DType wire.DType
+	// Wire is the width of an element on the wire in bits: 32 (the
+	// default when 0) or 16 (docs/protocol.md "The 16-bit wire"). A 16-bit
+	// job carries twice the elements per packet, with 15 − ⌈log2 Workers⌉
+	// bits per worker instead of 31 − ⌈log2 Workers⌉ (docs/quantization.md);
+	// it serves Float32 sessions only (int32 needs 32-bit lanes) and at
+	// most wire.MaxWire16Workers workers. Every worker of a job passes the
+	// same; Open fails with an error wrapping wire.ErrElementWidth when
+	// the switch cannot sum 16-bit lanes (a front end falls back to the
+	// 32-bit wire, or says to).
+	Wire int
 	// TensorBytes, when the length of every call's tensor is fixed (the
 	// CLI's --size), is that length in bytes (4 per element). Open
 	// registers it and the controller refuses workers whose lengths
@@ -316,6 +326,18 @@ func (c Config) defaults() (Config, error) {
 	if c.DType != wire.Float32 && c.DType != wire.Int32 {
 		return c, fieldError("DType", c.DType, "use wire.Float32 or wire.Int32")
 	}
+	if c.Wire == 0 {
+		c.Wire = 32
+	}
+	switch {
+	case c.Wire != 32 && c.Wire != 16:
+		return c, fieldError("Wire", c.Wire, "the wire carries 32-bit or 16-bit elements")
+	case c.Wire == 16 && c.DType == wire.Int32:
+		return c, fieldError("Wire", c.Wire, "int32 needs the 32-bit wire")
+	case c.Wire == 16 && c.Workers > wire.MaxWire16Workers:
+		return c, &FieldError{Field: "Workers", Value: c.Workers, Max: wire.MaxWire16Workers,
+			Reason: fmt.Sprintf("the 16-bit wire holds at most %d workers; use the 32-bit wire", wire.MaxWire16Workers)}
+	}
 	if c.RetransmitTimeout == 0 {
 		c.RetransmitTimeout = DefaultRetransmitTimeout
 	}
@@ -381,3 +403,7 @@ func (c Config) RegisteredBytes() int {
 
 // messageBytes is the payload of one message.
 func (c *Config) messageBytes() int { return c.PacketSize * c.PacketsPerMessage }
+
+// elementBytes is the width of one element on the wire (Wire, defaults
+// filled in): 4 or 2 bytes.
+func (c *Config) elementBytes() int { return c.Wire / 8 }

@@ -48,6 +48,7 @@ import (
 type qpState struct {
 	qp      verbs.QP
 	index   int
+	group   int            // the QP's ordering group (rackState.groups)
 	pool    wire.PoolIndex // pool index of the QP's first packet, set 0
 	sendOff uint64         // the QP's send staging region in the MR
 	next    int            // the next tensor message this QP sends
@@ -315,6 +316,9 @@ func (s *Session) AllReduce(ctx context.Context, x []float32) error {
 // been opened with DType wire.Int32. Otherwise as AllReduce.
 func (s *Session) AllReduceInt32(ctx context.Context, x []int32) error {
 	if s.cfg.DType != wire.Int32 {
+		if s.cfg.Wire == 16 {
+			return fmt.Errorf("aggregation: AllReduceInt32 on a 16-bit-wire session: int32 needs the 32-bit wire: %w", ErrDType)
+		}
 		return fmt.Errorf("aggregation: AllReduceInt32 on a %v session: %w", s.cfg.DType, ErrDType)
 	}
 	if len(x) == 0 {
@@ -358,7 +362,7 @@ func (s *Session) runCall(ctx context.Context, arg call) error {
 	s.call = arg
 	defer s.endCall()
 	c := &s.call
-	c.vals = s.msgBytes / 4
+	c.vals = s.msgBytes / s.cfg.elementBytes()
 	c.msgs = (c.n + c.vals - 1) / c.vals
 	if c.float() {
 		// Bad input fails here, with nothing sent: the session goes on.

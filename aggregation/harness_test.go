@@ -370,6 +370,8 @@ type clusterOpts struct {
 	// qpns is the controller's switch QPN scheme; setLoss needs
 	// control.QPNP4App to tell a request's QP index.
 	qpns control.QPNScheme
+	// cores is the switch's Config.Cores (0: one).
+	cores int
 }
 
 // newSoftClusterWith is newSoftCluster with options.
@@ -378,7 +380,7 @@ func newSoftClusterWith(t testing.TB, tr transport, net byte, ingressLoss, egres
 	c := &softCluster{tr: tr, net: net, swAddr: addr4(127, 88, net, 1), ingress: ingressLoss, egress: egressLoss, link: o.link,
 		ranks: map[netip.Addr]int{}, pos: map[lossStream]*lossPos{},
 		seen: map[netip.Addr]bool{}, requested: map[netip.Addr]chan struct{}{}}
-	sc := swswitch.Config{Addr: c.swAddr, IngressLoss: ingressLoss, EgressLoss: egressLoss, Seed: uint64(net)}
+	sc := swswitch.Config{Addr: c.swAddr, IngressLoss: ingressLoss, EgressLoss: egressLoss, Seed: uint64(net), Cores: o.cores}
 	if tr == inMemory {
 		mc := o.mem
 		sc.IngressLoss, sc.EgressLoss = 0, 0

@@ -40,13 +40,54 @@ func (h *callHistogram) metric(d *prometheus.Desc) prometheus.Metric {
 	return prometheus.MustNewConstHistogram(d, n, time.Duration(h.sumNs.Load()).Seconds(), buckets)
 }
 
+// statField is one counter of a session: the Stats field, the engine's
+// atomic behind it, and the Prometheus series that exports it (a labelled
+// series of a shared name where several fields share one). Stats, its
+// sums over lanes and the collector all read statFields, so a counter is
+// added in one place.
+type statField struct {
+	stat    func(*Stats) *uint64
+	counter func(*counters) *atomic.Uint64
+	// metric (after swml_worker_) and its help; label, when set, is the
+	// value of the metric's one label ("direction").
+	metric, help, label string
+}
+
+var statFields = []statField{
+	{func(s *Stats) *uint64 { return &s.AllReduces }, func(c *counters) *atomic.Uint64 { return &c.allReduces },
+		"allreduces_total", "Completed all-reduce calls (float32 and int32).", ""},
+	{func(s *Stats) *uint64 { return &s.Messages }, func(c *counters) *atomic.Uint64 { return &c.messages },
+		"messages_total", "Messages sent for the first time, exponent-only rounds included.", ""},
+	{func(s *Stats) *uint64 { return &s.Packets }, func(c *counters) *atomic.Uint64 { return &c.packets },
+		"packets_total", "RoCEv2 packets sent to the switch, retransmissions included.", ""},
+	{func(s *Stats) *uint64 { return &s.Retransmissions }, func(c *counters) *atomic.Uint64 { return &c.retransmissions },
+		"retransmissions_total", "Messages resent (timer expiries and fast retransmissions).", ""},
+	{func(s *Stats) *uint64 { return &s.Timeouts }, func(c *counters) *atomic.Uint64 { return &c.timeouts },
+		"timeouts_total", "Per-QP retransmission timer expiries.", ""},
+	{func(s *Stats) *uint64 { return &s.FastRetransmissions }, func(c *counters) *atomic.Uint64 { return &c.fastRetransmissions },
+		"fast_retransmissions_total", "Messages resent because the result of a message sent later came back first (RACK).", ""},
+	{func(s *Stats) *uint64 { return &s.SpuriousRetransmissions }, func(c *counters) *atomic.Uint64 { return &c.spurious },
+		"spurious_retransmissions_total", "Resent messages whose result answered an earlier transmission: resends that were not needed.", ""},
+	{func(s *Stats) *uint64 { return &s.Results }, func(c *counters) *atomic.Uint64 { return &c.results },
+		"results_total", "Result messages from the switch used.", ""},
+	{func(s *Stats) *uint64 { return &s.StaleResults }, func(c *counters) *atomic.Uint64 { return &c.stale },
+		"stale_results_total", "Result messages dropped by the message-id check (duplicates of results already used).", ""},
+	{func(s *Stats) *uint64 { return &s.BytesSent }, func(c *counters) *atomic.Uint64 { return &c.bytesSent },
+		"bytes_total", bytesHelp, "out"},
+	{func(s *Stats) *uint64 { return &s.BytesReceived }, func(c *counters) *atomic.Uint64 { return &c.bytesReceived },
+		"bytes_total", bytesHelp, "in"},
+	{func(s *Stats) *uint64 { return &s.PacketWriteCalls }, func(c *counters) *atomic.Uint64 { return &c.packetWriteCalls },
+		"packet_write_calls_total", "All-reduce calls that sent one RDMA WRITE per packet instead of one per message (Config.Writes).", ""},
+}
+
+const bytesHelp = "RDMA payload bytes sent (out) to and received (in) from the switch."
+
 // sessionCollector reads Session.Stats at scrape time: the data path only
 // bumps the session's atomics.
 type sessionCollector struct {
-	s *Session
-
-	allReduces, messages, packets, retransmissions, timeouts, fast, spurious, results, stale, bytes, packetWriteCalls *prometheus.Desc
-	callDuration                                                                                                      *prometheus.Desc
+	s            *Session
+	descs        []*prometheus.Desc // statFields' series, by index
+	callDuration *prometheus.Desc
 }
 
 // NewCollector returns a Prometheus collector of s's counters
@@ -58,48 +99,44 @@ type sessionCollector struct {
 // use.
 func NewCollector(s *Session) prometheus.Collector {
 	labels := prometheus.Labels{"job_id": strconv.FormatUint(uint64(s.JobID()), 10), "rank": strconv.Itoa(s.Rank())}
-	d := func(name, help string, variable ...string) *prometheus.Desc {
-		return prometheus.NewDesc("swml_worker_"+name, help, variable, labels)
+	c := &sessionCollector{s: s, descs: make([]*prometheus.Desc, len(statFields))}
+	byName := map[string]*prometheus.Desc{}
+	for i, f := range statFields {
+		d := byName[f.metric]
+		if d == nil {
+			var variable []string
+			if f.label != "" {
+				variable = []string{"direction"}
+			}
+			d = prometheus.NewDesc("swml_worker_"+f.metric, f.help, variable, labels)
+			byName[f.metric] = d
+		}
+		c.descs[i] = d
 	}
-	return &sessionCollector{
-		s:                s,
-		allReduces:       d("allreduces_total", "Completed all-reduce calls (float32 and int32)."),
-		messages:         d("messages_total", "Messages sent for the first time, exponent-only rounds included."),
-		packets:          d("packets_total", "RoCEv2 packets sent to the switch, retransmissions included."),
-		retransmissions:  d("retransmissions_total", "Messages resent (timer expiries and fast retransmissions)."),
-		timeouts:         d("timeouts_total", "Per-QP retransmission timer expiries."),
-		fast:             d("fast_retransmissions_total", "Messages resent because the result of a message sent later came back first (RACK)."),
-		spurious:         d("spurious_retransmissions_total", "Resent messages whose result answered an earlier transmission: resends that were not needed."),
-		results:          d("results_total", "Result messages from the switch used."),
-		stale:            d("stale_results_total", "Result messages dropped by the message-id check (duplicates of results already used)."),
-		bytes:            d("bytes_total", "RDMA payload bytes sent (out) to and received (in) from the switch.", "direction"),
-		packetWriteCalls: d("packet_write_calls_total", "All-reduce calls that sent one RDMA WRITE per packet instead of one per message (Config.Writes)."),
-		callDuration:     d("allreduce_duration_seconds", "Time of one completed all-reduce call of this worker, from taking the session to its return."),
-	}
+	c.callDuration = prometheus.NewDesc("swml_worker_allreduce_duration_seconds",
+		"Time of one completed all-reduce call of this worker, from taking the session to its return.", nil, labels)
+	return c
 }
 
 func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.allReduces, c.messages, c.packets, c.retransmissions, c.timeouts, c.fast, c.spurious, c.results, c.stale, c.bytes, c.packetWriteCalls, c.callDuration} {
-		ch <- d
+	seen := map[*prometheus.Desc]bool{}
+	for _, d := range c.descs {
+		if !seen[d] {
+			seen[d] = true
+			ch <- d
+		}
 	}
+	ch <- c.callDuration
 }
 
 func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.s.Stats()
-	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	for i, f := range statFields {
+		var labels []string
+		if f.label != "" {
+			labels = []string{f.label}
+		}
+		ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.CounterValue, float64(*f.stat(&st)), labels...)
 	}
-	counter(c.allReduces, st.AllReduces)
-	counter(c.messages, st.Messages)
-	counter(c.packets, st.Packets)
-	counter(c.retransmissions, st.Retransmissions)
-	counter(c.timeouts, st.Timeouts)
-	counter(c.fast, st.FastRetransmissions)
-	counter(c.spurious, st.SpuriousRetransmissions)
-	counter(c.results, st.Results)
-	counter(c.stale, st.StaleResults)
-	counter(c.bytes, st.BytesSent, "out")
-	counter(c.bytes, st.BytesReceived, "in")
-	counter(c.packetWriteCalls, st.PacketWriteCalls)
 	ch <- c.s.stats.callTimes.metric(c.callDuration)
 }

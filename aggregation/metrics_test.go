@@ -2,7 +2,9 @@ package aggregation
 
 import (
 	"context"
+	"reflect"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,5 +114,35 @@ func TestCallHistogram(t *testing.T) {
 	b := hm.GetBucket()
 	if b[0].GetUpperBound() != 100e-6 || b[0].GetCumulativeCount() != 1 || b[1].GetCumulativeCount() != 2 || b[len(b)-1].GetCumulativeCount() != 103 {
 		t.Fatalf("buckets %v", b)
+	}
+}
+
+// TestStatFields: every Stats field is in statFields once, each with its
+// own counter, so Stats, its sum over lanes and the collector cover every
+// counter.
+func TestStatFields(t *testing.T) {
+	var st Stats
+	var c counters
+	fields := map[*uint64]bool{}
+	ctrs := map[*atomic.Uint64]bool{}
+	for _, f := range statFields {
+		p, a := f.stat(&st), f.counter(&c)
+		if fields[p] || ctrs[a] {
+			t.Errorf("%s (%s): a Stats field or counter listed twice", f.metric, f.label)
+		}
+		fields[p], ctrs[a] = true, true
+	}
+	if n := reflect.TypeFor[Stats]().NumField(); len(fields) != n {
+		t.Errorf("statFields covers %d of Stats' %d fields", len(fields), n)
+	}
+	// Each field reads its own counter.
+	for i, f := range statFields {
+		f.counter(&c).Store(uint64(100 + i))
+	}
+	got := c.load()
+	for i, f := range statFields {
+		if v := *f.stat(&got); v != uint64(100+i) {
+			t.Errorf("%s (%s): %d, want %d", f.metric, f.label, v, 100+i)
+		}
 	}
 }

@@ -13,14 +13,17 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
 )
 
-// rackState is RACK's view of the session's QPs taken together (RFC 8985
-// section 6.2, step 2): the latest transmission time among messages whose
-// result arrived, and that message's time to result. A message still
+// rackState is RACK's view of the session's QPs (RFC 8985 section 6.2,
+// step 2): per ordering group, the latest transmission time among messages
+// whose result arrived, and that message's time to result. A message still
 // waiting that was transmitted before it, by more than the reordering
-// window, has been lost (its request or its result).
+// window, has been lost (its request or its result). Evidence stays within
+// a group: the QPs a switch completes in one order (one software-switch
+// core; one Tofino pipe), whose results come back in that order; results
+// of different groups overtake each other without any loss
+// (control.Assignment.OrderGroups).
 type rackState struct {
-	xmit time.Time
-	rtt  time.Duration
+	latest []rackLatest
 	// min is the smallest time to result of this call and the one
 	// before (RFC 8985's min_RTT, windowed): it follows the host's load
 	// within a call or two instead of keeping an idle moment's minimum
@@ -31,6 +34,41 @@ type rackState struct {
 	// round trip; reoCalls counts the calls since the last widening, and
 	// after reoResetCalls of them it narrows again.
 	reoMult, reoCalls int
+}
+
+// rackLatest is one ordering group's RACK.xmit_ts and RACK.rtt.
+type rackLatest struct {
+	xmit time.Time
+	rtt  time.Duration
+}
+
+// groups sets the ordering group of each of a lane's QPs from the
+// controller's answer, of[QP index] (nil: one group), numbering the lane's
+// distinct groups densely.
+func (r *rackState) groups(qps []*qpState, of []uint32) {
+	dense := map[uint32]int{}
+	for _, st := range qps {
+		g := uint32(0)
+		if of != nil {
+			g = of[st.index]
+		}
+		d, ok := dense[g]
+		if !ok {
+			d = len(dense)
+			dense[g] = d
+		}
+		st.group = d
+	}
+	r.latest = make([]rackLatest, max(1, len(dense)))
+}
+
+// at is group g's latest delivery (a session that never learnt its groups
+// has one).
+func (r *rackState) at(g int) *rackLatest {
+	if g >= len(r.latest) {
+		r.latest = append(r.latest, make([]rackLatest, g+1-len(r.latest))...)
+	}
+	return &r.latest[g]
 }
 
 // reoResetCalls is how many calls without a spurious resend narrow the
@@ -115,8 +153,8 @@ func (s *lane) lostAt(st *qpState) (time.Time, bool) {
 		}
 		return time.Time{}, false
 	}
-	if xmit.Before(rack.xmit) {
-		return xmit.Add(rack.rtt + reo), true
+	if l := rack.at(st.group); xmit.Before(l.xmit) {
+		return xmit.Add(l.rtt + reo), true
 	}
 	return time.Time{}, false
 }

@@ -296,9 +296,9 @@ func (s *lane) overwritten(st *qpState, msgID uint16, lo, hi int) {
 func (s *lane) deliver(c *call, st *qpState) error {
 	off := s.recvOff(st.msg.id, st.index)
 	if st.msg.cur < 0 {
-		return s.checkLengthHeader(s.mr.Bytes()[off:off+lengthHeaderBytes], c.n)
+		return s.checkLengthHeader(s.mr.Bytes()[off:off+s.lengthHeaderSize()], c.n)
 	}
 	lo, hi := c.span(st.msg.cur)
-	c.dequantize(lo, hi, s.mr.Bytes()[off:off+uint64(4*(hi-lo))], st.msg.scale)
+	c.dequantize(lo, hi, s.mr.Bytes()[off:off+uint64(s.cfg.elementBytes()*(hi-lo))], st.msg.scale)
 	return nil
 }

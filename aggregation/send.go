@@ -43,7 +43,7 @@ import (
 func (s *lane) sendExponents(c *call, st *qpState, now time.Time) error {
 	buf := s.mr.Bytes()[st.sendOff : st.sendOff+uint64(s.msgBytes)]
 	clear(buf)
-	putLengthHeader(buf, c.n)
+	putLengthHeader(buf, c.n, s.cfg.Wire)
 	st.msg.cur = -1
 	return s.post(st, c.exponent(st.next), now)
 }
@@ -59,7 +59,7 @@ func (s *lane) sendNext(c *call, st *qpState, maxE int8, now time.Time) (bool, e
 	buf := s.mr.Bytes()[st.sendOff : st.sendOff+uint64(s.msgBytes)]
 	var e0 int8
 	if c.float() {
-		sc, err := quant.NewScale(s.cfg.Workers, maxE)
+		sc, err := s.newScale(maxE)
 		if err != nil {
 			return false, fmt.Errorf("aggregation: %v: %w", s.who(), err)
 		}
@@ -73,10 +73,20 @@ func (s *lane) sendNext(c *call, st *qpState, maxE int8, now time.Time) (bool, e
 	}
 	// The last message of a tensor is padded with zeros: the switch adds
 	// whole packets, and zeros change no sum.
-	clear(buf[4*(hi-lo):])
+	clear(buf[s.cfg.elementBytes()*(hi-lo):])
 	st.msg.cur = j
 	st.next = j + s.cfg.QPs // every worker sends message j on QP j mod QPs
 	return true, s.post(st, e0, now)
+}
+
+// newScale is the scale of a message whose maximum block exponent over
+// the workers is maxE, for the session's wire: 31 or 15 bits of a lane
+// shared by the workers (docs/quantization.md).
+func (s *lane) newScale(maxE int8) (quant.Scale, error) {
+	if s.cfg.Wire == 16 {
+		return quant.NewScaleWire16(s.cfg.Workers, maxE)
+	}
+	return quant.NewScale(s.cfg.Workers, maxE)
 }
 
 // post sends a new message from st's staging region: next set, next

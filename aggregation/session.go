@@ -235,6 +235,9 @@ func (s *Session) open(ctx context.Context) error {
 		// A NIC that wedges on a truncated multi-packet WRITE gets only
 		// one-packet results if every worker sends packet writes.
 		NeedsPacketWrites: needsPacketWrites,
+		// The element width of the job's lanes: the controller refuses
+		// ranks that differ, and a switch that cannot sum it.
+		WireBits: cfg.Wire,
 	})
 	if err != nil {
 		return fmt.Errorf("aggregation: join session %d as rank %d of %d: %w", cfg.SessionID, cfg.Rank, cfg.Workers, err)
@@ -258,6 +261,9 @@ func (s *Session) open(ctx context.Context) error {
 		// software switch reads a UDP socket; the Tofino program never
 		// parses the ICRC): a message may leave as one GSO datagram.
 		u.AllowGSO(a.SwitchAddr)
+	}
+	for _, l := range s.lanes {
+		l.eng.rack.groups(l.qps, a.OrderGroups)
 	}
 	for i, st := range s.qps {
 		st.pool = a.QPPoolIndices[i]
@@ -301,6 +307,10 @@ func (s *Session) watch() {
 	case <-s.stopWatch:
 	}
 }
+
+// Wire is the session's element width on the wire in bits, 32 or 16
+// (Config.Wire).
+func (s *Session) Wire() int { return s.cfg.Wire }
 
 // JobID is the controller's id of the job this session belongs to.
 func (s *Session) JobID() uint32 { return s.assign.JobID }
@@ -440,36 +450,18 @@ func (s *Session) Stats() Stats {
 
 // load reads c's counters.
 func (c *counters) load() Stats {
-	return Stats{
-		AllReduces:              c.allReduces.Load(),
-		Messages:                c.messages.Load(),
-		Packets:                 c.packets.Load(),
-		Retransmissions:         c.retransmissions.Load(),
-		Timeouts:                c.timeouts.Load(),
-		FastRetransmissions:     c.fastRetransmissions.Load(),
-		SpuriousRetransmissions: c.spurious.Load(),
-		Results:                 c.results.Load(),
-		StaleResults:            c.stale.Load(),
-		BytesSent:               c.bytesSent.Load(),
-		BytesReceived:           c.bytesReceived.Load(),
-		PacketWriteCalls:        c.packetWriteCalls.Load(),
+	var st Stats
+	for _, f := range statFields {
+		*f.stat(&st) = f.counter(c).Load()
 	}
+	return st
 }
 
 // add adds o's counts to st's.
 func (st *Stats) add(o Stats) {
-	st.AllReduces += o.AllReduces
-	st.Messages += o.Messages
-	st.Packets += o.Packets
-	st.Retransmissions += o.Retransmissions
-	st.Timeouts += o.Timeouts
-	st.FastRetransmissions += o.FastRetransmissions
-	st.SpuriousRetransmissions += o.SpuriousRetransmissions
-	st.Results += o.Results
-	st.StaleResults += o.StaleResults
-	st.BytesSent += o.BytesSent
-	st.BytesReceived += o.BytesReceived
-	st.PacketWriteCalls += o.PacketWriteCalls
+	for _, f := range statFields {
+		*f.stat(st) += *f.stat(&o)
+	}
 }
 
 // who names the session in errors: "job 7 rank 1".
@@ -487,7 +479,7 @@ func (s *Session) String() string {
 	if s.assign != nil {
 		id = s.assign.JobID
 	}
-	return fmt.Sprintf("job %d rank %d/%d (%s, %d QPs × %d × %d B)", id, s.cfg.Rank, s.cfg.Workers, s.cfg.DType, s.cfg.QPs, s.cfg.PacketsPerMessage, s.cfg.PacketSize)
+	return fmt.Sprintf("job %d rank %d/%d (%s, %d-bit wire, %d QPs × %d × %d B)", id, s.cfg.Rank, s.cfg.Workers, s.cfg.DType, s.cfg.Wire, s.cfg.QPs, s.cfg.PacketsPerMessage, s.cfg.PacketSize)
 }
 
 // checkUCTruncation says whether this worker's NIC needs the job to send

@@ -139,7 +139,7 @@ func (s *lane) sampleResult(st *qpState, r resultKind, now time.Time) {
 		s.sampleRTT(st, now.Sub(t.sent), t.xmit)
 	default:
 		rack := &s.eng.rack
-		if m := rack.minRTT(); m > 0 && now.Sub(t.xmit) >= m && t.xmit.After(rack.xmit) {
+		if m, l := rack.minRTT(), rack.at(st.group); m > 0 && now.Sub(t.xmit) >= m && t.xmit.After(l.xmit) {
 			// A resent message: the result can be taken for the answer to
 			// its latest transmission only if it took at least the
 			// smallest time to result since (RFC 8985 section 6.2, step
@@ -147,7 +147,7 @@ func (s *lane) sampleResult(st *qpState, r resultKind, now time.Time) {
 			// already complete is answered in a fraction of a fresh
 			// message's time to result, and taken for RACK's reference it
 			// would make every message in flight look lost.
-			rack.xmit, rack.rtt = t.xmit, now.Sub(t.xmit)
+			l.xmit, l.rtt = t.xmit, now.Sub(t.xmit)
 			s.eng.rackProgress = now
 		}
 	}
@@ -191,8 +191,8 @@ func (s *lane) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 		e.rack.min.Sample(r)
 		e.standing.Sample(xmit.Add(r), r, e.rtt.SRTT())
 	}
-	if xmit.After(e.rack.xmit) {
-		e.rack.xmit, e.rack.rtt = xmit, r
+	if l := e.rack.at(st.group); xmit.After(l.xmit) {
+		l.xmit, l.rtt = xmit, r
 	}
 }
 

@@ -306,7 +306,7 @@ func TestPacketWriteLossEvidence(t *testing.T) {
 		t.Fatalf("resend of an overdue tail covers %d packets, want all 16", got)
 	}
 	// Another QP's later result: no evidence for a message with results back.
-	s.eng.rack.xmit, s.eng.rack.rtt = now.Add(time.Millisecond), time.Millisecond
+	*s.eng.rack.at(st.group) = rackLatest{xmit: now.Add(time.Millisecond), rtt: time.Millisecond}
 	if at, _ := s.lostAt(st); !at.Equal(tail) {
 		t.Fatalf("RACK across QPs for a message whose own results are coming back: lost at %v", at.Sub(now))
 	}

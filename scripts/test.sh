@@ -186,7 +186,7 @@ python/tests/run.sh
 # (--jobs 2, 2 workers, 200 Mbit/s, 1 MiB). Afterwards no namespace of the
 # lab may remain. Needs root and nftables (installed here). About 2 minutes
 # on a loaded 2-vCPU machine.
-step "network lab: 2 and 4 workers, unshaped and 200mbit, loss 0 and 1%: SwitchML, Gloo, ring, verified; 2 SwitchML jobs sharing the links; namespaces removed"
+step "network lab: 2 and 4 workers, unshaped and 200mbit, loss 0 and 1%: SwitchML, Gloo, ring, verified, SwitchML bit-identical across rates and losses; 2 SwitchML jobs sharing the links; namespaces removed"
 if [ "$(id -u)" != 0 ]; then
 	if [ -n "${CI:-}" ]; then echo "FAIL: the network lab needs root, and CI must run it"; exit 1; fi
 	echo "SKIP: network lab (needs root)"
@@ -217,6 +217,11 @@ nocpu = [(r["system"], r["workers"], r["rate_bps"], r["loss"]) for r in rows if 
          and (r["cpu_user_ns_per_call"] + r["cpu_sys_ns_per_call"] <= 0 or (r["system"] == "switchml" and r["switch_cpu_ns_per_call"] <= 0))]
 if nocpu:
     sys.exit("network lab: rows without CPU accounting: %s" % nocpu)
+# Bit-reproducible: each worker count's SwitchML rows (both rates, both
+# losses) returned the same result digest.
+notrepro = [(r["workers"], r["rate_bps"], r["loss"]) for r in rows if r["system"] == "switchml" and r.get("result_reproduced") is not True]
+if notrepro:
+    sys.exit("network lab: SwitchML rows not bit-identical across rates and losses: %s" % notrepro)
 lossy = sum(r["loss_drops"] for r in rows if r["loss"] > 0)
 if lossy == 0:
     sys.exit("network lab: the 1% rows dropped nothing: the loss rules did not work")

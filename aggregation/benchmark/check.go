@@ -75,6 +75,7 @@ func InputInt32(r, n int) []int32 {
 // the full check, as the first one did.
 type Checker struct {
 	dtype    wire.DType
+	wireBits int // the element width on the wire: the bound's scale
 	in       [][]float32
 	inI      [][]int32
 	scale    quant.Scale       // float32: for a tensor-wide block exponent
@@ -82,8 +83,16 @@ type Checker struct {
 	verified map[string]uint64 // by bound name: the hash of a result that passed
 }
 
+// NewChecker is NewCheckerWire on the 32-bit wire.
 func NewChecker(dtype wire.DType, in [][]float32, inI [][]int32) (*Checker, error) {
-	c := &Checker{dtype: dtype, in: in, inI: inI, seed: maphash.MakeSeed()}
+	return NewCheckerWire(dtype, 32, in, inI)
+}
+
+// NewCheckerWire checks the results of a job whose elements travel in
+// wireBits-bit lanes (aggregation.Config.Wire: 32, or 16 with its own
+// bound, docs/quantization.md).
+func NewCheckerWire(dtype wire.DType, wireBits int, in [][]float32, inI [][]int32) (*Checker, error) {
+	c := &Checker{dtype: dtype, wireBits: wireBits, in: in, inI: inI, seed: maphash.MakeSeed()}
 	if dtype == wire.Int32 {
 		return c, nil
 	}
@@ -104,7 +113,12 @@ func NewChecker(dtype wire.DType, in [][]float32, inI [][]int32) (*Checker, erro
 	if err != nil {
 		return nil, err
 	}
-	if c.scale, err = quant.NewScale(len(in), e); err != nil {
+	if wireBits == 16 {
+		c.scale, err = quant.NewScaleWire16(len(in), e)
+	} else {
+		c.scale, err = quant.NewScale(len(in), e)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -113,7 +113,7 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 		}
 	}
 	phase(fmt.Sprintf("starting %d workers", cfg.Workers))
-	in, err := NewInputs(cfg.Session.DType, cfg.Workers, cfg.Elements)
+	in, err := NewInputsWire(cfg.Session.DType, cfg.Session.Wire, cfg.Workers, cfg.Elements)
 	if err != nil {
 		return EmbeddedResult{}, err
 	}

@@ -72,7 +72,7 @@ func EngineAlone(ctx context.Context, cfg EngineAloneConfig) (EngineAloneResult,
 	if cfg.Iters < 1 || cfg.Warmup < 0 {
 		return EngineAloneResult{}, fmt.Errorf("benchmark: %d warm-up and %d measured all-reduces: give iterations ≥ 1, warm-up ≥ 0", cfg.Warmup, cfg.Iters)
 	}
-	in, err := NewInputs(cfg.Session.DType, 1, cfg.Elements)
+	in, err := NewInputsWire(cfg.Session.DType, cfg.Session.Wire, 1, cfg.Elements)
 	if err != nil {
 		return EngineAloneResult{}, err
 	}

@@ -57,8 +57,11 @@ func (c *ResendCauses) Add(o ResendCauses) {
 // same columns for that worker alone (its Packets, Retransmissions and
 // resend causes are its own).
 type Record struct {
-	Workers     int     `json:"workers"`
-	DType       string  `json:"dtype"`
+	Workers int    `json:"workers"`
+	DType   string `json:"dtype"`
+	// WireBits is the element width on the wire, 32 or 16
+	// (aggregation.Config.Wire).
+	WireBits    int     `json:"wire_bits"`
 	TensorBytes int     `json:"tensor_bytes"`
 	Elements    int     `json:"elements"`
 	Iters       int     `json:"iters"`

@@ -49,15 +49,22 @@ type Inputs struct {
 }
 
 // NewInputs makes the inputs of a job of workers ranks (MakeInputs) and
-// their Checker.
+// their Checker, on the 32-bit wire.
 func NewInputs(dtype wire.DType, workers, elements int) (*Inputs, error) {
+	return NewInputsWire(dtype, 32, workers, elements)
+}
+
+// NewInputsWire is NewInputs for a job whose elements travel in
+// wireBits-bit lanes (aggregation.Config.Wire), whose bound the Checker
+// applies.
+func NewInputsWire(dtype wire.DType, wireBits, workers, elements int) (*Inputs, error) {
 	if workers < 1 || elements < 1 {
 		return nil, fmt.Errorf("benchmark: inputs of %d workers × %d elements: give at least 1 of each", workers, elements)
 	}
 	in := &Inputs{dtype: dtype, workers: workers}
 	in.in, in.inI = MakeInputs(dtype, workers, elements)
 	var err error
-	if in.check, err = NewChecker(dtype, in.in, in.inI); err != nil {
+	if in.check, err = NewCheckerWire(dtype, wireBits, in.in, in.inI); err != nil {
 		return nil, err
 	}
 	return in, nil
@@ -77,6 +84,9 @@ type Config struct {
 	// elements), DType its element type. Unused when Inputs is set.
 	Workers, Elements int
 	DType             wire.DType
+	// Wire is the job's element width on the wire, 32 (0) or 16 bits:
+	// the bound of SwitchML's results. Unused when Inputs is set.
+	Wire int
 	// Inputs, if set, are the job's inputs and reference (NewInputs).
 	Inputs *Inputs
 	// Ranks are the ranks of Run's reducers, reducers[i] being rank
@@ -162,7 +172,7 @@ func Run(ctx context.Context, reducers []AllReducer, cfg Config) (Result, error)
 	in := cfg.Inputs
 	if in == nil {
 		var err error
-		if in, err = NewInputs(cfg.DType, cfg.Workers, cfg.Elements); err != nil {
+		if in, err = NewInputsWire(cfg.DType, cfg.Wire, cfg.Workers, cfg.Elements); err != nil {
 			return Result{}, err
 		}
 	}

@@ -47,6 +47,9 @@ func (c *Controller) startJob(p *pendingSession) {
 		spec := j.spec.Clone() // the backend may keep it
 		err = c.cfg.Programmer.AddJob(ctx, &spec)
 		cancel()
+		if or, ok := c.cfg.Programmer.(OrderReporter); ok && err == nil {
+			j.orderGroups = orderGroups(or, j.id())
+		}
 		if err != nil {
 			c.log.Error("switch refused job", "session", p.id, "job", j.id(), "err", err)
 			err = refusal(p.id, j, err)
@@ -272,6 +275,7 @@ func (c *Controller) response(j *job, rank int) *pb.RdmaSessionResponse {
 	resp.JobId = j.id()
 	resp.JobToken = slices.Clone(j.token)
 	resp.PacketWrites = j.packetWrites
+	resp.QpOrderGroups = slices.Clone(j.orderGroups)
 	return resp
 }
 

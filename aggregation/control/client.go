@@ -48,6 +48,10 @@ var (
 	// ErrSessionRunning is wrapped by Client errors when a registration
 	// names a session id that a running job holds.
 	ErrSessionRunning = errors.New("session already running")
+	// ErrBadResponse is wrapped by Client errors when the controller's
+	// answer contradicts itself (a broken or mismatched controller); the
+	// rank aborts the job.
+	ErrBadResponse = errors.New("inconsistent controller answer")
 )
 
 // google.rpc.ErrorInfo reasons of the controller's refusals that Client
@@ -294,6 +298,11 @@ type Assignment struct {
 	// WireBits is the job's element width on the wire, 32 or 16: what the
 	// worker registered, as the controller echoed it.
 	WireBits int
+	// OrderGroups[i] is QP i's ordering group: results of one group come
+	// back in the order the switch completes them, results of different
+	// groups may overtake each other (the software switch on several
+	// cores). Nil: one group.
+	OrderGroups []uint32
 
 	token  []byte // the job's secret; KeepAlive and EndSession carry it
 	cancel context.CancelFunc
@@ -392,6 +401,15 @@ func (c *Client) RegisterRDMA(ctx context.Context, r Registration) (*Assignment,
 			Reason: fmt.Sprintf("rank %d registered a %d-bit wire, the controller set up %d bits", r.Rank, want, a.WireBits), JobToken: a.token})
 		return nil, fmt.Errorf("control: register: session %d: %d-bit wire registered, the controller answered %d bits: %w",
 			r.SessionID, want, a.WireBits, wire.ErrElementWidth)
+	}
+	if g := resp.GetQpOrderGroups(); len(g) > 0 {
+		if len(g) != len(a.SwitchQPNs) {
+			_, _ = c.jobs.EndSession(ctx, &pb.EndSessionRequest{JobId: a.JobID, Rank: uint32(a.Rank), Abort: true,
+				Reason: fmt.Sprintf("rank %d got %d QP order groups for %d QPs", r.Rank, len(g), len(a.SwitchQPNs)), JobToken: a.token})
+			return nil, fmt.Errorf("control: register: session %d: %d QP order groups for %d QPs: %w",
+				r.SessionID, len(g), len(a.SwitchQPNs), ErrBadResponse)
+		}
+		a.OrderGroups = g
 	}
 	for _, p := range resp.GetQpPoolIndices() {
 		a.QPPoolIndices = append(a.QPPoolIndices, wire.PoolIndex(p))

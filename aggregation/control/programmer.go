@@ -30,6 +30,33 @@ type ActivityReporter interface {
 	JobPackets(jobID uint32) (uint64, bool)
 }
 
+// OrderReporter is implemented by a Programmer whose results of different
+// QPs of a job may overtake each other: the software switch on several
+// cores, each completing its own QPs' slots. The workers learn the groups
+// (RdmaSessionResponse.qp_order_groups) and take a result as evidence of
+// another message's loss only within its group (docs/protocol.md "Loss
+// recovery, step by step").
+type OrderReporter interface {
+	// JobOrderGroups is the ordering group of each of the job's QP
+	// indices; false if the job is not installed.
+	JobOrderGroups(jobID uint32) ([]uint32, bool)
+}
+
+// orderGroups is the job's groups as the response carries them: nil when
+// every QP is in one group, as for a switch that is no OrderReporter.
+func orderGroups(or OrderReporter, jobID uint32) []uint32 {
+	g, ok := or.JobOrderGroups(jobID)
+	if !ok {
+		return nil
+	}
+	for _, x := range g {
+		if x != g[0] {
+			return g
+		}
+	}
+	return nil
+}
+
 // ProgressReporter is implemented by a Programmer that can read a job's
 // slots (the software switch; a Tofino through P4Runtime). The controller
 // answers WaitingFor from it: the ranks missing from the job's partial

@@ -122,15 +122,18 @@ type job struct {
 	// packetWrites: a rank registered needs_packet_writes, so every rank
 	// sends packet writes (RdmaSessionResponse.packet_writes).
 	packetWrites bool
-	ended        []bool // rank called EndSession
-	attached     []bool // rank opened a KeepAlive stream at some point
-	streamOpen   []bool
-	ending       bool
-	liveness     *time.Timer
-	started      time.Time // installed on the switch
-	done         chan struct{}
-	aborted      bool
-	reason       string
+	// orderGroups: RdmaSessionResponse.qp_order_groups, from an
+	// OrderReporter after AddJob; nil: one group.
+	orderGroups []uint32
+	ended       []bool // rank called EndSession
+	attached    []bool // rank opened a KeepAlive stream at some point
+	streamOpen  []bool
+	ending      bool
+	liveness    *time.Timer
+	started     time.Time // installed on the switch
+	done        chan struct{}
+	aborted     bool
+	reason      string
 }
 
 func (j *job) id() uint32 { return j.spec.ID }

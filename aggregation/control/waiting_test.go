@@ -2,8 +2,10 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -104,4 +106,58 @@ func TestWaitingForRefused(t *testing.T) {
 	if _, err := c.WaitingFor(context.Background(), gone); status.Code(err) != codes.NotFound {
 		t.Errorf("unknown job: %v; want NOT_FOUND", err)
 	}
+}
+
+// orderProgrammer is a fakeProgrammer that reports ordering groups (an
+// OrderReporter, as the software switch on several cores is).
+type orderProgrammer struct {
+	*fakeProgrammer
+	groups []uint32
+}
+
+func (p *orderProgrammer) JobOrderGroups(jobID uint32) ([]uint32, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.jobs[jobID]; !ok {
+		return nil, false
+	}
+	return p.groups, true
+}
+
+// TestOrderGroups: every rank learns the QPs' ordering groups from a switch
+// that has several; a switch with one group, or none to report, sends none.
+func TestOrderGroups(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		groups []uint32
+		want   []uint32
+	}{
+		{"two cores", []uint32{0, 1, 0}, []uint32{0, 1, 0}},
+		{"one core", []uint32{2, 2, 2}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := &orderProgrammer{fakeProgrammer: newFakeProgrammer(), groups: c.groups}
+			e := startController(t, func(cfg *Config) { cfg.Programmer = p })
+			for r, a := range e.registerAll(t, context.Background(), 1, 2, 3, nil) {
+				if !slices.Equal(a.OrderGroups, c.want) {
+					t.Errorf("rank %d: order groups %v, want %v", r, a.OrderGroups, c.want)
+				}
+			}
+		})
+	}
+	e := startController(t, nil)
+	for r, a := range e.registerAll(t, context.Background(), 1, 2, 3, nil) {
+		if a.OrderGroups != nil {
+			t.Errorf("no reporter: rank %d got order groups %v", r, a.OrderGroups)
+		}
+	}
+	// A group per QP or nothing: another length is a broken controller.
+	p := &orderProgrammer{fakeProgrammer: newFakeProgrammer(), groups: []uint32{0, 1}}
+	e = startController(t, func(cfg *Config) { cfg.Programmer = p })
+	c := e.client(t)
+	_, err := c.RegisterRDMA(context.Background(), testReg(2, 0, 1, 3))
+	if !errors.Is(err, ErrBadResponse) {
+		t.Fatalf("2 order groups for 3 QPs: %v, want ErrBadResponse", err)
+	}
+	t.Log(err)
 }

@@ -7,7 +7,8 @@
 //     RANK/WORLD_SIZE/LOCAL_RANK): the one rule of the CLI and libswml,
 //     which passes C's getenv (Explicit.Getenv);
 //   - DefaultSoftAddr is a rank's soft NIC address on one host, and
-//     JobSessions the two switch sessions (float32, int32) of a job;
+//     JobSessions and JobSession16 the switch sessions (float32, int32,
+//     16-bit wire) of a job;
 //   - OpenNIC opens the worker's NIC: the userspace RoCEv2 NIC (soft) or an
 //     RDMA device through libibverbs, the device and GID chosen by the
 //     worker's IP address (never a GID table index);

@@ -61,9 +61,15 @@ func TestJobSessions(t *testing.T) {
 	if err != nil || f != 7 || i != 7|1<<31 {
 		t.Fatalf("JobSessions(7) = %#x, %#x, %v", f, i, err)
 	}
+	if w, err := JobSession16(7); err != nil || w != 7|1<<30 {
+		t.Fatalf("JobSession16(7) = %#x, %v", w, err)
+	}
 	for _, id := range []int64{-1, MaxJobSessionID + 1} {
 		if _, _, err := JobSessions(id); !errors.Is(err, ErrSessionID) {
 			t.Errorf("JobSessions(%d): %v, want ErrSessionID", id, err)
+		}
+		if _, err := JobSession16(id); !errors.Is(err, ErrSessionID) {
+			t.Errorf("JobSession16(%d): %v, want ErrSessionID", id, err)
 		}
 	}
 }

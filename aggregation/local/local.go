@@ -49,6 +49,13 @@ type Config struct {
 	// ControllerListen is the controller's TCP listen address; default
 	// "127.0.0.1:0", a free port (Cluster.ControllerAddr names it).
 	ControllerListen string
+	// ControllerListener, when set, is the listener the controller serves
+	// on instead of ControllerListen (Cluster.ControllerAddr is its
+	// address); Close closes it. An in-memory one keeps the cluster off
+	// sockets: inside a testing/synctest bubble a goroutine blocked on a
+	// socket is not durably blocked, so virtual time would never advance
+	// (testbed/sim).
+	ControllerListener net.Listener
 
 	// Workers is the number of worker NICs Start opens (Cluster.NICs); 0
 	// opens none (OpenNICs opens more at any time).
@@ -162,10 +169,12 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if c.Controller, err = control.New(ctlCfg); err != nil {
 		return nil, fmt.Errorf("local: controller: %w", err)
 	}
-	var lc net.ListenConfig
-	lis, err := lc.Listen(ctx, "tcp", cfg.ControllerListen)
-	if err != nil {
-		return nil, &EndpointError{Endpoint: "controller", Addr: cfg.ControllerListen, Err: err}
+	lis := cfg.ControllerListener
+	if lis == nil {
+		var lc net.ListenConfig
+		if lis, err = lc.Listen(ctx, "tcp", cfg.ControllerListen); err != nil {
+			return nil, &EndpointError{Endpoint: "controller", Addr: cfg.ControllerListen, Err: err}
+		}
 	}
 	c.ControllerAddr = lis.Addr().String()
 	go func() { c.serveErr <- c.Controller.Serve(lis) }() // returns when Close closes the controller

@@ -68,6 +68,30 @@ func dequantizeBF16AVX2(dst *uint16, src *byte, n int, inv float32, nt bool)
 //go:noescape
 func dequantizeF16AVX2(dst *uint16, src *byte, n int, inv float32, nt bool)
 
+// The 16-bit wire's kernels (wire16_amd64.s) take n a multiple of 8
+// (bswap16AVX2: of 16) and report finiteness as quantizeAVX2 does.
+
+//go:noescape
+func quantizeW16AVX2(dst *byte, src *float32, n int, factor, limit float32, nt bool) (nonFinite uint32)
+
+//go:noescape
+func quantizeBF16W16AVX2(dst *byte, src *uint16, n int, factor, limit float32, nt bool) (nonFinite uint32)
+
+//go:noescape
+func quantizeF16W16AVX2(dst *byte, src *uint16, n int, factor, limit float32, nt bool) (nonFinite uint32)
+
+//go:noescape
+func dequantizeW16AVX2(dst *float32, src *byte, n int, inv float32, nt bool)
+
+//go:noescape
+func dequantizeBF16W16AVX2(dst *uint16, src *byte, n int, inv float32, nt bool)
+
+//go:noescape
+func dequantizeF16W16AVX2(dst *uint16, src *byte, n int, inv float32, nt bool)
+
+//go:noescape
+func bswap16AVX2(dst, src *byte, n int, nt bool)
+
 // ntHead decides whether to store an output of size bytes at p, made of
 // elem-byte values (2 or 4), with non-temporal stores, and if so how many
 // leading values to write normally so the rest starts 32-byte aligned.
@@ -193,4 +217,104 @@ func dequantize16(dst []uint16, src []byte, f Format, inv float32) {
 		dst, src = dst[k:], src[4*k:]
 	}
 	dequantize16Generic(dst, src, f, inv)
+}
+
+func quantizeWire16(dst []byte, src []float32, factor, limit float32) (nonFinite bool) {
+	if !useAVX2 || len(src) < 8 {
+		return quantizeWire16Generic(dst, src, factor, limit) >= infBits
+	}
+	head, nt := ntHead(unsafe.Pointer(&dst[0]), len(dst), 2)
+	m := quantizeWire16Generic(dst[:2*head], src[:head], factor, limit)
+	src, dst = src[head:], dst[2*head:]
+	var bad uint32
+	if k := len(src) &^ 7; k > 0 {
+		bad = quantizeW16AVX2(&dst[0], &src[0], k, factor, limit, nt)
+		src, dst = src[k:], dst[2*k:]
+	}
+	m = max(m, quantizeWire16Generic(dst, src, factor, limit))
+	return bad != 0 || m >= infBits
+}
+
+func dequantizeWire16(dst []float32, src []byte, inv float32) {
+	if !useAVX2 || len(dst) < 8 {
+		dequantizeWire16Generic(dst, src, inv)
+		return
+	}
+	head, nt := ntHead(unsafe.Pointer(&dst[0]), 4*len(dst), 4)
+	dequantizeWire16Generic(dst[:head], src[:2*head], inv)
+	dst, src = dst[head:], src[2*head:]
+	if k := len(dst) &^ 7; k > 0 {
+		dequantizeW16AVX2(&dst[0], &src[0], k, inv, nt)
+		dst, src = dst[k:], src[2*k:]
+	}
+	dequantizeWire16Generic(dst, src, inv)
+}
+
+func quantizeHalfWire16(dst []byte, src []uint16, f Format, factor, limit float32) (nonFinite bool) {
+	if !simd16(f) || len(src) < 8 {
+		return quantizeHalfWire16Generic(dst, src, f, factor, limit) >= f.infBits16()
+	}
+	head, nt := ntHead(unsafe.Pointer(&dst[0]), len(dst), 2)
+	m := quantizeHalfWire16Generic(dst[:2*head], src[:head], f, factor, limit)
+	src, dst = src[head:], dst[2*head:]
+	var bad uint32
+	if k := len(src) &^ 7; k > 0 {
+		if f == BFloat16 {
+			bad = quantizeBF16W16AVX2(&dst[0], &src[0], k, factor, limit, nt)
+		} else {
+			bad = quantizeF16W16AVX2(&dst[0], &src[0], k, factor, limit, nt)
+		}
+		src, dst = src[k:], dst[2*k:]
+	}
+	m = max(m, quantizeHalfWire16Generic(dst, src, f, factor, limit))
+	return bad != 0 || m >= f.infBits16()
+}
+
+func dequantizeHalfWire16(dst []uint16, src []byte, f Format, inv float32) {
+	if !simd16(f) || len(dst) < 8 {
+		dequantizeHalfWire16Generic(dst, src, f, inv)
+		return
+	}
+	head, nt := ntHead(unsafe.Pointer(&dst[0]), 2*len(dst), 2)
+	dequantizeHalfWire16Generic(dst[:head], src[:2*head], f, inv)
+	dst, src = dst[head:], src[2*head:]
+	if k := len(dst) &^ 7; k > 0 {
+		if f == BFloat16 {
+			dequantizeBF16W16AVX2(&dst[0], &src[0], k, inv, nt)
+		} else {
+			dequantizeF16W16AVX2(&dst[0], &src[0], k, inv, nt)
+		}
+		dst, src = dst[k:], src[2*k:]
+	}
+	dequantizeHalfWire16Generic(dst, src, f, inv)
+}
+
+func encodeInt16(dst []byte, src []int16) {
+	if !useAVX2 || len(src) < 16 {
+		encodeInt16Generic(dst, src)
+		return
+	}
+	head, nt := ntHead(unsafe.Pointer(&dst[0]), len(dst), 2)
+	encodeInt16Generic(dst[:2*head], src[:head])
+	src, dst = src[head:], dst[2*head:]
+	if k := len(src) &^ 15; k > 0 {
+		bswap16AVX2(&dst[0], (*byte)(unsafe.Pointer(&src[0])), k, nt)
+		src, dst = src[k:], dst[2*k:]
+	}
+	encodeInt16Generic(dst, src)
+}
+
+func decodeInt16(dst []int16, src []byte) {
+	if !useAVX2 || len(dst) < 16 {
+		decodeInt16Generic(dst, src)
+		return
+	}
+	head, nt := ntHead(unsafe.Pointer(&dst[0]), 2*len(dst), 2)
+	decodeInt16Generic(dst[:head], src[:2*head])
+	dst, src = dst[head:], src[2*head:]
+	if k := len(dst) &^ 15; k > 0 {
+		bswap16AVX2((*byte)(unsafe.Pointer(&dst[0])), &src[0], k, nt)
+		dst, src = dst[k:], src[2*k:]
+	}
+	decodeInt16Generic(dst, src)
 }

@@ -42,6 +42,16 @@
 // value widens to float32 exactly and is quantized as float32 would be; the
 // result is rounded back to the format ([Scale.ErrorBound16]).
 //
+// # The 16-bit wire
+//
+// A job may put int16 lanes on the wire, twice the elements per packet:
+// [NewScaleWire16] builds its scale with 15 magnitude bits instead of 31
+// (factor 2^(15 − ⌈log2 n⌉ − e), limit ⌊(2^15−1)/n⌋, n ≤ 2^14), and
+// [QuantizeWire16], [DequantizeWire16], [QuantizeHalfWire16] and
+// [DequantizeHalfWire16] write and read big-endian int16 with the same
+// float semantics. A [Scale] knows its width ([Scale.WireBytes]); the
+// functions of the other width refuse it.
+//
 // # Implementation
 //
 // On amd64 CPUs with AVX2 (and FMA) the loops run in Go assembly (8 lanes per

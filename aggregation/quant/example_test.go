@@ -83,3 +83,27 @@ func ExampleNewScale() {
 	fmt.Printf("exponent %d, factor 2^%d, sums %d, result %v\n", e, int(math.Log2(float64(scale.Factor()))), sums[0], result)
 	// Output: exponent 1, factor 2^29, sums 1073741824, result [2 2 2 2]
 }
+
+// The 16-bit wire: the same two workers, int16 lanes (2 bytes per value).
+// The factor is 2^(15−⌈log2 2⌉−1) = 2^13, each worker sends 8192, the
+// switch's int16 sum is 16384, well inside int16, and the result is again
+// exactly 2; 0.3 does not fit the block's 14 bits and comes back within
+// ErrorBound.
+func ExampleNewScaleWire16() {
+	x := []float32{1, 1, 0.3, -1.5}
+	e, _ := quant.BlockExponent(x)
+	scale, _ := quant.NewScaleWire16(2, e)
+	payload := make([]byte, 2*len(x))
+	_ = quant.QuantizeWire16(payload, x, scale)
+	sums := make([]int16, len(x))
+	quant.DecodeInt16(sums, payload)
+	for i := range sums {
+		sums[i] *= 2 // the switch adds both workers' payloads, mod 2^16
+	}
+	quant.EncodeInt16(payload, sums)
+	result := make([]float32, len(x))
+	quant.DequantizeWire16(result, payload, scale)
+	fmt.Printf("%d-byte lanes, factor 2^%d, sums %d, result %v, bound %.2g\n", scale.WireBytes(),
+		int(math.Log2(float64(scale.Factor()))), sums, result, scale.ErrorBound(2*1.5))
+	// Output: 2-byte lanes, factor 2^13, sums [16384 16384 4916 -24576], result [2 2 0.60009766 -3], bound 0.00024
+}

@@ -167,6 +167,7 @@ func MarkedBlockExponent16(x []uint16, f Format) int8 {
 // same float semantics, straight into dst (at least 4·len(src) bytes).
 func Quantize16(dst []byte, src []uint16, f Format, s Scale) error {
 	f.check("Quantize16")
+	s.checkWidth("Quantize16", 4)
 	if len(dst) < 4*len(src) {
 		panic(fmt.Sprintf("quant: Quantize16: %d-byte destination for %d values", len(dst), len(src)))
 	}
@@ -238,6 +239,7 @@ func quantizeOne(x, factor, limit float32) uint32 {
 // NonFinite scale every dst[i] is NaN.
 func Dequantize16(dst []uint16, src []byte, f Format, s Scale) {
 	f.check("Dequantize16")
+	s.checkWidth("Dequantize16", 4)
 	if len(src) < 4*len(dst) {
 		panic(fmt.Sprintf("quant: Dequantize16: %d-byte source for %d values", len(src), len(dst)))
 	}

@@ -1,6 +1,7 @@
 package quant
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -56,13 +57,24 @@ const (
 // Scale is the quantization of one message of a job with n workers whose
 // (maximum) block exponent is e. Build it with NewScale; the zero value
 // quantizes everything to 0. A Scale is a small value: copy it freely.
+//
+// A Scale knows the width of the wire lanes it quantizes for: NewScale
+// builds one for the int32 wire (Quantize, Dequantize, Quantize16,
+// Dequantize16), NewScaleWire16 one for the int16 wire (QuantizeWire16,
+// DequantizeWire16, QuantizeHalfWire16, DequantizeHalfWire16); WireBytes
+// tells them apart, and a function given a Scale of the other width panics.
 type Scale struct {
 	factor float32 // q = round(x·factor); a power of two
 	inv    float32 // result = float32(sum)·inv; exactly 1/factor
-	limit  float32 // |q| ≤ limit, so n·limit ≤ 2^31−1
+	limit  float32 // |q| ≤ limit, so n·limit ≤ 2^31−1 (2^15−1 on the 16-bit wire)
 	n      int32
 	e      int8
+	wire16 bool // built by NewScaleWire16: int16 lanes
 }
+
+// ErrWorkerCount is wrapped by NewScale and NewScaleWire16 for a worker
+// count the wire's headroom cannot hold.
+var ErrWorkerCount = errors.New("worker count out of range")
 
 // NewScale returns the scale every worker of an n-worker job uses for a
 // message whose maximum block exponent (over the workers) is e:
@@ -79,10 +91,17 @@ type Scale struct {
 // semantics"). n must be in [1, MaxWorkers].
 func NewScale(n int, e int8) (Scale, error) {
 	if n < 1 || n > MaxWorkers {
-		return Scale{}, fmt.Errorf("quant: %d workers: the quantizer supports 1 to %d", n, MaxWorkers)
+		return Scale{}, fmt.Errorf("quant: %d workers: %w: the quantizer supports 1 to %d", n, ErrWorkerCount, MaxWorkers)
 	}
-	k := min(31-log2Ceil(n)-int(e), maxFactorLog2)
-	m := int64(maxInt32 / n)
+	return newScale(n, e, 31), nil
+}
+
+// newScale is the scale of an n-worker job on a wire whose lanes hold bits
+// magnitude bits (31 for int32, 15 for int16): factor 2^min(bits − ⌈log2
+// n⌉ − e, 126), limit the largest float32 ≤ ⌊(2^bits − 1)/n⌋.
+func newScale(n int, e int8, bits int) Scale {
+	k := min(bits-log2Ceil(n)-int(e), maxFactorLog2)
+	m := int64((1<<bits - 1) / n)
 	l := float32(m)
 	if int64(l) > m {
 		l = math.Nextafter32(l, 0)
@@ -93,21 +112,40 @@ func NewScale(n int, e int8) (Scale, error) {
 		limit:  l,
 		n:      int32(n),
 		e:      e,
-	}, nil
+		wire16: bits == 15,
+	}
+}
+
+// magnitudeBits is the number of magnitude bits of the scale's wire lanes:
+// 31 for int32, 15 for int16.
+func (s Scale) magnitudeBits() int {
+	if s.wire16 {
+		return 15
+	}
+	return 31
+}
+
+// WireBytes is the width of one wire lane the scale quantizes for: 4
+// (int32; NewScale and the zero Scale) or 2 (int16; NewScaleWire16).
+func (s Scale) WireBytes() int {
+	if s.wire16 {
+		return 2
+	}
+	return 4
 }
 
 // log2Ceil is ⌈log2 n⌉ for n ≥ 1: the headroom bits an n-way sum needs.
 func log2Ceil(n int) int { return bits.Len(uint(n - 1)) }
 
-// Factor is the multiplier applied before rounding: 2^(31−⌈log2 n⌉−e), at
-// most MaxFactor.
+// Factor is the multiplier applied before rounding: 2^(31−⌈log2 n⌉−e)
+// (2^(15−⌈log2 n⌉−e) on the 16-bit wire), at most MaxFactor.
 func (s Scale) Factor() float32 { return s.factor }
 
 // Inverse is the multiplier Dequantize applies to a sum: 1/Factor, exactly.
 func (s Scale) Inverse() float32 { return s.inv }
 
 // Limit is the saturation bound: every quantized value satisfies |q| ≤ Limit
-// and Workers()·Limit ≤ 2^31−1.
+// and Workers()·Limit ≤ 2^31−1 (2^15−1 on the 16-bit wire).
 func (s Scale) Limit() float32 { return s.limit }
 
 // Workers is the n the scale was built for.
@@ -115,6 +153,16 @@ func (s Scale) Workers() int { return int(s.n) }
 
 // Exponent is the block exponent the scale was built for.
 func (s Scale) Exponent() int8 { return s.e }
+
+// checkWidth panics if the scale was built for another wire width than
+// the function op writes or reads: quantizing for one width and summing in
+// the other would wrap or lose the headroom, a programming error like a
+// short buffer.
+func (s Scale) checkWidth(op string, bytes int) {
+	if s.WireBytes() != bytes {
+		panic(fmt.Sprintf("quant: %s: a %d-bit wire scale for the %d-bit wire", op, 8*s.WireBytes(), 8*bytes))
+	}
+}
 
 // NonFinite reports whether the scale was built for NonFiniteExponent: a
 // block that some worker's non-finite input marked.
@@ -128,7 +176,8 @@ func (s Scale) NonFinite() bool { return s.e == NonFiniteExponent && s.n > 0 }
 //	|r − Σx_i| ≤ (1+u)·n·δ/F + u·Σ|x_i|      u = 2^-24, F = Factor()
 //
 // with δ = 1/2, or 1 where n is a power of two ≥ 256 (Limit clamps values
-// within half a unit of 2^(31−log2 n)); sumAbs = Σ|x_i| (n·2^e bounds it
+// within half a unit of 2^(31−log2 n)); on the 16-bit wire (NewScaleWire16)
+// F = 2^(15−⌈log2 n⌉−e) and δ = 1 for every power of two n; sumAbs = Σ|x_i| (n·2^e bounds it
 // when the inputs are unknown). The result overflows float32 only where
 // the sum itself does (e near MaxExponent). Derivation: x·F is exact, so
 // rounding to an integer is off by at most δ per term (1/F in x units);
@@ -145,10 +194,11 @@ func (s Scale) ErrorBound(sumAbs float64) float64 {
 }
 
 // roundingError is δ, the most |q − x·F| can be for |x| < 2^e: 1/2 from
-// rounding, or 1 where the largest float32 below 2^(31−⌈log2 n⌉) (the
-// largest |x·F|) is above Limit and gets clamped.
+// rounding, or 1 where the largest float32 below 2^(b−⌈log2 n⌉) (the
+// largest |x·F|; b the wire's magnitude bits, 31 or 15) is above Limit and
+// gets clamped.
 func (s Scale) roundingError() float64 {
-	top := math.Nextafter32(float32(math.Ldexp(1, 31-log2Ceil(int(s.n)))), 0)
+	top := math.Nextafter32(float32(math.Ldexp(1, s.magnitudeBits()-log2Ceil(int(s.n)))), 0)
 	if top > s.limit {
 		return 1
 	}
@@ -236,6 +286,7 @@ func exponentOfBits(m uint32) int8 {
 // NonFinite scale, Quantize writes zeros and returns nil: the marker in the
 // exponent already says what the result is.
 func Quantize(dst []byte, src []float32, s Scale) error {
+	s.checkWidth("Quantize", 4)
 	if len(dst) < 4*len(src) {
 		panic(fmt.Sprintf("quant: Quantize: %d-byte destination for %d values", len(dst), len(src)))
 	}
@@ -256,6 +307,7 @@ func Quantize(dst []byte, src []float32, s Scale) error {
 // least 4·len(dst) bytes and may have any alignment. With a NonFinite
 // scale every dst[i] is NaN.
 func Dequantize(dst []float32, src []byte, s Scale) {
+	s.checkWidth("Dequantize", 4)
 	if len(src) < 4*len(dst) {
 		panic(fmt.Sprintf("quant: Dequantize: %d-byte source for %d values", len(src), len(dst)))
 	}

@@ -29,6 +29,16 @@ type Config struct {
 	// MaxWorkers bounds the workers of one job (the bitmap width). 0 means
 	// DefaultMaxWorkers.
 	MaxWorkers int
+	// IngressLoss and EgressLoss, when set, are the drop simulator where
+	// the Tofino program has it (docs/p4.md R18): IngressLoss is asked for
+	// each request RDMAReceiver accepted, after the receiver's PSN state
+	// moved, and true drops the request as DropIngressLoss (the slot misses
+	// the contribution, the rest of the message is not cut short);
+	// EgressLoss is asked for each result RDMASender encoded, and true drops
+	// it as DropEgressLoss. Nil: no loss in the model. The software switch
+	// leaves both nil and drops at its sockets, before the model (the
+	// difference docs/p4.md R18 states); tests inject the program's source.
+	IngressLoss, EgressLoss func() bool
 }
 
 func (c *Config) fill() error {
@@ -344,6 +354,11 @@ func (p *Pipeline) Process(src netip.Addr, pkt *rdma.Packet, md *Metadata) {
 		p.drop(md)
 		return
 	}
+	if p.cfg.IngressLoss != nil && p.cfg.IngressLoss() {
+		md.Reason = DropIngressLoss
+		p.drop(md)
+		return
+	}
 	p.Bitmap.Check(md)
 	p.Counter.Count(md)
 	p.Exponents.Update(md)
@@ -384,6 +399,10 @@ func (p *Pipeline) drop(md *Metadata) {
 // RDMASender.Encode.
 func (p *Pipeline) EncodeResult(md *Metadata, d int, b []byte) (int, netip.Addr, error) {
 	n, dst, err := p.Sender.Encode(&p.Processor, md, d, b)
+	if err == nil && p.cfg.EgressLoss != nil && p.cfg.EgressLoss() {
+		p.Counters.Drops[DropEgressLoss]++
+		return 0, netip.Addr{}, ErrEgressLoss
+	}
 	switch err {
 	case nil:
 		p.Counters.ResultPackets++

@@ -587,3 +587,74 @@ func TestProcessAllocs(t *testing.T) {
 		t.Errorf("%v allocations per round", allocs)
 	}
 }
+
+// TestLossSimulator: Config.IngressLoss drops a request after the receiver
+// moved its PSN state, as the Tofino program's DropSimulator does (docs/p4.md
+// R18): the slot misses that contribution, the rest of the message is taken.
+// Config.EgressLoss drops an encoded result, whose PSN stays used.
+func TestLossSimulator(t *testing.T) {
+	const n = 2
+	job := testJob(1, n, 1, tBase, tSlots, 4*tVals)
+	var lose, loseOut bool
+	p, err := New(Config{PoolSize: 64, MaxPayload: 1024, MaxWorkers: 128,
+		IngressLoss: func() bool { return lose }, EgressLoss: func() bool { return loseOut }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AddJob(job); err != nil {
+		t.Fatal(err)
+	}
+	send := func(rank int, r req) *Metadata {
+		r.qpn = job.Workers[rank].SwitchQPNs[0]
+		var md Metadata
+		p.Process(job.Workers[rank].Addr, r.parsed(t), &md)
+		return &md
+	}
+	// Rank 0's FIRST is lost after the receiver: its LAST is still in
+	// sequence (no DropPSN) and aggregated.
+	first := req{op: rdma.UCRDMAWriteFirst, psn: 10, rkey: pi(tBase, 0), msgLen: 2 * 4 * tVals, payload: fill(tVals, 1)}
+	last := req{op: rdma.UCRDMAWriteLastWithImm, psn: 11, imm: wire.MakeImm(7, 0, 0), payload: fill(tVals, 1)}
+	lose = true
+	if md := send(0, first); md.Decision != Drop || md.Reason != DropIngressLoss {
+		t.Fatalf("lost FIRST: %v %v", md.Decision, md.Reason)
+	}
+	lose = false
+	if md := send(0, last); md.Decision != Consume {
+		t.Fatalf("LAST after a simulated loss: %v %v, want consume (the PSN state moved)", md.Decision, md.Reason)
+	}
+	// Two one-packet messages complete; the first result to rank 0 is lost
+	// at egress, and the next one to rank 0 carries the PSN after it.
+	for k, slot := range []uint32{tBase + 4, tBase + 5} {
+		var md *Metadata
+		for rank := 0; rank < n; rank++ {
+			r := only(slot, 0, int32(rank+1))
+			r.psn = uint32(20 + k)
+			md = send(rank, r)
+		}
+		if md.Decision != Broadcast {
+			t.Fatalf("message %d: %v %v", k, md.Decision, md.Reason)
+		}
+		if k == 0 {
+			loseOut = true
+			if _, _, err := p.EncodeResult(md, 0, make([]byte, md.ResultLen())); !errors.Is(err, ErrEgressLoss) {
+				t.Fatalf("egress loss: %v", err)
+			}
+			loseOut = false
+			if _, _, err := p.EncodeResult(md, 1, make([]byte, md.ResultLen())); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		for d, r := range emit(t, p, md) {
+			if want := job.Workers[d].PSNs[0] + 1; r.psn != want || r.payload[0] != 3 {
+				t.Errorf("second result to rank %d: psn %d sum %d, want psn %d sum 3", d, r.psn, r.payload[0], want)
+			}
+		}
+	}
+	if got := p.Counters.Drops[DropIngressLoss]; got != 1 {
+		t.Errorf("ingress loss drops %d, want 1", got)
+	}
+	if got := p.Counters.Drops[DropEgressLoss]; got != 1 {
+		t.Errorf("egress loss drops %d, want 1", got)
+	}
+}

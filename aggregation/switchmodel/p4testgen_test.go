@@ -360,12 +360,12 @@ func (e errUnreachable) Error() string { return string(e) }
 
 // buildModel installs the test's job in a fresh model and sets the
 // registers the path reads.
-func buildModel(prof p4Profile, tc *ptfTest, fr p4Request, j p4Job) (*Pipeline, error) {
-	p, err := New(Config{PoolSize: prof.slots, MaxPayload: prof.payload, MaxWorkers: 32})
+func buildModel(cfg Config, tc *ptfTest, fr p4Request, j p4Job) (*Pipeline, error) {
+	p, err := New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	job := &wire.Job{ID: 1, DType: wire.Int32, PacketSize: prof.payload,
+	job := &wire.Job{ID: 1, DType: wire.Int32, PacketSize: cfg.MaxPayload,
 		PoolBase: uint32(j.first / 2), PoolSlots: uint32((j.end - j.first) / 2)}
 	if prof.lane == 2 {
 		job.DType, job.ElementBytes = wire.Float32, 2 // int32 needs 32-bit lanes
@@ -420,7 +420,7 @@ func buildModel(prof p4Profile, tc *ptfTest, fr p4Request, j p4Job) (*Pipeline, 
 		idx, _ := strconv.ParseUint(idxStr, 10, 64)
 		switch {
 		case name == "Ingress.bitmap_checker.bitmap":
-			if idx >= uint64(prof.slots) {
+			if idx >= uint64(cfg.PoolSize) {
 				continue
 			}
 			p.Bitmap.bits[idx*2*uint64(p.Bitmap.words)] = r["set0"]
@@ -431,7 +431,7 @@ func buildModel(prof p4Profile, tc *ptfTest, fr p4Request, j p4Job) (*Pipeline, 
 			}
 		case strings.HasPrefix(name, "Ingress.processor") && strings.HasSuffix(name, ".values"):
 			k, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(name, "Ingress.processor"), ".values"))
-			if err != nil || k >= p.Processor.stride || idx >= uint64(prof.slots)*2 {
+			if err != nil || k >= p.Processor.stride || idx >= uint64(cfg.PoolSize)*2 {
 				continue
 			}
 			if prof.lane == 2 {
@@ -452,10 +452,16 @@ func buildModel(prof p4Profile, tc *ptfTest, fr p4Request, j p4Job) (*Pipeline, 
 // replayRequest: a request from a front port to the switch IP.
 func replayRequest(prof p4Profile, tc *ptfTest, o p4Outcome, fr p4Request, st *replayStats) error {
 	j, hit := matchReceiveQP(tc, fr)
+	// The program draws 0 under P4TESTGEN: a nonzero threshold drops every
+	// request the receiver accepts, after the receiver (R18). The model's
+	// own drop simulator takes that source.
+	threshold, _ := tc.defaultParam("Ingress.ingress_drop_sim.drop_probability", "drop_threshold")
+	cfg := Config{PoolSize: prof.slots, MaxPayload: prof.payload, MaxWorkers: 32,
+		IngressLoss: func() bool { return threshold != 0 }}
 	var p *Pipeline
 	var err error
 	if hit {
-		p, err = buildModel(prof, tc, fr, j)
+		p, err = buildModel(cfg, tc, fr, j)
 		var u errUnreachable
 		if errors.As(err, &u) {
 			st.kinds["unreachable register state"]++
@@ -465,7 +471,7 @@ func replayRequest(prof p4Profile, tc *ptfTest, o p4Outcome, fr p4Request, st *r
 			return err
 		}
 	} else {
-		p, err = New(Config{PoolSize: prof.slots, MaxPayload: prof.payload, MaxWorkers: 32})
+		p, err = New(cfg)
 		if err != nil {
 			return err
 		}
@@ -481,20 +487,8 @@ func replayRequest(prof p4Profile, tc *ptfTest, o p4Outcome, fr p4Request, st *r
 		ferr = pkt.Parse(f.UDPPayload)
 	}
 	modelDecision, modelReason := Drop, DropMalformed
-	threshold, _ := tc.defaultParam("Ingress.ingress_drop_sim.drop_probability", "drop_threshold")
 	if ferr == nil {
-		if threshold != 0 {
-			// The program draws 0 under P4TESTGEN: a nonzero threshold
-			// drops every packet the receiver accepted, after the
-			// receiver (R18), as DROP_INGRESS_LOSS.
-			if p.Receiver.Receive(f.Src, &pkt, &md) {
-				md.Decision, md.Reason = Drop, DropIngressLoss
-			} else {
-				md.Decision = Drop
-			}
-		} else {
-			p.Process(f.Src, &pkt, &md)
-		}
+		p.Process(f.Src, &pkt, &md)
 		modelDecision, modelReason = md.Decision, md.Reason
 	}
 	st.decisions[modelDecision.String()]++

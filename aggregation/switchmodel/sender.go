@@ -17,6 +17,9 @@ var (
 	// ErrOutOfOrder: the packet would not directly follow the last result
 	// packet sent to that worker QP, so it is not sent (and uses no PSN).
 	ErrOutOfOrder = errors.New("switchmodel: result packet out of order for this worker QP; skipped")
+	// ErrEgressLoss: Config.EgressLoss dropped the encoded result (its PSN
+	// is used, as a packet lost after the switch).
+	ErrEgressLoss = errors.New("switchmodel: result packet dropped by the egress loss simulator")
 )
 
 // txPos is where the result stream to one worker QP stands: the pool index of

@@ -500,6 +500,28 @@ func (s *Switch) JobPackets(jobID uint32) (uint64, bool) {
 	return sum, true
 }
 
+// JobOrderGroups is the core that completes the slots of each of job id's
+// QP indices (control.OrderReporter): results of one core's QPs leave in
+// the order it completes them, results of different cores overtake each
+// other (docs/switch.md "Cores").
+func (s *Switch) JobOrderGroups(jobID uint32) ([]uint32, bool) {
+	s.jobsMu.Lock()
+	j := s.jobs[jobID]
+	s.jobsMu.Unlock()
+	if j == nil {
+		return nil, false
+	}
+	t := s.table.Load()
+	var g []uint32
+	if len(j.Workers) > 0 {
+		g = make([]uint32, len(j.Workers[0].SwitchQPNs))
+		for i, qpn := range j.Workers[0].SwitchQPNs {
+			g[i] = uint32(t.coreOf(qpn))
+		}
+	}
+	return g, true
+}
+
 // JobProgress reads job id's slots and its workers' packet counts on every
 // core (control.ProgressReporter).
 func (s *Switch) JobProgress(_ context.Context, jobID uint32) (control.JobProgress, error) {

@@ -6,7 +6,7 @@ package main
 //
 // Joining a job follows the rules cmd/swml-rdma/worker.go follows, from
 // one place, aggregation/join (rank and size, the soft NIC's default
-// address, the job's two sessions, the soft or ibverbs NIC, waiting for the
+// address, the job's sessions, the soft or ibverbs NIC, waiting for the
 // controller); aggregation.Config.Validate checks the rest.
 
 import (
@@ -48,8 +48,8 @@ const (
 
 	dtypeFloat32  = 0
 	dtypeInt32    = 1
-	dtypeBFloat16 = 2 // through the float32 session (quant.BFloat16)
-	dtypeFloat16  = 3 // through the float32 session (quant.Float16)
+	dtypeBFloat16 = 2 // through the 16-bit-wire session, else the float32 one (quant.BFloat16)
+	dtypeFloat16  = 3 // through the 16-bit-wire session, else the float32 one (quant.Float16)
 
 	// defaultConnectTimeout is how long swml_open waits for the
 	// controller to accept connections ($SWML_CONNECT_TIMEOUT), as the
@@ -103,6 +103,11 @@ type openArgs struct {
 	threads       int                // 0: $SWML_THREADS, else 1
 	msgSize       int                // 0: $SWML_MSG_SIZE, else 16 packets
 	writes        aggregation.Writes // from $SWML_WRITES (resolve), else auto
+	// wire is $SWML_WIRE (resolve): wireAuto (unset: bfloat16 and float16
+	// on the 16-bit wire where the switch has one, float32 on the 32-bit
+	// wire), wire16 (every float type on the 16-bit wire, or fail) or
+	// wire32 (every type on the 32-bit wire).
+	wire string
 	// From the environment (resolve): TLS to the controller
 	// ($SWML_TLS_CA, $SWML_TLS_CERT, $SWML_TLS_KEY, $SWML_TLS_SERVER_NAME;
 	// nil: plaintext) and the registration token
@@ -111,12 +116,23 @@ type openArgs struct {
 	registrationToken string
 }
 
-// session is one swml_open: the NIC and one aggregation session per dtype.
+// The values of $SWML_WIRE.
+const (
+	wireAuto = "auto"
+	wire16   = "16"
+	wire32   = "32"
+)
+
+// session is one swml_open: the NIC and one aggregation session per dtype
+// and wire: f32 float32 on the 32-bit wire, w16 floats on the 16-bit wire,
+// i32 int32; nil where not opened (openArgs.dtypes, SWML_WIRE, or a switch
+// without a 16-bit pipeline).
 type session struct {
 	rank, workers int
 	dev           verbs.Device
-	client        *control.Client // both sessions' connection to the controller
-	f32, i32      *aggregation.Session
+	client        *control.Client // every session's connection to the controller
+	f32, w16, i32 *aggregation.Session
+	wire          string // openArgs.wire
 }
 
 var (
@@ -160,7 +176,7 @@ func envDuration(name string) (time.Duration, error) {
 // field, for the errors of Config.Validate (aggregation.FieldError).
 var configEnv = map[string]string{
 	"Workers": "SWML_WORKERS", "Rank": "SWML_RANK", "QPs": "SWML_QPS", "Threads": "SWML_THREADS", "PacketSize": "SWML_PACKET_SIZE",
-	"PacketsPerMessage": "SWML_MSG_SIZE", "PeerTimeout": "SWML_PEER_TIMEOUT", "Writes": "SWML_WRITES",
+	"PacketsPerMessage": "SWML_MSG_SIZE", "PeerTimeout": "SWML_PEER_TIMEOUT", "Writes": "SWML_WRITES", "Wire": "SWML_WIRE",
 }
 
 // firstSet is the first non-empty string.
@@ -208,7 +224,12 @@ func (o *openArgs) resolve() error {
 		o.dtypes = 3
 	}
 	if o.dtypes&^3 != 0 {
-		return inval("swml: dtypes %#x: bit 0 float32, bit 1 int32", o.dtypes)
+		return inval("swml: dtypes %#x: bit 0 float32 (and the 16-bit floats), bit 1 int32", o.dtypes)
+	}
+	switch o.wire = firstSet(getenv("SWML_WIRE"), wireAuto); o.wire {
+	case wireAuto, wire16, wire32:
+	default:
+		return inval("swml: SWML_WIRE=%q: use auto (16-bit floats on the 16-bit wire where the switch has one), 16 or 32", o.wire)
 	}
 	if o.timeout <= 0 {
 		o.timeout = 60 * time.Second
@@ -255,6 +276,7 @@ var remedies = []struct {
 	{control.ErrRegistrationTokenWrong, "SWML_REGISTRATION_TOKEN_FILE holds another token than the switch's: set it to the file its --registration-token-file reads"},
 	{control.ErrSessionRunning, "set SWML_SESSION_ID to another id (every concurrent job needs its own), or wait for that job to end"},
 	{control.ErrUnreachable, "the controller stopped answering: is `swml-rdma switch` still running at SWML_CONTROLLER?"},
+	{wire.ErrElementWidth, "the switch has no 16-bit pipeline: set SWML_WIRE=auto (the 32-bit wire where it has none) or 32"},
 }
 
 // tlsRemedies are the fixes of control.TLSError's problems.
@@ -295,6 +317,7 @@ func remedy(err error) string {
 var mismatchEnv = map[string]string{
 	"qps": "set the same SWML_QPS on every rank", "packet_size": "set the same SWML_PACKET_SIZE on every rank",
 	"message_size": "set the same SWML_MSG_SIZE on every rank", "num_workers": "every rank must have the same world size",
+	"wire_bits": "set the same SWML_WIRE on every rank",
 }
 
 // member resolves rank and size (join.Member: the arguments, then
@@ -377,7 +400,11 @@ func (o *openArgs) protocol() error {
 			return inval("swml: SWML_WRITES: %v", err)
 		}
 	}
-	if err := o.config().Validate(); err != nil {
+	cfg := o.config()
+	if o.wire == wire16 {
+		cfg.Wire = 16 // the float sessions'
+	}
+	if err := cfg.Validate(); err != nil {
 		var fe *aggregation.FieldError
 		if errors.As(err, &fe) && configEnv[fe.Field] != "" {
 			return inval("swml: %s: %v is %v: %s", configEnv[fe.Field], fe.Field, fe.Value, fe.Reason)
@@ -408,7 +435,7 @@ func open(o openArgs) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("swml: %w", err)
 	}
-	s := &session{rank: o.rank, workers: o.workers, dev: dev}
+	s := &session{rank: o.rank, workers: o.workers, dev: dev, wire: o.wire}
 	if err := waitForController(ctx, o); err != nil {
 		dev.Close()
 		return 0, err
@@ -423,27 +450,41 @@ func open(o openArgs) (int64, error) {
 	// scaling skips the step) instead of failing the job.
 	cfg.PropagateNonFinite = true
 	f32ID, i32ID, _ := join.JobSessions(o.sessionID) // resolve checked the id
-	// Every rank opens the float32 session, then the int32 one: each Open
-	// waits for every rank of its session.
-	if o.dtypes&1 != 0 {
+	w16ID, _ := join.JobSession16(o.sessionID)
+	// Every rank opens the sessions in the same order (float32, 16-bit
+	// wire, int32): each Open waits for every rank of its session.
+	fail := func(what string, id uint32, err error) error {
+		s.abortAll(err.Error()) // err is the one to report
+		s.client.Close()
+		dev.Close()
+		return fmt.Errorf("swml: join the %s session %#x at %s as rank %d of %d: %w%s", what, id, o.controller, o.rank, o.workers, err, remedy(err))
+	}
+	if o.dtypes&1 != 0 && o.wire != wire16 {
 		c := cfg
 		c.SessionID, c.DType = f32ID, wire.Float32
 		if s.f32, err = aggregation.Open(ctx, c); err != nil {
-			s.client.Close()
-			dev.Close()
-			return 0, fmt.Errorf("swml: join the float32 session %d at %s as rank %d of %d: %w%s", c.SessionID, o.controller, o.rank, o.workers, err, remedy(err))
+			return 0, fail("float32", c.SessionID, err)
+		}
+	}
+	if o.dtypes&1 != 0 && o.wire != wire32 && (o.wire == wire16 || o.workers <= wire.MaxWire16Workers) {
+		c := cfg
+		c.SessionID, c.DType, c.Wire = w16ID, wire.Float32, 16
+		s.w16, err = aggregation.Open(ctx, c)
+		switch {
+		case err != nil && o.wire == wireAuto && errors.Is(err, wire.ErrElementWidth):
+			// The switch sums 32-bit lanes only: it refuses every rank
+			// alike, so every rank sends its 16-bit floats through the
+			// float32 session.
+			s.w16 = nil
+		case err != nil:
+			return 0, fail("16-bit-wire", c.SessionID, err)
 		}
 	}
 	if o.dtypes&2 != 0 {
 		c := cfg
 		c.SessionID, c.DType = i32ID, wire.Int32
 		if s.i32, err = aggregation.Open(ctx, c); err != nil {
-			if s.f32 != nil {
-				_ = s.f32.Abort(err.Error()) // err is the one to report
-			}
-			s.client.Close()
-			dev.Close()
-			return 0, fmt.Errorf("swml: join the int32 session %#x at %s as rank %d of %d: %w%s", c.SessionID, o.controller, o.rank, o.workers, err, remedy(err))
+			return 0, fail("int32", c.SessionID, err)
 		}
 	}
 	tabMu.Lock()
@@ -480,24 +521,26 @@ func allReduceAsync(sid int64, ptr unsafe.Pointer, count int64, dtype int) (int6
 	var h *aggregation.Handle
 	switch dtype {
 	case dtypeFloat32:
-		if s.f32 == nil {
+		a := s.floatSession(dtype)
+		if a == nil {
 			return 0, inval("swml: float32 all-reduce on a session opened without float32 (dtypes bit 0)")
 		}
-		h = s.f32.AllReduceAsync(context.Background(), unsafe.Slice((*float32)(ptr), count))
+		h = a.AllReduceAsync(context.Background(), unsafe.Slice((*float32)(ptr), count))
 	case dtypeInt32:
 		if s.i32 == nil {
 			return 0, inval("swml: int32 all-reduce on a session opened without int32 (dtypes bit 1)")
 		}
 		h = s.i32.AllReduceInt32Async(context.Background(), unsafe.Slice((*int32)(ptr), count))
 	case dtypeBFloat16, dtypeFloat16:
-		if s.f32 == nil {
-			return 0, inval("swml: 16-bit float all-reduce on a session opened without float32 (dtypes bit 0), whose wire it uses")
+		a := s.floatSession(dtype)
+		if a == nil {
+			return 0, inval("swml: 16-bit float all-reduce on a session opened without float32 (dtypes bit 0), whose sessions it uses")
 		}
 		f := quant.BFloat16
 		if dtype == dtypeFloat16 {
 			f = quant.Float16
 		}
-		h = s.f32.AllReduce16Async(context.Background(), unsafe.Slice((*uint16)(ptr), count), f)
+		h = a.AllReduce16Async(context.Background(), unsafe.Slice((*uint16)(ptr), count), f)
 	default:
 		return 0, inval("swml: dtype %d: use SWML_FLOAT32 (0), SWML_INT32 (1), SWML_BFLOAT16 (2) or SWML_FLOAT16 (3)", dtype)
 	}
@@ -507,6 +550,48 @@ func allReduceAsync(sid int64, ptr unsafe.Pointer, count int64, dtype int) (int6
 	handles[id] = h
 	tabMu.Unlock()
 	return id, nil
+}
+
+// floatSession is the session that all-reduces a float dtype: the 16-bit
+// wire's for bfloat16 and float16 where it is open, and for float32 with
+// SWML_WIRE=16; the 32-bit wire's otherwise. nil if neither is open.
+func (s *session) floatSession(dtype int) *aggregation.Session {
+	if s.w16 != nil && (dtype != dtypeFloat32 || s.wire == wire16) {
+		return s.w16
+	}
+	return s.f32
+}
+
+// wireBits is the element width on the wire, 32 or 16, of session sid's
+// all-reduces of dtype.
+func wireBits(sid int64, dtype int) (int, error) {
+	s, err := lookup(sid)
+	if err != nil {
+		return 0, err
+	}
+	switch dtype {
+	case dtypeInt32:
+		if s.i32 == nil {
+			return 0, inval("swml: session %d was opened without int32 (dtypes bit 1)", sid)
+		}
+		return s.i32.Wire(), nil
+	case dtypeFloat32, dtypeBFloat16, dtypeFloat16:
+		a := s.floatSession(dtype)
+		if a == nil {
+			return 0, inval("swml: session %d was opened without float32 (dtypes bit 0)", sid)
+		}
+		return a.Wire(), nil
+	}
+	return 0, inval("swml: dtype %d: use SWML_FLOAT32 (0), SWML_INT32 (1), SWML_BFLOAT16 (2) or SWML_FLOAT16 (3)", dtype)
+}
+
+// abortAll aborts every session s has opened so far, for reason.
+func (s *session) abortAll(reason string) {
+	for _, a := range []*aggregation.Session{s.f32, s.w16, s.i32} {
+		if a != nil {
+			_ = a.Abort(reason)
+		}
+	}
 }
 
 // wait waits up to timeout seconds (< 0: forever, 0: test) for handle id.
@@ -548,7 +633,7 @@ func closeSession(id int64, reason string) error {
 	delete(sessions, id)
 	tabMu.Unlock()
 	var errs []error
-	for _, a := range []*aggregation.Session{s.f32, s.i32} {
+	for _, a := range []*aggregation.Session{s.f32, s.w16, s.i32} {
 		if a == nil {
 			continue
 		}

@@ -17,7 +17,7 @@ import (
 
 func TestResolve(t *testing.T) {
 	for _, e := range []string{"SWML_CONTROLLER", "SWML_SESSION_ID", "SWML_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SWML_WORKERS", "WORLD_SIZE",
-		"OMPI_COMM_WORLD_SIZE", "SWML_NIC", "SWML_ADDR", "SWML_DEVICE", "SWML_PEER_TIMEOUT", "SWML_QPS", "SWML_THREADS", "SWML_PACKET_SIZE", "SWML_MSG_SIZE", "SWML_WRITES"} {
+		"OMPI_COMM_WORLD_SIZE", "SWML_NIC", "SWML_ADDR", "SWML_DEVICE", "SWML_PEER_TIMEOUT", "SWML_QPS", "SWML_THREADS", "SWML_PACKET_SIZE", "SWML_MSG_SIZE", "SWML_WRITES", "SWML_WIRE"} {
 		t.Setenv(e, "")
 	}
 	// torchrun's environment fills rank and size; the address follows the rank.
@@ -27,7 +27,7 @@ func TestResolve(t *testing.T) {
 	if err := o.resolve(); err != nil {
 		t.Fatal(err)
 	}
-	if o.rank != 2 || o.workers != 4 || o.addr != "127.0.0.4" || o.nic != "soft" || o.controller != control.DefaultAddr || o.sessionID != 1 || o.dtypes != 3 {
+	if o.rank != 2 || o.workers != 4 || o.addr != "127.0.0.4" || o.nic != "soft" || o.controller != control.DefaultAddr || o.sessionID != 1 || o.dtypes != 3 || o.wire != wireAuto {
 		t.Errorf("resolved %+v", o)
 	}
 	// Under mpirun a stray RANK loses to Open MPI's rank, as in the CLI
@@ -69,6 +69,9 @@ func TestResolve(t *testing.T) {
 		{[2]string{"SWML_PACKET_SIZE", "1000"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "packet size"},
 		{[2]string{"SWML_PEER_TIMEOUT", "soon"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "SWML_PEER_TIMEOUT"},
 		{[2]string{"SWML_WRITES", "whole"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "SWML_WRITES"},
+		{[2]string{"SWML_WIRE", "8"}, openArgs{sessionID: 1, rank: 0, workers: 1}, `SWML_WIRE="8": use auto`},
+		{[2]string{"SWML_WIRE", "16"}, openArgs{sessionID: 1, rank: 0, workers: 1 << 15}, "SWML_WORKERS: Workers is 32768: the 16-bit wire holds at most 16384"},
+		{[2]string{}, openArgs{sessionID: 1 << 30, rank: 0, workers: 1}, "session id"},
 	}
 	for _, b := range bad {
 		t.Run(b.want, func(t *testing.T) {

@@ -230,3 +230,17 @@ func swml_world_size(sess C.int64_t) (rc C.int) {
 	}
 	return C.int(s.workers)
 }
+
+// swml_wire_bits returns the element width on the wire, 32 or 16, that
+// session sess all-reduces dtype with (SWML_WIRE, and whether the switch
+// has a 16-bit pipeline), or a negative SWML_E… code.
+//
+//export swml_wire_bits
+func swml_wire_bits(sess C.int64_t, dtype C.int) (rc C.int) {
+	defer guard(&rc)
+	bits, err := wireBits(int64(sess), int(dtype))
+	if err != nil {
+		return fail(err)
+	}
+	return C.int(bits)
+}

@@ -27,8 +27,6 @@ import (
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
-func init() { commands = append(commands, benchCommand()) }
-
 func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:     "bench",
@@ -65,6 +63,7 @@ func allReduceFlags(category string) []cli.Flag {
 		&cli.IntFlag{Name: "iters", Value: 10, Usage: "measured all-reduces", EnvVars: []string{"SWML_ITERS"}, Category: category},
 		&cli.IntFlag{Name: "warmup", Value: 2, Usage: "unmeasured all-reduces first", EnvVars: []string{"SWML_WARMUP"}, Category: category},
 		&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "float32 (block floating point) or int32 (exact)", EnvVars: []string{"SWML_DTYPE"}, Category: category},
+		&cli.StringFlag{Name: "wire", Value: "32", Usage: "bits per element on the wire: 32 (int32 lanes) or 16 (int16 lanes: twice the elements per packet, coarser sums; float32 only, a switch with a 16-bit pipeline); bench takes a comma list to run each, e.g. 32,16", EnvVars: []string{"SWML_WIRE"}, Category: "protocol"},
 		&cli.IntFlag{Name: "packet-size", Value: aggregation.DefaultPacketSize, Usage: "payload bytes per packet: 256, 512, 1024, 2048, 4096", EnvVars: []string{"SWML_PACKET_SIZE"}, Category: "protocol"},
 		&cli.IntFlag{Name: "qps", Value: aggregation.DefaultQPs, Usage: "UC queue pairs per worker", EnvVars: []string{"SWML_QPS"}, Category: "protocol"},
 		&cli.IntFlag{Name: "threads", Value: 1, Usage: "goroutines driving each worker's QPs, each a block of neighbouring QPs with its own completion queue (at most --qps; pays off where the host is the bottleneck: a fast RDMA NIC)", EnvVars: []string{"SWML_THREADS"}, Category: "protocol"},
@@ -230,48 +229,11 @@ func runBench(c *cli.Context) error {
 	report := benchReport{SchemaVersion: benchSchemaVersion}
 	for _, w := range cfg.sweep {
 		cfg.workers = w
-		var lossFree *benchRun
-		for _, l := range cfg.losses {
-			cfg.loss = l
-			run, measured, done, err := runEmbeddedBench(ctx, cfg, prog)
-			if err != nil {
-				prog.clear()
-				interrupted := ctx.Err() != nil && c.Context.Err() == nil
-				if interrupted && measured {
-					// The measured all-reduces that finished are a
-					// measurement too: a row of its own, marked.
-					run.Interrupted = true
-					report.Runs = append(report.Runs, run)
-				}
-				if len(report.Runs) > 0 || (interrupted && c.Bool("json")) {
-					// The rows finished before the failure or the interrupt
-					// are measurements: print them (the table or the JSON
-					// document, which an interrupt prints even without a
-					// row, for the script that reads it), then say why the
-					// rest is missing.
-					if perr := printBench(c.App.Writer, report, c.Bool("json")); perr != nil {
-						return cli.Exit("bench: "+perr.Error(), 1)
-					}
-				}
-				if interrupted {
-					// Everything the run opened (switch, controller, NICs,
-					// sessions) is closed by now: runEmbeddedBench defers it.
-					return cli.Exit(fmt.Sprintf("bench (%d workers, loss %g): interrupted (SIGINT or SIGTERM) after %s; nothing left running%s", w, l, done, finishedRows(len(report.Runs))), exitInterrupted)
-				}
-				return cli.Exit(fmt.Sprintf("bench (%d workers, loss %g): %v%s%s", w, l, err, remedy(err), finishedRows(len(report.Runs))), 1)
+		for _, wb := range cfg.wires {
+			cfg.wire = wb
+			if err := runLossSweep(ctx, c, cfg, prog, &report); err != nil {
+				return err
 			}
-			if l == 0 {
-				lossFree = &run
-			}
-			if lossFree != nil {
-				x := float64(run.MedianNs) / float64(lossFree.MedianNs)
-				run.LossInflation = &x
-				if run.Baseline != nil && lossFree.Baseline != nil {
-					y := float64(run.Baseline.MedianNs) / float64(lossFree.Baseline.MedianNs)
-					run.Baseline.LossInflation = &y
-				}
-			}
-			report.Runs = append(report.Runs, run)
 		}
 	}
 	prog.clear()
@@ -281,6 +243,57 @@ func runBench(c *cli.Context) error {
 		}
 	}
 	return printBench(c.App.Writer, report, c.Bool("json"))
+}
+
+// runLossSweep runs cfg's loss sweep at one worker count and wire width,
+// adding its rows to report; on a failure or an interrupt it prints the
+// rows so far and returns the command's exit error.
+func runLossSweep(ctx context.Context, c *cli.Context, cfg benchConfig, prog *progress, report *benchReport) error {
+	w := cfg.workers
+	var lossFree *benchRun
+	for _, l := range cfg.losses {
+		cfg.loss = l
+		run, measured, done, err := runEmbeddedBench(ctx, cfg, prog)
+		if err != nil {
+			prog.clear()
+			interrupted := ctx.Err() != nil && c.Context.Err() == nil
+			if interrupted && measured {
+				// The measured all-reduces that finished are a
+				// measurement too: a row of its own, marked.
+				run.Interrupted = true
+				report.Runs = append(report.Runs, run)
+			}
+			if len(report.Runs) > 0 || (interrupted && c.Bool("json")) {
+				// The rows finished before the failure or the interrupt
+				// are measurements: print them (the table or the JSON
+				// document, which an interrupt prints even without a
+				// row, for the script that reads it), then say why the
+				// rest is missing.
+				if perr := printBench(c.App.Writer, *report, c.Bool("json")); perr != nil {
+					return cli.Exit("bench: "+perr.Error(), 1)
+				}
+			}
+			if interrupted {
+				// Everything the run opened (switch, controller, NICs,
+				// sessions) is closed by now: runEmbeddedBench defers it.
+				return cli.Exit(fmt.Sprintf("bench (%d workers, %d-bit wire, loss %g): interrupted (SIGINT or SIGTERM) after %s; nothing left running%s", w, cfg.wire, l, done, finishedRows(len(report.Runs))), exitInterrupted)
+			}
+			return cli.Exit(fmt.Sprintf("bench (%d workers, %d-bit wire, loss %g): %v%s%s", w, cfg.wire, l, err, remedy(err), finishedRows(len(report.Runs))), 1)
+		}
+		if l == 0 {
+			lossFree = &run
+		}
+		if lossFree != nil {
+			x := float64(run.MedianNs) / float64(lossFree.MedianNs)
+			run.LossInflation = &x
+			if run.Baseline != nil && lossFree.Baseline != nil {
+				y := float64(run.Baseline.MedianNs) / float64(lossFree.Baseline.MedianNs)
+				run.Baseline.LossInflation = &y
+			}
+		}
+		report.Runs = append(report.Runs, run)
+	}
+	return nil
 }
 
 // envSource says that flag's value came from its SWML_ variable, if that
@@ -307,7 +320,7 @@ func benchSteps(cfg benchConfig) int {
 	if cfg.baseline != "none" {
 		per *= 2
 	}
-	return per * len(cfg.sweep) * len(cfg.losses)
+	return per * len(cfg.sweep) * len(cfg.wires) * len(cfg.losses)
 }
 
 func benchFlags(c *cli.Context) (benchConfig, error) {
@@ -343,6 +356,9 @@ func benchFlags(c *cli.Context) (benchConfig, error) {
 		}
 		if len(cfg.losses) > 1 && len(cfg.sweep) > 1 {
 			return cfg, fmt.Errorf("--plot draws a --workers sweep at one loss rate or a --loss sweep at one worker count, not both: drop --plot or one of the lists")
+		}
+		if len(cfg.wires) > 1 {
+			return cfg, fmt.Errorf("--plot draws one --wire width: drop --plot or give --wire 32 or 16")
 		}
 	}
 	if cfg.switchAddr, err = netip.ParseAddr(c.String("switch-addr")); err != nil || !cfg.switchAddr.Is4() {
@@ -406,7 +422,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (run
 	if cfg.baseline == "ring" && res.SwitchMLCalls == calls {
 		reached += fmt.Sprintf(", %d of %d ring all-reduces", res.RingCalls, calls)
 	}
-	run = benchRun{Switch: switchSoftware, Record: benchmark.Record{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(),
+	run = benchRun{Switch: switchSoftware, Record: benchmark.Record{Workers: cfg.workers, DType: cfg.dtype.String(), WireBits: cfg.wire, TensorBytes: cfg.size, Elements: cfg.elements(),
 		Iters: max(res.SwitchMLCalls-cfg.warmup, 0), Warmup: cfg.warmup,
 		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Loss: cfg.loss, Verified: true,
 		Packets: res.Packets, Retransmissions: res.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: res.PacketWriteCalls,
@@ -475,10 +491,10 @@ func printBench(out io.Writer, rep benchReport, asJSON bool) error {
 		for _, n := range r.SwitchDrops {
 			drops += n
 		}
-		fmt.Fprintf(w, "%d\t%g\t%s\t%v\t%v\t%v\t%.3g\t%.3f\t%d\t%d\t%.4f\t%s\t%d\t%v\t%s\t\n", r.Workers, r.Loss, "switchml",
+		fmt.Fprintf(w, "%d\t%d\t%g\t%s\t%v\t%v\t%v\t%.3g\t%.3f\t%d\t%d\t%.4f\t%s\t%d\t%v\t%s\t\n", r.Workers, r.WireBits, r.Loss, "switchml",
 			d(r.MedianNs), d(r.MinNs), d(r.MaxNs), r.ATEPerSec, r.Gbps, r.Packets, r.Retransmissions, r.RetransmissionsPerMessage, infl(r.LossInflation), drops, r.Verified, ratio)
 		if b := r.Baseline; b != nil {
-			fmt.Fprintf(w, "%d\t%g\t%s\t%v\t%v\t%v\t%.3g\t%.3f\t%d\t%d\t%s\t%s\t%s\t%v\t%s\t\n", r.Workers, r.Loss, b.Name,
+			fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%v\t%v\t%v\t%.3g\t%.3f\t%d\t%d\t%s\t%s\t%s\t%v\t%s\t\n", r.Workers, "-", r.Loss, b.Name,
 				d(b.MedianNs), d(b.MinNs), d(b.MaxNs), b.ATEPerSec, b.Gbps, b.Packets, b.Retransmissions, "-", infl(b.LossInflation), "-", b.Verified, "baseline")
 		}
 	}
@@ -498,7 +514,7 @@ func printBench(out io.Writer, rep benchReport, asJSON bool) error {
 
 // benchColumns are the columns of bench's table, in order (docs/bench.md
 // "Table" shows and explains each).
-var benchColumns = []string{"workers", "loss", "all-reduce", "median", "min", "max", "ATE/s", "Gbit/s", "packets",
+var benchColumns = []string{"workers", "wire", "loss", "all-reduce", "median", "min", "max", "ATE/s", "Gbit/s", "packets",
 	"retransmissions", "retx/msg", "vs loss-free", "switch drops", "verified", "ATE/s ratio"}
 
 // resendLine explains a row's SwitchML resends and switch drops, or is
@@ -517,8 +533,8 @@ func resendLine(r benchRun) string {
 	if r.Retransmissions == 0 && len(drops) == 0 {
 		return ""
 	}
-	line := fmt.Sprintf("%d workers, loss %g: %d resends (%d timer expiries, %d RACK), %d resent messages answered by an earlier transmission (spurious)",
-		r.Workers, r.Loss, r.Retransmissions, r.Timeouts, r.FastRetransmissions, r.SpuriousRetransmissions)
+	line := fmt.Sprintf("%d workers, %d-bit wire, loss %g: %d resends (%d timer expiries, %d RACK), %d resent messages answered by an earlier transmission (spurious)",
+		r.Workers, r.WireBits, r.Loss, r.Retransmissions, r.Timeouts, r.FastRetransmissions, r.SpuriousRetransmissions)
 	if len(drops) > 0 {
 		line += "; switch drops: " + strings.Join(drops, ", ")
 	}
@@ -578,6 +594,9 @@ func engineAloneFlags(c *cli.Context, cfg *benchConfig) error {
 	if cfg.jobSpec, err = parseJobFlags(c, 1); err != nil {
 		return err
 	}
+	if len(cfg.wires) > 1 {
+		return fmt.Errorf("--wire %s with --switch instant: the engine alone runs one width; give --wire 32 or 16", c.String("wire"))
+	}
 	var need memoryNeed
 	size := uint64(cfg.size)
 	need.add(2*size, "2 × %s: the input and the all-reduce buffer", approxBytes(size))
@@ -606,7 +625,7 @@ func runEngineAlone(ctx context.Context, c *cli.Context, cfg benchConfig) error 
 		return cli.Exit(fmt.Sprintf("bench --switch instant: %v%s", err, remedy(err)), 1)
 	}
 	st := res.Session
-	run := benchRun{Switch: switchInstant, Record: benchmark.Record{Workers: 1, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: cfg.elements(), Iters: cfg.iters, Warmup: cfg.warmup,
+	run := benchRun{Switch: switchInstant, Record: benchmark.Record{Workers: 1, DType: cfg.dtype.String(), WireBits: cfg.wire, TensorBytes: cfg.size, Elements: cfg.elements(), Iters: cfg.iters, Warmup: cfg.warmup,
 		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Verified: true,
 		Packets: st.Packets, Retransmissions: st.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: st.PacketWriteCalls,
 		ResendCauses: benchmark.ResendCauses{Timeouts: st.Timeouts, FastRetransmissions: st.FastRetransmissions, SpuriousRetransmissions: st.SpuriousRetransmissions}},
@@ -631,8 +650,8 @@ func runEngineAlone(ctx context.Context, c *cli.Context, cfg benchConfig) error 
 // printEngineAlone prints bench --switch instant's table.
 func printEngineAlone(out io.Writer, r benchRun) error {
 	e := r.Engine
-	fmt.Fprintf(out, "SwitchML worker engine alone (instant switch: one worker, no network): %s tensor of %s (%d elements), packet %d B, message %d B, %d QPs, %s writes, %d iters (+%d warmup)\n",
-		r.DType, humanBytes(r.TensorBytes), r.Elements, r.PacketSize, r.MessageSize, r.QPs, r.Writes, r.Iters, r.Warmup)
+	fmt.Fprintf(out, "SwitchML worker engine alone (instant switch: one worker, no network): %s tensor of %s (%d elements), %d-bit wire, packet %d B, message %d B, %d QPs, %s writes, %d iters (+%d warmup)\n",
+		r.DType, humanBytes(r.TensorBytes), r.Elements, r.WireBits, r.PacketSize, r.MessageSize, r.QPs, r.Writes, r.Iters, r.Warmup)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "median\tmin\tmax\telements/s\tGbit/s\tGbit/s per core\tmessages/call\tallocs/message\t2 × copy\tvs 2 × copy\tverified\t")
 	d := func(ns int64) time.Duration { return time.Duration(ns).Round(time.Microsecond) }

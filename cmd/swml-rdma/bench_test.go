@@ -263,7 +263,7 @@ func TestBenchSweepPlot(t *testing.T) {
 		for _, alg := range []string{"switchml", "ring"} {
 			found := false
 			for _, line := range strings.Split(out, "\n") {
-				if f := strings.Fields(line); len(f) > 3 && f[0] == w && f[2] == alg {
+				if f := strings.Fields(line); len(f) > 4 && f[0] == w && f[3] == alg {
 					found = true
 				}
 			}
@@ -337,6 +337,12 @@ func TestBenchBadFlags(t *testing.T) {
 		{"packet size", []string{"--packet-size", "1000"}, "256, 512, 1024, 2048 and 4096"},
 		{"msg size", []string{"--msg-size", "3000"}, "power of two"},
 		{"dtype", []string{"--dtype", "float16"}, "use float32 or int32"},
+		{"wire", []string{"--wire", "24"}, "give 32 (int32 lanes) or 16"},
+		{"wire twice", []string{"--wire", "16,16"}, "16 twice"},
+		{"wire int32", []string{"--wire", "32,16", "--dtype", "int32"}, "--wire 16: int32 needs the 32-bit wire"},
+		{"wire plot", []string{"--wire", "32,16", "--plot", "x.svg"}, "--plot draws one --wire width"},
+		{"wire instant", []string{"--switch", "instant", "--wire", "32,16"}, "the engine alone runs one width"},
+		{"wire controller", []string{"--controller", "127.0.0.1:1", "--rank", "0", "--workers", "2", "--wire", "32,16"}, "a job has one element width"},
 		{"loss", []string{"--loss", "0.9"}, "[0, 0.5)"},
 		{"positional", []string{"extra"}, "takes no arguments"},
 		{"switch addr", []string{"--switch-addr", "::1"}, "IPv4 address"},
@@ -433,6 +439,35 @@ func TestBenchLossSweep(t *testing.T) {
 	}
 	if rep.Runs[0].SwitchDrops["ingress_loss"] != 0 || !lossy.Verified || !lossy.Baseline.Verified {
 		t.Fatalf("loss-free run dropped %v; verified %v/%v", rep.Runs[0].SwitchDrops, lossy.Verified, lossy.Baseline.Verified)
+	}
+}
+
+// TestBenchWireSweep: --wire 32,16 runs both widths in one run, a row
+// each, every result verified against its own bound; the 16-bit rows send
+// half the tensor packets (128 values per 256-byte payload instead of 64).
+func TestBenchWireSweep(t *testing.T) {
+	out, _, err := run(t, "bench", "--workers", "2", "--size", "64KiB", "--iters", "2", "--warmup", "1", "--wire", "32,16",
+		"--packet-size", "256", "--msg-size", "1KiB", "--qps", "2", "--baseline", "none", "--switch-addr", "127.13.80.1", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBenchSchema(t, out, false)
+	var rep benchReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Runs) != 2 || rep.Runs[0].WireBits != 32 || rep.Runs[1].WireBits != 16 || !rep.Runs[0].Verified || !rep.Runs[1].Verified {
+		t.Fatalf("runs %+v, want a verified 32-bit then 16-bit row", rep.Runs)
+	}
+	// Per worker and call: 256 tensor packets on the 32-bit wire, 128 on
+	// the 16-bit one, plus round 0 on each QP (a message of 4 packets),
+	// plus resends (at most a message each).
+	for _, r := range rep.Runs {
+		calls := uint64(r.Iters + r.Warmup)
+		want := calls * 2 * (256*uint64(r.WireBits)/32 + 2*4)
+		if r.Packets < want || r.Packets > want+4*r.Retransmissions {
+			t.Fatalf("%d-bit wire: %d packets with %d resent messages, want %d sent once", r.WireBits, r.Packets, r.Retransmissions, want)
+		}
 	}
 }
 

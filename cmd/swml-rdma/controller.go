@@ -22,8 +22,6 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/control/p4rt"
 )
 
-func init() { commands = append(commands, controllerCommand()) }
-
 func controllerCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "controller",

@@ -13,8 +13,6 @@ import (
 	"github.com/swml-rdma/swml-rdma/rdma/rdmadev"
 )
 
-func init() { commands = append(commands, devicesCommand()) }
-
 // noDevicesHelp explains an empty device list and what to do instead.
 const noDevicesHelp = `no RDMA devices: this kernel has no RDMA device (no /sys/class/infiniband entries).
   - to use Soft-RoCE on a kernel that has it:  modprobe rdma_rxe && rdma link add rxe0 type rxe netdev <dev>

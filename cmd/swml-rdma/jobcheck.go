@@ -3,6 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -20,8 +23,12 @@ type jobSpec struct {
 	packetSize, qps, msgSize int
 	threads                  int
 	dtype                    wire.DType
-	writes                   aggregation.Writes
-	peerTimeout, queueDelay  time.Duration
+	// wire is the element width on the wire, 32 or 16 bits (--wire);
+	// wires is --wire's list, which bench sweeps (a worker has one).
+	wire                    int
+	wires                   []int
+	writes                  aggregation.Writes
+	peerTimeout, queueDelay time.Duration
 }
 
 // elements is the tensor's length (4-byte elements).
@@ -29,14 +36,14 @@ func (j jobSpec) elements() int { return j.size / 4 }
 
 // session is the part of a worker's aggregation.Config the job flags set.
 func (j jobSpec) session() aggregation.Config {
-	return aggregation.Config{QPs: j.qps, Threads: j.threads, PacketSize: j.packetSize, PacketsPerMessage: j.msgSize / j.packetSize, DType: j.dtype, Writes: j.writes, PeerTimeout: j.peerTimeout, QueueDelay: j.queueDelay, TensorBytes: j.size}
+	return aggregation.Config{QPs: j.qps, Threads: j.threads, PacketSize: j.packetSize, PacketsPerMessage: j.msgSize / j.packetSize, DType: j.dtype, Wire: j.wire, Writes: j.writes, PeerTimeout: j.peerTimeout, QueueDelay: j.queueDelay, TensorBytes: j.size}
 }
 
 // configFlags name the flag that sets each aggregation.Config field, for
 // the errors of Config.Validate (aggregation.FieldError).
 var configFlags = map[string]string{
 	"Workers": "--workers", "Rank": "--rank", "QPs": "--qps", "Threads": "--threads", "PacketSize": "--packet-size",
-	"PacketsPerMessage": "--msg-size", "DType": "--dtype", "Writes": "--writes", "PeerTimeout": "--peer-timeout", "TensorBytes": "--size",
+	"PacketsPerMessage": "--msg-size", "DType": "--dtype", "Wire": "--wire", "Writes": "--writes", "PeerTimeout": "--peer-timeout", "TensorBytes": "--size",
 }
 
 // flagError renders a Config error in the terms of the flags: the flag of
@@ -105,6 +112,10 @@ func parseJobFlags(c *cli.Context, workers int) (jobSpec, error) {
 	if j.writes, err = aggregation.ParseWrites(c.String("writes")); err != nil {
 		return j, fmt.Errorf("--%v", err)
 	}
+	if j.wires, err = parseWires(c.String("wire")); err != nil {
+		return j, err
+	}
+	j.wire = j.wires[0]
 	switch {
 	case j.iters < 1:
 		return j, fmt.Errorf("--iters %d: give at least 1", j.iters)
@@ -123,12 +134,33 @@ func parseJobFlags(c *cli.Context, workers int) (jobSpec, error) {
 	if j.qps < 1 || j.qps > aggregation.MaxQPs {
 		return j, fmt.Errorf("--qps %d: %s", j.qps, j.qpsRange())
 	}
-	cfg := j.session()
-	cfg.Workers = workers
-	if err := cfg.Validate(); err != nil {
-		return j, j.flagError(err)
+	for _, w := range j.wires {
+		cfg := j.session()
+		cfg.Workers, cfg.Wire = workers, w
+		if err := cfg.Validate(); err != nil {
+			return j, j.flagError(err)
+		}
 	}
 	return j, nil
+}
+
+// parseWires accepts an element width on the wire, 32 or 16, or a comma
+// list of them (bench runs each in turn).
+func parseWires(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		switch f = strings.TrimSpace(f); f {
+		case "32", "16":
+			n, _ := strconv.Atoi(f)
+			if slices.Contains(out, n) {
+				return nil, fmt.Errorf("--wire %q: %s twice; give each width once", s, f)
+			}
+			out = append(out, n)
+		default:
+			return nil, fmt.Errorf("--wire %q: give 32 (int32 lanes) or 16 (int16 lanes, twice the elements per packet; float32 only), or a comma list such as 32,16", s)
+		}
+	}
+	return out, nil
 }
 
 // checkBench checks the embedded bench's configuration as a whole, after

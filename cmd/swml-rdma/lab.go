@@ -27,7 +27,14 @@ import (
 // `swml-rdma lab`: the flags of a sweep of the network lab
 // (testbed/netlab/sweep, docs/netlab.md), its table, JSON and plots.
 
-func init() { commands = append(commands, labCommand()) }
+// systemName is a row's system as the table prints it: SwitchML with its
+// wire when that is not the default 32 bits.
+func systemName(r *sweep.Row) string {
+	if r.System == sweep.SwitchML && r.WireBits != 0 && r.WireBits != 32 {
+		return fmt.Sprintf("%s/%d", r.System, r.WireBits)
+	}
+	return string(r.System)
+}
 
 // labSystemList is every system, as --systems takes them.
 func labSystemList() string {
@@ -65,6 +72,7 @@ func labCommand() *cli.Command {
 			&cli.DurationFlag{Name: "queue", Value: netlab.DefaultQueue, Usage: "each shaped link direction's queue, as time to drain it at --rate (tbf limit)", EnvVars: []string{"SWML_LAB_QUEUE"}, Category: "links"},
 			&cli.IntFlag{Name: "packet-size", Value: 1024, Usage: "SwitchML's and the ring's payload bytes per packet", EnvVars: []string{"SWML_PACKET_SIZE"}, Category: "protocol"},
 			&cli.StringFlag{Name: "msg-size", Value: "16KiB", Usage: "SwitchML's and the ring's message size", EnvVars: []string{"SWML_MSG_SIZE"}, Category: "protocol"},
+			&cli.StringFlag{Name: "wire", Value: "32", Usage: "SwitchML's bits per element on the wire, or a comma list to run each in every row: 32, 16 (twice the elements per packet; docs/protocol.md \"The 16-bit wire\")", EnvVars: []string{"SWML_LAB_WIRE"}, Category: "protocol"},
 			&cli.StringFlag{Name: "worker-args", Usage: "more flags for every `swml-rdma worker`, space-separated, e.g. \"--writes packet --qps 4\"", EnvVars: []string{"SWML_LAB_WORKER_ARGS"}, Category: "protocol"},
 			&cli.StringFlag{Name: "switch-args", Usage: "more flags for `swml-rdma switch`, space-separated", EnvVars: []string{"SWML_LAB_SWITCH_ARGS"}, Category: "protocol"},
 			&cli.StringFlag{Name: "python", Value: "/usr/bin/python3", Usage: "the Python with torch (Debian's python3-torch) that runs Gloo", EnvVars: []string{"SWML_LAB_PYTHON"}, Category: "gloo"},
@@ -82,7 +90,7 @@ func labCommand() *cli.Command {
 var labFlagNames = map[string]string{
 	"Workers": "--workers", "Rates": "--rate", "Losses": "--loss", "Sizes": "--size", "Systems": "--systems", "Jobs": "--jobs",
 	"Iters": "--iters", "Warmup": "--warmup", "Timeout": "--timeout", "Queue": "--queue", "PacketSize": "--packet-size",
-	"MessageSize": "--msg-size", "Python": "--python",
+	"MessageSize": "--msg-size", "Python": "--python", "Wires": "--wire",
 }
 
 // labFlags parses lab's flags into a sweep and validates it as sweep.Run
@@ -121,6 +129,13 @@ func labFlags(c *cli.Context, exe string) (sweep.Config, error) {
 		if s := sweep.System(strings.TrimSpace(f)); !slices.Contains(cfg.Systems, s) {
 			cfg.Systems = append(cfg.Systems, s)
 		}
+	}
+	for _, f := range strings.Split(c.String("wire"), ",") {
+		w, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return cfg, fmt.Errorf("--wire %q: give 32, 16 or a list such as 32,16", c.String("wire"))
+		}
+		cfg.Wires = append(cfg.Wires, w)
 	}
 	if cfg.MessageSize, err = parseSize(c.String("msg-size")); err != nil {
 		return cfg, fmt.Errorf("--msg-size: %v", err)
@@ -196,7 +211,7 @@ func runLab(c *cli.Context) error {
 	}
 	for _, row := range rep.Rows {
 		if row.Error != "" {
-			return cli.Exit(fmt.Sprintf("lab: %s at %d workers, %s, loss %g, %s failed: %s", row.System, row.Workers,
+			return cli.Exit(fmt.Sprintf("lab: %s at %d workers, %s, loss %g, %s failed: %s", systemName(row), row.Workers,
 				netlab.FormatRate(row.RateBps), row.Loss, humanBytes(row.TensorBytes), row.Error), 1)
 		}
 	}
@@ -207,7 +222,7 @@ func runLab(c *cli.Context) error {
 // its outcome after it.
 func printLabProgress(w io.Writer, row *sweep.Row, done bool) {
 	if !done {
-		fmt.Fprintf(w, "lab: %s, %d workers, %s, loss %g, %s …\n", row.System, row.Workers, netlab.FormatRate(row.RateBps), row.Loss, humanBytes(row.TensorBytes))
+		fmt.Fprintf(w, "lab: %s, %d workers, %s, loss %g, %s …\n", systemName(row), row.Workers, netlab.FormatRate(row.RateBps), row.Loss, humanBytes(row.TensorBytes))
 		return
 	}
 	if row.MedianNs > 0 {
@@ -263,7 +278,7 @@ func printLab(out io.Writer, rep sweep.Report, asJSON bool) error {
 			drops = formatDrops(r.SwitchDrops)
 		}
 		if r.Error != "" {
-			fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t\t\t\t%s\t\t\t\t\t\t\t%d (%d)\t%d\t%d\t\tFAILED\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.System,
+			fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t\t\t\t%s\t\t\t\t\t\t\t%d (%d)\t%d\t%d\t\tFAILED\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), systemName(r),
 				"-", ceiling, r.UDPRcvbufErrors, r.SwitchUDPRcvbufErrors, r.QueueDrops, r.LossDrops)
 			continue
 		}
@@ -278,7 +293,7 @@ func printLab(out io.Writer, rep sweep.Report, asJSON bool) error {
 				cpu += " (" + d(r.SwitchCPUNs) + ")"
 			}
 		}
-		fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d (%d)\t%d\t%d\t%s\t%v\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.System,
+		fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d (%d)\t%d\t%d\t%s\t%v\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), systemName(r),
 			d(r.MedianNs), d(r.MinNs), d(r.MaxNs), formatSI(r.ATEPerSec), ceiling, ratio(r.OfCeiling), ratio(r.VsGloo), ratio(r.LossInflation), r.Retransmissions, perMsg, drops,
 			r.UDPRcvbufErrors, r.SwitchUDPRcvbufErrors, r.QueueDrops, r.LossDrops, cpu, r.Verified)
 	}
@@ -287,14 +302,47 @@ func printLab(out io.Writer, rep sweep.Report, asJSON bool) error {
 	}
 	for _, r := range rep.Rows {
 		if r.Error != "" {
-			fmt.Fprintf(out, "FAILED: %s, %d workers, %s, loss %g, %s: %s\n", r.System, r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.Error)
+			fmt.Fprintf(out, "FAILED: %s, %d workers, %s, loss %g, %s: %s\n", systemName(r), r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.Error)
 		}
 	}
+	printReproduced(out, rep.Rows)
 	fmt.Fprintln(out, "median: the slowest rank's median time per all-reduce. ceiling: ATE/s at the link rate (SwitchML: rate × payload ÷ wire bytes ÷ 32;")
 	fmt.Fprintln(out, "Gloo and ring: rate ÷ (2(N−1)/N) ÷ 32 × payload ÷ wire). retransmissions: SwitchML and ring messages resent, Gloo TCP segments.")
 	fmt.Fprintln(out, "CPU/call: the workers' (Gloo: the ranks') CPU inside the measured all-reduces, summed, per all-reduce, user+kernel; the switch")
 	fmt.Fprintln(out, "daemon's over its life per all-reduce it served in parentheses; the ring (in this process) is not measured.")
 	return printShared(out, rep.Rows)
+}
+
+// printReproduced says, per worker count and size with more than one
+// SwitchML row, whether their results were bit-identical across the
+// sweep's rates and losses.
+func printReproduced(out io.Writer, rows []*sweep.Row) {
+	type key struct{ workers, size, wire int }
+	n := map[key]int{}
+	var keys []key
+	same := map[key]bool{}
+	for _, r := range rows {
+		if r.System != sweep.SwitchML || r.ResultReproduced == nil {
+			continue
+		}
+		k := key{r.Workers, r.TensorBytes, r.WireBits}
+		if n[k] == 0 {
+			keys = append(keys, k)
+		}
+		n[k]++
+		same[k] = *r.ResultReproduced
+	}
+	for _, k := range keys {
+		verdict := "bit-identical"
+		if !same[k] {
+			verdict = "NOT identical"
+		}
+		wire := ""
+		if k.wire != 0 && k.wire != 32 {
+			wire = fmt.Sprintf(", %d-bit wire", k.wire)
+		}
+		fmt.Fprintf(out, "SwitchML results, %d workers, %s%s: %s across its %d rows (rates and losses)\n", k.workers, humanBytes(k.size), wire, verdict, n[k])
+	}
 }
 
 // printShared prints, for the SwitchML rows with --jobs N > 1, the solo
@@ -394,11 +442,26 @@ func writeLabPlots(path string, rep sweep.Report) error {
 	}
 	for _, k := range keys {
 		var series []plotSeries
+		type curve struct {
+			sys  sweep.System
+			wire int
+		}
+		var curves []curve
 		for _, sys := range sweep.Systems {
-			s := labSeries[sys]
+			for _, r := range rep.Rows {
+				if c := (curve{sys, r.WireBits}); r.System == sys && !slices.Contains(curves, c) {
+					curves = append(curves, c)
+				}
+			}
+		}
+		for _, cv := range curves {
+			s := labSeries[cv.sys]
+			if cv.sys == sweep.SwitchML && cv.wire == 16 {
+				s = plotSeries{name: "SwitchML 16-bit wire", color: colorWire16}
+			}
 			ceil := plotSeries{name: s.name + " ceiling", color: s.color, dashed: true}
 			for _, r := range rep.Rows {
-				if r.System != sys || (key{r.RateBps, r.Loss, r.TensorBytes}) != k {
+				if r.System != cv.sys || r.WireBits != cv.wire || (key{r.RateBps, r.Loss, r.TensorBytes}) != k {
 					continue
 				}
 				if r.CeilingATEPerSec > 0 {

@@ -128,8 +128,32 @@ func TestLabPrint(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
+	if strings.Contains(out.String(), "SwitchML results,") {
+		t.Errorf("a lone SwitchML row has a reproducibility line:\n%s", out.String())
+	}
 	if len(back.Rows) != 3 || *back.Rows[0].VsGloo != 0.5 || back.Rows[2].Error == "" || back.Rows[0].Shared.Jobs[1].SpanNs != 48e9 {
 		t.Errorf("JSON: %s", out.Bytes())
+	}
+}
+
+// TestLabPrintReproduced: a SwitchML row compared with others of its
+// workers and size gets the verdict line.
+func TestLabPrintReproduced(t *testing.T) {
+	for _, same := range []bool{true, false} {
+		rep := labTestReport()
+		lossy := *rep.Rows[0]
+		lossy.Loss, lossy.Shared = 0.01, nil
+		rep.Rows = append(rep.Rows, &lossy)
+		rep.Rows[0].ResultReproduced, lossy.ResultReproduced = &same, &same
+		var out bytes.Buffer
+		if err := printLab(&out, rep, false); err != nil {
+			t.Fatal(err)
+		}
+		want := map[bool]string{true: "SwitchML results, 4 workers, 16 MiB: bit-identical across its 2 rows",
+			false: "SwitchML results, 4 workers, 16 MiB: NOT identical across its 2 rows"}[same]
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
 	}
 }
 

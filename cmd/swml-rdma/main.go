@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"regexp"
-	"sort"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -15,13 +14,22 @@ import (
 // version is set at link time (-ldflags "-X main.version=…").
 var version = "dev"
 
-// commands is filled by the init functions of the per-command files, so that
-// each command group lives in its own file.
-var commands []*cli.Command
+// commands are the command groups, each built in its own file, in the
+// order the help lists them.
+func commands() []*cli.Command {
+	return []*cli.Command{
+		benchCommand(),
+		controllerCommand(),
+		devicesCommand(),
+		labCommand(),
+		switchCommand(),
+		workerCommand(),
+		writeBWCommand(),
+	}
+}
 
 func newApp() *cli.App {
-	cmds := append([]*cli.Command(nil), commands...)
-	sort.Slice(cmds, func(i, j int) bool { return cmds[i].Name < cmds[j].Name })
+	cmds := commands()
 	for _, c := range cmds {
 		if c.OnUsageError == nil {
 			c.OnUsageError = usageError

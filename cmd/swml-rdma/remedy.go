@@ -8,6 +8,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/control/p4rt"
 	"github.com/swml-rdma/swml-rdma/aggregation/join"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/perftest"
 )
@@ -33,6 +34,7 @@ var remedies = []struct {
 	{control.ErrRegistrationTokenMissing, "the switch requires its registration token: pass --registration-token-file FILE, the file its --registration-token-file reads"},
 	{control.ErrRegistrationTokenWrong, "--registration-token-file holds another token than the switch's: pass the file its --registration-token-file reads"},
 	{control.ErrSessionRunning, "pass another --session-id (every concurrent job needs its own), or wait for that job to end"},
+	{wire.ErrElementWidth, "the switch has no 16-bit pipeline: pass --wire 32 (the 32-bit wire, which every switch sums)"},
 }
 
 // tlsRemedies say what to do when the controller and this client miss each
@@ -50,7 +52,7 @@ var tlsRemedies = map[control.TLSProblem]string{
 // on (control.MismatchError.Param).
 var mismatchFlags = map[string]string{
 	"tensor_bytes": "--size", "num_workers": "--workers", "message_size": "--msg-size", "packet_size": "--packet-size",
-	"qps": "--qps", "dtype": "--dtype",
+	"qps": "--qps", "dtype": "--dtype", "wire_bits": "--wire",
 }
 
 // remedy is "; " and the fix for err, or "" if it has none.

@@ -27,8 +27,6 @@ import (
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
-func init() { commands = append(commands, switchCommand()) }
-
 func switchCommand() *cli.Command {
 	return &cli.Command{
 		Name:     "switch",

@@ -28,8 +28,6 @@ import (
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
-func init() { commands = append(commands, workerCommand()) }
-
 // Defaults of the worker's job flags.
 const (
 	defaultConnectTimeout = 30 * time.Second
@@ -214,6 +212,9 @@ func workerFlags(c *cli.Context) (workerConfig, error) {
 	if cfg.jobSpec, err = parseJobFlags(c, cfg.workers); err != nil {
 		return cfg, err
 	}
+	if len(cfg.wires) > 1 {
+		return cfg, fmt.Errorf("--wire %s: a job has one element width; give 32 or 16 (the embedded bench, without --controller, runs a list)", c.String("wire"))
+	}
 	if err := checkWorkerJob(&cfg); err != nil {
 		return cfg, err
 	}
@@ -361,7 +362,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 	}
 
 	n := cfg.elements()
-	rcfg := benchmark.Config{Workers: cfg.workers, Ranks: []int{cfg.rank}, Elements: n, DType: cfg.dtype, Warmup: cfg.warmup, Iters: cfg.iters,
+	rcfg := benchmark.Config{Workers: cfg.workers, Ranks: []int{cfg.rank}, Elements: n, DType: cfg.dtype, Wire: cfg.wire, Warmup: cfg.warmup, Iters: cfg.iters,
 		Bound: benchmark.QuantizationBound, Label: fmt.Sprintf("job %d", sess.JobID())}
 	run, err := benchmark.Run(ctx, []benchmark.AllReducer{sess}, rcfg)
 	if err != nil {
@@ -380,7 +381,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 		log.Warn("ending the session", "err", err)
 	}
 	res := benchmark.WorkerRecord{
-		Record: benchmark.Record{Workers: cfg.workers, DType: cfg.dtype.String(), TensorBytes: cfg.size, Elements: n, Iters: cfg.iters, Warmup: cfg.warmup,
+		Record: benchmark.Record{Workers: cfg.workers, DType: cfg.dtype.String(), WireBits: cfg.wire, TensorBytes: cfg.size, Elements: n, Iters: cfg.iters, Warmup: cfg.warmup,
 			PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Verified: true,
 			Packets: st.Packets, Retransmissions: st.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: st.PacketWriteCalls,
 			ResendCauses: benchmark.ResendCauses{Timeouts: st.Timeouts, FastRetransmissions: st.FastRetransmissions, SpuriousRetransmissions: st.SpuriousRetransmissions}},
@@ -399,8 +400,8 @@ func printWorker(out io.Writer, r benchmark.WorkerRecord, asJSON bool) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(r)
 	}
-	fmt.Fprintf(out, "SwitchML all-reduce, rank %d of %d (job %d, %s, controller %s): %s tensor of %s (%d elements), packet %d B, message %d B, %d QPs\n",
-		r.Rank, r.Workers, r.JobID, r.Device, r.Controller, r.DType, humanBytes(r.TensorBytes), r.Elements, r.PacketSize, r.MessageSize, r.QPs)
+	fmt.Fprintf(out, "SwitchML all-reduce, rank %d of %d (job %d, %s, controller %s): %s tensor of %s (%d elements), %d-bit wire, packet %d B, message %d B, %d QPs\n",
+		r.Rank, r.Workers, r.JobID, r.Device, r.Controller, r.DType, humanBytes(r.TensorBytes), r.Elements, r.WireBits, r.PacketSize, r.MessageSize, r.QPs)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "iters\tmedian\tmin\tmax\tATE/s\tGbit/s\tpackets\tretransmissions\tverified\t")
 	fmt.Fprintf(w, "%d\t%v\t%v\t%v\t%.3g\t%.3f\t%d\t%d\t%v\t\n", r.Iters,

@@ -18,8 +18,6 @@ import (
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
-func init() { commands = append(commands, writeBWCommand()) }
-
 func writeBWCommand() *cli.Command {
 	return &cli.Command{
 		Name:     "write-bw",

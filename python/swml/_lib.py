@@ -20,8 +20,9 @@ EFORK = -8
 EFAIL = -9
 EMISMATCH = -10
 
-# Element types (SWML_FLOAT32 …): the 16-bit floats use the float32 session's
-# wire, quantized straight from 16 bits (docs/quantization.md).
+# Element types (SWML_FLOAT32 …): the 16-bit floats go on the 16-bit wire
+# where the switch has one, else on the float32 session's 32-bit wire,
+# quantized straight from 16 bits ($SWML_WIRE chooses; docs/pytorch.md).
 FLOAT32 = 0
 INT32 = 1
 BFLOAT16 = 2
@@ -132,8 +133,9 @@ def load(path=None):
         lib.swml_abort.argtypes = [i64, cs]
         lib.swml_rank.argtypes = [i64]
         lib.swml_world_size.argtypes = [i64]
+        lib.swml_wire_bits.argtypes = [i64, ctypes.c_int]
         for f in ("swml_last_error", "swml_open", "swml_allreduce_async", "swml_wait", "swml_test",
-                  "swml_close", "swml_abort", "swml_rank", "swml_world_size"):
+                  "swml_close", "swml_abort", "swml_rank", "swml_world_size", "swml_wire_bits"):
             getattr(lib, f).restype = ctypes.c_int
         _lib, _lib_pid = lib, os.getpid()
         return lib
@@ -252,7 +254,10 @@ class Session:
     127.0.0.<2+rank> for soft), device ($SWML_DEVICE, ibverbs only). TLS
     to the controller and its registration token come from $SWML_TLS_CA,
     $SWML_TLS_CERT, $SWML_TLS_KEY, $SWML_TLS_SERVER_NAME and
-    $SWML_REGISTRATION_TOKEN_FILE (docs/security.md).
+    $SWML_REGISTRATION_TOKEN_FILE (docs/security.md). $SWML_WIRE chooses
+    the wire of the float types: auto (unset: bfloat16 and float16 on the
+    16-bit wire where the switch has one, float32 on the 32-bit wire), 16
+    or 32 (docs/pytorch.md "Which wire a dtype uses"); wire_bits tells.
     """
 
     def __init__(self, controller=None, session_id=None, rank=None, world_size=None,
@@ -276,6 +281,11 @@ class Session:
         h = ctypes.c_int64()
         check(lib().swml_allreduce_async(self._id, ctypes.c_void_p(ptr), int(count), int(dtype), ctypes.byref(h)))
         return h.value
+
+    def wire_bits(self, dtype):
+        """The element width on the wire, 32 or 16, of this session's
+        all-reduces of dtype (FLOAT32, INT32, BFLOAT16 or FLOAT16)."""
+        return check(lib().swml_wire_bits(self._id, int(dtype)))
 
     def wait(self, handle, timeout=-1.0):
         """Wait for handle (timeout seconds, < 0 forever): True when done

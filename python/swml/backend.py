@@ -301,7 +301,7 @@ def agree_session_id(store, rank, key):
     return int(store.get(key).decode())
 
 
-_MAX_SESSION_ID = (1 << 31) - 1  # aggregation/join.MaxJobSessionID
+_MAX_SESSION_ID = (1 << 30) - 1  # aggregation/join.MaxJobSessionID
 
 
 class ProcessGroupSwml(dist.ProcessGroup):
@@ -333,6 +333,14 @@ class ProcessGroupSwml(dist.ProcessGroup):
 
     def getBackendName(self):
         return "swml"
+
+    def wire_bits(self, dtype):
+        """The element width on the wire, 32 or 16, of this group's
+        all-reduces of a torch dtype through the switch (docs/pytorch.md
+        "Which wire a dtype uses")."""
+        if dtype not in _DTYPES:
+            raise ValueError(f"swml: {dtype} does not go through the switch (float32, int32, bfloat16, float16 do)")
+        return self.session.wire_bits(_DTYPES[dtype])
 
     def _work(self, fut):
         work = _create_work_from_future(fut)

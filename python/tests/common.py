@@ -64,7 +64,7 @@ def launch(world, target, *args, want=None, agree_session=False, first_addr=2):
     if agree_session:
         os.environ.pop("SWML_SESSION_ID", None)
     else:
-        os.environ["SWML_SESSION_ID"] = str(random.randrange(1, 1 << 31))
+        os.environ["SWML_SESSION_ID"] = str(random.randrange(1, 1 << 30))
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     port = free_port()

@@ -35,19 +35,21 @@ def make_data(torch, rank):
     return x, y
 
 
-def allreduce_bound(xs, unit16=0.0):
+def allreduce_bound(xs, unit16=0.0, wire=32):
     """Per-element bound of the switch's sum of xs (float64 copies of each
     rank's tensor), docs/quantization.md "Error bound": (1+u)·n·δ/F +
     u·Σ|x_i| with F = 2^(31−⌈log2 n⌉−e) for the largest block exponent e
     (the smallest with 2^e > max|x|), δ = 1/2 (1 for n a power of two from
-    256); for a 16-bit result (unit16 = its unit roundoff) also
-    (1+u16)·that + u16·Σ|x_i| + 2^-25. Plus n·2^-53·Σ|x_i|: the float64
-    reference sum's own rounding."""
+    256); on the 16-bit wire (wire=16) F = 2^(15−⌈log2 n⌉−e) and δ = 1 for
+    every power of two n; for a 16-bit result (unit16 = its unit roundoff)
+    also (1+u16)·that + u16·Σ|x_i| + 2^-25. Plus n·2^-53·Σ|x_i|: the
+    float64 reference sum's own rounding."""
     n = len(xs)
     m = max(float(x.abs().max()) for x in xs)
     e = min(max(math.frexp(m)[1], -128), 126) if m > 0 else -128
-    f = 2.0 ** min(31 - (n - 1).bit_length() - e, 126)
-    delta = 1.0 if n >= 256 and n & (n - 1) == 0 else 0.5
+    f = 2.0 ** min(wire - 1 - (n - 1).bit_length() - e, 126)
+    pow2 = n & (n - 1) == 0
+    delta = 1.0 if pow2 and (n >= 256 or wire == 16) else 0.5
     sum_abs = sum(x.abs() for x in xs)
     b = (1 + U) * n * delta / f + U * sum_abs
     if unit16:
@@ -241,7 +243,7 @@ def half_rank(rank, world):
     import torch
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    import swml  # noqa: F401 - registers the backend
+    import swml
     dist.init_process_group("swml")
     res = {}
     # bf16 and fp16 tensors through the switch against a float64 reference.
@@ -252,9 +254,10 @@ def half_rank(rank, world):
         assert got.dtype == dt
         exact = torch.stack([x.double() for x in xs]).sum(0)
         err = (got.double() - exact).abs()
-        bound = allreduce_bound([x.double() for x in xs], UNIT16[name])
+        wire = swml.process_group().wire_bits(dt)  # 16 where the switch has a 16-bit pipeline
+        bound = allreduce_bound([x.double() for x in xs], UNIT16[name], wire)
         res[name] = {"max_err": float(err.max()), "within": bool((err <= bound).all()),
-                     "sum": got.double().sum().item()}
+                     "sum": got.double().sum().item(), "wire": wire}
     # DDP's fp16 compression hook on the swml group, and the same for bf16
     # (torch 1.13's bf16_compress_hook refuses to register without CUDA
     # and NCCL): the buckets cross the switch as 16-bit tensors.
@@ -294,12 +297,14 @@ def half_rank(rank, world):
 
 
 def test_half_precision():
-    """bf16 and fp16 all-reduces go through the switch within the bound of
+    """bf16 and fp16 all-reduces go through the switch (on the 16-bit wire:
+    the test switch has a 16-bit pipeline) within the bound of
     docs/quantization.md; DDP with the bf16/fp16 compression hooks trains,
     parameters identical on every rank."""
     rs = common.launch(2, half_rank)
     for r in rs:
         for name in ("bfloat16", "float16"):
+            assert r[name]["wire"] == 16, f"rank {r['rank']} {name}: the {r[name]['wire']}-bit wire, want the 16-bit one"
             assert r[name]["within"], f"rank {r['rank']} {name}: error {r[name]['max_err']:.3g} above the bound"
             assert r[name]["sum"] == rs[0][name]["sum"], f"{name}: ranks disagree"
         for hook in ("bf16_compress_hook", "fp16_compress_hook"):
@@ -346,9 +351,10 @@ def overflow_rank(rank, world, overflow_step):
         t[5000] = float("inf")
     dist.all_reduce(t)
     nan = torch.isnan(t)
+    wire = swml.process_group().wire_bits(torch.float16)
     swml.process_group().shutdown()
     dist.destroy_process_group()
-    return {"found": found, "losses": losses, "identical": identical, "scale": scale,
+    return {"found": found, "losses": losses, "identical": identical, "scale": scale, "wire": wire,
             "nan_at": [int(nan.nonzero().min()), int(nan.nonzero().max())] if bool(nan.any()) else None,
             "rest_is_sum": bool((t[~nan] == 2).all())}
 
@@ -363,8 +369,10 @@ def test_overflow_propagates():
         assert r["identical"], f"rank {r['rank']}: parameters differ across ranks or are not finite"
         assert r["scale"] == 2.0 ** 11
         assert r["losses"][-1] < r["losses"][0]
-        # Messages of 16 KiB carry 4096 elements: element 5000 is in message 1.
-        assert r["nan_at"] == [4096, 8191], r["nan_at"]
+        # Messages of 16 KiB carry 4096 elements on the 32-bit wire (element
+        # 5000 is in message 1), 8192 on the 16-bit wire (in message 0).
+        vals = 16384 * 8 // r["wire"]
+        assert r["nan_at"] == [5000 // vals * vals, (5000 // vals + 1) * vals - 1], (r["wire"], r["nan_at"])
         assert r["rest_is_sum"]
 
 
@@ -469,6 +477,9 @@ def test_strided():
 # -- the end of a job ------------------------------------------------------------------
 
 ENDED = "swml_controller_sessions_ended_total"
+# A job's sessions at a switch with a 16-bit pipeline (docs/pytorch.md
+# "Which wire a dtype uses"): float32, the 16-bit wire's, int32.
+SESSIONS = 3
 
 
 def ending_rank(rank, world, how):
@@ -536,7 +547,7 @@ UNCAUGHT = textwrap.dedent("""
 def test_clean_end():
     """Jobs that end normally without shutdown() (DDP through the backend,
     plain all_reduce + destroy_process_group, DDP with the hook on Gloo)
-    end their two sessions each cleanly at the switch: reason "end", no
+    end their three sessions each cleanly at the switch: reason "end", no
     keepalive_lost or abort. A rank dying of an uncaught exception aborts
     instead. Read from a switch of its own's /metrics."""
     with common.start_switch(fresh=True):
@@ -544,8 +555,8 @@ def test_clean_end():
         assert 'reason="end"' in before, before
         for how in ("swml", "destroy", "hook"):
             rs = common.launch(2, ending_rank, how, agree_session=(how == "hook"))
-            before, delta = _wait_ended(before, 2)
-            assert delta == {'reason="end"': 2}, f"{how}: sessions ended {delta}, want 2 by reason end"
+            before, delta = _wait_ended(before, SESSIONS)
+            assert delta == {'reason="end"': SESSIONS}, f"{how}: sessions ended {delta}, want {SESSIONS} by reason end"
             if how == "destroy":
                 for r in rs:
                     assert abs(r["sum"] - 2.0) < 1e-6, r
@@ -560,8 +571,8 @@ def test_clean_end():
         outs = [p.communicate(timeout=common.HANG_S)[0] for p in procs]
         for p, out in zip(procs, outs):
             assert p.returncode == 1 and "the training script failed" in out, out
-        _, delta = _wait_ended(before, 2)
-        assert delta == {'reason="abort"': 2}, f"uncaught exception: sessions ended {delta}, want 2 by reason abort"
+        _, delta = _wait_ended(before, SESSIONS)
+        assert delta == {'reason="abort"': SESSIONS}, f"uncaught exception: sessions ended {delta}, want {SESSIONS} by reason abort"
 
 
 # -- two hook jobs on one switch ---------------------------------------------------------

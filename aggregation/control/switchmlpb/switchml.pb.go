@@ -487,7 +487,14 @@ type RdmaSessionResponse struct {
 	PacketWrites bool `protobuf:"varint,109,opt,name=packet_writes,json=packetWrites,proto3" json:"packet_writes,omitempty"`
 	// wire_bits is the job's element width on the wire, 32 or 16: the
 	// registered wire_bits, with 0 answered as 32.
-	WireBits      uint32 `protobuf:"varint,110,opt,name=wire_bits,json=wireBits,proto3" json:"wire_bits,omitempty"`
+	WireBits uint32 `protobuf:"varint,110,opt,name=wire_bits,json=wireBits,proto3" json:"wire_bits,omitempty"`
+	// qp_order_groups[i] is the ordering group of QP i: results of QPs of
+	// one group leave the switch in the order it completes their slots;
+	// results of different groups may overtake each other (the software
+	// switch on several cores: a group is a core). Empty: one group. A
+	// worker takes a result as evidence of another message's loss only
+	// within a group (docs/protocol.md "Loss recovery, step by step").
+	QpOrderGroups []uint32 `protobuf:"varint,111,rep,packed,name=qp_order_groups,json=qpOrderGroups,proto3" json:"qp_order_groups,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -639,6 +646,13 @@ func (x *RdmaSessionResponse) GetWireBits() uint32 {
 		return x.WireBits
 	}
 	return 0
+}
+
+func (x *RdmaSessionResponse) GetQpOrderGroups() []uint32 {
+	if x != nil {
+		return x.QpOrderGroups
+	}
+	return nil
 }
 
 // UdpSession messages: present so the service matches p4app's; unused.
@@ -1795,7 +1809,7 @@ const file_switchml_proto_rawDesc = "" +
 	"\ftensor_bytes\x18h \x01(\x04R\vtensorBytes\x12&\n" +
 	"\x0fignores_ipv4_id\x18i \x01(\bR\rignoresIpv4Id\x12.\n" +
 	"\x13needs_packet_writes\x18j \x01(\bR\x11needsPacketWrites\x12\x1b\n" +
-	"\twire_bits\x18k \x01(\rR\bwireBits\"\xff\x03\n" +
+	"\twire_bits\x18k \x01(\rR\bwireBits\"\xa7\x04\n" +
 	"\x13RdmaSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x10\n" +
@@ -1816,7 +1830,8 @@ const file_switchml_proto_rawDesc = "" +
 	"\x13packets_per_message\x18k \x01(\rR\x11packetsPerMessage\x12\x1b\n" +
 	"\tjob_token\x18l \x01(\fR\bjobToken\x12#\n" +
 	"\rpacket_writes\x18m \x01(\bR\fpacketWrites\x12\x1b\n" +
-	"\twire_bits\x18n \x01(\rR\bwireBits\"\xca\x01\n" +
+	"\twire_bits\x18n \x01(\rR\bwireBits\x12&\n" +
+	"\x0fqp_order_groups\x18o \x03(\rR\rqpOrderGroups\"\xca\x01\n" +
 	"\x11UdpSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x12\n" +

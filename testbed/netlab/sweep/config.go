@@ -51,6 +51,10 @@ type Config struct {
 	Losses  []float64 // loss probabilities per packet and link direction, in [0, 0.5)
 	Sizes   []int     // float32 tensor sizes in bytes, multiples of 4
 	Systems []System  // what runs in each row, in this order, each once
+	// Wires are SwitchML's element widths on the wire, 32 or 16 bits
+	// (aggregation.Config.Wire): SwitchML runs once per width in each row,
+	// in this order. Empty: 32.
+	Wires []int
 	// Jobs is how many SwitchML jobs share the switch and the links (1 to
 	// MaxJobs): with more than one, each SwitchML row runs one
 	// job alone, then Jobs jobs at once (Row.Shared).
@@ -103,6 +107,14 @@ func fieldError(field string, value any, format string, args ...any) error {
 	return &FieldError{Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
 }
 
+// wires are the widths SwitchML runs at: Wires, or 32.
+func (c Config) wires() []int {
+	if len(c.Wires) == 0 {
+		return []int{32}
+	}
+	return c.Wires
+}
+
 // wirePackets: a sweep with loss runs every row on wire packets
 // (netlab.Lab.SetWirePackets), so that its loss-free rows compare like with
 // like.
@@ -145,6 +157,14 @@ func (c Config) Validate() error {
 		}
 		if slices.Contains(c.Systems[:i], s) {
 			return fieldError("Systems", s, "named twice")
+		}
+	}
+	for i, w := range c.Wires {
+		if w != 32 && w != 16 {
+			return fieldError("Wires", w, "give 32 or 16 bits per element")
+		}
+		if slices.Contains(c.Wires[:i], w) {
+			return fieldError("Wires", w, "named twice")
 		}
 	}
 	jobs := c.Jobs

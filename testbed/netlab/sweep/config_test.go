@@ -32,6 +32,8 @@ func TestValidate(t *testing.T) {
 		{"odd size", func(c *Config) { c.Sizes = []int{6} }, "Sizes", 6},
 		{"unknown system", func(c *Config) { c.Systems = []System{SwitchML, "mpi"} }, "Systems", System("mpi")},
 		{"system twice", func(c *Config) { c.Systems = []System{Ring, Ring} }, "Systems", Ring},
+		{"wire of 8 bits", func(c *Config) { c.Wires = []int{32, 8} }, "Wires", 8},
+		{"wire twice", func(c *Config) { c.Wires = []int{16, 16} }, "Wires", 16},
 		{"no jobs", func(c *Config) { c.Jobs = 0 }, "Jobs", 0},
 		{"five jobs", func(c *Config) { c.Jobs = 5 }, "Jobs", 5},
 		{"jobs without SwitchML", func(c *Config) { c.Jobs, c.Systems = 2, []System{Gloo, Ring} }, "Jobs", 2},

@@ -1,6 +1,9 @@
 package sweep
 
 import (
+	"cmp"
+	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -32,7 +35,10 @@ type Report struct {
 
 // Row is one system's run in one row of the sweep.
 type Row struct {
-	System      System  `json:"system"`
+	System System `json:"system"`
+	// WireBits is SwitchML's element width on the wire (32 or 16; 0 in
+	// Gloo's and the ring's rows).
+	WireBits    int     `json:"wire_bits"`
 	Workers     int     `json:"workers"`
 	RateBps     uint64  `json:"rate_bps"` // 0: unshaped
 	Loss        float64 `json:"loss"`
@@ -94,8 +100,13 @@ type Row struct {
 	SwitchCPUNs  int64  `json:"switch_cpu_ns_per_call"`
 	Verified     bool   `json:"verified"`
 	ResultSHA256 string `json:"result_sha256,omitempty"`
-	LoadAvg      string `json:"load_avg"` // /proc/loadavg's first three fields at the start
-	Error        string `json:"error,omitempty"`
+	// ResultReproduced (SwitchML rows): whether every verified SwitchML row
+	// of the sweep with the same workers, size and wire — at any rate and loss —
+	// has this row's result digest, bit for bit (docs/protocol.md
+	// "Reproducible sums"); nil when no other such row ran.
+	ResultReproduced *bool  `json:"result_reproduced"`
+	LoadAvg          string `json:"load_avg"` // /proc/loadavg's first three fields at the start
+	Error            string `json:"error,omitempty"`
 	// Jobs is Config.Jobs in SwitchML rows, 1 in Gloo's and the ring's
 	// (they run one job). With Jobs > 1 every field above is one SwitchML
 	// job run alone first (session id 1, the workers' first addresses: the
@@ -221,7 +232,9 @@ func compareRows(rows []*Row, packetSize, msgSize int) {
 		c := netlab.LinkCeilings(float64(row.RateBps), row.Workers, packetSize, msgSize)
 		switch row.System {
 		case SwitchML:
-			row.CeilingATEPerSec = c.SwitchML
+			// The ceiling counts 4-byte elements; a 16-bit wire carries
+			// twice as many per byte.
+			row.CeilingATEPerSec = c.SwitchML * 32 / float64(cmp.Or(row.WireBits, 32))
 		case Gloo:
 			row.CeilingATEPerSec = c.Gloo
 		case Ring:
@@ -251,13 +264,55 @@ func compareRows(rows []*Row, packetSize, msgSize int) {
 
 // lossInflation fills LossInflation of every lossy row that has a
 // loss-free twin.
+// reproduced sets Row.ResultReproduced on SwitchML rows: the workers' inputs
+// depend only on the rank and the size, and integer sums do not depend on
+// arrival order, loss or rate, so every verified row of the same workers and
+// size must have the same digest. A row that differs fails, naming the row
+// it differs from, and the error wraps benchmark.ErrMismatch.
+func reproduced(rows []*Row) error {
+	type key struct{ workers, size, wire int }
+	groups := map[key][]*Row{}
+	var keys []key
+	for _, r := range rows {
+		if r.System != SwitchML || r.Error != "" || !r.Verified || r.ResultSHA256 == "" {
+			continue
+		}
+		k := key{r.Workers, r.TensorBytes, r.WireBits}
+		if groups[k] == nil {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], r)
+	}
+	var errs []error
+	for _, k := range keys {
+		g := groups[k]
+		if len(g) < 2 {
+			continue
+		}
+		same := true
+		for _, r := range g[1:] {
+			if r.ResultSHA256 != g[0].ResultSHA256 {
+				same = false
+				r.Error = fmt.Sprintf("result %.12s… is not the %s, loss %g row's %.12s…", r.ResultSHA256,
+					netlab.FormatRate(g[0].RateBps), g[0].Loss, g[0].ResultSHA256)
+				errs = append(errs, fmt.Errorf("SwitchML, %d workers at %s, loss %g: %s: %w", r.Workers,
+					netlab.FormatRate(r.RateBps), r.Loss, r.Error, benchmark.ErrMismatch))
+			}
+		}
+		for _, r := range g {
+			r.ResultReproduced = &same
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func lossInflation(rows []*Row) {
 	for _, r := range rows {
 		if r.Loss == 0 || r.Error != "" {
 			continue
 		}
 		for _, z := range rows {
-			if z.Loss == 0 && z.Error == "" && z.System == r.System && z.Workers == r.Workers && z.RateBps == r.RateBps && z.TensorBytes == r.TensorBytes {
+			if z.Loss == 0 && z.Error == "" && z.System == r.System && z.WireBits == r.WireBits && z.Workers == r.Workers && z.RateBps == r.RateBps && z.TensorBytes == r.TensorBytes {
 				x := float64(r.MedianNs) / float64(z.MedianNs)
 				r.LossInflation = &x
 			}

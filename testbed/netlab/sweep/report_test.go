@@ -2,9 +2,12 @@ package sweep
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"testing"
 	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/benchmark"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
@@ -113,6 +116,14 @@ func TestCompareRows(t *testing.T) {
 	if sw.Gbps != sw.ATEPerSec*32/1e9 {
 		t.Errorf("Gbit/s %g at %g ATE/s", sw.Gbps, sw.ATEPerSec)
 	}
+	// The 16-bit wire carries twice the elements per byte: twice the
+	// ceiling of the 32-bit wire's row beside it.
+	w32 := &Row{System: SwitchML, WireBits: 32, Workers: 4, RateBps: 200e6}
+	w16 := &Row{System: SwitchML, WireBits: 16, Workers: 4, RateBps: 200e6}
+	compareRows([]*Row{w32, w16}, 1024, 16384)
+	if w32.CeilingATEPerSec != sw.CeilingATEPerSec || !near(w16.CeilingATEPerSec, 2*w32.CeilingATEPerSec) {
+		t.Errorf("ceilings: 32-bit wire %g, 16-bit %g; want %g and twice it", w32.CeilingATEPerSec, w16.CeilingATEPerSec, sw.CeilingATEPerSec)
+	}
 }
 
 // TestReportJSON: the keys a reader of the JSON relies on, nulls where a
@@ -164,4 +175,41 @@ func TestLossInflation(t *testing.T) {
 		t.Errorf("a loss-free row, a row without a loss-free twin or a failed row got an inflation: %v %v %v",
 			free.LossInflation, other.LossInflation, failed.LossInflation)
 	}
+}
+
+// TestReproduced: SwitchML rows of the same workers and size agree on the
+// digest across rates and losses; one that differs fails with ErrMismatch
+// and marks its group; other systems, failed rows and lone rows are left
+// alone.
+func TestReproduced(t *testing.T) {
+	row := func(sys System, workers int, rate uint64, loss float64, digest string) *Row {
+		return &Row{System: sys, Workers: workers, RateBps: rate, TensorBytes: 1 << 20, Loss: loss,
+			Verified: true, ResultSHA256: digest}
+	}
+	a, b, c := row(SwitchML, 4, 200e6, 0, "aa"), row(SwitchML, 4, 0, 0.01, "aa"), row(SwitchML, 4, 200e6, 0.05, "aa")
+	lone := row(SwitchML, 8, 200e6, 0, "cc")
+	gloo := row(Gloo, 4, 200e6, 0.01, "dd")
+	failed := row(SwitchML, 4, 200e6, 0.1, "ee")
+	failed.Error = "timed out"
+	if err := reproduced([]*Row{a, b, c, lone, gloo, failed}); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range []*Row{a, b, c} {
+		if r.ResultReproduced == nil || !*r.ResultReproduced {
+			t.Errorf("row %d: reproduced %v, want true", i, r.ResultReproduced)
+		}
+	}
+	if lone.ResultReproduced != nil || gloo.ResultReproduced != nil || failed.ResultReproduced != nil {
+		t.Errorf("a lone, a Gloo or a failed row was compared: %v %v %v", lone.ResultReproduced, gloo.ResultReproduced, failed.ResultReproduced)
+	}
+
+	a, b = row(SwitchML, 4, 200e6, 0, "aa"), row(SwitchML, 4, 200e6, 0.01, "ab")
+	err := reproduced([]*Row{a, b})
+	if !errors.Is(err, benchmark.ErrMismatch) {
+		t.Fatalf("a differing digest: %v, want ErrMismatch", err)
+	}
+	if a.ResultReproduced == nil || *a.ResultReproduced || b.Error == "" || a.Error != "" {
+		t.Errorf("after a mismatch: reproduced %v, errors %q %q", a.ResultReproduced, a.Error, b.Error)
+	}
+	t.Log(err)
 }

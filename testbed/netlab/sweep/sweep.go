@@ -48,7 +48,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	lossInflation(rep.Rows)
 	rep.LoadAvgEnd = loadAvg()
-	return rep, err
+	return rep, errors.Join(err, reproduced(rep.Rows))
 }
 
 type runner struct {
@@ -82,19 +82,25 @@ func (r *runner) sweepWorkers(ctx context.Context, n int, rep *Report) (err erro
 			for _, size := range r.cfg.Sizes {
 				var rows []*Row
 				for _, sys := range r.cfg.Systems {
-					if err := ctx.Err(); err != nil {
-						return err
-					}
-					row := &Row{System: sys, Workers: n, RateBps: rate, Loss: loss, TensorBytes: size, Elements: size / 4,
-						Iters: r.cfg.Iters, Warmup: r.cfg.Warmup, LoadAvg: loadAvg(), Jobs: 1}
+					wires := []int{0}
 					if sys == SwitchML {
-						row.Jobs = r.cfg.Jobs
+						wires = r.cfg.wires()
 					}
-					r.progress(row, false)
-					r.runSystem(ctx, lab, row)
-					r.progress(row, true)
-					rows = append(rows, row)
-					rep.Rows = append(rep.Rows, row)
+					for _, wire := range wires {
+						if err := ctx.Err(); err != nil {
+							return err
+						}
+						row := &Row{System: sys, WireBits: wire, Workers: n, RateBps: rate, Loss: loss, TensorBytes: size, Elements: size / 4,
+							Iters: r.cfg.Iters, Warmup: r.cfg.Warmup, LoadAvg: loadAvg(), Jobs: 1}
+						if sys == SwitchML {
+							row.Jobs = r.cfg.Jobs
+						}
+						r.progress(row, false)
+						r.runSystem(ctx, lab, row)
+						r.progress(row, true)
+						rows = append(rows, row)
+						rep.Rows = append(rep.Rows, row)
+					}
 				}
 				compareRows(rows, r.cfg.PacketSize, r.cfg.MessageSize)
 			}

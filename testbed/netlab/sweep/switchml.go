@@ -81,7 +81,7 @@ func (r *runner) runSwitchMLJobs(ctx context.Context, lab *netlab.Lab, row *Row,
 			args := append([]string{"worker", "--controller", ctl, "--session-id", strconv.Itoa(j + 1), "--addr", lab.Addrs[j][i].String(), "--rank", strconv.Itoa(i),
 				"--workers", strconv.Itoa(row.Workers), "--size", strconv.Itoa(row.TensorBytes), "--iters", strconv.Itoa(row.Iters),
 				"--warmup", strconv.Itoa(row.Warmup), "--packet-size", strconv.Itoa(r.cfg.PacketSize), "--msg-size", strconv.Itoa(r.cfg.MessageSize),
-				"--json", "--log-level", "warn"}, r.cfg.WorkerArgs...)
+				"--wire", strconv.Itoa(row.WireBits), "--json", "--log-level", "warn"}, r.cfg.WorkerArgs...)
 			name := fmt.Sprintf("worker rank %d", i)
 			if n > 1 {
 				name = fmt.Sprintf("job %d worker rank %d", j+1, i)

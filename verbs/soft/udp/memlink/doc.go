@@ -7,8 +7,11 @@
 //
 // A link is one direction between two addresses (SetLink; Config.Link for
 // the rest): a FIFO that serialises each datagram at Rate behind at most
-// Queue waiting ones, then Delay; Loss and Reorder draw from one generator
-// seeded with Config.Seed, in send order; LinkConfig.Drop is a
+// Queue waiting ones, then Delay; Loss and Reorder draw from the link's own
+// generator, seeded with Config.Seed and the pair's addresses, in the
+// link's send order (so other links' traffic does not move a link's
+// losses: concurrent senders on a virtual clock lose the same packets every
+// run, testbed/sim); LinkConfig.Drop is a
 // deterministic loss pattern, LinkConfig.Hold a deterministic reordering
 // (packets kept back until a later one releases them). Every endpoint has a bounded receive queue
 // (the socket buffer) ordered by arrival time.

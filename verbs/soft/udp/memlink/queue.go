@@ -8,7 +8,8 @@ import (
 // rxQueue is an endpoint's receive queue: up to a fixed number of datagram
 // slots, allocated in chunks as the queue first grows (so a generous limit
 // costs memory only when used), and a binary min-heap of the occupied ones
-// by due time, then send order. No allocation per packet.
+// by due time, then (Config.SourceOrder) source, then send order. No
+// allocation per packet.
 type rxQueue struct {
 	chunks [][]byte
 	size   int // bytes per slot
@@ -19,13 +20,16 @@ type rxQueue struct {
 	from   []netip.AddrPort
 	due    []time.Duration
 	seq    []uint64
+	// bySource breaks ties of due time by source address before send
+	// order (Config.SourceOrder).
+	bySource bool
 }
 
 // chunkSlots is the number of slots allocated at a time.
 const chunkSlots = 256
 
-func (q *rxQueue) init(slots, size int) {
-	q.size, q.slots = size, slots
+func (q *rxQueue) init(slots, size int, bySource bool) {
+	q.size, q.slots, q.bySource = size, slots, bySource
 	q.free = make([]int32, 0, slots)
 	q.heap = make([]int32, 0, slots)
 	q.n = make([]int, slots)
@@ -93,6 +97,11 @@ func (q *rxQueue) less(i, j int) bool {
 	a, b := q.heap[i], q.heap[j]
 	if q.due[a] != q.due[b] {
 		return q.due[a] < q.due[b]
+	}
+	if q.bySource {
+		if c := q.from[a].Compare(q.from[b]); c != 0 {
+			return c < 0
+		}
 	}
 	return q.seq[a] < q.seq[b]
 }

@@ -1,0 +1,268 @@
+package sim
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/testbed/netlab"
+)
+
+// The flags of TestSim (docs/sim.md): every point of the sweep workers ×
+// payload × loss is one job in its own bubble. The defaults are the CI
+// points: 2 and 32 workers at 100 Gbit/s, 256 KiB each.
+var (
+	flagWorkers = flag.String("workers", "2,32", "workers per job; a list sweeps: 8,16,32,64,128,256")
+	flagRate    = flag.String("rate", "100gbit", "each link direction's rate, as tc writes it")
+	flagPayload = flag.String("payload", "1024", "payload bytes per packet; a list sweeps: 256,1024")
+	flagSize    = flag.String("size", "256KiB", "tensor bytes per worker (KiB, MiB)")
+	flagLoss    = flag.String("loss", "0", "fraction of packets every link drops; a list sweeps: 0,0.01")
+	flagSeed    = flag.Uint64("seed", 1, "seed of the links' loss")
+	flagQPs     = flag.Int("qps", 0, "queue pairs per worker (0: the engine's default)")
+	flagIters   = flag.Int("iters", 3, "measured all-reduces per point")
+	flagWarmup  = flag.Int("warmup", 1, "unmeasured all-reduces per point")
+	flagDelay   = flag.Duration("delay", DefaultDelay, "each link direction's propagation delay")
+	flagDType   = flag.String("dtype", "float32", "float32 or int32 (exact)")
+	flagRTO     = flag.Duration("rto", 0, "the workers' retransmission timeout floor (0: the engine's default, 1ms)")
+	flagRing    = flag.Bool("ring", false, "then run the project's ring all-reduce on the same network")
+	flagJSON    = flag.String("json", "", "write the report as JSON to this file (- for standard output)")
+)
+
+// report is TestSim's JSON document.
+type report struct {
+	Date    string      `json:"date"`
+	GoVer   string      `json:"go"`
+	CPUs    int         `json:"cpus"`
+	Command string      `json:"command"`
+	Runs    []runReport `json:"runs"`
+}
+
+// runReport is a point's Report with the wall time it took (measured
+// outside the bubble, whose clock is virtual).
+type runReport struct {
+	Report
+	WallNs int64 `json:"wall_ns"`
+}
+
+// TestSim runs the jobs the flags describe in virtual time and checks
+// each: every result verified, no drop but the links' Loss; and, without
+// loss, the paper's claim that an all-reduce's time does not depend on the
+// number of workers: every worker count of one payload within 5 % of the
+// fastest (issue 32's target; virtual times are exact, so the check cannot
+// flake). With -v or -json it prints one line per all-reduce and per
+// point.
+func TestSim(t *testing.T) {
+	workers, err := ints(*flagWorkers)
+	if err != nil {
+		t.Fatalf("-workers: %v", err)
+	}
+	payloads, err := ints(*flagPayload)
+	if err != nil {
+		t.Fatalf("-payload: %v", err)
+	}
+	losses, err := floats(*flagLoss)
+	if err != nil {
+		t.Fatalf("-loss: %v", err)
+	}
+	rate, err := netlab.ParseRate(*flagRate)
+	if err != nil || rate == 0 {
+		t.Fatalf("-rate: %q: give a rate such as 100gbit (%v)", *flagRate, err)
+	}
+	size, err := parseSize(*flagSize)
+	if err != nil || size%4 != 0 {
+		t.Fatalf("-size: %q: give a multiple of 4 bytes such as 4MiB (%v)", *flagSize, err)
+	}
+	dtype, err := wire.ParseDType(*flagDType)
+	if err != nil {
+		t.Fatalf("-dtype: %v", err)
+	}
+	loud := testing.Verbose() || *flagJSON != ""
+	doc := report{Date: time.Now().UTC().Format(time.RFC3339), GoVer: runtime.Version(), CPUs: runtime.NumCPU(),
+		Command: "go test ./testbed/sim/ -run '^TestSim$' -args " + strings.Join(ourArgs(), " ")}
+	for _, loss := range losses {
+		for _, payload := range payloads {
+			var fastest, slowest time.Duration
+			for _, n := range workers {
+				cfg := Config{Workers: n, Rate: float64(rate), Delay: *flagDelay, Loss: loss, Seed: *flagSeed,
+					Session:  aggregation.Config{PacketSize: payload, QPs: *flagQPs, DType: dtype, RetransmitTimeout: *flagRTO},
+					Elements: size / 4, Iters: *flagIters, Warmup: *flagWarmup, Ring: *flagRing}
+				name := fmt.Sprintf("%d workers, %s, %d B, loss %g", n, netlab.FormatRate(rate), payload, loss)
+				start := time.Now()
+				// Inside the bubble time.Now is virtual: a goroutine outside
+				// it stamps the progress lines with the wall time.
+				progress := make(chan string, 64)
+				printed := make(chan struct{})
+				go func() {
+					defer close(printed)
+					for line := range progress {
+						fmt.Fprintf(os.Stderr, "sim: %s: %s, %.1fs wall\n", name, line, time.Since(start).Seconds())
+					}
+				}()
+				if loud {
+					cfg.Progress = func(k, total int, d time.Duration) {
+						progress <- fmt.Sprintf("all-reduce %d of %d: %v virtual", k, total, d)
+					}
+				}
+				var rep Report
+				synctest.Test(t, func(t *testing.T) {
+					var err error
+					if rep, err = Run(t.Context(), cfg); err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+				})
+				close(progress)
+				<-printed
+				if t.Failed() {
+					return
+				}
+				wall := time.Since(start)
+				doc.Runs = append(doc.Runs, runReport{Report: rep, WallNs: int64(wall)})
+				if loud {
+					fmt.Fprintf(os.Stderr, "sim: %s: %v virtual per all-reduce, %.3g ATE/s, %.3f of the ceiling %.3g (efficiency %.3f, computed %.3f), %d resends, %.1fs wall\n",
+						name, time.Duration(rep.MedianNs), rep.ATEPerSec, rep.OfCeiling, rep.CeilingATEPerSec, rep.MeasuredEfficiency, rep.Efficiency, rep.Retransmissions, wall.Seconds())
+				}
+				if r := rep.Ring; loud && r != nil {
+					fmt.Fprintf(os.Stderr, "sim: %s: ring %v virtual per all-reduce, %.3g ATE/s, %.3f of its ceiling %.3g; SwitchML %.2fx the ring\n",
+						name, time.Duration(r.MedianNs), r.ATEPerSec, r.OfCeiling, r.CeilingATEPerSec, r.SwitchMLSpeedup)
+				}
+				if !rep.Verified || rep.QueueDrops != 0 || rep.Overflow != 0 {
+					t.Errorf("%s: verified %v, %d drops at link queues, %d at receive queues: the sim's queues must hold every window", name, rep.Verified, rep.QueueDrops, rep.Overflow)
+				}
+				if loss == 0 && (rep.LinkLost != 0 || rep.Retransmissions != 0) {
+					t.Errorf("%s: %d packets lost, %d resends on loss-free links", name, rep.LinkLost, rep.Retransmissions)
+				}
+				med := time.Duration(rep.MedianNs)
+				if fastest == 0 || med < fastest {
+					fastest = med
+				}
+				slowest = max(slowest, med)
+			}
+			if loss == 0 && float64(slowest) > 1.05*float64(fastest) {
+				t.Errorf("%d B, workers %v: all-reduces took %v to %v: more than 5 %% apart", payload, workers, fastest, slowest)
+			}
+		}
+	}
+	if *flagJSON == "" {
+		return
+	}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = append(b, '\n')
+	if *flagJSON == "-" {
+		os.Stdout.Write(b)
+	} else if err := os.WriteFile(*flagJSON, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSimReproducible runs one lossy point twice with the same seed: the
+// same virtual times, the same resends and the same (exact, int32) result.
+func TestSimReproducible(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Workers: 4, Rate: 10e9, Loss: 0.02, Seed: 7, Session: aggregation.Config{DType: wire.Int32, QPs: 4},
+		Elements: 16 << 10, Iters: 2, Warmup: 1}
+	run := func() Report {
+		var rep Report
+		synctest.Test(t, func(t *testing.T) {
+			var err error
+			if rep, err = Run(t.Context(), cfg); err != nil {
+				t.Fatal(err)
+			}
+		})
+		return rep
+	}
+	a, b := run(), run()
+	if a.LinkLost == 0 || a.Retransmissions == 0 {
+		t.Fatalf("%d packets lost, %d resends: the point does not exercise loss recovery", a.LinkLost, a.Retransmissions)
+	}
+	if a.Times != b.Times || a.Retransmissions != b.Retransmissions || a.LinkLost != b.LinkLost || a.ResultSHA256 != b.ResultSHA256 {
+		t.Errorf("same seed, different runs:\n%+v\n%+v", a, b)
+	}
+}
+
+// ourArgs are the command line's arguments that are not the test
+// framework's (-test.…).
+func ourArgs() []string {
+	var out []string
+	for _, a := range os.Args[1:] {
+		if !strings.HasPrefix(strings.TrimLeft(a, "-"), "test.") {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func floats(s string) ([]float64, error) {
+	var out []float64
+	for f := range strings.SplitSeq(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// parseSize reads a byte count with an optional KiB, MiB or GiB suffix.
+func parseSize(s string) (int, error) {
+	mult := 1
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if t, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = t, u.mult
+			break
+		}
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("%q: not a positive byte count", s)
+	}
+	return v * mult, nil
+}
+
+// TestConfigRefused: Run refuses what it cannot simulate before building
+// anything, with an error wrapping ErrConfig.
+func TestConfigRefused(t *testing.T) {
+	ok := Config{Workers: 2, Rate: 1e9, Elements: 1, Iters: 1}
+	for name, mut := range map[string]func(*Config){
+		"one worker":  func(c *Config) { c.Workers = 1 },
+		"257 workers": func(c *Config) { c.Workers = 257 },
+		"no rate":     func(c *Config) { c.Rate = 0 },
+		"no elements": func(c *Config) { c.Elements = 0 },
+		"no iters":    func(c *Config) { c.Iters = 0 },
+		"neg delay":   func(c *Config) { c.Delay = -1 },
+	} {
+		c := ok
+		mut(&c)
+		if _, err := Run(t.Context(), c); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: %v, want ErrConfig", name, err)
+		}
+	}
+}
