@@ -358,16 +358,16 @@ type errUnreachable string
 
 func (e errUnreachable) Error() string { return string(e) }
 
-// buildModel installs the test's job in a fresh model and sets the
-// registers the path reads.
-func buildModel(cfg Config, tc *ptfTest, fr p4Request, j p4Job) (*Pipeline, error) {
+// buildModel installs the test's job (lanes of lane bytes, the profile's
+// value_t) in a fresh model and sets the registers the path reads.
+func buildModel(cfg Config, lane int, tc *ptfTest, fr p4Request, j p4Job) (*Pipeline, error) {
 	p, err := New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	job := &wire.Job{ID: 1, DType: wire.Int32, PacketSize: cfg.MaxPayload,
 		PoolBase: uint32(j.first / 2), PoolSlots: uint32((j.end - j.first) / 2)}
-	if prof.lane == 2 {
+	if lane == 2 {
 		job.DType, job.ElementBytes = wire.Float32, 2 // int32 needs 32-bit lanes
 	}
 	for r := 0; r < j.n; r++ {
@@ -434,7 +434,7 @@ func buildModel(cfg Config, tc *ptfTest, fr p4Request, j p4Job) (*Pipeline, erro
 			if err != nil || k >= p.Processor.stride || idx >= uint64(cfg.PoolSize)*2 {
 				continue
 			}
-			if prof.lane == 2 {
+			if lane == 2 {
 				// Lanes 2k and 2k+1 of chunk 0 (pipe 0's registers): the
 				// model's word k/2 holds lanes 4(k/2) … 4(k/2)+3 from its
 				// high quarter down.
@@ -461,7 +461,7 @@ func replayRequest(prof p4Profile, tc *ptfTest, o p4Outcome, fr p4Request, st *r
 	var p *Pipeline
 	var err error
 	if hit {
-		p, err = buildModel(cfg, tc, fr, j)
+		p, err = buildModel(cfg, prof.lane, tc, fr, j)
 		var u errUnreachable
 		if errors.As(err, &u) {
 			st.kinds["unreachable register state"]++
