@@ -79,7 +79,7 @@ clean: ## Remove build outputs and test caches.
 P4_BUILD ?= build/p4
 
 .PHONY: p4
-p4: ## Compile p4/rdma_switch (default, test and 1024 B profiles) with bf-p4c from PATH or P4C= into build/p4, with its P4Info.
+p4: ## Compile p4/rdma_switch (default, test, 1024 B and 16-bit profiles) with bf-p4c from PATH or P4C= into build/p4, with its P4Info.
 	p4/build.sh $(P4_BUILD)
 
 LIBSWML ?= bin/libswml.so

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# p4/build.sh — compile p4/rdma_switch for Tofino 1 (TNA) in both profiles.
+# p4/build.sh — compile p4/rdma_switch for Tofino 1 (TNA) in every profile.
 #
 #   p4/build.sh [OUT_DIR]          (default build/p4; `make p4` runs it)
 #
@@ -13,7 +13,10 @@
 #            test    → -DTEST_PROFILE, OUT_DIR/test/ (64 slots);
 #            payload1024 → -DPAYLOAD_1024, OUT_DIR/payload1024/ (1024 B
 #            payloads over the four pipes, docs/p4.md "1024 B payloads";
-#            its P4Info must hold Ingress.next_step.loopback_port).
+#            its P4Info must hold Ingress.next_step.loopback_port);
+#            wire16 → -DWIRE_16, OUT_DIR/wire16/ (128 int16 lanes per 256 B
+#            payload over two pipes, docs/p4.md "16-bit profile"; its P4Info
+#            must declare the Processor registers' halves as bit<16>).
 # Fails (exit 1) on any compiler error, and when a compiled pipe uses more
 # than the 12 MAU stages of Tofino 1 (read from the compiler's table
 # summary), or when it wrote no tofino.bin. Without a compiler it says so
@@ -107,6 +110,18 @@ compile() { # profile dir [defines...]
 		echo "make p4: $profile profile: the P4Info has no Ingress.next_step.loopback_port: -DPAYLOAD_1024 did not take effect" >&2
 		return 1
 	fi
+	# The Processor register's type in the P4Info: value_pair_t's members
+	# are bit<16> exactly in the 16-bit profile (what p4rt.P4Info.ElementBytes reads).
+	local w16=0
+	grep -A 8 'name: "first"' "$dir/p4info.txt" | grep -q 'bitwidth: 16' && w16=1
+	if [ "$profile" = wire16 ] && [ $w16 -ne 1 ]; then
+		echo "make p4: $profile profile: the P4Info's Processor lanes are not 16-bit: -DWIRE_16 did not take effect" >&2
+		return 1
+	fi
+	if [ "$profile" != wire16 ] && [ $w16 -ne 0 ]; then
+		echo "make p4: $profile profile: the P4Info's Processor lanes are 16-bit: a 32-bit profile was built with -DWIRE_16" >&2
+		return 1
+	fi
 	local n
 	n=$(stages_used "$dir")
 	if [ -z "$n" ]; then
@@ -123,8 +138,9 @@ status=0
 compile default "$out/default" || status=1
 compile test "$out/test" -DTEST_PROFILE || status=1
 compile payload1024 "$out/payload1024" -DPAYLOAD_1024 || status=1
+compile wire16 "$out/wire16" -DWIRE_16 || status=1
 if [ $status -ne 0 ]; then
 	exit 1
 fi
 cp "$out/default/p4info.txt" "$out/p4info.txt"
-echo "make p4: P4Info for the controller: $out/p4info.txt (test profile: $out/test/p4info.txt, --pool-size 64; 1024 B profile: $out/payload1024/p4info.txt)"
+echo "make p4: P4Info for the controller: $out/p4info.txt (test profile: $out/test/p4info.txt, --pool-size 64; 1024 B profile: $out/payload1024/p4info.txt; 16-bit profile: $out/wire16/p4info.txt)"

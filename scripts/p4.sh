@@ -6,9 +6,10 @@
 #                                   (../shared/tools/bf-p4c/install.sh, unpacked once)
 #   scripts/p4.sh p4info            check that the P4Info fixtures the P4Runtime
 #                                   backend is tested against
-#                                   (aggregation/control/p4rt/testdata/p4info.txt and
-#                                   p4info_1024.txt) are what the compiler writes for
-#                                   the default and -DPAYLOAD_1024 profiles
+#                                   (aggregation/control/p4rt/testdata/p4info.txt,
+#                                   p4info_1024.txt, p4info_wire16.txt) are what the
+#                                   compiler writes for the default, -DPAYLOAD_1024
+#                                   and -DWIRE_16 profiles
 #   scripts/p4.sh p4info --update   rewrite them from a fresh compile
 #   scripts/p4.sh testgen           regenerate the p4testgen tests the Go replay
 #                                   reads (p4/testdata/p4testgen/, docs/p4.md
@@ -157,11 +158,12 @@ testgen)
 	t0=$SECONDS
 	rm -rf "$td"
 	mkdir -p "$td"
-	for p in default test payload1024; do
+	for p in default test payload1024 wire16; do
 		case $p in
 		default) testgen_profile default 350 ;;
 		test) testgen_profile test 350 -DTEST_PROFILE ;;
 		payload1024) testgen_profile payload1024 1118 -DPAYLOAD_1024 ;;
+		wire16) testgen_profile wire16 350 -DWIRE_16 ;;
 		esac | tee "$td/$p.log"
 		testgen_coverage "$p"
 		rm -f "$td/$p.log"
@@ -177,15 +179,17 @@ p4info)
 	if [ "${2:-}" = --update ]; then
 		p4info "$td/p4info.txt"
 		p4info "$td/p4info_1024.txt" -DPAYLOAD_1024
-		echo "scripts/p4.sh: wrote $td/p4info.txt and p4info_1024.txt"
+		p4info "$td/p4info_wire16.txt" -DWIRE_16
+		echo "scripts/p4.sh: wrote $td/p4info.txt, p4info_1024.txt and p4info_wire16.txt"
 		exit 0
 	fi
 	tmp=$(mktemp -d)
 	trap 'rm -rf "$tmp"' EXIT
 	p4info "$tmp/p4info.txt"
 	p4info "$tmp/p4info_1024.txt" -DPAYLOAD_1024
+	p4info "$tmp/p4info_wire16.txt" -DWIRE_16
 	status=0
-	for f in p4info.txt p4info_1024.txt; do
+	for f in p4info.txt p4info_1024.txt p4info_wire16.txt; do
 		if ! diff -u "$td/$f" "$tmp/$f"; then
 			echo "scripts/p4.sh: $td/$f differs from what the compiler writes: run scripts/p4.sh p4info --update" >&2
 			status=1

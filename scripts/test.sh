@@ -132,12 +132,13 @@ done
 # its runtime libraries as root) and checks that the P4Info fixtures the
 # P4Runtime backend is tested against (aggregation/control/p4rt/testdata) are
 # what the compiler writes for p4/rdma_switch (front and mid end, seconds),
-# then `make p4`: the full compile of the three profiles (default, test,
-# 1024 B), each to tofino.bin within the 12 MAU stages of Tofino 1 (p4/build.sh
-# fails on any error or above 12 stages; docs/p4.md "Stages and resources":
-# ≈ 30-45 s per profile on this 2-core machine at load average ≈ 1-2).
+# then `make p4`: the full compile of the four profiles (default, test,
+# 1024 B, 16-bit), each to tofino.bin within the 12 MAU stages of Tofino 1
+# (p4/build.sh fails on any error or above 12 stages; docs/p4.md "Stages and
+# resources": ≈ 30-45 s per profile on this 2-core machine at load average
+# ≈ 1-2; the 16-bit profile adds one such compile and its P4Info check).
 # With CI set a missing compiler is a failure.
-step "P4: the P4Info fixtures equal bf-p4c's (scripts/p4.sh p4info); make p4 (three profiles, ≤ 12 stages)"
+step "P4: the P4Info fixtures equal bf-p4c's (scripts/p4.sh p4info); make p4 (four profiles, ≤ 12 stages)"
 if [ -x ../shared/tools/bf-p4c/install.sh ] || [ -n "${P4C:-}" ]; then
 	scripts/p4.sh p4info
 	P4C=$(scripts/p4.sh compiler) make p4

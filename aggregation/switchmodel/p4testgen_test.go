@@ -71,12 +71,32 @@ type p4Profile struct {
 	name    string
 	slots   uint32 // NUM_SLOTS
 	payload int    // PAYLOAD_BYTES
+	// chunk is CHUNK_BYTES in the profiles that aggregate chunk k in pipe
+	// k (CHUNKED: the 1024 B and 16-bit profiles), 0 in the others.
+	chunk int
+	lane  int // value_t bytes: 4, or 2 in the 16-bit profile (wire.Job.ElementBytes)
 }
 
 var p4Profiles = []p4Profile{
-	{"default", 8192, 256},
-	{"test", 64, 256},
-	{"payload1024", 8192, 1024},
+	{"default", 8192, 256, 0, 4},
+	{"test", 64, 256, 0, 4},
+	{"payload1024", 8192, 1024, 256, 4},
+	{"wire16", 8192, 256, 128, 2},
+}
+
+// bridgedPort reports whether the program's parser takes a packet from
+// port as a bridged pass: the arrival pipe's recirculation port, and in
+// the chunked profiles every port of the pipes after pipe 0 that hold
+// chunks (pipes 1–3; the 16-bit profile's pipe 1).
+func (prof p4Profile) bridgedPort(port int) bool {
+	switch {
+	case prof.chunk == 0:
+		return port&0x7F == p4RecircLow
+	case port == p4RecircLow:
+		return true
+	}
+	pipe := port >> 7
+	return pipe >= 1 && pipe < prof.payload/prof.chunk
 }
 
 // The P4 program's codes (types.p4, configuration.p4).
@@ -217,11 +237,7 @@ func TestP4TestgenReplay(t *testing.T) {
 func replayP4Test(prof p4Profile, tc *ptfTest, st *replayStats) error {
 	o := traceOutcome(tc.trace)
 	st.steps[orNone(o.step)]++
-	bridgedPass := tc.inPort&0x7F == p4RecircLow
-	if prof.payload == 1024 {
-		bridgedPass = tc.inPort == p4RecircLow || tc.inPort >= 0x80
-	}
-	if bridgedPass {
+	if prof.bridgedPort(tc.inPort) {
 		return replayBridged(prof, tc, o, st)
 	}
 	fr, ok := parseP4Request(tc)
@@ -342,15 +358,18 @@ type errUnreachable string
 
 func (e errUnreachable) Error() string { return string(e) }
 
-// buildModel installs the test's job in a fresh model and sets the
-// registers the path reads.
-func buildModel(cfg Config, tc *ptfTest, fr p4Request, j p4Job) (*Pipeline, error) {
+// buildModel installs the test's job (lanes of lane bytes, the profile's
+// value_t) in a fresh model and sets the registers the path reads.
+func buildModel(cfg Config, lane int, tc *ptfTest, fr p4Request, j p4Job) (*Pipeline, error) {
 	p, err := New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	job := &wire.Job{ID: 1, DType: wire.Int32, PacketSize: cfg.MaxPayload,
 		PoolBase: uint32(j.first / 2), PoolSlots: uint32((j.end - j.first) / 2)}
+	if lane == 2 {
+		job.DType, job.ElementBytes = wire.Float32, 2 // int32 needs 32-bit lanes
+	}
 	for r := 0; r < j.n; r++ {
 		w := wire.Worker{Rank: r, Addr: workerAddr(r, j.rank, fr.src), RKey: 0x1000 + uint32(r)}
 		for i := 0; i < j.q; i++ {
@@ -415,6 +434,15 @@ func buildModel(cfg Config, tc *ptfTest, fr p4Request, j p4Job) (*Pipeline, erro
 			if err != nil || k >= p.Processor.stride || idx >= uint64(cfg.PoolSize)*2 {
 				continue
 			}
+			if lane == 2 {
+				// Lanes 2k and 2k+1 of chunk 0 (pipe 0's registers): the
+				// model's word k/2 holds lanes 4(k/2) … 4(k/2)+3 from its
+				// high quarter down.
+				w := &p.Processor.vec[int(idx)*p.Processor.stride+k/2]
+				shift := 32 * uint(1-k%2)
+				*w = *w&^(0xFFFFFFFF<<shift) | (r["first"]&0xFFFF<<16|r["second"]&0xFFFF)<<shift
+				continue
+			}
 			p.Processor.vec[int(idx)*p.Processor.stride+k] = r["first"]<<32 | r["second"]&0xFFFFFFFF
 		}
 	}
@@ -433,7 +461,7 @@ func replayRequest(prof p4Profile, tc *ptfTest, o p4Outcome, fr p4Request, st *r
 	var p *Pipeline
 	var err error
 	if hit {
-		p, err = buildModel(cfg, tc, fr, j)
+		p, err = buildModel(cfg, prof.lane, tc, fr, j)
 		var u errUnreachable
 		if errors.As(err, &u) {
 			st.kinds["unreachable register state"]++
@@ -534,13 +562,13 @@ func zeroUnsetExponents(p *Pipeline, tc *ptfTest) {
 // compareRequestOutput: a Consume or Drop leaves nothing; a Broadcast or
 // Unicast leaves the frame with the bridged header in front, towards the
 // harvest pass (256 B profiles: the arrival pipe's recirculation port) or
-// pipe 1's loopback port (1024 B profile), the slot's second halves in
+// pipe 1's loopback port (chunked profiles), the slot's second halves in
 // the odd lanes of the first 256 B chunk.
 func compareRequestOutput(prof p4Profile, tc *ptfTest, p *Pipeline, pkt *rdma.Packet, md *Metadata, j p4Job, st *replayStats) error {
-	if prof.payload == 1024 {
-		// Pass 0 of the 1024 B profile sends every accepted request on
+	if prof.chunk != 0 {
+		// Pass 0 of the chunked profiles sends every accepted request on
 		// (consume passes included) to pipe 1's loopback port.
-		return compare1024Output(tc, p, md, j, st)
+		return compareChunkedOutput(prof, tc, p, md, j, st)
 	}
 	if md.Decision != Broadcast && md.Decision != Unicast {
 		if tc.outPort >= 0 {
@@ -566,7 +594,7 @@ func compareRequestOutput(prof p4Profile, tc *ptfTest, p *Pipeline, pkt *rdma.Pa
 	return compareMasked(tc, want, st)
 }
 
-func compare1024Output(tc *ptfTest, p *Pipeline, md *Metadata, j p4Job, st *replayStats) error {
+func compareChunkedOutput(prof p4Profile, tc *ptfTest, p *Pipeline, md *Metadata, j p4Job, st *replayStats) error {
 	if md.Decision == Drop {
 		if tc.outPort >= 0 {
 			return fmt.Errorf("model drop, the tool expects a packet on port %d", tc.outPort)
@@ -615,10 +643,10 @@ func compare1024Output(tc *ptfTest, p *Pipeline, md *Metadata, j p4Job, st *repl
 	frame := slices.Clone(tc.in)
 	ipv4Rechecksum(frame[14:34])
 	off := payloadOffset(&pkt)
-	// Chunk 0 leaves the packet (hdr.payload.setInvalid): pipes 1–3 parse
-	// the next chunks.
+	// Chunk 0 leaves the packet (hdr.payload.setInvalid): the next pipes
+	// parse the next chunks.
 	want := append(b, frame[:off]...)
-	want = append(want, frame[off+256:]...)
+	want = append(want, frame[off+prof.chunk:]...)
 	return compareMasked(tc, want, st)
 }
 
@@ -684,7 +712,7 @@ func compareMasked(tc *ptfTest, want []byte, st *replayStats) error {
 }
 
 // replayBridged: a packet on a recirculation port (a harvest pass of the
-// 256 B profiles, a consume or harvest pass of the 1024 B profile). The
+// 256 B profiles, a consume or harvest pass of the chunked profiles). The
 // tool makes up its bridged header; the step the program took must be the
 // one the header's pass and decision select.
 func replayBridged(prof p4Profile, tc *ptfTest, o p4Outcome, st *replayStats) error {
@@ -696,8 +724,8 @@ func replayBridged(prof p4Profile, tc *ptfTest, o p4Outcome, st *replayStats) er
 		return nil
 	}
 	pass, decision := tc.in[0]&3, tc.in[1]&3
-	if prof.payload == 1024 {
-		st.kinds["bridged 1024: "+orNone(o.step)]++
+	if prof.chunk != 0 {
+		st.kinds["bridged chunked: "+orNone(o.step)]++
 		return nil
 	}
 	switch {

@@ -18,6 +18,15 @@
  * loopback). It combines with -DTEST_PROFILE. The P4Runtime backend reads
  * the profile from the P4Info (p4rt.P4Info.PacketSize) and needs the loop-
  * back ports of pipe 1 (p4rt.Config.LoopbackPorts).
+ *
+ * -DWIRE_16 selects the 16-bit profile (docs/p4.md "16-bit profile"): 256 B
+ * payloads of 128 int16 big-endian lanes (wire.Job.ElementBytes 2), added
+ * with 16-bit wrapping arithmetic in 16-bit register halves, two 128 B
+ * chunks, chunk k aggregated in pipe k (every port of pipe 1 in loopback):
+ * the 1024 B profile's plan with two chunks. It combines with
+ * -DTEST_PROFILE, not with -DPAYLOAD_1024. The P4Runtime backend reads the
+ * lane width from the P4Info (p4rt.P4Info.ElementBytes: the Processor
+ * register's halves).
  */
 #ifndef _CONFIGURATION_P4_
 #define _CONFIGURATION_P4_
@@ -40,6 +49,21 @@
 // Registers indexed by the pool index hold both sets of every slot.
 #define NUM_SLOTS_X2 (2 * NUM_SLOTS)
 
+// CHUNKED: the payload is aggregated in chunks, chunk k in pipe k of a
+// multi-pipe Tofino 1, every port of the pipes after pipe 0 that the
+// chunks use in loopback (docs/p4.md "1024 B payloads"): the 1024 B
+// profile (four 256 B chunks of 64 int32 lanes) and the 16-bit profile
+// (two 128 B chunks of 64 int16 lanes).
+#ifdef PAYLOAD_1024
+#ifdef WIRE_16
+#error "-DWIRE_16 and -DPAYLOAD_1024 do not combine: the 16-bit profile aggregates 256 B payloads"
+#endif
+#define CHUNKED
+#endif
+#ifdef WIRE_16
+#define CHUNKED
+#endif
+
 // 32 workers: the bitmap is one 32-bit word per set, and the switch QPN
 // encoding (wire.P4AppQPN) has 5 rank bits.
 const bit<32> MAX_WORKERS      = 32;
@@ -54,8 +78,15 @@ const bit<16> IPV4_LEN_NO_EXT = 300;
 #endif
 
 // 64 int32 values per packet, 2 per Processor instance (paired 64-bit
-// register entry), 32 instances.
+// register entry), 32 instances. 16-bit profile: 128 int16 values, 64 per
+// chunk, 2 per Processor instance (a 32-bit register entry of two 16-bit
+// halves) in each of the two pipes. PAYLOAD_BYTES / VALUES_PER_PACKET is
+// the lane width on the wire (wire.Job.ElementBytes: 4, or 2).
+#ifdef WIRE_16
+const bit<32> VALUES_PER_PACKET = 128;
+#else
 const bit<32> VALUES_PER_PACKET = 64;
+#endif
 const bit<32> NUM_PROCESSORS    = 32;
 
 // RoCEv2 UDP destination port.
@@ -66,14 +97,21 @@ const bit<16> ROCE_V2_UDP_PORT = 4791;
 // packet arrived on: pipe bits ++ 7w68.
 const bit<7> RECIRC_PORT_LOW = 68;
 
-#ifdef PAYLOAD_1024
+#ifdef CHUNKED
 // 1024 B profile. A pass through one pipe's ingress aggregates one 256 B
 // chunk (64 values: the 32 Processors, as in the 256 B profile); chunk k
 // lives in pipe k's copy of the Processor registers (p4app-switchML's
 // plan). CHUNK_BYTES is the payload_h window every pass parses or inserts.
+// 16-bit profile: the same with two 128 B chunks of 64 int16 values.
+#ifdef WIRE_16
+const bit<16> CHUNK_BYTES     = 128;
+const bit<32> NUM_CHUNKS      = 2;
+const bit<2>  LAST_CHUNK      = 1;
+#else
 const bit<16> CHUNK_BYTES     = 256;
 const bit<32> NUM_CHUNKS      = 4;
 const bit<2>  LAST_CHUNK      = 3;
+#endif
 // Consume pass 1 leaves pipe 0 through a loopback port of pipe 1, picked
 // by NextStep.loopback_port from the pool index: key = pool index bits
 // [LOOPBACK_KEY_HI:LOOPBACK_KEY_LO] (blocks of 16 slots × 2 sets), one

@@ -117,7 +117,9 @@ header ib_immediate_h {
 }
 
 // 256 B payload: 64 big-endian int32 lanes (in the 1024 B profile, the
-// window of one 256 B chunk: lane i is value 64·chunk + i). Processor instance k owns lanes
+// window of one 256 B chunk: lane i is value 64·chunk + i; in the 16-bit
+// profile value_t is bit<16> and the header is the 128 B window of one
+// chunk, 64 int16 lanes: lane i is value 64·chunk + i). Processor instance k owns lanes
 // 2k (first) and 2k+1 (second) — the pair switchmodel.Processor keeps in
 // one 64-bit word.
 header payload_h {
@@ -203,7 +205,7 @@ header bridged_md_h {
     bit<1>        first_packet;      // result opcode: FIRST/ONLY have a RETH
     bit<7>        _pad_last;
     bit<1>        last_packet;       // LAST/ONLY carry an immediate
-#ifdef PAYLOAD_1024
+#ifdef CHUNKED
     bit<6>        _pad_chunk;
     chunk_t       chunk;             // the chunk (= pipe) of this pass
     bit<7>        _pad_first_contribution;

@@ -14,7 +14,9 @@
  * switchmodel.DropReason code.
  * 1024 B profile (-DPAYLOAD_1024): the same decision on pass 0, then the
  * consume and harvest passes across the pipes (docs/p4.md "1024 B
- * payloads"); the pass table is in the apply block below.
+ * payloads"); the pass table is in the apply block below. The 16-bit
+ * profile (-DWIRE_16) takes the same passes over two pipes (chunks 0 and
+ * 1, LAST_CHUNK = 1; docs/p4.md "16-bit profile").
  */
 #ifndef _NEXT_STEP_P4_
 #define _NEXT_STEP_P4_
@@ -43,7 +45,7 @@ control NextStep(
         hdr.bridged._pad_first = 0;
         hdr.bridged._pad_last = 0;
         hdr.bridged._pad_worker = 0;
-#ifdef PAYLOAD_1024
+#ifdef CHUNKED
         hdr.bridged._pad_chunk = 0;
         hdr.bridged._pad_first_contribution = 0;
         hdr.bridged._pad_retransmission = 0;
@@ -67,7 +69,7 @@ control NextStep(
         ig_tm_md.bypass_egress = 1;
     }
 
-#ifdef PAYLOAD_1024
+#ifdef CHUNKED
     // 1024 B profile (docs/p4.md "1024 B payloads"). Pass 0 (pipe 0)
     // decides as in 256 B, then every accepted request makes the consume
     // passes through pipes 1–3 (a retransmission too, reading: it keeps
@@ -248,6 +250,13 @@ control NextStep(
         const default_action = NoAction;
         size = 32;
         const entries = {
+#ifdef WIRE_16
+            // Two chunks: chunk 1 (pipe 1) is the last.
+            (true, PASS_CONSUME, 1, DECISION_CONSUME, _, _, _, _, _, _) : consumed();
+            (true, PASS_CONSUME, 1, _, _, _, _, _, _, _)                : harvest_last_chunk();
+            (true, PASS_HARVEST_INSERT, 0, _, _, _, _, _, _, _)         : harvest_first_halves(RECIRC_PORT_LOW_PIPE0);
+            (true, PASS_HARVEST, 1, _, _, _, _, _, _, _)                : harvest_previous_chunk(RECIRC_PORT_LOW_PIPE0, 0);
+#else
             (true, PASS_CONSUME, 1, _, _, _, _, _, _, _)                : consume_in_next_pipe(2);
             (true, PASS_CONSUME, 2, _, _, _, _, _, _, _)                : consume_in_next_pipe(3);
             (true, PASS_CONSUME, 3, DECISION_CONSUME, _, _, _, _, _, _) : consumed();
@@ -259,6 +268,7 @@ control NextStep(
             (true, PASS_HARVEST, 1, _, _, _, _, _, _, _)                : harvest_previous_chunk(RECIRC_PORT_LOW_PIPE0, 0);
             (true, PASS_HARVEST, 2, _, _, _, _, _, _, _)                : harvest_previous_chunk(RECIRC_PORT_LOW_PIPE1, 1);
             (true, PASS_HARVEST, 3, _, _, _, _, _, _, _)                : harvest_previous_chunk(RECIRC_PORT_LOW_PIPE2, 2);
+#endif
             (true, PASS_HARVEST, 0, DECISION_BROADCAST, _, _, _, _, _, _) : result_broadcast();
             (true, PASS_HARVEST, 0, _, _, _, _, _, _, _)                : result_unicast();
             // Pass 0: RoCE to the switch IP (BTH, not forwarded).

@@ -87,9 +87,42 @@
  *   1024 EgressParser   parse_unicast parse_result parse_result_reth_imm                            121
  *   1024 EgressParser   parse_broadcast parse_result parse_result_imm                               105
  *   1024 EgressParser   parse_unicast parse_result parse_result_imm                                 105
+ * WIRE_16 profile (the 1024 B profile's parsers with a 128 B chunk window,
+ * bridged passes from pipe 0's recirculation port and pipe 1 only). Same
+ * check:
+ *
+ *   prof parser         path (states after start)                                                   B
+ *   w16  IngressParser  parse_ethernet                                                               30
+ *   w16  IngressParser  parse_ethernet parse_arp                                                     58
+ *   w16  IngressParser  parse_ethernet parse_ipv4                                                    50
+ *   w16  IngressParser  parse_ethernet parse_ipv4 parse_icmp                                         54
+ *   w16  IngressParser  parse_ethernet parse_ipv4 parse_udp                                          58
+ *   w16  IngressParser  parse_ethernet parse_ipv4 parse_udp parse_bth                                70
+ *   w16  IngressParser  parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth parse_payload      214
+ *   w16  IngressParser  parse_ethernet parse_ipv4 parse_udp parse_bth parse_reth_imm parse_payload  218
+ *   w16  IngressParser  parse_ethernet parse_ipv4 parse_udp parse_bth parse_imm parse_payload       202
+ *   w16  IngressParser  parse_ethernet parse_ipv4 parse_udp parse_bth parse_payload                 198
+ *   w16  IngressParser  parse_bridged                                                                90
+ *   w16  IngressParser  parse_bridged parse_bridged_reth parse_chunk parse_payload                  234
+ *   w16  IngressParser  parse_bridged parse_bridged_reth parse_chunk insert_chunk                   106
+ *   w16  IngressParser  parse_bridged parse_bridged_reth_imm parse_chunk parse_payload              238
+ *   w16  IngressParser  parse_bridged parse_bridged_reth_imm parse_chunk insert_chunk               110
+ *   w16  IngressParser  parse_bridged parse_bridged_imm parse_chunk parse_payload                   222
+ *   w16  IngressParser  parse_bridged parse_bridged_imm parse_chunk insert_chunk                     94
+ *   w16  IngressParser  parse_bridged parse_chunk parse_payload                                     218
+ *   w16  IngressParser  parse_bridged parse_chunk insert_chunk                                       90
+ *   w16  EgressParser   (start only: not a result)                                                   61
+ *   w16  EgressParser   parse_broadcast parse_result                                                101
+ *   w16  EgressParser   parse_unicast parse_result                                                  101
+ *   w16  EgressParser   parse_broadcast parse_result parse_result_reth                              117
+ *   w16  EgressParser   parse_unicast parse_result parse_result_reth                                117
+ *   w16  EgressParser   parse_broadcast parse_result parse_result_reth_imm                          121
+ *   w16  EgressParser   parse_unicast parse_result parse_result_reth_imm                            121
+ *   w16  EgressParser   parse_broadcast parse_result parse_result_imm                               105
+ *   w16  EgressParser   parse_unicast parse_result parse_result_imm                                 105
  * (ingress_intrinsic_metadata_t 8 B + port metadata 8 B; egress_intrinsic_
  * metadata_t 27 B; bridged_md_h 20 B; Ethernet 14, ARP 28, IPv4 20, ICMP 4,
- * UDP 8, BTH 12, RETH 16, ImmDt 4, payload 256.)
+ * UDP 8, BTH 12, RETH 16, ImmDt 4, payload 256, WIRE_16's window 128.)
  */
 #ifndef _PARSERS_P4_
 #define _PARSERS_P4_
@@ -142,15 +175,18 @@ parser IngressParser(
         ig_md.testgen_pool_first = 0;
         ig_md.testgen_pool_end = 0;
 #endif
-#ifdef PAYLOAD_1024
+#ifdef CHUNKED
         ig_md.loopback_key = 0;
         // Bridged passes arrive on pipe 0's recirculation port and on every
-        // port of pipes 1–3 (all in loopback in this profile).
+        // port of pipes 1–3 (all in loopback in the 1024 B profile; the
+        // 16-bit profile's two chunks use pipe 1 only).
         transition select(ig_intr_md.ingress_port) {
             RECIRC_PORT_PIPE0 : parse_bridged;
             0x080 &&& 0x180   : parse_bridged;
+#ifndef WIRE_16
             0x100 &&& 0x180   : parse_bridged;
             0x180 &&& 0x180   : parse_bridged;
+#endif
             default           : parse_ethernet;
         }
     }
@@ -163,7 +199,7 @@ parser IngressParser(
 #ifdef P4TESTGEN
         ig_md.testgen_bridged.pass = hdr.bridged.pass;
         ig_md.testgen_bridged.decision = hdr.bridged.decision;
-#ifdef PAYLOAD_1024
+#ifdef CHUNKED
         ig_md.testgen_bridged.chunk = hdr.bridged.chunk;
 #endif
 #endif
@@ -223,7 +259,7 @@ parser IngressParser(
 #ifdef P4TESTGEN
         ig_md.testgen_bridged.pass = hdr.bridged.pass;
         ig_md.testgen_bridged.decision = hdr.bridged.decision;
-#ifdef PAYLOAD_1024
+#ifdef CHUNKED
         ig_md.testgen_bridged.chunk = hdr.bridged.chunk;
 #endif
 #endif

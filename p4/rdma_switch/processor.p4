@@ -19,6 +19,10 @@
  * 1024 B profile: each pipe's instances hold that pipe's chunk; PASS_CONSUME
  * (pipes 1–3) writes / adds / reads like PASS_REQUEST, and
  * PASS_HARVEST_INSERT reads the second halves into an inserted window.
+ * 16-bit profile (-DWIRE_16): the same over two pipes, value_t is bit<16>
+ * and an entry is 32 bits of two 16-bit halves; the stateful ALU adds each
+ * half in its own 16-bit ALU, so the sums wrap mod 2^16 lane by lane
+ * (switchmodel's 16-bit lanes) and return one 16-bit lane per pass.
  */
 #ifndef _PROCESSOR_P4_
 #define _PROCESSOR_P4_
@@ -82,7 +86,7 @@ control Processor(
         size = 8;
         const entries = {
             (PASS_HARVEST, _, _)        : read0_action();
-#ifdef PAYLOAD_1024
+#ifdef CHUNKED
             (PASS_HARVEST_INSERT, _, _) : read1_action();
             (PASS_CONSUME, 0, 0)        : write_read1_action();
             (PASS_CONSUME, 0, _)        : sum_read1_action();

@@ -9,7 +9,8 @@
  *
  * 256 B payloads (64 int32 values); -DPAYLOAD_1024: 1024 B payloads in
  * four 256 B chunks, chunk k in pipe k (configuration.p4, docs/p4.md
- * "1024 B payloads"). docs/p4.md has the rule-by-rule table against the
+ * "1024 B payloads"); -DWIRE_16: 256 B payloads of 128 int16 values in
+ * two 128 B chunks, chunk k in pipe k (docs/p4.md "16-bit profile"). docs/p4.md has the rule-by-rule table against the
  * model, the stage layout, the resources and the stale ICRC.
  *
  * Compile: `make p4` (p4/build.sh: bf-p4c --target tofino --arch tna,
@@ -107,7 +108,7 @@ control Ingress(
         hdr.bridged._pad_first = 0;
         hdr.bridged._pad_last = 0;
         hdr.bridged._pad_worker = 0;
-#ifdef PAYLOAD_1024
+#ifdef CHUNKED
         hdr.bridged._pad_chunk = 0;
         hdr.bridged._pad_first_contribution = 0;
         hdr.bridged._pad_retransmission = 0;
@@ -159,7 +160,7 @@ control Ingress(
     apply {
         TESTGEN_ASSUME_INGRESS
         if (hdr.bridged.isValid()) {
-#ifdef PAYLOAD_1024
+#ifdef CHUNKED
             // PASS_CONSUME / PASS_HARVEST / PASS_HARVEST_INSERT: only the
             // Processors (this pipe's chunk) and NextStep (where next) run;
             // the Processors do what pass 0's BitmapChecker decided.

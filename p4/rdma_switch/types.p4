@@ -30,7 +30,13 @@ typedef bit<9>  qp_index_t;     // QP index; wire.P4AppQPN has 9 QP bits
 typedef bit<16> qp_state_index_t; // index into the per-QP registers
 typedef bit<8>  num_workers_t;
 typedef bit<16> mgid_t;         // one multicast group per job
-typedef bit<32> value_t;        // one int32 lane, big-endian on the wire
+// One lane, big-endian on the wire: int32, or int16 in the 16-bit profile
+// (-DWIRE_16; wire.Job.ElementBytes). Sums wrap at the lane width.
+#ifdef WIRE_16
+typedef bit<16> value_t;
+#else
+typedef bit<32> value_t;
+#endif
 typedef bit<32> counter_index_t;
 
 // wire.Imm, 32-bit immediate: [31:16] msg id (echoed), [15:8] e0, [7:0] e1
@@ -39,8 +45,10 @@ typedef bit<16> msg_id_t;
 typedef int<8>  exponent_t;
 const exponent_t EXPONENT_UNSET = -128; // switchmodel.Exponents "unset"
 
-// A paired 64-bit register entry: Processor lanes 2k (first, the high
-// half of switchmodel.Processor's word) and 2k+1 (second).
+// A paired register entry: Processor lanes 2k (first, the high half of
+// switchmodel.Processor's word) and 2k+1 (second); 64 bits, or 32 bits of
+// two 16-bit halves in the 16-bit profile (each half its own 16-bit ALU:
+// no carry crosses from one lane into the other).
 struct value_pair_t {
     value_t first;
     value_t second;
@@ -99,9 +107,9 @@ struct bitmap_pair_t {
 typedef bit<2> pass_t;
 const pass_t PASS_REQUEST = 0;
 const pass_t PASS_HARVEST = 1;
-#ifdef PAYLOAD_1024
-// 1024 B profile (docs/p4.md "1024 B payloads"), bridged_md_h.chunk = the
-// chunk (= the pipe) of the pass:
+#ifdef CHUNKED
+// 1024 B and 16-bit profiles (docs/p4.md "1024 B payloads", "16-bit
+// profile"), bridged_md_h.chunk = the chunk (= the pipe) of the pass:
 //   PASS_REQUEST (pipe 0, from a worker): every control; chunk 0;
 //   PASS_CONSUME (pipes 1–3): chunk k write / add / read, as pass 0 decided;
 //   PASS_HARVEST (pipe k): read the first halves into the chunk window;
@@ -213,7 +221,7 @@ struct ingress_metadata_t {
     bool          responded;         // ARPICMPResponder answered
     bool          forward;           // not for the switch IP: Forwarder
     bool          accepted;          // the Processors run (accepted() held, or a bridged pass)
-#ifdef PAYLOAD_1024
+#ifdef CHUNKED
     bit<4>        loopback_key;      // NextStep.loopback_port key (pool index bits)
 #endif
 #ifdef P4TESTGEN

@@ -11,16 +11,19 @@ import (
 // fakeCompiler is a stand-in for bf-p4c that records its arguments,
 // writes a P4Info and a table summary with the given stage count, and
 // fails when asked to. With -DPAYLOAD_1024 its P4Info names the
-// profile's table unless FAKE_NO_PROFILE is set.
+// profile's table, with -DWIRE_16 it declares the Processor lanes bit<16>,
+// unless FAKE_NO_PROFILE is set.
 const fakeCompiler = `#!/bin/sh
 out=
 p1024=
+w16=
 while [ $# -gt 0 ]; do
 	echo "$1" >> "$FAKE_LOG"
 	case "$1" in
 	-o) out=$2 ;;
 	--p4runtime-files) info=$2 ;;
 	-DPAYLOAD_1024) p1024=1 ;;
+	-DWIRE_16) w16=1 ;;
 	esac
 	shift
 done
@@ -31,6 +34,8 @@ echo "Number of stages in table allocation: $FAKE_STAGES" > "$out/pipe/logs/tabl
 [ -z "$FAKE_NO_BIN" ] && echo bin > "$out/pipe/tofino.bin"
 echo "pkg_info {}" > "$info"
 [ -n "$p1024" ] && [ -z "$FAKE_NO_PROFILE" ] && echo 'tables { preamble { name: "Ingress.next_step.loopback_port" } }' >> "$info"
+if [ -n "$w16" ] && [ -z "$FAKE_NO_PROFILE" ]; then lane=16; else lane=32; fi
+printf 'type_info { structs { key: "value_pair_t" value { members {\n        name: "first"\n        type_spec { bitstring { bit {\n              bitwidth: %d\n        } } } } } } }\n' "$lane" >> "$info"
 exit 0
 `
 
@@ -53,20 +58,20 @@ func runBuild(t *testing.T, env ...string) (string, string, error) {
 	return string(b), string(args) + "\n" + out, err
 }
 
-// TestBuildScriptCompilesBothProfiles: `make p4` runs the compiler three
-// times (default, -DTEST_PROFILE, -DPAYLOAD_1024) for TNA with P4Runtime
-// output and leaves the default profile's P4Info where the controller
-// reads it.
+// TestBuildScriptCompilesBothProfiles: `make p4` runs the compiler four
+// times (default, -DTEST_PROFILE, -DPAYLOAD_1024, -DWIRE_16) for TNA with
+// P4Runtime output and leaves the default profile's P4Info where the
+// controller reads it.
 func TestBuildScriptCompilesBothProfiles(t *testing.T) {
 	out, args, err := runBuild(t)
 	if err != nil {
 		t.Fatalf("build.sh: %v\n%s", err, out)
 	}
 	runs := strings.Split(strings.TrimSpace(args[:strings.LastIndex(args, "\n")]), "--- end")
-	if len(runs) != 4 { // three runs and the empty tail
-		t.Fatalf("compiler ran %d times, want 3:\n%s", len(runs)-1, args)
+	if len(runs) != 5 { // four runs and the empty tail
+		t.Fatalf("compiler ran %d times, want 4:\n%s", len(runs)-1, args)
 	}
-	for i, r := range runs[:3] {
+	for i, r := range runs[:4] {
 		for _, want := range []string{"--target\ntofino", "--arch\ntna", "-g", "--p4runtime-files", "--p4runtime-format\ntext", "rdma_switch.p4"} {
 			if !strings.Contains(r, want) {
 				t.Errorf("run %d lacks %q:\n%s", i, want, r)
@@ -78,16 +83,23 @@ func TestBuildScriptCompilesBothProfiles(t *testing.T) {
 		if strings.Contains(r, "-DPAYLOAD_1024") != (i == 2) {
 			t.Errorf("run %d: -DPAYLOAD_1024 present = %v, want %v", i, !(i == 2), i == 2)
 		}
+		if strings.Contains(r, "-DWIRE_16") != (i == 3) {
+			t.Errorf("run %d: -DWIRE_16 present = %v, want %v", i, !(i == 3), i == 3)
+		}
 	}
 	dir := args[strings.LastIndex(args, "\n")+1:]
 	if _, err := os.Stat(filepath.Join(dir, "p4info.txt")); err != nil {
 		t.Errorf("no P4Info for the controller: %v\n%s", err, out)
 	}
-	if !strings.Contains(out, "11 of 12 MAU stages") || !strings.Contains(out, "payload1024 profile: 11 of 12 MAU stages") {
+	if !strings.Contains(out, "11 of 12 MAU stages") || !strings.Contains(out, "payload1024 profile: 11 of 12 MAU stages") ||
+		!strings.Contains(out, "wire16 profile: 11 of 12 MAU stages") {
 		t.Errorf("stage count not reported for every profile:\n%s", out)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "payload1024", "p4info.txt")); err != nil {
 		t.Errorf("no P4Info for the 1024 B profile: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "wire16", "p4info.txt")); err != nil {
+		t.Errorf("no P4Info for the 16-bit profile: %v\n%s", err, out)
 	}
 }
 
@@ -97,6 +109,15 @@ func TestBuildScriptChecks1024Profile(t *testing.T) {
 	out, _, err := runBuild(t, "FAKE_NO_PROFILE=1")
 	if err == nil || !strings.Contains(out, "-DPAYLOAD_1024 did not take effect") {
 		t.Errorf("1024 B P4Info without loopback_port: err %v, output:\n%s", err, out)
+	}
+}
+
+// TestBuildScriptChecksWire16Profile: a 16-bit build whose P4Info declares
+// 32-bit Processor lanes (the define did not take) fails.
+func TestBuildScriptChecksWire16Profile(t *testing.T) {
+	out, _, err := runBuild(t, "FAKE_NO_PROFILE=1")
+	if err == nil || !strings.Contains(out, "-DWIRE_16 did not take effect") {
+		t.Errorf("16-bit P4Info with 32-bit lanes: err %v, output:\n%s", err, out)
 	}
 }
 

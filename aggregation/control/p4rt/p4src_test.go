@@ -98,6 +98,7 @@ var p4Profiles = map[string][]string{
 	"default":      nil,
 	"test":         {"TEST_PROFILE"},
 	"payload-1024": {"PAYLOAD_1024"},
+	"wire-16":      {"WIRE_16"},
 }
 
 var (
@@ -163,6 +164,32 @@ func preprocessP4(text string, defines []string) (string, error) {
 	return out.String(), nil
 }
 
+// reMacro is a #define of a name without a value (a profile switch such as
+// configuration.p4's CHUNKED).
+var reMacro = regexp.MustCompile(`(?m)^#define\s+(\w+)\s*$`)
+
+// configurationMacros adds to the given macros the value-less ones that
+// configuration.p4 defines under them: every file includes it (through
+// types.p4) before its own #ifdefs, so the C preprocessor sees them there.
+func configurationMacros(t *testing.T, defines []string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(p4Dir, "configuration.p4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := preprocessP4(string(b), defines)
+	if err != nil {
+		t.Fatalf("configuration.p4: %v", err)
+	}
+	out := append([]string(nil), defines...)
+	for _, m := range reMacro.FindAllStringSubmatch(s, -1) {
+		if !strings.HasPrefix(m[1], "_") { // include guards
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
+
 // readP4SourceProfile reads the program as the preprocessor gives it with
 // the given macros defined (a p4Profiles value).
 func readP4SourceProfile(t *testing.T, defines []string) *p4Source {
@@ -186,6 +213,7 @@ func readP4SourceProfile(t *testing.T, defines []string) *p4Source {
 	for k, v := range tnaConsts {
 		src.consts[k] = v
 	}
+	defines = configurationMacros(t, defines)
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {

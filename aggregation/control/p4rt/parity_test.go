@@ -56,6 +56,7 @@ func parseP4Profile(t *testing.T, defines []string) map[string]*p4Control {
 		t.Fatalf("no .p4 files in %s: %v", p4Dir, err)
 	}
 	out := map[string]*p4Control{}
+	defines = configurationMacros(t, defines)
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {

@@ -18,10 +18,11 @@ const (
 )
 
 // reDepthLine is one row of the "Parse depth" tables in parsers.p4's
-// header comment: " *   [1024] <Parser>  <states after start | (…)>  <bytes>";
-// rows marked 1024 are the PAYLOAD_1024 profile's, the others the 256 B
-// profiles' (default and test: the same parsers).
-var reDepthLine = regexp.MustCompile(`(?m)^ \*\s+(?:(1024)\s+)?(IngressParser|EgressParser)\s+(.*?)\s+(\d+)\s*$`)
+// header comment: " *   [1024|w16] <Parser>  <states after start | (…)>  <bytes>";
+// rows marked 1024 are the PAYLOAD_1024 profile's, w16 the WIRE_16
+// profile's, the others the 256 B profiles' (default and test: the same
+// parsers).
+var reDepthLine = regexp.MustCompile(`(?m)^ \*\s+(?:(1024|w16)\s+)?(IngressParser|EgressParser)\s+(.*?)\s+(\d+)\s*$`)
 
 // TestParserDepth computes, from the .p4 declarations, the bytes every
 // parser path extracts (as bf-p4c counts them: intrinsic metadata
@@ -30,13 +31,10 @@ var reDepthLine = regexp.MustCompile(`(?m)^ \*\s+(?:(1024)\s+)?(IngressParser|Eg
 // parsers.p4's header comment states every path with its depth, and no
 // other.
 func TestParserDepth(t *testing.T) {
-	for _, profile := range []string{"default", "test", "payload-1024"} {
+	for _, profile := range []string{"default", "test", "payload-1024", "wire-16"} {
 		t.Run(profile, func(t *testing.T) {
 			src := readP4SourceProfile(t, p4Profiles[profile])
-			mark := ""
-			if profile == "payload-1024" {
-				mark = "1024"
-			}
+			mark := map[string]string{"payload-1024": "1024", "wire-16": "w16"}[profile]
 			documented := map[string]int{}
 			for _, m := range reDepthLine.FindAllStringSubmatch(src.raw["parsers.p4"], -1) {
 				if m[1] != mark {
@@ -156,5 +154,13 @@ func TestParserDepthReader(t *testing.T) {
 	}
 	if got := src1024.consts["PAYLOAD_BYTES"]; got != src1024.consts["CHUNK_BYTES"]*src1024.consts["NUM_CHUNKS"] {
 		t.Errorf("PAYLOAD_1024: PAYLOAD_BYTES %d ≠ CHUNK_BYTES %d × NUM_CHUNKS %d", got, src1024.consts["CHUNK_BYTES"], src1024.consts["NUM_CHUNKS"])
+	}
+	// The 16-bit profile parses one 128 B chunk (64 int16 lanes) per pass.
+	src16 := readP4SourceProfile(t, p4Profiles["wire-16"])
+	if got, want := src16.headers["payload_h"], int(src16.consts["CHUNK_BYTES"])*8; got != want || want != 128*8 {
+		t.Errorf("WIRE_16: payload_h = %d bits, CHUNK_BYTES = %d B (want 128)", got, want/8)
+	}
+	if got := src16.consts["PAYLOAD_BYTES"]; got != src16.consts["CHUNK_BYTES"]*src16.consts["NUM_CHUNKS"] || got != PacketSize {
+		t.Errorf("WIRE_16: PAYLOAD_BYTES %d ≠ CHUNK_BYTES %d × NUM_CHUNKS %d, or ≠ %d", got, src16.consts["CHUNK_BYTES"], src16.consts["NUM_CHUNKS"], PacketSize)
 	}
 }

@@ -27,6 +27,13 @@ import (
 // (the same 8192 slots in every pipe's registers) and every register
 // written per job are the 256 B profile's: the registers that pipes 1–3
 // use are the Processors', and P4Runtime register writes reach every pipe.
+//
+// The 16-bit profile (-DWIRE_16; docs/p4.md "16-bit profile") is the same
+// plan with two 128 B chunks of 64 int16 lanes (pipes 0 and 1) in 256 B
+// payloads: it has the loopback_port table and the same needs, and its
+// Processor registers hold 16-bit halves, which is how a P4Info tells it
+// (ElementBytes). It aggregates only jobs of the 16-bit wire
+// (wire.Job.ElementBytes 2); every other profile only 32-bit ones.
 
 // PacketSize1024 is the payload size of the PAYLOAD_1024 profile
 // (configuration.p4 PAYLOAD_BYTES), in NumPipes1024 chunks of PacketSize.
@@ -65,14 +72,48 @@ const (
 	workerPortPipe = 0
 )
 
+// chunked reports whether the P4Info has the loopback_port table of the
+// profiles that aggregate chunk k in pipe k (1024 B and 16-bit).
+func (p *P4Info) chunked() bool {
+	_, err := p.table(TableLoopbackPort)
+	return err == nil
+}
+
+// ElementBytes is the lane width the loaded program adds, 2 or 4: 2 when
+// its Processor registers hold bit<16> halves (configuration.p4 WIRE_16:
+// value_pair_t of two value_t = bit<16>), else 4. Jobs of another width
+// (wire.Job.LaneBytes) are refused with wire.ErrElementWidth.
+func (p *P4Info) ElementBytes() int {
+	if _, ws, err := p.registerLayout(RegisterProcessor(0)); err == nil && len(ws) > 0 && ws[0] == 16 {
+		return 2
+	}
+	return 4
+}
+
 // PacketSize is the payload size the loaded program aggregates: 1024 when
-// the P4Info has the PAYLOAD_1024 profile's loopback_port table, else 256.
+// the P4Info has the loopback_port table and 32-bit lanes (PAYLOAD_1024),
+// else 256.
 func (p *P4Info) PacketSize() int {
-	if _, err := p.table(TableLoopbackPort); err == nil {
+	if p.chunked() && p.ElementBytes() == 4 {
 		return PacketSize1024
 	}
 	return PacketSize
 }
+
+// Profile names the loaded program's profile for messages: "256 B",
+// "1024 B" or "16-bit".
+func (p *P4Info) Profile() string {
+	switch {
+	case p.ElementBytes() == 2:
+		return "16-bit"
+	case p.PacketSize() == PacketSize1024:
+		return "1024 B"
+	}
+	return "256 B"
+}
+
+// ElementBytes is the lane width of the program the Programmer drives.
+func (p *Programmer) ElementBytes() int { return p.info.ElementBytes() }
 
 // PacketSize is the payload size of the program the Programmer drives.
 func (p *Programmer) PacketSize() int { return p.info.PacketSize() }
@@ -87,25 +128,26 @@ func LoopbackPortFor(poolIndex uint32, ports []uint32) uint32 {
 
 // checkProfile checks the Config against the loaded program's profile.
 func checkProfile(cfg *Config) error {
-	if cfg.P4Info.PacketSize() != PacketSize1024 {
+	info := cfg.P4Info
+	if !info.chunked() {
 		if len(cfg.LoopbackPorts) > 0 {
-			return fmt.Errorf("p4rt: Config.LoopbackPorts is for the 1024 B profile (-DPAYLOAD_1024), but the P4Info is the %d B program (no table %s): drop the loopback ports or load the 1024 B build's P4Info", PacketSize, TableLoopbackPort)
+			return fmt.Errorf("p4rt: Config.LoopbackPorts is for the 1024 B and 16-bit profiles (-DPAYLOAD_1024, -DWIRE_16), but the P4Info is the %d B program (no table %s): drop the loopback ports or load such a build's P4Info", PacketSize, TableLoopbackPort)
 		}
 		return nil
 	}
-	if _, err := cfg.P4Info.matchField(TableLoopbackPort, FieldLoopbackKey); err != nil {
-		return fmt.Errorf("p4rt: the P4Info does not match p4/rdma_switch's 1024 B profile: %w", err)
+	if _, err := info.matchField(TableLoopbackPort, FieldLoopbackKey); err != nil {
+		return fmt.Errorf("p4rt: the P4Info does not match p4/rdma_switch's %s profile: %w", info.Profile(), err)
 	}
 	for _, pr := range paramsSetLoopbackPort {
-		if _, err := cfg.P4Info.param(ActionSetLoopbackPort, pr); err != nil {
-			return fmt.Errorf("p4rt: the P4Info does not match p4/rdma_switch's 1024 B profile: %w", err)
+		if _, err := info.param(ActionSetLoopbackPort, pr); err != nil {
+			return fmt.Errorf("p4rt: the P4Info does not match p4/rdma_switch's %s profile: %w", info.Profile(), err)
 		}
 	}
 	if len(cfg.LoopbackPorts) == 0 {
-		return fmt.Errorf("p4rt: the P4Info is the 1024 B profile: pass the loopback ports of pipe 1 (p4rt.Config.LoopbackPorts), ports %d–%d cabled or configured in loopback", loopbackPipe<<portPipeShift, (loopbackPipe+1)<<portPipeShift-1)
+		return fmt.Errorf("p4rt: the P4Info is the %s profile: pass the loopback ports of pipe 1 (p4rt.Config.LoopbackPorts), ports %d–%d cabled or configured in loopback", info.Profile(), loopbackPipe<<portPipeShift, (loopbackPipe+1)<<portPipeShift-1)
 	}
 	if len(cfg.LoopbackPorts) > LoopbackKeyEntries {
-		return fmt.Errorf("p4rt: %d loopback ports: the 1024 B profile spreads requests over at most %d (configuration.p4 LOOPBACK_KEY_ENTRIES)", len(cfg.LoopbackPorts), LoopbackKeyEntries)
+		return fmt.Errorf("p4rt: %d loopback ports: the %s profile spreads requests over at most %d (configuration.p4 LOOPBACK_KEY_ENTRIES)", len(cfg.LoopbackPorts), info.Profile(), LoopbackKeyEntries)
 	}
 	seen := map[uint32]bool{}
 	for _, port := range cfg.LoopbackPorts {
@@ -129,17 +171,17 @@ func checkProfile(cfg *Config) error {
 	for _, a := range addrs {
 		port := cfg.Ports[a]
 		if port > maxTofinoPort || port>>portPipeShift != workerPortPipe || port&(1<<portPipeShift-1) == recircPortLow {
-			errs = append(errs, fmt.Errorf("p4rt: worker %v on port %d: the 1024 B profile needs workers on pipe 0 ports (0–127, not the recirculation port %d): pipes 1–3 are loopback, and results leave from pipe 0", a, port, recircPortLow))
+			errs = append(errs, fmt.Errorf("p4rt: worker %v on port %d: the %s profile needs workers on pipe 0 ports (0–127, not the recirculation port %d): the chunks' pipes after pipe 0 are loopback, and results leave from pipe 0", a, port, info.Profile(), recircPortLow))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// writeProfile writes the 1024 B profile's loopback_port entries (every
-// key, so no request is dropped by the table's default action); nothing
-// for the 256 B program.
+// writeProfile writes the 1024 B and 16-bit profiles' loopback_port
+// entries (every key, so no request is dropped by the table's default
+// action); nothing for the 256 B program.
 func (p *Programmer) writeProfile(ctx context.Context) error {
-	if p.PacketSize() != PacketSize1024 {
+	if !p.info.chunked() {
 		return nil
 	}
 	ups, err := p.loopbackUpdates()

@@ -279,7 +279,7 @@ func TestProgrammer1024ProfileRefusesConfigs(t *testing.T) {
 		}, "at most 16"},
 		{"worker on pipe 1", loadFixture1024(t), func(c *Config) { c.Ports[w1] = 132 }, "pipe 0 ports"},
 		{"worker on the recirculation port", loadFixture1024(t), func(c *Config) { c.Ports[w1] = 68 }, "pipe 0 ports"},
-		{"loopback ports with the 256 B program", loadFixture(t), func(c *Config) {}, "1024 B profile"},
+		{"loopback ports with the 256 B program", loadFixture(t), func(c *Config) {}, "for the 1024 B and 16-bit profiles"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, conn := startFake(t)

@@ -76,10 +76,10 @@ type Config struct {
 	// job's slots. Not needed for correctness (a first contribution
 	// overwrites), 32× the register writes.
 	ClearValues bool
-	// LoopbackPorts are pipe 1 ports in loopback that the 1024 B profile
-	// (-DPAYLOAD_1024) sends requests through for their consume passes
-	// (at most LoopbackKeyEntries; profile.go). Required with that
-	// profile's P4Info, refused with the 256 B program's.
+	// LoopbackPorts are pipe 1 ports in loopback that the 1024 B and
+	// 16-bit profiles (-DPAYLOAD_1024, -DWIRE_16) send requests through for
+	// their consume passes (at most LoopbackKeyEntries; profile.go).
+	// Required with those profiles' P4Info, refused with the 256 B program's.
 	LoopbackPorts []uint32
 	// BatchSize bounds the updates of one WriteRequest; 0 means 1024.
 	BatchSize int
@@ -390,15 +390,17 @@ func (p *Programmer) checkJob(job *wire.Job) error {
 	if err := job.Validate(); err != nil {
 		return fmt.Errorf("p4rt: add job: %w", err)
 	}
+	if w := p.ElementBytes(); job.LaneBytes() != w {
+		// The Processors' registers add lanes of one width (configuration.p4
+		// WIRE_16; docs/p4.md "16-bit profile").
+		return fmt.Errorf("p4rt: add job %d: %d-bit elements: the %s program sums %d-bit lanes: %w",
+			job.ID, 8*job.LaneBytes(), p.info.Profile(), 8*w, wire.ErrElementWidth)
+	}
 	if size := p.PacketSize(); job.PacketSize != size {
 		return fmt.Errorf("p4rt: add job %d: %w: packet size %d: the loaded Tofino program aggregates %d B payloads (p4/build.sh builds 256 B in build/p4/default and 1024 B in build/p4/payload1024); run the job with %d B packets or load the other build", job.ID, wire.ErrBadJob, job.PacketSize, size, size)
 	}
 	if job.DType != wire.Float32 && job.DType != wire.Int32 {
 		return fmt.Errorf("p4rt: add job %d: %w: dtype %v", job.ID, wire.ErrBadJob, job.DType)
-	}
-	if job.LaneBytes() != 4 {
-		// The Processors' registers add 32-bit lanes (docs/p4.md).
-		return fmt.Errorf("p4rt: add job %d: %d-bit elements: the Tofino program sums 32-bit lanes: %w", job.ID, 8*job.LaneBytes(), wire.ErrElementWidth)
 	}
 	if len(job.Workers) > wire.MaxP4AppWorkers {
 		return fmt.Errorf("p4rt: add job %d: %w: %d workers; the Tofino program holds %d", job.ID, wire.ErrBadJob, len(job.Workers), wire.MaxP4AppWorkers)
