@@ -85,9 +85,14 @@ func (c *Controller) startJob(p *pendingSession) {
 // valid, this switch is not built for it), UNAVAILABLE otherwise.
 func refusal(sid uint32, j *job, err error) error {
 	if errors.Is(err, wire.ErrElementWidth) {
+		// The other width is the one to try: a Tofino program sums one.
+		other := 32
+		if j.spec.LaneBytes() == 4 {
+			other = 16
+		}
 		return reasonError(codes.FailedPrecondition, ErrorReasonElementWidth, fmt.Sprintf(
-			"session %d: the switch cannot sum %d-bit elements (job %d: %v); register the job for the 32-bit wire",
-			sid, 8*j.spec.LaneBytes(), j.id(), err))
+			"session %d: the switch cannot sum %d-bit elements (job %d: %v); register the job for the %d-bit wire",
+			sid, 8*j.spec.LaneBytes(), j.id(), err, other))
 	}
 	return status.Errorf(codes.Unavailable, "session %d: the switch did not install job %d: %v", sid, j.id(), err)
 }

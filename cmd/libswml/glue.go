@@ -276,7 +276,7 @@ var remedies = []struct {
 	{control.ErrRegistrationTokenWrong, "SWML_REGISTRATION_TOKEN_FILE holds another token than the switch's: set it to the file its --registration-token-file reads"},
 	{control.ErrSessionRunning, "set SWML_SESSION_ID to another id (every concurrent job needs its own), or wait for that job to end"},
 	{control.ErrUnreachable, "the controller stopped answering: is `swml-rdma switch` still running at SWML_CONTROLLER?"},
-	{wire.ErrElementWidth, "the switch has no 16-bit pipeline: set SWML_WIRE=auto (the 32-bit wire where it has none) or 32"},
+	{wire.ErrElementWidth, "the switch sums another element width: set SWML_WIRE=auto (bf16/fp16 fall back to the 32-bit wire), or 16 for a 16-bit-only switch"},
 }
 
 // tlsRemedies are the fixes of control.TLSError's problems.

@@ -40,7 +40,7 @@ func controllerCommand() *cli.Command {
 			&cli.StringFlag{Name: "switch-ip", Usage: "the switch's RoCE endpoint IPv4 `ADDR`", Required: true, EnvVars: []string{"SWML_SWITCH_IP"}, Category: "switch"},
 			&cli.UintFlag{Name: "pool-size", Value: 8192, Usage: "aggregation slots (configuration.p4 NUM_SLOTS; 64 for -DTEST_PROFILE)", EnvVars: []string{"SWML_POOL_SIZE"}, Category: "switch"},
 			&cli.StringSliceFlag{Name: "port", Usage: "worker `IP=PORT`: the switch port (P4Runtime port id) a worker is cabled to; repeat per worker", EnvVars: []string{"SWML_PORTS"}, Category: "switch"},
-			&cli.StringSliceFlag{Name: "loopback-port", Usage: "1024 B profile only (-DPAYLOAD_1024): a P4Runtime `PORT` of pipe 1 in loopback for the chunk passes; repeat (1–16 ports, docs/p4.md)", EnvVars: []string{"SWML_LOOPBACK_PORTS"}, Category: "switch"},
+			&cli.StringSliceFlag{Name: "loopback-port", Usage: "chunked profiles only (1024 B, -DPAYLOAD_1024; 16-bit, -DWIRE_16): a P4Runtime `PORT` of pipe 1 in loopback for the chunk passes; repeat (1–16 ports, docs/p4.md)", EnvVars: []string{"SWML_LOOPBACK_PORTS"}, Category: "switch"},
 			&cli.Float64Flag{Name: "drop-ingress", Usage: "simulated request loss probability (0–1)", EnvVars: []string{"SWML_DROP_INGRESS"}, Category: "testing"},
 			&cli.Float64Flag{Name: "drop-egress", Usage: "simulated result loss probability (0–1)", EnvVars: []string{"SWML_DROP_EGRESS"}, Category: "testing"},
 			&cli.StringFlag{Name: "listen", Value: control.DefaultAddr, Usage: "gRPC `ADDR` for workers (loopback unless told otherwise)", EnvVars: []string{"SWML_LISTEN"}, Category: "control plane"},

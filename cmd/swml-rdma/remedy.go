@@ -34,7 +34,7 @@ var remedies = []struct {
 	{control.ErrRegistrationTokenMissing, "the switch requires its registration token: pass --registration-token-file FILE, the file its --registration-token-file reads"},
 	{control.ErrRegistrationTokenWrong, "--registration-token-file holds another token than the switch's: pass the file its --registration-token-file reads"},
 	{control.ErrSessionRunning, "pass another --session-id (every concurrent job needs its own), or wait for that job to end"},
-	{wire.ErrElementWidth, "the switch has no 16-bit pipeline: pass --wire 32 (the 32-bit wire, which every switch sums)"},
+	{wire.ErrElementWidth, "the switch sums another element width: pass the other --wire (32 or 16); a Tofino program sums one width, the software switch both"},
 }
 
 // tlsRemedies say what to do when the controller and this client miss each
