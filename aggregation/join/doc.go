@@ -12,7 +12,12 @@
 //   - OpenNIC opens the worker's NIC: the userspace RoCEv2 NIC (soft) or an
 //     RDMA device through libibverbs, the device and GID chosen by the
 //     worker's IP address (never a GID table index);
-//   - WaitForController waits for the controller to accept connections.
+//   - WaitForController waits for the controller to accept connections;
+//   - Join does all of it for a job: the NIC, the controller, then the
+//     job's switch sessions in order (an optional one left out where the
+//     switch cannot sum its width), aborting what it opened on failure —
+//     the one join flow behind `swml-rdma worker`, `bench --controller`
+//     and libswml, which render its *JoinError in their own terms.
 //
 // Errors are short and wrap this package's sentinels (ErrMembership,
 // ErrNICAddr, ErrControllerUnreachable, …) or the verbs ones

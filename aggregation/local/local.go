@@ -42,6 +42,11 @@ type Config struct {
 	// DefaultSwitchAddr; the rest as swswitch.Config (loss, seed, offload,
 	// pool size, cores: one unless set).
 	Switch swswitch.Config
+	// LaneBytes, when set (4 or 2), is the one element width the switch
+	// sums, as a Tofino program built for one width (docs/p4.md): a job of
+	// the other width is refused with an error wrapping
+	// wire.ErrElementWidth. 0: both, as the software switch sums them.
+	LaneBytes int
 	// Controller configures the controller. Start sets Programmer (the
 	// switch), PoolSize (the switch's) and SwitchIPv4 or SwitchIPv6 (its
 	// address); the rest as control.Config (timeouts, logger).
@@ -104,13 +109,18 @@ func (e *EndpointError) Error() string {
 func (e *EndpointError) Unwrap() error { return e.Err }
 
 // jobCounter counts the jobs the controller installs on the switch and
-// removes from it.
+// removes from it, and refuses jobs of a width the switch is not to sum
+// (Config.LaneBytes).
 type jobCounter struct {
 	*swswitch.Switch
+	lane           int // Config.LaneBytes
 	added, removed atomic.Uint64
 }
 
 func (p *jobCounter) AddJob(ctx context.Context, job *wire.Job) error {
+	if p.lane != 0 && job.LaneBytes() != p.lane {
+		return fmt.Errorf("local: add job %d: %d-bit elements, the switch sums %d-bit ones: %w", job.ID, 8*job.LaneBytes(), 8*p.lane, wire.ErrElementWidth)
+	}
 	err := p.Switch.AddJob(ctx, job)
 	if err == nil {
 		p.added.Add(1)
@@ -158,7 +168,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if c.Switch, err = swswitch.New(cfg.Switch); err != nil {
 		return nil, &EndpointError{Endpoint: "switch", Addr: cfg.Switch.Addr.String(), Err: err}
 	}
-	c.jobs.Switch = c.Switch
+	c.jobs.Switch, c.jobs.lane = c.Switch, cfg.LaneBytes
 	ctlCfg := cfg.Controller
 	ctlCfg.Programmer = &c.jobs
 	ctlCfg.PoolSize = c.Switch.Config().Model.PoolSize

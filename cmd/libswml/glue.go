@@ -129,8 +129,7 @@ const (
 // without a 16-bit pipeline).
 type session struct {
 	rank, workers int
-	dev           verbs.Device
-	client        *control.Client // every session's connection to the controller
+	job           *join.Job // the NIC, the controller client, the switch sessions
 	f32, w16, i32 *aggregation.Session
 	wire          string // openArgs.wire
 }
@@ -420,32 +419,21 @@ func (o *openArgs) config() aggregation.Config {
 		QPs: o.qps, Threads: o.threads, PacketSize: o.packet, PacketsPerMessage: o.msgSize / o.packet, PeerTimeout: o.peerTimeout, Writes: o.writes}
 }
 
-// open joins the job; it returns the session's id.
+// open joins the job (join.Join); it returns the session's id.
 func open(o openArgs) (int64, error) {
 	if err := o.resolve(); err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
-	defer cancel()
-	ip := netip.MustParseAddr(o.addr).Unmap()
-	dev, err := join.OpenNIC(join.NICConfig{Kind: o.nic, Addr: ip, Device: o.device})
-	if errors.Is(err, verbs.ErrNotSupported) {
-		err = fmt.Errorf("%w; set SWML_NIC=soft, or `make libswml-ibverbs` builds libswml with the ibverbs backend", err)
-	}
+	timeout, err := envDuration("SWML_CONNECT_TIMEOUT")
 	if err != nil {
-		return 0, fmt.Errorf("swml: %w", err)
-	}
-	s := &session{rank: o.rank, workers: o.workers, dev: dev, wire: o.wire}
-	if err := waitForController(ctx, o); err != nil {
-		dev.Close()
 		return 0, err
 	}
-	if s.client, err = control.NewClient(control.ClientConfig{Addr: o.controller, TLS: o.tls, RegistrationToken: o.registrationToken}); err != nil {
-		dev.Close()
-		return 0, fmt.Errorf("swml: %w", err)
+	if timeout == 0 {
+		timeout = defaultConnectTimeout
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
 	cfg := o.config()
-	cfg.Device, cfg.Controller = dev, s.client
 	// Non-finite gradients come back NaN on every rank (fp16 loss
 	// scaling skips the step) instead of failing the job.
 	cfg.PropagateNonFinite = true
@@ -453,46 +441,68 @@ func open(o openArgs) (int64, error) {
 	w16ID, _ := join.JobSession16(o.sessionID)
 	// Every rank opens the sessions in the same order (float32, 16-bit
 	// wire, int32): each Open waits for every rank of its session.
-	fail := func(what string, id uint32, err error) error {
-		s.abortAll(err.Error()) // err is the one to report
-		s.client.Close()
-		dev.Close()
-		return fmt.Errorf("swml: join the %s session %#x at %s as rank %d of %d: %w%s", what, id, o.controller, o.rank, o.workers, err, remedy(err))
-	}
+	var list []join.Session
+	var f32, w16, i32 = -1, -1, -1
 	if o.dtypes&1 != 0 && o.wire != wire16 {
-		c := cfg
-		c.SessionID, c.DType = f32ID, wire.Float32
-		if s.f32, err = aggregation.Open(ctx, c); err != nil {
-			return 0, fail("float32", c.SessionID, err)
-		}
+		f32 = len(list)
+		list = append(list, join.Session{ID: f32ID, DType: wire.Float32, Wire: 32, Name: "float32"})
 	}
 	if o.dtypes&1 != 0 && o.wire != wire32 && (o.wire == wire16 || o.workers <= wire.MaxWire16Workers) {
-		c := cfg
-		c.SessionID, c.DType, c.Wire = w16ID, wire.Float32, 16
-		s.w16, err = aggregation.Open(ctx, c)
-		switch {
-		case err != nil && o.wire == wireAuto && errors.Is(err, wire.ErrElementWidth):
-			// The switch sums 32-bit lanes only: it refuses every rank
-			// alike, so every rank sends its 16-bit floats through the
-			// float32 session.
-			s.w16 = nil
-		case err != nil:
-			return 0, fail("16-bit-wire", c.SessionID, err)
-		}
+		// With SWML_WIRE=auto a switch that sums 32-bit lanes only refuses
+		// every rank alike, so every rank sends its 16-bit floats through
+		// the float32 session.
+		w16 = len(list)
+		list = append(list, join.Session{ID: w16ID, DType: wire.Float32, Wire: 16, Optional: o.wire == wireAuto, Name: "16-bit-wire"})
 	}
 	if o.dtypes&2 != 0 {
-		c := cfg
-		c.SessionID, c.DType = i32ID, wire.Int32
-		if s.i32, err = aggregation.Open(ctx, c); err != nil {
-			return 0, fail("int32", c.SessionID, err)
-		}
+		i32 = len(list)
+		list = append(list, join.Session{ID: i32ID, DType: wire.Int32, Wire: 32, Name: "int32"})
 	}
+	j, err := join.Join(ctx, join.Options{
+		NIC:        join.NICConfig{Kind: o.nic, Addr: netip.MustParseAddr(o.addr).Unmap(), Device: o.device},
+		Controller: o.controller, ConnectTimeout: timeout, TLS: o.tls, RegistrationToken: o.registrationToken,
+		Log:     slog.New(slog.NewTextHandler(os.Stderr, nil)).With("rank", o.rank),
+		Session: cfg, Sessions: list,
+	})
+	if err != nil {
+		return 0, o.joinError(err)
+	}
+	s := &session{rank: o.rank, workers: o.workers, job: j, wire: o.wire}
+	at := func(i int) *aggregation.Session {
+		if i < 0 {
+			return nil
+		}
+		return j.Sessions[i]
+	}
+	s.f32, s.w16, s.i32 = at(f32), at(w16), at(i32)
 	tabMu.Lock()
 	id := nextID
 	nextID++
 	sessions[id] = s
 	tabMu.Unlock()
 	return id, nil
+}
+
+// joinError renders a join.Join error in libswml's terms: the variables
+// that change it, and what to do.
+func (o openArgs) joinError(err error) error {
+	var je *join.JoinError
+	if !errors.As(err, &je) {
+		return fmt.Errorf("swml: %w", err)
+	}
+	switch je.Stage {
+	case join.StageNIC:
+		if errors.Is(je.Err, verbs.ErrNotSupported) {
+			return fmt.Errorf("swml: %w; set SWML_NIC=soft, or `make libswml-ibverbs` builds libswml with the ibverbs backend", je.Err)
+		}
+		return fmt.Errorf("swml: %w", je.Err)
+	case join.StageController:
+		if errors.Is(je.Err, join.ErrControllerUnreachable) {
+			return &abiError{codeTimeout, fmt.Sprintf("swml: rank %d: %v; start `swml-rdma switch` there first (SWML_CONTROLLER sets the address, SWML_CONNECT_TIMEOUT the wait)", o.rank, je.Err)}
+		}
+		return fmt.Errorf("swml: %w", je.Err)
+	}
+	return fmt.Errorf("swml: join the %s session %#x at %s as rank %d of %d: %w%s", je.Session.Name, je.Session.ID, o.controller, o.rank, o.workers, je.Err, remedy(je.Err))
 }
 
 func lookup(id int64) (*session, error) {
@@ -585,15 +595,6 @@ func wireBits(sid int64, dtype int) (int, error) {
 	return 0, inval("swml: dtype %d: use SWML_FLOAT32 (0), SWML_INT32 (1), SWML_BFLOAT16 (2) or SWML_FLOAT16 (3)", dtype)
 }
 
-// abortAll aborts every session s has opened so far, for reason.
-func (s *session) abortAll(reason string) {
-	for _, a := range []*aggregation.Session{s.f32, s.w16, s.i32} {
-		if a != nil {
-			_ = a.Abort(reason)
-		}
-	}
-}
-
 // wait waits up to timeout seconds (< 0: forever, 0: test) for handle id.
 // A done handle is released: waiting on it again is codeHandle.
 func wait(id int64, timeout float64) (done bool, err error) {
@@ -632,35 +633,8 @@ func closeSession(id int64, reason string) error {
 	tabMu.Lock()
 	delete(sessions, id)
 	tabMu.Unlock()
-	var errs []error
-	for _, a := range []*aggregation.Session{s.f32, s.w16, s.i32} {
-		if a == nil {
-			continue
-		}
-		if reason != "" {
-			errs = append(errs, a.Abort(reason))
-		} else {
-			errs = append(errs, a.Close())
-		}
+	if reason != "" {
+		return s.job.Abort(reason)
 	}
-	errs = append(errs, s.client.Close(), s.dev.Close())
-	return errors.Join(errs...)
-}
-
-// waitForController waits up to $SWML_CONNECT_TIMEOUT (default 30 s) for
-// the controller to accept connections, saying so on stderr once, as the
-// CLI's worker does; then it fails naming the address.
-func waitForController(ctx context.Context, o openArgs) error {
-	timeout, err := envDuration("SWML_CONNECT_TIMEOUT")
-	if err != nil {
-		return err
-	}
-	if timeout == 0 {
-		timeout = defaultConnectTimeout
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("rank", o.rank)
-	if err := join.WaitForController(ctx, o.controller, timeout, log); err != nil {
-		return &abiError{codeTimeout, fmt.Sprintf("swml: rank %d: %v; start `swml-rdma switch` there first (SWML_CONTROLLER sets the address, SWML_CONNECT_TIMEOUT the wait)", o.rank, err)}
-	}
-	return nil
+	return s.job.Close()
 }

@@ -122,14 +122,14 @@ func TestHandlesAndSessions(t *testing.T) {
 // 30 minutes) and then fails naming the address and what to start.
 func TestConnectTimeout(t *testing.T) {
 	t.Setenv("SWML_CONNECT_TIMEOUT", "300ms")
-	o := openArgs{controller: "127.0.0.1:1", rank: 0, timeout: time.Hour}
-	err := waitForController(context.Background(), o)
+	o := openArgs{controller: "127.0.0.1:1", rank: 0, workers: 1, addr: "127.15.9.2", timeout: time.Hour}
+	_, err := open(o)
 	if code(err) != codeTimeout || !strings.Contains(err.Error(), "127.0.0.1:1") || !strings.Contains(err.Error(), "start `swml-rdma switch") ||
 		!strings.Contains(err.Error(), "SWML_CONNECT_TIMEOUT") {
 		t.Fatalf("no controller: %v (code %d)", err, code(err))
 	}
 	t.Setenv("SWML_CONNECT_TIMEOUT", "soon")
-	if err := waitForController(context.Background(), o); code(err) != codeInval || !strings.Contains(err.Error(), "SWML_CONNECT_TIMEOUT") {
+	if _, err := open(o); code(err) != codeInval || !strings.Contains(err.Error(), "SWML_CONNECT_TIMEOUT") {
 		t.Fatalf("SWML_CONNECT_TIMEOUT=soon: %v", err)
 	}
 }

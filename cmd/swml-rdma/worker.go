@@ -24,7 +24,6 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/join"
 	"github.com/swml-rdma/swml-rdma/rdma/rdmadev"
-	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
 
@@ -295,48 +294,27 @@ func nicFlags(c *cli.Context, cfg *workerConfig) error {
 	return nil
 }
 
-// openWorkerDevice opens the worker's NIC (join.OpenNIC); closeDev
-// releases it.
-func openWorkerDevice(cfg workerConfig) (dev verbs.Device, closeDev func(), err error) {
-	d, err := join.OpenNIC(join.NICConfig{Kind: cfg.nic, Addr: cfg.addr, Device: cfg.device, Offload: cfg.offload, Registry: cfg.registry})
-	if err != nil {
-		return nil, nil, fmt.Errorf("--nic %s, --addr %v: %w%s", cfg.nic, cfg.addr, err, remedy(err))
-	}
-	return d, func() { d.Close() }, nil
-}
-
-// runWorkerBench runs one worker of a job: it opens the NIC, joins the
-// session, all-reduces this rank's deterministic input warmup + iters times,
-// checks every result against the reference built from every rank's input,
-// and ends its session (an abort if anything failed, so the other workers
-// learn at once). With cfg.registry set it registers the worker's metrics
-// there (swml_worker_…, swml_nic_… for soft) for the caller to serve.
+// runWorkerBench runs one worker of a job: it joins the job (join.Join:
+// the NIC, the controller, the session), all-reduces this rank's
+// deterministic input warmup + iters times, checks every result against the
+// reference built from every rank's input, and ends its session (an abort
+// if anything failed, so the other workers learn at once). With
+// cfg.registry set it registers the worker's metrics there (swml_worker_…,
+// swml_nic_… for soft) for the caller to serve.
 func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ benchmark.WorkerRecord, err error) {
-	dev, closeDev, err := openWorkerDevice(cfg)
-	if err != nil {
-		return benchmark.WorkerRecord{}, err
-	}
-	defer closeDev()
-	if err := join.WaitForController(ctx, cfg.controller, cfg.connectTimeout, log); err != nil {
-		return benchmark.WorkerRecord{}, fmt.Errorf("%w%s", err, remedy(err))
-	}
-	log.Info("joining", "controller", cfg.controller, "session", cfg.sessionID, "workers", cfg.workers, "device", dev.Name())
 	scfg := cfg.session()
-	scfg.Device, scfg.ControllerAddr, scfg.SessionID, scfg.Rank, scfg.Workers = dev, cfg.controller, cfg.sessionID, cfg.rank, cfg.workers
-	scfg.RetransmitTimeout = cfg.retransmitTimeout
-	cli, err := control.NewClient(control.ClientConfig{Addr: cfg.controller, TLS: cfg.tls, RegistrationToken: cfg.registrationToken})
+	scfg.Rank, scfg.Workers, scfg.RetransmitTimeout = cfg.rank, cfg.workers, cfg.retransmitTimeout
+	log.Info("joining", "controller", cfg.controller, "session", cfg.sessionID, "workers", cfg.workers, "nic", cfg.nic, "addr", cfg.addr)
+	j, err := join.Join(ctx, join.Options{
+		NIC:        join.NICConfig{Kind: cfg.nic, Addr: cfg.addr, Device: cfg.device, Offload: cfg.offload, Registry: cfg.registry},
+		Controller: cfg.controller, ConnectTimeout: cfg.connectTimeout, TLS: cfg.tls, RegistrationToken: cfg.registrationToken, Log: log,
+		Session:  scfg,
+		Sessions: []join.Session{{ID: cfg.sessionID, DType: cfg.dtype, Wire: cfg.wire, Name: cfg.dtype.String()}},
+	})
 	if err != nil {
-		return benchmark.WorkerRecord{}, err
+		return benchmark.WorkerRecord{}, cfg.joinError(err)
 	}
-	defer cli.Close() // after the session's Close, deferred below
-	scfg.Controller = cli
-	sess, err := aggregation.Open(ctx, scfg)
-	if err != nil {
-		// A Config error that only Open can find (message writes on rxe)
-		// is said in the terms of the flags, and what the controller
-		// refused with the flag that changes it.
-		return benchmark.WorkerRecord{}, fmt.Errorf("%w%s", cfg.flagError(err), remedy(err))
-	}
+	sess := j.Sessions[0]
 	closed := false
 	defer func() {
 		if closed {
@@ -349,7 +327,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 		if ctx.Err() != nil {
 			reason = "interrupted (SIGINT or SIGTERM)"
 		}
-		if aerr := sess.Abort(reason); aerr != nil {
+		if aerr := j.Abort(reason); aerr != nil {
 			log.Warn("aborting the job", "job", sess.JobID(), "err", aerr)
 		}
 	}()
@@ -376,7 +354,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 	st := sess.Stats()
 	jobID := sess.JobID()
 	closed = true
-	if err := sess.Close(); err != nil {
+	if err := j.Close(); err != nil {
 		// Every result was verified; the lease just did not end cleanly.
 		log.Warn("ending the session", "err", err)
 	}
@@ -385,12 +363,31 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 			PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Verified: true,
 			Packets: st.Packets, Retransmissions: st.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: st.PacketWriteCalls,
 			ResendCauses: benchmark.ResendCauses{Timeouts: st.Timeouts, FastRetransmissions: st.FastRetransmissions, SpuriousRetransmissions: st.SpuriousRetransmissions}},
-		Rank: cfg.rank, JobID: jobID, SessionID: cfg.sessionID, Device: dev.Name(), Controller: cfg.controller,
+		Rank: cfg.rank, JobID: jobID, SessionID: cfg.sessionID, Device: j.Device.Name(), Controller: cfg.controller,
 		ResultSHA256: run.ResultSHA256, CPUUserNs: int64(run.CPUUser), CPUSysNs: int64(run.CPUSys),
 	}
 	res.Times = benchmark.Summarize(run.Times, n).Times()
 	log.Info("done", "job", jobID, "iters", cfg.iters, "median", time.Duration(res.MedianNs), "verified", true)
 	return res, nil
+}
+
+// joinError renders a join.Join error in the terms of the flags, with what
+// to do: the NIC's with --nic and --addr, a session's Config errors with the
+// flag of the field, and the controller's refusals with the flag that
+// changes them.
+func (cfg workerConfig) joinError(err error) error {
+	var je *join.JoinError
+	if !errors.As(err, &je) {
+		return fmt.Errorf("%w%s", err, remedy(err))
+	}
+	switch je.Stage {
+	case join.StageNIC:
+		return fmt.Errorf("--nic %s, --addr %v: %w%s", cfg.nic, cfg.addr, je.Err, remedy(je.Err))
+	case join.StageSession:
+		// A Config error that only Open can find (message writes on rxe).
+		return fmt.Errorf("%w%s", cfg.flagError(je.Err), remedy(je.Err))
+	}
+	return fmt.Errorf("%w%s", je.Err, remedy(je.Err))
 }
 
 // printWorker prints one worker's result: bench's columns, or JSON.
