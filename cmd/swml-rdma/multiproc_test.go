@@ -372,7 +372,7 @@ func TestBenchInterrupted(t *testing.T) {
 		{"SIGTERM", "127.13.49", syscall.SIGTERM},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := startProc(t, "bench", "bench", "--switch-addr", tc.net+".1", "--workers", "3", "--size", "64KiB",
+			p := startProc(t, "bench", "bench", "--link", "none", "--switch-addr", tc.net+".1", "--workers", "3", "--size", "64KiB",
 				"--iters", "100000000", "--baseline", "none", "--json")
 			time.Sleep(2 * time.Second) // all-reducing: a 64 KiB call takes milliseconds
 			p.signal(t, tc.sig)
