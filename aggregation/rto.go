@@ -56,22 +56,24 @@ func (s *lane) rto(st *qpState) time.Duration {
 		floor = min(max(floor, e.backedOff), s.cfg.MaxRetransmitTimeout)
 		ceil = max(ceil, floor)
 	}
-	lossy := s.adapt.lossy()
-	if m := e.standing.Get(); m > 0 && lossy && est.Samples() > 0 {
+	if m := e.standing.Get(); m > 0 && s.pktWrites && s.adapt.lossy() && est.Samples() > 0 {
 		// Floor under loss (docs/protocol.md "Loss recovery, step by
-		// step", mechanism 3): while this call or the one before saw
-		// loss (adaptState.lossy), the floor is the path's bound
-		// (pathBound) where that is shorter than RetransmitTimeout. A
-		// fixed floor is for a path whose waits the estimate cannot
-		// see (a loaded host's stalls), and the quiet floor keeps those;
-		// under loss a lost resend of a message's last packet has no
-		// evidence behind it, and on a fast path (100 Gbit/s, a round
-		// trip of microseconds) each one cost the whole 1 ms floor,
-		// hundreds of round trips, while every other worker waited on
-		// the slot (docs/benchmarks.md "Loss at 64 workers"). RFC 6298
-		// section 2.4's minimum guards against spurious timeouts of a
-		// delayed-ACK peer, which this path has not; a spurious resend
-		// here costs a packet the switch drops or answers once.
+		// step", mechanism 3): on a packet-write call while this call or
+		// the one before saw loss (adaptState.lossy), the floor is the
+		// path's bound (pathBound) where that is shorter than
+		// RetransmitTimeout. A fixed floor is for waits the estimate
+		// cannot see (a loaded host's stalls; the quiet floor keeps
+		// those); under loss a lost resend of a message's last packet
+		// has no evidence behind it, and on a fast path (100 Gbit/s, a
+		// round trip of microseconds) each one cost the whole 1 ms
+		// floor while every other worker waited on the slot
+		// (docs/benchmarks.md "Loss at 64 workers"). RFC 6298 section
+		// 2.4's minimum guards against a delayed-ACK peer's spurious
+		// timeouts, which this path has not; a spurious resend here
+		// costs a packet the switch drops or answers once. Not on
+		// message writes: at scale nearly every message there waits on
+		// other workers' losses with nothing back, and timers at the
+		// path's pace resent millions of times in one call.
 		floor = min(floor, s.pathBound(m))
 	}
 	if st.msg.joining {

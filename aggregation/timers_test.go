@@ -409,8 +409,9 @@ func TestJoinProbe(t *testing.T) {
 }
 
 // TestTimerUnderLoss: on a fast path (every time to result 10 µs), the
-// timeout stays at Config.RetransmitTimeout while no loss is seen, and
-// drops to the path's bound (pathBound) once a call sees loss: there the
+// timeout stays at Config.RetransmitTimeout while no loss is seen or the
+// call sends message writes, and drops to the path's bound (pathBound) on
+// a packet-write call after loss: there the
 // fixed floor cost hundreds of round trips per lost resend
 // (docs/protocol.md "Loss recovery, step by step", Floor under loss). A
 // message none of whose results came back keeps its timeout while other
@@ -441,6 +442,10 @@ func TestTimerUnderLoss(t *testing.T) {
 		t.Fatalf("without loss: timeout %v below the floor %v", got, floor)
 	}
 	s.adapt.heard.Store(true)
+	if got := s.rto(st); got < floor {
+		t.Fatalf("under loss, message writes: timeout %v below the floor %v", got, floor)
+	}
+	s.pktWrites = true
 	bound := s.pathBound(s.eng.standing.Get())
 	if got := s.rto(st); got >= floor || got > bound || got < rtt {
 		t.Fatalf("under loss: timeout %v, want the path's bound %v (standing %v), below the floor %v", got, bound, s.eng.standing.Get(), floor)
