@@ -56,6 +56,26 @@ func (s *lane) rto(st *qpState) time.Duration {
 		floor = min(max(floor, e.backedOff), s.cfg.MaxRetransmitTimeout)
 		ceil = max(ceil, floor)
 	}
+	if m := e.standing.Get(); m > 0 && s.pktWrites && s.adapt.lossy() && est.Samples() > 0 {
+		// Floor under loss (docs/protocol.md "Loss recovery, step by
+		// step", mechanism 3): on a packet-write call while this call or
+		// the one before saw loss (adaptState.lossy), the floor is the
+		// path's bound (pathBound) where that is shorter than
+		// RetransmitTimeout. A fixed floor is for waits the estimate
+		// cannot see (a loaded host's stalls; the quiet floor keeps
+		// those); under loss a lost resend of a message's last packet
+		// has no evidence behind it, and on a fast path (100 Gbit/s, a
+		// round trip of microseconds) each one cost the whole 1 ms
+		// floor while every other worker waited on the slot
+		// (docs/benchmarks.md "Loss at 64 workers"). RFC 6298 section
+		// 2.4's minimum guards against a delayed-ACK peer's spurious
+		// timeouts, which this path has not; a spurious resend here
+		// costs a packet the switch drops or answers once. Not on
+		// message writes: at scale nearly every message there waits on
+		// other workers' losses with nothing back, and timers at the
+		// path's pace resent millions of times in one call.
+		floor = min(floor, s.pathBound(m))
+	}
 	if st.msg.joining {
 		if est.Samples() == 0 && s.callQPs() > 1 {
 			// A session's first call, before any join was measured: the
@@ -100,16 +120,23 @@ func (s *lane) rto(st *qpState) time.Duration {
 		// measured over each transmission's round trip, so the drain
 		// term needs no margin, and a sum would only lengthen the
 		// timeouts under loss.
-		k := time.Duration(rtoStandingRTTs)
-		if s.pktWrites {
-			k = rtoStandingRTTsPacketWrites
-		}
-		ceil = min(ceil, max(floor, k*m, m+e.delivery.Drain(s.inFlight())))
+		ceil = min(ceil, max(floor, s.pathBound(m)))
 	}
 	// The quiet floor lies above the bound: it is what the path was seen
 	// to take without loss, and only a resend that was needed lowers it
 	// (quietFloor).
 	return max(est.RTO(floor, ceil), min(e.quiet.get(), ceil0))
+}
+
+// pathBound is the bound of rto over the standing time to result m: the
+// larger of k × m and m plus the time the packets in flight take to come
+// back at the path's delivery rate.
+func (s *lane) pathBound(m time.Duration) time.Duration {
+	k := time.Duration(rtoStandingRTTs)
+	if s.pktWrites {
+		k = rtoStandingRTTsPacketWrites
+	}
+	return max(k*m, m+s.eng.delivery.Drain(s.inFlight()))
 }
 
 // quietFloor is the longest time to result that the timer has been shown
@@ -335,7 +362,7 @@ func (s *lane) retransmit(st *qpState, now time.Time) error {
 		// (docs/protocol.md "Loss recovery, step by step", Backoff).
 		t.silent = 0
 		t.rto = s.rto(st)
-	} else if t.silent++; t.silent%s.cfg.BackoffAfter == 0 {
+	} else if t.silent++; t.silent%s.cfg.BackoffAfter == 0 && !s.pathAlive(t.xmit) {
 		// Nothing of it came back: it was lost, or it waits in a queue
 		// or for a slow peer, or the switch is gone. Back off (RFC 6298
 		// section 5.5) whatever other QPs get, so that a timer that
@@ -345,6 +372,23 @@ func (s *lane) retransmit(st *qpState, now time.Time) error {
 		s.eng.backedOff = max(s.eng.backedOff, t.rto)
 	}
 	return s.resend(st, now)
+}
+
+// pathAlive reports whether, in a call that sees loss, another message
+// was completed after a message's latest transmission at xmit: the switch and the path
+// work, and a message none of whose results came back was lost, not held
+// in a queue. Its timeout then keeps its pace instead of doubling (RFC
+// 6298 section 5.5 backs off the timer of a segment that saw no
+// acknowledgement at all; here the results of other messages are that
+// acknowledgement of the path). Without loss the backoff stays: behind a
+// queue other QPs' results always come back while a message waits
+// (docs/protocol.md "Loss recovery, step by step", Backoff). At 64
+// workers and 1 % loss a message write reaches the switch whole from all
+// workers with probability 0.99^1024: nearly every message of the first
+// lossy call (still message writes) timed out with nothing back, and the
+// backoff took each to the 1 s cap.
+func (s *lane) pathAlive(xmit time.Time) bool {
+	return s.adapt.lossy() && s.eng.progress.After(xmit)
 }
 
 // deadPeer is the error of a message that had no result for

@@ -108,6 +108,17 @@ func (s *lane) sampleResult(st *qpState, r resultKind, now time.Time) {
 		// one the estimate needs most, since it outlasted a timeout.
 		s.stats.spurious.Add(1)
 		s.eng.rack.spurious()
+		if s.adapt.lossy() {
+			// Under loss the wait is not the path's: the first
+			// transmission got through, and its slot waited for another
+			// worker's lost contribution and its recovery. RFC 4015
+			// adapts the timer to a delay of the path; taken as a
+			// sample here, each such wait — at scale, nearly every
+			// message of a lossy call on message writes — lengthened
+			// the timeouts that set the next waits (docs/protocol.md
+			// "Loss recovery, step by step", Spurious resends).
+			return
+		}
 		if t.timeouts > 0 && !st.msg.joining {
 			s.eng.quiet.spurious(now.Sub(t.sent))
 		}

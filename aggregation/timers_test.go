@@ -407,3 +407,72 @@ func TestJoinProbe(t *testing.T) {
 		}
 	}
 }
+
+// TestTimerUnderLoss: on a fast path (every time to result 10 µs), the
+// timeout stays at Config.RetransmitTimeout while no loss is seen or the
+// call sends message writes, and drops to the path's bound (pathBound) on
+// a packet-write call after loss: there the
+// fixed floor cost hundreds of round trips per lost resend
+// (docs/protocol.md "Loss recovery, step by step", Floor under loss). A
+// message none of whose results came back keeps its timeout while other
+// messages complete in a lossy call, and backs off when nothing completes
+// or no loss was seen (Backoff).
+func TestTimerUnderLoss(t *testing.T) {
+	const q, ppm = 8, 16
+	s := timerSession(q, ppm)
+	base := time.Unix(1000, 0)
+	s.eng.lastPass, s.eng.progress, s.eng.rackProgress = base, base, base // as start does
+	for _, st := range s.qps {
+		if err := s.post(st, 0, base); err != nil {
+			t.Fatal(err)
+		}
+		st.queued = 0
+	}
+	const rtt = 10 * time.Microsecond
+	now := base
+	for range 20 {
+		now = now.Add(rtt)
+		for _, st := range s.qps {
+			s.playResult(t, st, now)
+		}
+	}
+	st := s.qps[0]
+	floor := s.cfg.RetransmitTimeout
+	if got := s.rto(st); got < floor {
+		t.Fatalf("without loss: timeout %v below the floor %v", got, floor)
+	}
+	s.adapt.heard.Store(true)
+	if got := s.rto(st); got < floor {
+		t.Fatalf("under loss, message writes: timeout %v below the floor %v", got, floor)
+	}
+	s.pktWrites = true
+	bound := s.pathBound(s.eng.standing.Get())
+	if got := s.rto(st); got >= floor || got > bound || got < rtt {
+		t.Fatalf("under loss: timeout %v, want the path's bound %v (standing %v), below the floor %v", got, bound, s.eng.standing.Get(), floor)
+	}
+
+	backoff := func(lossy, progress bool) time.Duration {
+		s.adapt.heard.Store(lossy)
+		tm := &st.timer
+		tm.rto, tm.xmit, tm.silent = floor, now, 0
+		st.pkts.n = 0
+		s.eng.progress = now.Add(-rtt)
+		if progress {
+			s.eng.progress = now.Add(rtt)
+		}
+		if err := s.retransmit(st, now.Add(2*rtt)); err != nil {
+			t.Fatal(err)
+		}
+		st.queued = 0
+		return tm.rto
+	}
+	if got := backoff(true, true); got != floor {
+		t.Fatalf("lossy call, other messages completing: timeout %v after an expiry, want it kept at %v", got, floor)
+	}
+	if got := backoff(true, false); got != 2*floor {
+		t.Fatalf("lossy call, nothing completing: timeout %v after an expiry, want %v", got, 2*floor)
+	}
+	if got := backoff(false, true); got != 2*floor {
+		t.Fatalf("no loss seen, other messages completing: timeout %v after an expiry, want %v", got, 2*floor)
+	}
+}
