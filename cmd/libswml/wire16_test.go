@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -13,53 +11,29 @@ import (
 	"unsafe"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
+	"github.com/swml-rdma/swml-rdma/aggregation/local"
 	"github.com/swml-rdma/swml-rdma/aggregation/quant"
 	"github.com/swml-rdma/swml-rdma/aggregation/swswitch"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
 
-// refuse16 is a switch without a 16-bit pipeline (the Tofino program's
-// today): the software switch, refusing every job of 16-bit lanes.
-type refuse16 struct{ *swswitch.Switch }
-
-func (p refuse16) AddJob(ctx context.Context, job *wire.Job) error {
-	if job.LaneBytes() != 4 {
-		return fmt.Errorf("add job %d: %d-bit lanes: %w", job.ID, 8*job.LaneBytes(), wire.ErrElementWidth)
-	}
-	return p.Switch.AddJob(ctx, job)
-}
-
 // startSwitch runs the software switch at swAddr (UDP on loopback) and a
-// controller for it on a free TCP port; with only32 the controller's
-// programmer refuses 16-bit jobs. It returns the controller's address.
+// controller for it on a free TCP port (aggregation/local); with only32 the
+// switch sums 32-bit lanes only, as a 32-bit Tofino profile does, and
+// refuses 16-bit jobs. It returns the controller's address.
 func startSwitch(t *testing.T, swAddr netip.Addr, only32 bool) string {
 	t.Helper()
-	sw, err := swswitch.New(swswitch.Config{Addr: swAddr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sw.Close() })
-	var prog control.Programmer = sw
+	lane := 0
 	if only32 {
-		prog = refuse16{sw}
+		lane = 4
 	}
-	cfg := control.Config{Programmer: prog, PoolSize: sw.Config().Model.PoolSize, SessionTimeout: 20 * time.Second}
-	cfg.SetSwitchAddr(swAddr)
-	ctl, err := control.New(cfg)
+	cl, err := local.Start(context.Background(), local.Config{Switch: swswitch.Config{Addr: swAddr}, LaneBytes: lane,
+		Controller: control.Config{SessionTimeout: 20 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- ctl.Serve(lis) }()
-	t.Cleanup(func() {
-		ctl.Close()
-		<-served
-	})
-	return lis.Addr().String()
+	t.Cleanup(func() { cl.Close() })
+	return cl.ControllerAddr
 }
 
 // openRanks runs open for ranks 0 … n-1 of a job at ctl at once (NICs at
