@@ -73,7 +73,7 @@ type DDPConfig struct {
 	// compression hooks: the buckets cast to 16 bits). Gloo in torch 1.13
 	// cannot sum bfloat16 on CPU, so DDPGloo's bf16 rows send float16, the
 	// same two bytes per element (DDPRow.DType says which). Empty: float32.
-	DTypes []string
+	DTypes        []string
 	Steps, Warmup int
 	// ComputeSteps are forward and backward passes without the all-reduce
 	// (DDP's no_sync) after the timed steps: the arithmetic alone.
