@@ -12,10 +12,12 @@ between Linear(64, width) and Linear(width, 16), ReLU between, so that the
 gradient all-reduce, not the arithmetic, dominates a step. Every rank builds
 it from seed 0 (DDP broadcasts rank 0's anyway), trains on its own fixed
 synthetic batch (seed 1000 + rank) against a fixed teacher, tanh(x @ T), with
-SGD. --dtype bf16 sends the gradients as bfloat16 through a communication
-hook that does what DDP's bf16_compress_hook does (torch 1.13's refuses to
-register without CUDA and NCCL): on swml the bf16 buckets take the 16-bit
-wire where the switch has one.
+SGD. --dtype bf16 or fp16 sends the gradients in 16 bits through a
+communication hook that does what DDP's bf16_compress_hook and
+fp16_compress_hook do (torch 1.13's bf16_compress_hook refuses to register
+without CUDA and NCCL): on swml the 16-bit buckets take the 16-bit wire
+where the switch has one. Gloo in torch 1.13 cannot sum bfloat16 on CPU
+("Invalid scalar type"): the lab runs Gloo's 16-bit rows with fp16.
 
 --warmup untimed steps, then --steps timed ones (forward, backward with
 DDP's all-reduces, optimizer); then --compute-steps forward and backward
