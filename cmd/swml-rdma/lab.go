@@ -59,7 +59,9 @@ func labCommand() *cli.Command {
 			"packets at random (nftables). For every combination of --workers, --rate, --loss and --size it runs, over the\n" +
 			"same links: the switch daemon (`swml-rdma switch`) in the switch namespace and one `swml-rdma worker` process\n" +
 			"per worker namespace; Gloo's all_reduce (torch.distributed, /usr/bin/python3, GLOO_SOCKET_IFNAME); and the\n" +
-			"project's ring over userspace NICs in the worker namespaces. Every result is verified. Prints a table (or\n" +
+			"project's ring over userspace NICs in the worker namespaces; with --systems ddp-swml,ddp-gloo, PyTorch DDP\n" +
+			"training of a multi-layer perceptron through the swml backend (the switch daemon, libswml) and through Gloo,\n" +
+			"one rank per worker namespace (--ddp-…). Every result is verified. Prints a table (or\n" +
 			"--json) with each system's ATE/s, its link-rate ceiling, retransmissions and drops; --plot draws ATE/s\n" +
 			"against workers with the ceilings. Everything is removed on exit and on Ctrl-C; --cleanup removes what a\n" +
 			"killed run left. See docs/netlab.md.",
