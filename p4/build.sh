@@ -111,7 +111,7 @@ compile() { # profile dir [defines...]
 		return 1
 	fi
 	# The Processor register's type in the P4Info: value_pair_t's members
-	# are bit<16> exactly in the 16-bit profile (what p4rt.P4Info.ElementBytes reads).
+	# are bit<16> exactly in the 16-bit profile (what p4rt.P4Info.elementBytes reads).
 	local w16=0
 	grep -A 8 'name: "first"' "$dir/p4info.txt" | grep -q 'bitwidth: 16' && w16=1
 	if [ "$profile" = wire16 ] && [ $w16 -ne 1 ]; then

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
+	"testing/synctest"
 )
 
 func newRing(entries int) *CQRing {
@@ -104,31 +104,35 @@ func TestCQRingOrderAndOverrun(t *testing.T) {
 
 // TestAwait: Await returns completions already in the CQ, blocks until the
 // next one when the CQ is empty, returns 0, nil when woken, and allocates
-// nothing.
+// nothing. The blocking half runs in a synctest bubble, where
+// synctest.Wait says that Await has blocked.
 func TestAwait(t *testing.T) {
-	c := newRing(4)
-	cq := ringCQ{c}
-	wcs := make([]Completion, 4)
-	wake := make(chan struct{}, 1)
-	wc := Completion{WRID: 7}
-	c.Push(&wc)
-	if n, err := Await(cq, wcs, wake); n != 1 || err != nil || wcs[0].WRID != 7 {
-		t.Fatalf("Await with a completion waiting = %d, %v", n, err)
-	}
-	go func() {
-		wc := Completion{WRID: 8}
-		for !c.armed.Load() { // Await arms before it blocks
-			time.Sleep(time.Millisecond)
-		}
+	synctest.Test(t, func(t *testing.T) {
+		c := newRing(4)
+		cq := ringCQ{c}
+		wcs := make([]Completion, 4)
+		wake := make(chan struct{}, 1)
+		wc := Completion{WRID: 7}
 		c.Push(&wc)
-	}()
-	if n, err := Await(cq, wcs, wake); n != 1 || err != nil || wcs[0].WRID != 8 {
-		t.Fatalf("Await for a later completion = %d, %v", n, err)
-	}
-	wake <- struct{}{}
-	if n, err := Await(cq, wcs, wake); n != 0 || err != nil {
-		t.Fatalf("woken Await = %d, %v; want 0, nil", n, err)
-	}
+		if n, err := Await(cq, wcs, wake); n != 1 || err != nil || wcs[0].WRID != 7 {
+			t.Fatalf("Await with a completion waiting = %d, %v", n, err)
+		}
+		go func() {
+			synctest.Wait() // Await has armed the empty CQ and blocks
+			wc := Completion{WRID: 8}
+			c.Push(&wc)
+		}()
+		if n, err := Await(cq, wcs, wake); n != 1 || err != nil || wcs[0].WRID != 8 {
+			t.Fatalf("Await for a later completion = %d, %v", n, err)
+		}
+		wake <- struct{}{}
+		if n, err := Await(cq, wcs, wake); n != 0 || err != nil {
+			t.Fatalf("woken Await = %d, %v; want 0, nil", n, err)
+		}
+	})
+	c := newRing(4)
+	cq, wcs, wake := ringCQ{c}, make([]Completion, 4), make(chan struct{}, 1)
+	wc := Completion{WRID: 9}
 	if n := testing.AllocsPerRun(100, func() {
 		c.Push(&wc)
 		_, _ = Await(cq, wcs, wake)

@@ -352,22 +352,10 @@ func TestCancelledWorkerLeaves(t *testing.T) {
 	if status.Code(err) != codes.DeadlineExceeded && status.Code(err) != codes.Canceled {
 		t.Fatalf("got %v, want the context's error", err)
 	}
-	waitFor(t, func() bool { return e.metric(t, "swml_controller_sessions_pending") == 0 })
+	testutil.WaitFor(t, "no session pending", func() bool { return e.metric(t, "swml_controller_sessions_pending") == 0 })
 	// Rank 0 left: a new rank 0 is no duplicate, and the session completes.
 	as := e.registerAll(t, context.Background(), 9, 2, 1, nil)
 	endAll(t, e, as)
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	limit := testutil.Scale(5 * time.Second)
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", limit)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestRegistrationValidation(t *testing.T) {
@@ -468,7 +456,7 @@ func TestMismatchedRanks(t *testing.T) {
 				_, err := c.RegisterRDMA(context.Background(), reg)
 				first <- err
 			}()
-			waitFor(t, func() bool { return e.metric(t, "swml_controller_sessions_pending") == 1 })
+			testutil.WaitFor(t, "one session pending", func() bool { return e.metric(t, "swml_controller_sessions_pending") == 1 })
 			reg := testReg(sid, 1, 2, 1)
 			reg.TensorBytes = 4096
 			tc.mutate(&reg)
@@ -604,7 +592,7 @@ func TestDeadWorkerAbortsJob(t *testing.T) {
 		}
 	}
 	t.Logf("survivors told in %v", time.Since(start))
-	waitFor(t, func() bool { return len(e.ctl.Jobs()) == 0 })
+	testutil.WaitFor(t, "the job's end", func() bool { return len(e.ctl.Jobs()) == 0 })
 	if _, removed, live := e.prog.snapshot(); len(removed) != 1 || live != 0 {
 		t.Errorf("removed %v, %d live", removed, live)
 	}
@@ -635,7 +623,7 @@ func TestLivenessTimeout(t *testing.T) {
 	testutil.NoLeaks(t)
 	e := startController(t, func(c *Config) { c.LivenessTimeout = 200 * time.Millisecond })
 	e.registerAll(t, context.Background(), 1, 2, 1, func(r *Registration) { r.NoKeepAlive = r.Rank == 1 })
-	waitFor(t, func() bool { return len(e.ctl.Jobs()) == 0 })
+	testutil.WaitFor(t, "the job's end", func() bool { return len(e.ctl.Jobs()) == 0 })
 	if got := e.metric(t, "swml_controller_sessions_ended_total", "reason", "liveness_timeout"); got != 1 {
 		t.Errorf("ended{liveness_timeout} = %v", got)
 	}
@@ -715,7 +703,7 @@ func TestSyncErrors(t *testing.T) {
 	// at once too.
 	first := make(chan error, 1)
 	go func() { _, err := c.Broadcast(context.Background(), 5, 0, 2, 0, 9); first <- err }()
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, "the broadcast of session 5", func() bool {
 		e.ctl.mu.Lock()
 		defer e.ctl.mu.Unlock()
 		return e.ctl.broadcasts[5] != nil
@@ -771,7 +759,7 @@ func TestCloseWakesWaiters(t *testing.T) {
 	c := e.client(t)
 	waiting := make(chan error, 1)
 	go func() { _, err := c.RegisterRDMA(context.Background(), testReg(2, 0, 2, 1)); waiting <- err }()
-	waitFor(t, func() bool { return e.metric(t, "swml_controller_sessions_pending") == 1 })
+	testutil.WaitFor(t, "one session pending", func() bool { return e.metric(t, "swml_controller_sessions_pending") == 1 })
 	e.ctl.Close()
 	if err := <-waiting; status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "shutting down") {
 		t.Errorf("waiting registration: %v", err)

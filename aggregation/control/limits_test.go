@@ -114,7 +114,7 @@ func TestPendingQPsBounded(t *testing.T) {
 			waiting <- err
 		}()
 	}
-	waitFor(t, func() bool { return e.ctl.pendingQPsNow() == 8 })
+	testutil.WaitFor(t, "8 pending QPs", func() bool { return e.ctl.pendingQPsNow() == 8 })
 	_, err := c.RegisterRDMA(context.Background(), testReg(12, 0, 2, 1))
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "already hold 8 QPs and this one brings 1 (the controller holds 8 QPs of waiting registrations)") {
 		t.Errorf("ninth pending QP: %v; want RESOURCE_EXHAUSTED naming the limit", err)
@@ -129,7 +129,7 @@ func TestPendingQPsBounded(t *testing.T) {
 			t.Errorf("cancelled registration: %v", err)
 		}
 	}
-	waitFor(t, func() bool { return e.ctl.pendingQPsNow() == 0 })
+	testutil.WaitFor(t, "no pending QPs", func() bool { return e.ctl.pendingQPsNow() == 0 })
 	as := e.registerAll(t, context.Background(), 12, 2, 4, nil)
 	if n := e.ctl.pendingQPsNow(); n != 0 {
 		t.Errorf("%d pending QPs counted after the job started", n)
@@ -153,7 +153,7 @@ func TestSyncGenerationsBounded(t *testing.T) {
 	for sid := range uint32(2) {
 		go func() { _ = c.Barrier(ctx, 20+sid, 0, 2) }()
 	}
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, "two barriers waiting", func() bool {
 		e.ctl.mu.Lock()
 		defer e.ctl.mu.Unlock()
 		return len(e.ctl.barriers) == 2
@@ -162,7 +162,7 @@ func TestSyncGenerationsBounded(t *testing.T) {
 		t.Errorf("third barrier generation: %v; want RESOURCE_EXHAUSTED", err)
 	}
 	cancel()
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, "no barrier waiting", func() bool {
 		e.ctl.mu.Lock()
 		defer e.ctl.mu.Unlock()
 		return len(e.ctl.barriers) == 0
@@ -188,7 +188,7 @@ func TestAgree(t *testing.T) {
 	}
 	first := make(chan error, 1)
 	go func() { first <- c.Agree(context.Background(), 3, 0, 2, "tensor length", 4096) }()
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, "rank 0 waiting at barrier 3", func() bool {
 		e.ctl.mu.Lock()
 		defer e.ctl.mu.Unlock()
 		return e.ctl.barriers[3] != nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net/netip"
 	"os"
 	"slices"
@@ -272,17 +273,11 @@ func TestPendingSessionsBounded(t *testing.T) {
 	// waitPending waits until the controller holds want waiting sessions.
 	waitPending := func(want int, what string) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		testutil.WaitFor(t, fmt.Sprintf("%d sessions pending %s", want, what), func() bool {
 			e.ctl.mu.Lock()
-			n := len(e.ctl.pending)
-			e.ctl.mu.Unlock()
-			if n == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d sessions pending %s, want %d", n, what, want)
-			}
-		}
+			defer e.ctl.mu.Unlock()
+			return len(e.ctl.pending) == want
+		})
 	}
 	waitPending(2, "while two registrations wait")
 	_, err := c.RegisterRDMA(context.Background(), testReg(12, 0, 2, 1))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/soft"
 	"github.com/swml-rdma/swml-rdma/verbs/verbstest"
@@ -241,8 +242,9 @@ func TestRingCancelAndClose(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Rank(0).AllReduce(ctx, make([]float32, 100)) }() // rank 1 never calls
-	time.Sleep(20 * time.Millisecond)
+	// Rank 1 never calls: rank 0's call waits, under way, until cancelled.
+	go func() { done <- r.Rank(0).AllReduce(ctx, make([]float32, 100)) }()
+	testutil.WaitBlocked(t, 1, "ring.(*Rank).do")
 	cancel()
 	select {
 	case err := <-done:
@@ -253,7 +255,7 @@ func TestRingCancelAndClose(t *testing.T) {
 		t.Fatal("cancelled AllReduce did not return")
 	}
 	go func() { done <- r.Rank(1).AllReduce(context.Background(), make([]float32, 100)) }()
-	time.Sleep(20 * time.Millisecond)
+	testutil.WaitBlocked(t, 1, "ring.(*Rank).do")
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}

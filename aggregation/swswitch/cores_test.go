@@ -442,7 +442,7 @@ func TestCoresAdversarial(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return received >= total })
+				testutil.WaitFor(t, "every result the model gives", func() bool { mu.Lock(); defer mu.Unlock(); return received >= total })
 				st := sw.Stats()
 				for _, e := range eps {
 					e.Close()

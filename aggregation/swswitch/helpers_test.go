@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,6 +92,22 @@ func (fb fabric) lost(sw *Switch, job *wire.Job) (in, out uint64) {
 	return in, out
 }
 
+// delivered is what the fabric delivered to sw from the workers ws: every
+// packet they sent over sockets (loopback loses none; the switch's drop
+// simulator counts what it drops as received), what their links delivered
+// in memory.
+func (fb fabric) delivered(sw *Switch, ws []*testWorker) uint64 {
+	var n uint64
+	for _, w := range ws {
+		if fb.mem != nil {
+			n += fb.mem.LinkStats(w.job.Workers[w.rank].Addr, sw.Addr().Addr()).Delivered
+		} else {
+			n += w.sent.Load()
+		}
+	}
+	return n
+}
+
 // makeJob: worker r at addr(net, r+2), switch QPNs id<<12 | r·q+i.
 func makeJob(id uint32, net, n, q int, poolBase, poolSlots uint32, payload int) *wire.Job {
 	j := &wire.Job{ID: id, DType: wire.Int32, PacketSize: payload, PoolBase: poolBase, PoolSlots: poolSlots}
@@ -149,7 +166,8 @@ type testWorker struct {
 	mu      sync.Mutex
 	psn     []uint32
 	badICRC int
-	lane    int // bytes per element: job.LaneBytes()
+	sent    atomic.Uint64 // datagrams sent
+	lane    int           // bytes per element: job.LaneBytes()
 }
 
 func newTestWorker(t testing.TB, job *wire.Job, rank, ppm int, sw *Switch) *testWorker {
@@ -298,7 +316,9 @@ func (w *testWorker) send(i, round int) {
 	psn := w.psn[i]
 	w.psn[i] = (psn + uint32(w.ppm)) & rdma.PSNMask
 	w.mu.Unlock()
-	if _, err := w.conn.WriteBatch(w.message(i, round, psn)); err != nil {
+	n, err := w.conn.WriteBatch(w.message(i, round, psn))
+	w.sent.Add(uint64(n))
+	if err != nil {
 		w.t.Error(err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	pb "github.com/swml-rdma/swml-rdma/aggregation/control/switchmlpb"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 	"github.com/swml-rdma/swml-rdma/rdma"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
@@ -264,13 +265,7 @@ func TestP4AppSessionReplay(t *testing.T) {
 	}
 
 	// No packets any more: the job ends by silence, not by the liveness rule.
-	deadline := time.Now().Add(10 * idle)
-	for len(ctl.Jobs()) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the idle p4app job is still running after %v", 10*idle)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitFor(t, "the idle p4app job's end", func() bool { return len(ctl.Jobs()) == 0 })
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -2,11 +2,13 @@ package swswitch
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 )
 
 // TestJobProgress: the switch's JobProgress (control.ProgressReporter)
@@ -33,25 +35,17 @@ func TestJobProgress(t *testing.T) {
 		}
 		workers[2].send(0, 0)
 		const packets = (2*q + 1) * ppm
-		deadline := time.Now().Add(20 * time.Second) // a hang bound, not a speed check
-		var total uint64
-		for {
+		testutil.WaitFor(t, fmt.Sprintf("the switch's count of the %d packets sent", packets), func() bool {
 			pr, err := sw.JobProgress(t.Context(), job.ID)
 			if err != nil || !pr.Activity {
 				t.Fatalf("JobProgress: %+v, %v; want the job's progress with packet counts", pr, err)
 			}
-			total = 0
+			var total uint64
 			for _, r := range pr.Ranks {
 				total += r.Packets
 			}
-			if total == packets {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the switch counted %d packets of %d", total, packets)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return total == packets
+		})
 		pr, _ := sw.JobProgress(t.Context(), job.ID)
 		if pr.Aggregating != (q-1)*ppm || len(pr.Ranks) != n {
 			t.Fatalf("%+v: want %d aggregating (slot, set) pairs and %d ranks", pr, (q-1)*ppm, n)

@@ -81,9 +81,9 @@ func (tc endToEnd) runWidth(t *testing.T, fb fabric, eb uint8) {
 	if tc.ingress == 0 {
 		// The counters of a sendmmsg move after the kernel delivered it.
 		want := uint64(tc.n * tc.q * tc.ppm * tc.rounds)
-		waitFor(t, func() bool { return sw.Stats().PacketsOut == want })
+		testutil.WaitFor(t, "the switch's results sent", func() bool { return sw.Stats().PacketsOut == want })
 	}
-	st := settled(t, sw)
+	st := settled(t, sw, fb, ws)
 	if tc.ingress > 0 {
 		if in, out := fb.lost(sw, job); st.Model.Retransmissions == 0 || in == 0 || out == 0 {
 			t.Errorf("loss not exercised: %d requests and %d results lost, %+v", in, out, st)
@@ -191,7 +191,7 @@ func TestForgedPackets(t *testing.T) {
 	if _, err := w0.conn.WriteBatch(bad); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, "the forged packets dropped", func() bool {
 		st := sw.Stats()
 		return st.Drops(switchmodel.DropUnknownQP) == 2*ppm && st.Drops(switchmodel.DropPoolRange) == 1 &&
 			st.Drops(switchmodel.DropPSN) == ppm-1 && st.Drops(switchmodel.DropICRC) == ppm
@@ -212,31 +212,18 @@ func TestForgedPackets(t *testing.T) {
 	}
 }
 
-// settled waits until the switch has processed every request it received
-// and its counters stand still (the workers have stopped; a late resend
-// may still be on its way through the cores' queues), and returns them.
-func settled(t testing.TB, sw *Switch) Stats {
+// settled waits until the switch has read every request the fabric
+// delivered to it — every packet the workers sent, but those the links
+// lost — and processed each (the workers have stopped; a late resend may
+// still be on its way through the cores' queues), and returns its counters.
+func settled(t testing.TB, sw *Switch, fb fabric, ws []*testWorker) Stats {
 	t.Helper()
-	var last Stats
-	waitFor(t, func() bool {
-		st := sw.Stats()
-		still := st.PacketsIn == last.PacketsIn && st.Model.Packets == last.Model.Packets && st.PacketsOut == last.PacketsOut
-		last = st
-		time.Sleep(10 * time.Millisecond)
-		return still && st.Model.Packets+st.Drops(switchmodel.DropIngressLoss) == st.PacketsIn
+	var st Stats
+	testutil.WaitFor(t, "the switch processing every request delivered to it", func() bool {
+		st = sw.Stats()
+		return st.PacketsIn == fb.delivered(sw, ws) && st.Model.Packets+st.Drops(switchmodel.DropIngressLoss) == st.PacketsIn
 	})
-	return last
-}
-
-func waitFor(t testing.TB, cond func() bool) {
-	t.Helper()
-	limit := testutil.Scale(5 * time.Second)
-	for deadline := time.Now().Add(limit); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", limit)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return st
 }
 
 // TestTwoJobs: jobs of different sizes and packet sizes run concurrently

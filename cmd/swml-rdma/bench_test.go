@@ -413,14 +413,6 @@ func TestProgress(t *testing.T) {
 	}
 }
 
-func TestNiceScale(t *testing.T) {
-	for _, tt := range []struct{ v, max, step float64 }{{4.2, 5, 1}, {0.9, 1, 0.2}, {73e6, 80e6, 20e6}, {0, 1, 0.2}} {
-		if m, s := niceScale(tt.v); m != tt.max || s != tt.step {
-			t.Errorf("niceScale(%v) = %v, %v; want %v, %v", tt.v, m, s, tt.max, tt.step)
-		}
-	}
-}
-
 // TestBenchLossSweep: --loss takes a list like --workers; every row after
 // the loss-free one gets its inflation, the ring runs under the same loss
 // (at its NICs), and the switch's drop counters show the loss happened.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/swml-rdma/swml-rdma/internal/plot"
 	"github.com/swml-rdma/swml-rdma/testbed/netlab"
 	"github.com/swml-rdma/swml-rdma/testbed/netlab/sweep"
 )
@@ -309,7 +309,7 @@ func printLab(out io.Writer, rep sweep.Report, asJSON bool) error {
 	for _, r := range rep.Rows {
 		ceiling := "-"
 		if r.CeilingATEPerSec > 0 {
-			ceiling = formatSI(r.CeilingATEPerSec)
+			ceiling = plot.FormatSI(r.CeilingATEPerSec)
 		}
 		drops := "-"
 		if r.System == sweep.SwitchML && r.Error == "" {
@@ -332,7 +332,7 @@ func printLab(out io.Writer, rep sweep.Report, asJSON bool) error {
 			}
 		}
 		fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d (%d)\t%d\t%d\t%s\t%v\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), systemName(r),
-			d(r.MedianNs), d(r.MinNs), d(r.MaxNs), formatSI(r.ATEPerSec), ceiling, ratio(r.OfCeiling), ratio(r.VsGloo), ratio(r.LossInflation), r.Retransmissions, perMsg, drops,
+			d(r.MedianNs), d(r.MinNs), d(r.MaxNs), plot.FormatSI(r.ATEPerSec), ceiling, ratio(r.OfCeiling), ratio(r.VsGloo), ratio(r.LossInflation), r.Retransmissions, perMsg, drops,
 			r.UDPRcvbufErrors, r.SwitchUDPRcvbufErrors, r.QueueDrops, r.LossDrops, cpu, r.Verified)
 	}
 	if err := w.Flush(); err != nil {
@@ -459,14 +459,14 @@ func printShared(out io.Writer, rows []*sweep.Row) error {
 	}
 	for _, r := range shared {
 		head := fmt.Sprintf("%d\t%s\t%g\t%s", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes))
-		fmt.Fprintf(w, "%s\talone\t1\t%s\t%s\t%s\t%s\t-\t-\t-\t%d\t%s\t%v\t\n", head, d(r.MedianNs), d(r.MinNs), d(r.MaxNs), formatSI(r.ATEPerSec),
+		fmt.Fprintf(w, "%s\talone\t1\t%s\t%s\t%s\t%s\t-\t-\t-\t%d\t%s\t%v\t\n", head, d(r.MedianNs), d(r.MinNs), d(r.MaxNs), plot.FormatSI(r.ATEPerSec),
 			r.Retransmissions, perMsg(r.RetransmissionsPerMessage), r.Verified)
 		for _, j := range r.Shared.Jobs {
 			link := "-"
 			if j.LinkShare != nil {
 				link = fmt.Sprintf("%.2f", *j.LinkShare)
 			}
-			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t%d\t%s\t%v\t\n", head, j.Job, j.SessionID, d(j.MedianNs), d(j.MinNs), d(j.MaxNs), formatSI(j.ATEPerSec),
+			fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t%d\t%s\t%v\t\n", head, j.Job, j.SessionID, d(j.MedianNs), d(j.MinNs), d(j.MaxNs), plot.FormatSI(j.ATEPerSec),
 				j.Share, link, d(j.SpanNs), j.Retransmissions, perMsg(j.RetransmissionsPerMessage), j.Verified)
 		}
 	}
@@ -487,7 +487,7 @@ func printShared(out io.Writer, rows []*sweep.Row) error {
 			ofCeiling = fmt.Sprintf("%.2f of the ceiling, ", *sh.OfCeiling)
 		}
 		fmt.Fprintf(out, "%d workers, %s, loss %g, %s: %d jobs at once %s ATE/s (%s%.2f× one job alone); shares %.2f–%.2f, Jain index %.3f: %s; switch drops %s, socket drops %d (%d), queue drops %d, loss drops %d\n",
-			r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), len(sh.Jobs), formatSI(sh.ATEPerSec), ofCeiling, sh.VsAlone,
+			r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), len(sh.Jobs), plot.FormatSI(sh.ATEPerSec), ofCeiling, sh.VsAlone,
 			sh.MinShare, sh.MaxShare, sh.Jain, verdict, formatDrops(sh.SwitchDrops), sh.UDPRcvbufErrors, sh.SwitchUDPRcvbufErrors, sh.QueueDrops, sh.LossDrops)
 	}
 	fmt.Fprintln(out, "span: first start to last exit of the job's worker processes; where spans differ, the slower job's last all-reduces may have run alone.")
@@ -506,10 +506,10 @@ func formatDrops(m map[string]uint64) string {
 }
 
 // labSeries names each system's series in the plot and gives its color.
-var labSeries = map[sweep.System]plotSeries{
-	sweep.SwitchML: {name: "SwitchML", color: colorSwitchML},
-	sweep.Gloo:     {name: "Gloo", color: colorGloo},
-	sweep.Ring:     {name: "ring", color: colorRing},
+var labSeries = map[sweep.System]plot.Series{
+	sweep.SwitchML: {Name: "SwitchML", Color: plot.ColorSwitchML},
+	sweep.Gloo:     {Name: "Gloo", Color: plot.ColorGloo},
+	sweep.Ring:     {Name: "ring", Color: plot.ColorRing},
 }
 
 // writeLabPlots draws one plot per (rate, loss, size) of the report:
@@ -531,7 +531,7 @@ func writeLabPlots(path string, rep sweep.Report) error {
 		}
 	}
 	for _, k := range keys {
-		var series []plotSeries
+		var series []plot.Series
 		type curve struct {
 			sys  sweep.System
 			wire int
@@ -547,41 +547,37 @@ func writeLabPlots(path string, rep sweep.Report) error {
 		for _, cv := range curves {
 			s := labSeries[cv.sys]
 			if cv.sys == sweep.SwitchML && cv.wire == 16 {
-				s = plotSeries{name: "SwitchML 16-bit wire", color: colorWire16}
+				s = plot.Series{Name: "SwitchML 16-bit wire", Color: plot.ColorWire16}
 			}
-			ceil := plotSeries{name: s.name + " ceiling", color: s.color, dashed: true}
+			ceil := plot.Series{Name: s.Name + " ceiling", Color: s.Color, Dashed: true}
 			for _, r := range rep.Rows {
 				if r.System != cv.sys || r.WireBits != cv.wire || (key{r.RateBps, r.Loss, r.TensorBytes}) != k {
 					continue
 				}
 				if r.CeilingATEPerSec > 0 {
-					t := float64(r.Elements) / r.CeilingATEPerSec * 1e3 // ms at the ceiling
-					ceil.pts = append(ceil.pts, plotPoint{x: float64(r.Workers), ate: r.CeilingATEPerSec, ms: t, msLo: t, msHi: t})
+					ceil.Points = append(ceil.Points, plot.Bound(float64(r.Workers), r.Elements, r.CeilingATEPerSec))
 				}
 				if r.Error == "" {
-					s.pts = append(s.pts, plotPoint{x: float64(r.Workers), ate: r.ATEPerSec, ms: ms(r.MedianNs), msLo: ms(r.MinNs), msHi: ms(r.MaxNs)})
+					s.Points = append(s.Points, plot.Point{X: float64(r.Workers), Y: r.ATEPerSec, MS: ms(r.MedianNs), MSLow: ms(r.MinNs), MSHigh: ms(r.MaxNs)})
 				}
 			}
-			if len(s.pts) > 0 {
+			if len(s.Points) > 0 {
 				series = append(series, s)
 			}
-			if len(ceil.pts) > 0 {
+			if len(ceil.Points) > 0 {
 				series = append(series, ceil)
 			}
 		}
 		if len(series) == 0 {
 			continue
 		}
-		for i := range series {
-			slices.SortFunc(series[i].pts, func(a, b plotPoint) int { return cmp.Compare(a.x, b.x) })
-		}
+		plot.SortByX(series)
 		title := fmt.Sprintf("swml-rdma lab: %s tensors, links %s each way, loss %g", humanBytes(k.size), netlab.FormatRate(k.rate), k.loss)
-		ax := plotAxes{x: "workers", logX: true, right: "ATE/s (tensor elements reduced per second)", rightFormat: formatSI}
 		p := path
 		if len(keys) > 1 {
 			p = strings.TrimSuffix(path, filepath.Ext(path)) + fmt.Sprintf("-%s-loss%g-%s", netlab.FormatRate(k.rate), k.loss, strings.ReplaceAll(humanBytes(k.size), " ", "")) + filepath.Ext(path)
 		}
-		if err := writeSVGPlot(p, layoutPlot(title, ax, series)); err != nil {
+		if err := plot.WriteFile(p, title, plot.ATEAxes(), series); err != nil {
 			return err
 		}
 	}

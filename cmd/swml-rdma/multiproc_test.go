@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,23 +35,35 @@ func TestMain(m *testing.M) {
 // is closed, or timeout passes.
 func waitForLine(t *testing.T, what string, buf *testutil.SyncBuffer, re *regexp.Regexp, done <-chan struct{}, timeout time.Duration) []string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if m := re.FindStringSubmatch(buf.String()); m != nil {
-			return m
-		}
+	var m []string
+	ended := false
+	if !testutil.Poll(timeout, func() bool {
 		select {
 		case <-done:
-			if m := re.FindStringSubmatch(buf.String()); m != nil {
-				return m
-			}
-			t.Fatalf("%s ended before logging %q:\n%s", what, re, buf)
+			ended = true
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not log %q within %v:\n%s", what, re, timeout, buf)
+		m = re.FindStringSubmatch(buf.String())
+		return m != nil || ended
+	}) {
+		t.Fatalf("%s did not log %q within %v:\n%s", what, re, timeout, buf)
+	}
+	if m == nil {
+		t.Fatalf("%s ended before logging %q:\n%s", what, re, buf)
+	}
+	return m
+}
+
+// waitAllReduced waits until every worker, started with --metrics-addr,
+// has finished an all-reduce: the job is under way on every rank.
+func waitAllReduced(t *testing.T, workers []*proc) {
+	t.Helper()
+	for r, w := range workers {
+		name := fmt.Sprintf("worker %d", r)
+		u := waitForLine(t, name, w.stderr, metricsRE, w.done, 60*time.Second)
+		if !testutil.Poll(60*time.Second, func() bool { return finishedAllReduceRE.MatchString(tryScrape(u[1])) }) {
+			t.Fatalf("%s finished no all-reduce in 60s:\n%s", name, w.stderr)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -58,6 +71,9 @@ var (
 	readyRE   = regexp.MustCompile(`msg="switch ready".* controller=(\S+)`)
 	metricsRE = regexp.MustCompile(`metrics=(http://\S+)`)
 	joinedRE  = regexp.MustCompile(`msg="joined job"`)
+	// benchStepRE: the bench's progress bar once an all-reduce has
+	// finished ("[==   ]   0%  3/100000000  …").
+	benchStepRE = regexp.MustCompile(`\] +[0-9]+%  [1-9][0-9]*/`)
 	// finishedAllReduceRE: a worker's /metrics once it has finished an
 	// all-reduce (the series appears when the session joins, at 0).
 	finishedAllReduceRE = regexp.MustCompile(`(?m)^swml_worker_allreduces_total(\{[^}]*\})? [1-9]`)
@@ -74,6 +90,36 @@ type proc struct {
 
 func startProc(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	return startProcWith(t, name, nil, nil, args...)
+}
+
+// startProcOnTTY is startProc with the process's standard error on a
+// pseudo-terminal, copied into p.stderr: what a user's terminal shows,
+// the progress bar included (commands draw it on a terminal only).
+func startProcOnTTY(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	ctl, term, err := openPTY()
+	if err != nil {
+		if runtime.GOOS != "linux" {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	drained := make(chan struct{})
+	p := startProcWith(t, name, term, drained, args...)
+	term.Close() // the process holds its copy: reading ctl ends when it exits
+	go func() {
+		defer close(drained)
+		io.Copy(p.stderr, ctl)
+		ctl.Close()
+	}()
+	return p
+}
+
+// startProcWith starts the process with its standard error on stderr
+// when not nil; p.done waits for drained too, when not nil.
+func startProcWith(t *testing.T, name string, stderr *os.File, drained <-chan struct{}, args ...string) *proc {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -88,11 +134,17 @@ func startProc(t *testing.T, name string, args ...string) *proc {
 	}
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	if stderr != nil {
+		p.cmd.Stderr = stderr
+	}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
 	go func() {
 		p.err = p.cmd.Wait()
+		if drained != nil {
+			<-drained
+		}
 		close(p.done)
 	}()
 	t.Cleanup(func() {
@@ -245,10 +297,13 @@ func TestMultiProcessWorkerDies(t *testing.T) {
 				workers[r] = startProc(t, fmt.Sprintf("worker %d", r),
 					workerArgs(ctl, fmt.Sprintf("%s.%d", tc.net, 2+r), r, n, "--size", "16KiB", "--iters", "100000000", "--warmup", "0")...)
 			}
+			// Every rank has joined, its keep-alive stream attached: the
+			// victim dies in the job, whatever all-reduce the others are at
+			// (a rank's first call on a loaded race-detector host can take
+			// longer than the peer timeout, so none is awaited).
 			for r, w := range workers {
 				waitForLine(t, fmt.Sprintf("worker %d", r), w.stderr, joinedRE, w.done, 60*time.Second)
 			}
-			time.Sleep(200 * time.Millisecond) // let them all-reduce a while
 			victim := workers[n-1]
 			victim.signal(t, tc.sig)
 			if code := victim.wait(t, 60*time.Second); code != tc.code {
@@ -306,15 +361,7 @@ func TestMultiProcessWorkerStopped(t *testing.T) {
 	// Every rank has finished an all-reduce before one is stopped: a rank
 	// slow to start its first call (a loaded race-detector run) would
 	// otherwise be named too, rightly.
-	for r, w := range workers {
-		name := fmt.Sprintf("worker %d", r)
-		u := waitForLine(t, name, w.stderr, metricsRE, w.done, 60*time.Second)
-		for deadline := time.Now().Add(60 * time.Second); !finishedAllReduceRE.MatchString(tryScrape(u[1])); time.Sleep(250 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s finished no all-reduce in 60s:\n%s", name, w.stderr)
-			}
-		}
-	}
+	waitAllReduced(t, workers)
 	victim := workers[n-1]
 	victim.signal(t, syscall.SIGSTOP)
 	t.Cleanup(func() { victim.cmd.Process.Kill() }) // a stopped process dies of SIGKILL too
@@ -372,9 +419,12 @@ func TestBenchInterrupted(t *testing.T) {
 		{"SIGTERM", "127.13.49", syscall.SIGTERM},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := startProc(t, "bench", "bench", "--link", "none", "--switch-addr", tc.net+".1", "--workers", "3", "--size", "64KiB",
-				"--iters", "100000000", "--baseline", "none", "--json")
-			time.Sleep(2 * time.Second) // all-reducing: a 64 KiB call takes milliseconds
+			// On a terminal the bench draws its progress bar, which counts
+			// the all-reduces: once one has finished, the row below has a
+			// measured call.
+			p := startProcOnTTY(t, "bench", "bench", "--link", "none", "--switch-addr", tc.net+".1", "--workers", "3", "--size", "64KiB",
+				"--iters", "100000000", "--warmup", "0", "--baseline", "none", "--json")
+			waitForLine(t, "bench", p.stderr, benchStepRE, p.done, 60*time.Second)
 			p.signal(t, tc.sig)
 			if code := p.wait(t, 60*time.Second); code != exitInterrupted {
 				t.Fatalf("bench exited %d after %v, want %d:\n%s", code, tc.sig, exitInterrupted, p.stderr)

@@ -1,7 +1,9 @@
 // Package testutil holds what the tests of every package share: the
 // goroutine-leak check (Goroutines, NoLeaks) and the scaling of the timeouts
 // that bound a hang (Scale) for builds with the race detector, which run
-// several times slower; and WritePKI, the certificates of TLS tests.
+// several times slower; the waits on a state reached elsewhere (WaitFor, on
+// one polling loop, Poll) and on a call that has parked (WaitBlocked); and
+// WritePKI, the certificates of TLS tests.
 //
 // No test asserts a wall-clock threshold through this package: a timeout
 // here only turns a hang into a failure that says what was awaited.

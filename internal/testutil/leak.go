@@ -56,16 +56,12 @@ func (g *Goroutines) Check(t testing.TB) {
 // wait returns the goroutines started since the snapshot that are still
 // running after waiting up to d for them to end.
 func (g *Goroutines) wait(d time.Duration) []goroutine {
-	deadline := time.Now().Add(d)
-	pause := time.Millisecond
-	for {
-		leaked := g.leaked()
-		if len(leaked) == 0 || time.Now().After(deadline) {
-			return leaked
-		}
-		time.Sleep(pause)
-		pause = min(2*pause, 100*time.Millisecond)
-	}
+	var leaked []goroutine
+	Poll(d, func() bool {
+		leaked = g.leaked()
+		return len(leaked) == 0
+	})
+	return leaked
 }
 
 func (g *Goroutines) leaked() []goroutine {
@@ -120,26 +116,20 @@ func stacks() []goroutine {
 // variable or network I/O, not running) with fn in their stacks, e.g.
 // "soft.(*CQ).Wait": the hook a test uses instead of a sleep to know that
 // the calls it started are under way before it closes or kills something.
-// It fails t after Scale(10 s).
+// It fails t after Scale(WaitLimit).
 func WaitBlocked(t testing.TB, n int, fn string) {
 	t.Helper()
-	deadline := time.Now().Add(Scale(10 * time.Second))
-	pause := 100 * time.Microsecond
-	for {
-		found := 0
+	found := 0
+	if !Poll(Scale(WaitLimit), func() bool {
+		found = 0
 		for i, s := range stacks() {
 			if i > 0 && s.parked() && strings.Contains(s.text, fn+"(") {
 				found++
 			}
 		}
-		if found >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines blocked in %s after %v, want %d", found, fn, Scale(10*time.Second), n)
-		}
-		time.Sleep(pause)
-		pause = min(2*pause, 10*time.Millisecond)
+		return found >= n
+	}) {
+		t.Fatalf("%d goroutines blocked in %s after %v, want %d", found, fn, Scale(WaitLimit), n)
 	}
 }
 

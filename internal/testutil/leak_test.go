@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -73,7 +74,9 @@ func TestScale(t *testing.T) {
 func TestWaitBlocked(t *testing.T) {
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
-		time.Sleep(20 * time.Millisecond) // not parked in blockedOnPurpose yet
+		// The sleep is the point: the goroutine parks in blockedOnPurpose
+		// after WaitBlocked's first look, which must keep looking.
+		time.Sleep(20 * time.Millisecond)
 		blockedOnPurpose(stop, done)
 	}()
 	WaitBlocked(t, 1, "testutil.blockedOnPurpose")
@@ -83,5 +86,29 @@ func TestWaitBlocked(t *testing.T) {
 	default:
 	}
 	close(stop)
+	<-done
+}
+
+func TestPoll(t *testing.T) {
+	calls := 0
+	if !Poll(Scale(WaitLimit), func() bool { calls++; return calls == 3 }) || calls != 3 {
+		t.Fatalf("Poll of a condition true at the third call: %d calls", calls)
+	}
+	calls = 0
+	if Poll(5*time.Millisecond, func() bool { calls++; return false }) || calls < 2 {
+		t.Fatalf("Poll of a condition never true returned true or gave up at once (%d calls)", calls)
+	}
+}
+
+func TestWaitFor(t *testing.T) {
+	var n atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 1000 {
+			n.Add(1)
+		}
+	}()
+	WaitFor(t, "the counter at 1000", func() bool { return n.Load() == 1000 })
 	<-done
 }

@@ -6,9 +6,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 	"github.com/swml-rdma/swml-rdma/rdma"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
@@ -152,6 +154,31 @@ func TestWirePacketsLoss(t *testing.T) {
 	}
 	w.AllowGSO(l.SwitchAddr, true)
 	const run, dgrams = 24, 20
+	// The switch reads while the worker sends, so its socket buffer never
+	// holds more than a few datagrams, until every packet has arrived or
+	// been counted by the loss rules; then Close ends its ReadBatch.
+	var per [dgrams]int
+	var got atomic.Int64
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		rx := make([]udp.Msg, 64)
+		for i := range rx {
+			rx[i].Buf = make([]byte, 2048)
+		}
+		for {
+			n, err := sw.ReadBatch(rx)
+			if err != nil {
+				return
+			}
+			for _, m := range rx[:n] {
+				if d := int(m.Bytes()[0]); d < dgrams {
+					per[d]++
+				}
+			}
+			got.Add(int64(n))
+		}
+	}()
 	msgs := make([]udp.Msg, run)
 	for d := range dgrams {
 		for i := range msgs {
@@ -162,33 +189,20 @@ func TestWirePacketsLoss(t *testing.T) {
 		if _, err := w.WriteBatch(msgs); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Millisecond) // within the socket buffer either way
 	}
 	if s := w.Stats(); s.TxGSODatagrams != dgrams {
 		t.Fatalf("%d GSO datagrams sent, want %d", s.TxGSODatagrams, dgrams)
 	}
-	rx := make([]udp.Msg, 64)
-	for i := range rx {
-		rx[i].Buf = make([]byte, 2048)
-	}
-	var per [dgrams]int
-	got := 0
-	go func() { // ReadBatch blocks: end it once the links are quiet
-		time.Sleep(500 * time.Millisecond)
-		sw.Close()
-	}()
-	for {
-		n, err := sw.ReadBatch(rx)
-		if err != nil {
-			break
+	var c Counters
+	testutil.Poll(testutil.Scale(testutil.WaitLimit), func() bool {
+		var err error
+		if c, err = l.Counters(ctx); err != nil {
+			t.Fatal(err)
 		}
-		for _, m := range rx[:n] {
-			if d := int(m.Bytes()[0]); d < dgrams {
-				per[d]++
-			}
-		}
-		got += n
-	}
+		return c.LossDrops+uint64(got.Load()) >= run*dgrams
+	})
+	sw.Close()
+	<-read
 	partial := 0
 	for _, k := range per {
 		if k > 0 && k < run {
@@ -198,11 +212,7 @@ func TestWirePacketsLoss(t *testing.T) {
 	if partial == 0 {
 		t.Fatalf("packets arrived per datagram %v: the loss rules dropped whole GSO datagrams", per)
 	}
-	c, err := l.Counters(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.LossDrops+uint64(got) != run*dgrams {
-		t.Fatalf("%d packets arrived and %d dropped by the loss rules, of %d sent", got, c.LossDrops, run*dgrams)
+	if c.LossDrops+uint64(got.Load()) != run*dgrams {
+		t.Fatalf("%d packets arrived and %d dropped by the loss rules, of %d sent", got.Load(), c.LossDrops, run*dgrams)
 	}
 }

@@ -80,6 +80,8 @@ func udpBetween(t *testing.T, l *Lab, i int, from netip.Addr, j int, to netip.Ad
 			t.Fatalf("send %d: %v", i, err)
 		}
 		if i%20 == 19 {
+			// Pacing is the point: the receiver keeps up with it, and a
+			// window on arrivals would stall on the links' loss.
 			time.Sleep(time.Millisecond)
 		}
 	}

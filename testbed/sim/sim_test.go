@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -36,6 +37,8 @@ var (
 	flagRTO     = flag.Duration("rto", 0, "the workers' retransmission timeout floor (0: the engine's default, 1ms)")
 	flagRing    = flag.Bool("ring", false, "then run the project's ring all-reduce on the same network")
 	flagJSON    = flag.String("json", "", "write the report as JSON to this file (- for standard output)")
+	flagPlot    = flag.String("plot", "", "draw the sweep into this file (.svg): of workers, or of loss at one worker count")
+	flagFrom    = flag.String("from", "", "run nothing: draw -plot from this report, which -json wrote")
 )
 
 // report is TestSim's JSON document.
@@ -62,6 +65,22 @@ type runReport struct {
 // flake). With -v or -json it prints one line per all-reduce and per
 // point.
 func TestSim(t *testing.T) {
+	if *flagPlot != "" && !strings.EqualFold(filepath.Ext(*flagPlot), ".svg") {
+		t.Fatalf("-plot %q: the plot is SVG: give a file name ending in .svg", *flagPlot)
+	}
+	if *flagFrom != "" {
+		if *flagPlot == "" {
+			t.Fatal("-from draws a saved report: give -plot FILE.svg too")
+		}
+		doc, err := readReport(*flagFrom)
+		if err != nil {
+			t.Fatalf("-from: %v", err)
+		}
+		if err := simPlot(*flagPlot, doc); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	workers, err := ints(*flagWorkers)
 	if err != nil {
 		t.Fatalf("-workers: %v", err)
@@ -150,6 +169,11 @@ func TestSim(t *testing.T) {
 			if loss == 0 && float64(slowest) > 1.05*float64(fastest) {
 				t.Errorf("%d B, workers %v: all-reduces took %v to %v: more than 5 %% apart", payload, workers, fastest, slowest)
 			}
+		}
+	}
+	if *flagPlot != "" {
+		if err := simPlot(*flagPlot, doc); err != nil {
+			t.Error(err)
 		}
 	}
 	if *flagJSON == "" {

@@ -4,7 +4,6 @@ import (
 	"net"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
@@ -43,18 +42,6 @@ func nicMetric(t *testing.T, reg *prometheus.Registry, name, device, label strin
 	return 0
 }
 
-// pollUntil waits up to 10 s for cond.
-func pollUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	limit := testutil.Scale(10 * time.Second)
-	for deadline := time.Now().Add(limit); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", limit)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestCollector checks that the swml_nic_ counters follow traffic and drops,
 // and that the names and help texts pass promlint. Addresses: 127.11.30.x
 // (a range of the cmd/swml-rdma block reserved for the metrics tests).
@@ -84,7 +71,7 @@ func TestCollector(t *testing.T) {
 	}
 	c.Write([]byte("not a BTH"))
 	c.Close()
-	pollUntil(t, func() bool { return b.dev.Stats().RxMalformed == 1 })
+	testutil.WaitFor(t, "the NIC counting the malformed datagram", func() bool { return b.dev.Stats().RxMalformed == 1 })
 
 	an, bn := a.dev.Name(), b.dev.Name()
 	for _, tc := range []struct {

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"net/netip"
 	"testing"
-	"time"
 
+	"github.com/swml-rdma/swml-rdma/internal/testutil"
 	"github.com/swml-rdma/swml-rdma/verbs"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp"
 )
@@ -147,10 +147,7 @@ func TestPostSendRingsTheDoorbell(t *testing.T) {
 	}
 	// UC WRITE without immediate completes nothing at the receiver: wait
 	// for its counters.
-	deadline := time.Now().Add(5 * time.Second)
-	for p.b.Stats().RxMessages < 2 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitFor(t, "the receiver's two messages", func() bool { return p.b.Stats().RxMessages >= 2 })
 	if !bytes.Equal(p.mrB.Bytes()[2*msg:], p.mrA.Bytes()[:2*msg]) {
 		t.Fatal("received data differs from the data sent")
 	}

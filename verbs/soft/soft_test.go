@@ -212,15 +212,9 @@ func (r *rawPeer) send(t *testing.T, pf rdma.PacketFields, payload []byte, corru
 // settle waits until the NIC has counted n received packets.
 func settle(t *testing.T, d *Device, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(testutil.Scale(5 * time.Second))
 	// rxHandled, not RxPackets: the packet must have been handled to the
 	// end, and its completions woken.
-	for d.rxHandled.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("NIC saw %d packets, want %d", d.Stats().RxPackets, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitFor(t, fmt.Sprintf("the NIC handling %d packets", n), func() bool { return d.rxHandled.Load() >= n })
 }
 
 func TestUCRulesAndProtection(t *testing.T) {

@@ -99,13 +99,7 @@ func TestWriteWithImm(t *testing.T) {
 
 func waitStats(t *testing.T, n *verbstest.Network, ok func(verbstest.Stats) bool) {
 	t.Helper()
-	deadline := time.Now().Add(testutil.Scale(5 * time.Second)) // bounds a hang
-	for !ok(n.Stats()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("stats %+v", n.Stats())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitFor(t, "the network's counters", func() bool { return ok(n.Stats()) })
 }
 
 func TestQPStateChecks(t *testing.T) {

@@ -7,56 +7,56 @@ import "fmt"
 // both). The parity test checks every one against the .p4 sources and the
 // P4Info fixture.
 const (
-	TableSwitchAddress     = "Ingress.arp_icmp_responder.switch_address"
-	ActionSetSwitchAddress = "Ingress.arp_icmp_responder.set_switch_address"
+	tableSwitchAddress     = "Ingress.arp_icmp_responder.switch_address"
+	actionSetSwitchAddress = "Ingress.arp_icmp_responder.set_switch_address"
 
-	TableIngressDrop  = "Ingress.ingress_drop_sim.drop_probability"
-	ActionIngressDrop = "Ingress.ingress_drop_sim.set_drop_probability"
-	TableEgressDrop   = "Egress.egress_drop_sim.drop_probability"
-	ActionEgressDrop  = "Egress.egress_drop_sim.set_drop_probability"
+	tableIngressDrop  = "Ingress.ingress_drop_sim.drop_probability"
+	actionIngressDrop = "Ingress.ingress_drop_sim.set_drop_probability"
+	tableEgressDrop   = "Egress.egress_drop_sim.drop_probability"
+	actionEgressDrop  = "Egress.egress_drop_sim.set_drop_probability"
 
 	// RDMAReceiver (switchmodel.RDMAReceiver).
-	TableReceiveQP = "Ingress.rdma_receiver.receive_qp"
-	ActionSetQP    = "Ingress.rdma_receiver.set_qp"
-	RegisterRxQP   = "Ingress.rdma_receiver.rx_qp_state"   // {next_psn, room}
-	RegisterRxPool = "Ingress.rdma_receiver.rx_pool_index" // pool index of the QP's last packet
-	// RegisterRxHighPSN is the PSN after the newest packet of the QP, << 8
+	tableReceiveQP = "Ingress.rdma_receiver.receive_qp"
+	actionSetQP    = "Ingress.rdma_receiver.set_qp"
+	registerRxQP   = "Ingress.rdma_receiver.rx_qp_state"   // {next_psn, room}
+	registerRxPool = "Ingress.rdma_receiver.rx_pool_index" // pool index of the QP's last packet
+	// registerRxHighPSN is the PSN after the newest packet of the QP, << 8
 	// | 0x80 (0: none yet): older packets are dropped (DROP_STALE_PSN).
-	RegisterRxHighPSN = "Ingress.rdma_receiver.rx_high_psn"
-	FieldSrcAddr      = "hdr.ipv4.src_addr"
-	FieldDstAddr      = "hdr.ipv4.dst_addr"
-	FieldDstQP        = "hdr.ib_bth.dst_qp"
-	RegisterBitmap    = "Ingress.bitmap_checker.bitmap"   // BitmapChecker
-	RegisterMissing   = "Ingress.workers_counter.missing" // WorkersCounter
-	RegisterMaxE0     = "Ingress.exponents.max_e0"        // Exponents
-	RegisterMaxE1     = "Ingress.exponents.max_e1"
-	RegisterMsgID     = "Ingress.exponents.msg_id"
-	CounterDecisions  = "Ingress.next_step.decisions" // NextStep
-	CounterDrops      = "Ingress.next_step.drops"
-	CounterNotSwitch  = "Ingress.not_switchml"
+	registerRxHighPSN = "Ingress.rdma_receiver.rx_high_psn"
+	fieldSrcAddr      = "hdr.ipv4.src_addr"
+	fieldDstAddr      = "hdr.ipv4.dst_addr"
+	fieldDstQP        = "hdr.ib_bth.dst_qp"
+	registerBitmap    = "Ingress.bitmap_checker.bitmap"   // BitmapChecker
+	registerMissing   = "Ingress.workers_counter.missing" // WorkersCounter
+	registerMaxE0     = "Ingress.exponents.max_e0"        // Exponents
+	registerMaxE1     = "Ingress.exponents.max_e1"
+	registerMsgID     = "Ingress.exponents.msg_id"
+	counterDecisions  = "Ingress.next_step.decisions" // NextStep
+	counterDrops      = "Ingress.next_step.drops"
+	counterNotSwitch  = "Ingress.not_switchml"
 
 	// RDMASender (switchmodel.RDMASender).
-	TableWorker       = "Egress.rdma_sender.worker"
-	ActionSetWorker   = "Egress.rdma_sender.set_worker"
-	TableWorkerQP     = "Egress.rdma_sender.worker_qp"
-	ActionSetWorkerQP = "Egress.rdma_sender.set_qp"
-	RegisterPSN       = "Egress.rdma_sender.psn"
-	RegisterTxPos     = "Egress.rdma_sender.tx_pos"  // switchmodel.txPos
-	CounterResults    = "Egress.rdma_sender.results" // [0] sent, [1] skipped out of order
-	FieldMGID         = "hdr.bridged.mgid"
-	FieldDestRank     = "eg_md.dest_rank"
-	FieldQPIndex      = "hdr.bridged.qp_index"
+	tableWorker       = "Egress.rdma_sender.worker"
+	actionSetWorker   = "Egress.rdma_sender.set_worker"
+	tableWorkerQP     = "Egress.rdma_sender.worker_qp"
+	actionSetWorkerQP = "Egress.rdma_sender.set_qp"
+	registerPSN       = "Egress.rdma_sender.psn"
+	registerTxPos     = "Egress.rdma_sender.tx_pos"  // switchmodel.txPos
+	counterResults    = "Egress.rdma_sender.results" // [0] sent, [1] skipped out of order
+	fieldMGID         = "hdr.bridged.mgid"
+	fieldDestRank     = "eg_md.dest_rank"
+	fieldQPIndex      = "hdr.bridged.qp_index"
 
-	// NumProcessors Processor instances, processor00 … processor31.
-	NumProcessors = 32
+	// numProcessors Processor instances, processor00 … processor31.
+	numProcessors = 32
 )
 
-// RegisterProcessor is the register of Processor instance k (0 ≤ k < 32).
-func RegisterProcessor(k int) string { return fmt.Sprintf("Ingress.processor%02d.values", k) }
+// registerProcessor is the register of Processor instance k (0 ≤ k < 32).
+func registerProcessor(k int) string { return fmt.Sprintf("Ingress.processor%02d.values", k) }
 
-// ModelControls are the Go switch model's control types
+// modelControls are the Go switch model's control types
 // (aggregation/switchmodel) that p4/rdma_switch mirrors control by control.
-var ModelControls = []string{"RDMAReceiver", "BitmapChecker", "WorkersCounter", "Exponents", "Processor", "NextStep", "RDMASender"}
+var modelControls = []string{"RDMAReceiver", "BitmapChecker", "WorkersCounter", "Exponents", "Processor", "NextStep", "RDMASender"}
 
 // Action parameter names (in P4Info order) the backend writes.
 var (
@@ -67,30 +67,30 @@ var (
 	paramsSetWorkerQP      = []string{"qpn", "psn_index"}
 )
 
-// UsedEntities lists every table, action, register and counter name the
+// usedEntities lists every table, action, register and counter name the
 // backend resolves, with their match fields and action parameters (for the
 // parity test and for New's up-front check).
-func UsedEntities() (tables map[string][]string, actions map[string][]string, registers, counters []string) {
+func usedEntities() (tables map[string][]string, actions map[string][]string, registers, counters []string) {
 	tables = map[string][]string{
-		TableSwitchAddress: nil,
-		TableIngressDrop:   nil,
-		TableEgressDrop:    nil,
-		TableReceiveQP:     {FieldSrcAddr, FieldDstAddr, FieldDstQP},
-		TableWorker:        {FieldMGID, FieldDestRank},
-		TableWorkerQP:      {FieldMGID, FieldDestRank, FieldQPIndex},
+		tableSwitchAddress: nil,
+		tableIngressDrop:   nil,
+		tableEgressDrop:    nil,
+		tableReceiveQP:     {fieldSrcAddr, fieldDstAddr, fieldDstQP},
+		tableWorker:        {fieldMGID, fieldDestRank},
+		tableWorkerQP:      {fieldMGID, fieldDestRank, fieldQPIndex},
 	}
 	actions = map[string][]string{
-		ActionSetSwitchAddress: paramsSetSwitchAddress,
-		ActionIngressDrop:      paramsSetDrop,
-		ActionEgressDrop:       paramsSetDrop,
-		ActionSetQP:            paramsSetQP,
-		ActionSetWorker:        paramsSetWorker,
-		ActionSetWorkerQP:      paramsSetWorkerQP,
+		actionSetSwitchAddress: paramsSetSwitchAddress,
+		actionIngressDrop:      paramsSetDrop,
+		actionEgressDrop:       paramsSetDrop,
+		actionSetQP:            paramsSetQP,
+		actionSetWorker:        paramsSetWorker,
+		actionSetWorkerQP:      paramsSetWorkerQP,
 	}
-	registers = []string{RegisterRxQP, RegisterRxHighPSN, RegisterBitmap, RegisterMissing, RegisterMaxE0, RegisterMaxE1, RegisterMsgID, RegisterPSN, RegisterTxPos}
-	for k := 0; k < NumProcessors; k++ {
-		registers = append(registers, RegisterProcessor(k))
+	registers = []string{registerRxQP, registerRxHighPSN, registerBitmap, registerMissing, registerMaxE0, registerMaxE1, registerMsgID, registerPSN, registerTxPos}
+	for k := 0; k < numProcessors; k++ {
+		registers = append(registers, registerProcessor(k))
 	}
-	counters = []string{CounterDecisions, CounterDrops, CounterNotSwitch, CounterResults}
+	counters = []string{counterDecisions, counterDrops, counterNotSwitch, counterResults}
 	return
 }

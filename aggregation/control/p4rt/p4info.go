@@ -13,9 +13,9 @@ import (
 
 // P4Info indexes a P4Info by entity name. Names are accepted with and
 // without the "pipe." prefix bf-p4c gives TNA programs. Immutable after
-// NewP4Info; safe for concurrent use.
+// LoadP4Info; safe for concurrent use.
 type P4Info struct {
-	Proto     *p4cfg.P4Info
+	pb        *p4cfg.P4Info
 	tables    map[string]*p4cfg.Table
 	actions   map[string]*p4cfg.Action
 	registers map[string]*p4cfg.Register
@@ -36,16 +36,16 @@ func LoadP4Info(path string) (*P4Info, error) {
 			return nil, fmt.Errorf("p4rt: %s is not a P4Info, text (%v) or binary (%v)", path, terr, berr)
 		}
 	}
-	return NewP4Info(info)
+	return newP4Info(info)
 }
 
-// NewP4Info indexes info.
-func NewP4Info(info *p4cfg.P4Info) (*P4Info, error) {
+// newP4Info indexes info.
+func newP4Info(info *p4cfg.P4Info) (*P4Info, error) {
 	if info == nil || len(info.GetTables()) == 0 {
 		return nil, errors.New("p4rt: the P4Info has no tables: is it the P4Info of p4/rdma_switch?")
 	}
 	p := &P4Info{
-		Proto:     info,
+		pb:        info,
 		tables:    map[string]*p4cfg.Table{},
 		actions:   map[string]*p4cfg.Action{},
 		registers: map[string]*p4cfg.Register{},
@@ -68,9 +68,9 @@ func NewP4Info(info *p4cfg.P4Info) (*P4Info, error) {
 
 func trimPipe(n string) string { return strings.TrimPrefix(n, "pipe.") }
 
-// Names returns the names of the P4Info's tables, actions, registers and
+// entityNames returns the names of the P4Info's tables, actions, registers and
 // counters (without the "pipe." prefix).
-func (p *P4Info) Names() (tables, actions, registers, counters []string) {
+func (p *P4Info) entityNames() (tables, actions, registers, counters []string) {
 	for n := range p.tables {
 		tables = append(tables, n)
 	}
@@ -164,7 +164,7 @@ func (p *P4Info) registerLayout(name string) (*p4cfg.Register, []int32, error) {
 		return r, []int32{w}, nil
 	}
 	if st := ts.GetStruct(); st != nil {
-		s, ok := p.Proto.GetTypeInfo().GetStructs()[st.GetName()]
+		s, ok := p.pb.GetTypeInfo().GetStructs()[st.GetName()]
 		if !ok {
 			return nil, nil, fmt.Errorf("p4rt: register %s: struct %s not in the P4Info type_info", name, st.GetName())
 		}
@@ -184,7 +184,7 @@ func (p *P4Info) registerLayout(name string) (*p4cfg.Register, []int32, error) {
 // check resolves every entity the backend uses, so a wrong P4Info fails
 // at New, naming what is missing.
 func (p *P4Info) check() error {
-	tables, actions, registers, counters := UsedEntities()
+	tables, actions, registers, counters := usedEntities()
 	var errs []error
 	for t, fields := range tables {
 		if _, err := p.table(t); err != nil {
@@ -239,8 +239,8 @@ func encodeUint(v uint64, width int32) ([]byte, error) {
 	return b, nil
 }
 
-// DecodeUint is the inverse of the canonical encoding (any length ≤ 8).
-func DecodeUint(b []byte) uint64 {
+// decodeUint is the inverse of the canonical encoding (any length ≤ 8).
+func decodeUint(b []byte) uint64 {
 	var v uint64
 	for _, c := range b {
 		v = v<<8 | uint64(c)

@@ -166,7 +166,7 @@ func expand(controls map[string]*p4Control) p4Names {
 // declared in the .p4 sources (or its key fields / parameters differ).
 func TestParityBackendNamesInP4(t *testing.T) {
 	n := expand(parseP4(t))
-	tables, actions, registers, counters := UsedEntities()
+	tables, actions, registers, counters := usedEntities()
 	for tb, fields := range tables {
 		keys, ok := n.tables[tb]
 		if !ok {
@@ -211,7 +211,7 @@ func TestParityP4InfoFixture(t *testing.T) {
 // parameters differ from the .p4's (one profile's).
 func compareP4InfoFixture(t *testing.T, n p4Names, info *P4Info) {
 	t.Helper()
-	ft, fa, fr, fc := info.Names()
+	ft, fa, fr, fc := info.entityNames()
 	eq := func(kind string, p4 []string, fix []string) {
 		sort.Strings(p4)
 		sort.Strings(fix)
@@ -279,8 +279,8 @@ func TestParityModelControls(t *testing.T) {
 	for _, ty := range model {
 		names = append(names, ty.Name())
 	}
-	if !reflect.DeepEqual(names, ModelControls) {
-		t.Errorf("model control types %v, backend's ModelControls %v", names, ModelControls)
+	if !reflect.DeepEqual(names, modelControls) {
+		t.Errorf("model control types %v, backend's modelControls %v", names, modelControls)
 	}
 	// The model's sources say "P4: p4/rdma_switch <Control>".
 	modelSrc := ""
@@ -314,7 +314,7 @@ func TestParityModelControls(t *testing.T) {
 	for _, name := range names[:6] {
 		want := 1
 		if name == "Processor" {
-			want = NumProcessors
+			want = numProcessors
 		}
 		if count[name] != want {
 			t.Errorf("Ingress instantiates %s %d times, want %d", name, count[name], want)

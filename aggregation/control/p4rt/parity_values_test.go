@@ -235,7 +235,7 @@ func TestParityStateEncodings(t *testing.T) {
 	if src.consts["IPV4_LEN_NO_EXT"] != 20+8+rdma.BTHSize+src.consts["PAYLOAD_BYTES"]+4 {
 		t.Errorf("IPV4_LEN_NO_EXT = %d, want IPv4 20 + UDP 8 + BTH %d + payload %d + ICRC 4", src.consts["IPV4_LEN_NO_EXT"], rdma.BTHSize, src.consts["PAYLOAD_BYTES"])
 	}
-	if src.consts["PAYLOAD_BYTES"] != PacketSize {
-		t.Errorf("PAYLOAD_BYTES = %d, the backend accepts %d B jobs", src.consts["PAYLOAD_BYTES"], PacketSize)
+	if src.consts["PAYLOAD_BYTES"] != packetSize256 {
+		t.Errorf("PAYLOAD_BYTES = %d, the backend accepts %d B jobs", src.consts["PAYLOAD_BYTES"], packetSize256)
 	}
 }

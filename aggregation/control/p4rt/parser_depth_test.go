@@ -160,7 +160,7 @@ func TestParserDepthReader(t *testing.T) {
 	if got, want := src16.headers["payload_h"], int(src16.consts["CHUNK_BYTES"])*8; got != want || want != 128*8 {
 		t.Errorf("WIRE_16: payload_h = %d bits, CHUNK_BYTES = %d B (want 128)", got, want/8)
 	}
-	if got := src16.consts["PAYLOAD_BYTES"]; got != src16.consts["CHUNK_BYTES"]*src16.consts["NUM_CHUNKS"] || got != PacketSize {
-		t.Errorf("WIRE_16: PAYLOAD_BYTES %d ≠ CHUNK_BYTES %d × NUM_CHUNKS %d, or ≠ %d", got, src16.consts["CHUNK_BYTES"], src16.consts["NUM_CHUNKS"], PacketSize)
+	if got := src16.consts["PAYLOAD_BYTES"]; got != src16.consts["CHUNK_BYTES"]*src16.consts["NUM_CHUNKS"] || got != packetSize256 {
+		t.Errorf("WIRE_16: PAYLOAD_BYTES %d ≠ CHUNK_BYTES %d × NUM_CHUNKS %d, or ≠ %d", got, src16.consts["CHUNK_BYTES"], src16.consts["NUM_CHUNKS"], packetSize256)
 	}
 }

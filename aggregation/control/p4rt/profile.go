@@ -32,33 +32,33 @@ import (
 // plan with two 128 B chunks of 64 int16 lanes (pipes 0 and 1) in 256 B
 // payloads: it has the loopback_port table and the same needs, and its
 // Processor registers hold 16-bit halves, which is how a P4Info tells it
-// (ElementBytes). It aggregates only jobs of the 16-bit wire
+// (elementBytes). It aggregates only jobs of the 16-bit wire
 // (wire.Job.ElementBytes 2); every other profile only 32-bit ones.
 
-// PacketSize1024 is the payload size of the PAYLOAD_1024 profile
-// (configuration.p4 PAYLOAD_BYTES), in NumPipes1024 chunks of PacketSize.
+// packetSize1024 is the payload size of the PAYLOAD_1024 profile
+// (configuration.p4 PAYLOAD_BYTES), in numPipes1024 chunks of packetSize256.
 const (
-	PacketSize1024 = 1024
-	NumPipes1024   = PacketSize1024 / PacketSize
+	packetSize1024 = 1024
+	numPipes1024   = packetSize1024 / packetSize256
 )
 
 // Entities of the 1024 B profile only.
 const (
-	TableLoopbackPort     = "Ingress.next_step.loopback_port"
-	ActionSetLoopbackPort = "Ingress.next_step.set_loopback_port"
-	FieldLoopbackKey      = "ig_md.loopback_key"
+	tableLoopbackPort     = "Ingress.next_step.loopback_port"
+	actionSetLoopbackPort = "Ingress.next_step.set_loopback_port"
+	fieldLoopbackKey      = "ig_md.loopback_key"
 )
 
 var paramsSetLoopbackPort = []string{"port"}
 
-// LoopbackKeyEntries and LoopbackKeyShift are configuration.p4's
+// loopbackKeyEntries and loopbackKeyShift are configuration.p4's
 // LOOPBACK_KEY_ENTRIES and LOOPBACK_KEY_LO: the loopback_port key is
-// (pool index >> LoopbackKeyShift) mod LoopbackKeyEntries, so blocks of 16
+// (pool index >> loopbackKeyShift) mod loopbackKeyEntries, so blocks of 16
 // slots (both sets) share a port. The parity test compares them with the
 // .p4.
 const (
-	LoopbackKeyEntries = 16
-	LoopbackKeyShift   = 5
+	loopbackKeyEntries = 16
+	loopbackKeyShift   = 5
 )
 
 // Tofino 1 port numbering the 1024 B profile relies on: the pipe is
@@ -75,54 +75,54 @@ const (
 // chunked reports whether the P4Info has the loopback_port table of the
 // profiles that aggregate chunk k in pipe k (1024 B and 16-bit).
 func (p *P4Info) chunked() bool {
-	_, err := p.table(TableLoopbackPort)
+	_, err := p.table(tableLoopbackPort)
 	return err == nil
 }
 
-// ElementBytes is the lane width the loaded program adds, 2 or 4: 2 when
+// elementBytes is the lane width the loaded program adds, 2 or 4: 2 when
 // its Processor registers hold bit<16> halves (configuration.p4 WIRE_16:
 // value_pair_t of two value_t = bit<16>), else 4. Jobs of another width
 // (wire.Job.LaneBytes) are refused with wire.ErrElementWidth.
-func (p *P4Info) ElementBytes() int {
-	if _, ws, err := p.registerLayout(RegisterProcessor(0)); err == nil && len(ws) > 0 && ws[0] == 16 {
+func (p *P4Info) elementBytes() int {
+	if _, ws, err := p.registerLayout(registerProcessor(0)); err == nil && len(ws) > 0 && ws[0] == 16 {
 		return 2
 	}
 	return 4
 }
 
-// PacketSize is the payload size the loaded program aggregates: 1024 when
+// packetSize is the payload size the loaded program aggregates: 1024 when
 // the P4Info has the loopback_port table and 32-bit lanes (PAYLOAD_1024),
 // else 256.
-func (p *P4Info) PacketSize() int {
-	if p.chunked() && p.ElementBytes() == 4 {
-		return PacketSize1024
+func (p *P4Info) packetSize() int {
+	if p.chunked() && p.elementBytes() == 4 {
+		return packetSize1024
 	}
-	return PacketSize
+	return packetSize256
 }
 
-// Profile names the loaded program's profile for messages: "256 B",
+// profile names the loaded program's profile for messages: "256 B",
 // "1024 B" or "16-bit".
-func (p *P4Info) Profile() string {
+func (p *P4Info) profile() string {
 	switch {
-	case p.ElementBytes() == 2:
+	case p.elementBytes() == 2:
 		return "16-bit"
-	case p.PacketSize() == PacketSize1024:
+	case p.packetSize() == packetSize1024:
 		return "1024 B"
 	}
 	return "256 B"
 }
 
-// ElementBytes is the lane width of the program the Programmer drives.
-func (p *Programmer) ElementBytes() int { return p.info.ElementBytes() }
+// elementBytes is the lane width of the program the Programmer drives.
+func (p *Programmer) elementBytes() int { return p.info.elementBytes() }
 
-// PacketSize is the payload size of the program the Programmer drives.
-func (p *Programmer) PacketSize() int { return p.info.PacketSize() }
+// packetSize is the payload size of the program the Programmer drives.
+func (p *Programmer) packetSize() int { return p.info.packetSize() }
 
-// LoopbackPortFor is the pipe-1 port a request with this pool index takes
+// loopbackPortFor is the pipe-1 port a request with this pool index takes
 // for its first consume pass, given Config.LoopbackPorts: the port of
 // loopback_port's entry for its key.
-func LoopbackPortFor(poolIndex uint32, ports []uint32) uint32 {
-	key := (poolIndex >> LoopbackKeyShift) % LoopbackKeyEntries
+func loopbackPortFor(poolIndex uint32, ports []uint32) uint32 {
+	key := (poolIndex >> loopbackKeyShift) % loopbackKeyEntries
 	return ports[int(key)%len(ports)]
 }
 
@@ -131,23 +131,23 @@ func checkProfile(cfg *Config) error {
 	info := cfg.P4Info
 	if !info.chunked() {
 		if len(cfg.LoopbackPorts) > 0 {
-			return fmt.Errorf("p4rt: Config.LoopbackPorts is for the 1024 B and 16-bit profiles (-DPAYLOAD_1024, -DWIRE_16), but the P4Info is the %d B program (no table %s): drop the loopback ports or load such a build's P4Info", PacketSize, TableLoopbackPort)
+			return fmt.Errorf("p4rt: Config.LoopbackPorts is for the 1024 B and 16-bit profiles (-DPAYLOAD_1024, -DWIRE_16), but the P4Info is the %d B program (no table %s): drop the loopback ports or load such a build's P4Info", packetSize256, tableLoopbackPort)
 		}
 		return nil
 	}
-	if _, err := info.matchField(TableLoopbackPort, FieldLoopbackKey); err != nil {
-		return fmt.Errorf("p4rt: the P4Info does not match p4/rdma_switch's %s profile: %w", info.Profile(), err)
+	if _, err := info.matchField(tableLoopbackPort, fieldLoopbackKey); err != nil {
+		return fmt.Errorf("p4rt: the P4Info does not match p4/rdma_switch's %s profile: %w", info.profile(), err)
 	}
 	for _, pr := range paramsSetLoopbackPort {
-		if _, err := info.param(ActionSetLoopbackPort, pr); err != nil {
-			return fmt.Errorf("p4rt: the P4Info does not match p4/rdma_switch's %s profile: %w", info.Profile(), err)
+		if _, err := info.param(actionSetLoopbackPort, pr); err != nil {
+			return fmt.Errorf("p4rt: the P4Info does not match p4/rdma_switch's %s profile: %w", info.profile(), err)
 		}
 	}
 	if len(cfg.LoopbackPorts) == 0 {
-		return fmt.Errorf("p4rt: the P4Info is the %s profile: pass the loopback ports of pipe 1 (p4rt.Config.LoopbackPorts), ports %d–%d cabled or configured in loopback", info.Profile(), loopbackPipe<<portPipeShift, (loopbackPipe+1)<<portPipeShift-1)
+		return fmt.Errorf("p4rt: the P4Info is the %s profile: pass the loopback ports of pipe 1 (p4rt.Config.LoopbackPorts), ports %d–%d cabled or configured in loopback", info.profile(), loopbackPipe<<portPipeShift, (loopbackPipe+1)<<portPipeShift-1)
 	}
-	if len(cfg.LoopbackPorts) > LoopbackKeyEntries {
-		return fmt.Errorf("p4rt: %d loopback ports: the %s profile spreads requests over at most %d (configuration.p4 LOOPBACK_KEY_ENTRIES)", len(cfg.LoopbackPorts), info.Profile(), LoopbackKeyEntries)
+	if len(cfg.LoopbackPorts) > loopbackKeyEntries {
+		return fmt.Errorf("p4rt: %d loopback ports: the %s profile spreads requests over at most %d (configuration.p4 LOOPBACK_KEY_ENTRIES)", len(cfg.LoopbackPorts), info.profile(), loopbackKeyEntries)
 	}
 	seen := map[uint32]bool{}
 	for _, port := range cfg.LoopbackPorts {
@@ -171,7 +171,7 @@ func checkProfile(cfg *Config) error {
 	for _, a := range addrs {
 		port := cfg.Ports[a]
 		if port > maxTofinoPort || port>>portPipeShift != workerPortPipe || port&(1<<portPipeShift-1) == recircPortLow {
-			errs = append(errs, fmt.Errorf("p4rt: worker %v on port %d: the %s profile needs workers on pipe 0 ports (0–127, not the recirculation port %d): the chunks' pipes after pipe 0 are loopback, and results leave from pipe 0", a, port, info.Profile(), recircPortLow))
+			errs = append(errs, fmt.Errorf("p4rt: worker %v on port %d: the %s profile needs workers on pipe 0 ports (0–127, not the recirculation port %d): the chunks' pipes after pipe 0 are loopback, and results leave from pipe 0", a, port, info.profile(), recircPortLow))
 		}
 	}
 	return errors.Join(errs...)
@@ -193,15 +193,15 @@ func (p *Programmer) writeProfile(ctx context.Context) error {
 
 func (p *Programmer) loopbackUpdates() ([]update, error) {
 	var ups []update
-	for key := uint32(0); key < LoopbackKeyEntries; key++ {
+	for key := uint32(0); key < loopbackKeyEntries; key++ {
 		port := p.cfg.LoopbackPorts[int(key)%len(p.cfg.LoopbackPorts)]
-		te, err := p.tableEntry(TableLoopbackPort, []match{{FieldLoopbackKey, uint64(key), 0}}, 0,
-			ActionSetLoopbackPort, paramsSetLoopbackPort, []uint64{uint64(port)})
+		te, err := p.tableEntry(tableLoopbackPort, []match{{fieldLoopbackKey, uint64(key), 0}}, 0,
+			actionSetLoopbackPort, paramsSetLoopbackPort, []uint64{uint64(port)})
 		if err != nil {
 			return nil, err
 		}
 		ups = append(ups, update{&p4v1.Update{Type: p4v1.Update_INSERT, Entity: tableEntity(te)},
-			fmt.Sprintf("%s entry (key %d → port %d)", TableLoopbackPort, key, port)})
+			fmt.Sprintf("%s entry (key %d → port %d)", tableLoopbackPort, key, port)})
 	}
 	return ups, nil
 }

@@ -32,14 +32,14 @@ func TestParityProfileWire16Constants(t *testing.T) {
 	p1024 := readP4SourceProfile(t, p4Profiles["payload-1024"])
 	c := src.consts
 	for name, want := range map[string]int64{
-		"PAYLOAD_BYTES":        PacketSize,
-		"IPV4_LEN_NO_EXT":      20 + 8 + rdma.BTHSize + PacketSize + rdma.ICRCSize,
-		"VALUES_PER_PACKET":    PacketSize / 2,
-		"CHUNK_BYTES":          PacketSize / 2, // 64 int16 lanes per pass: the 32 Processors' halves
-		"NUM_CHUNKS":           2,              // pipes 0 and 1
+		"PAYLOAD_BYTES":        packetSize256,
+		"IPV4_LEN_NO_EXT":      20 + 8 + rdma.BTHSize + packetSize256 + rdma.ICRCSize,
+		"VALUES_PER_PACKET":    packetSize256 / 2,
+		"CHUNK_BYTES":          packetSize256 / 2, // 64 int16 lanes per pass: the 32 Processors' halves
+		"NUM_CHUNKS":           2,                 // pipes 0 and 1
 		"LAST_CHUNK":           1,
-		"LOOPBACK_KEY_ENTRIES": LoopbackKeyEntries,
-		"LOOPBACK_KEY_LO":      LoopbackKeyShift,
+		"LOOPBACK_KEY_ENTRIES": loopbackKeyEntries,
+		"LOOPBACK_KEY_LO":      loopbackKeyShift,
 		"RECIRC_PORT_LOW":      recircPortLow,
 		"RECIRC_PORT_PIPE0":    recircPortLow,
 		"NUM_SLOTS":            def.consts["NUM_SLOTS"],
@@ -52,7 +52,7 @@ func TestParityProfileWire16Constants(t *testing.T) {
 		}
 	}
 	// The lane width: PAYLOAD_BYTES / VALUES_PER_PACKET, value_t, and the
-	// Processor register's halves (what P4Info.ElementBytes reads).
+	// Processor register's halves (what P4Info.elementBytes reads).
 	for _, p := range []struct {
 		name  string
 		src   *p4Source
@@ -87,13 +87,13 @@ func TestParityProfileWire16Constants(t *testing.T) {
 // lane width, payload size and name.
 func TestParityProfileWire16Names(t *testing.T) {
 	n := expand(parseP4Profile(t, p4Profiles["wire-16"]))
-	if keys, ok := n.tables[TableLoopbackPort]; !ok || strings.Join(keys, ",") != FieldLoopbackKey {
-		t.Errorf("WIRE_16: table %s keys %v (declared %v), backend %s", TableLoopbackPort, keys, ok, FieldLoopbackKey)
+	if keys, ok := n.tables[tableLoopbackPort]; !ok || strings.Join(keys, ",") != fieldLoopbackKey {
+		t.Errorf("WIRE_16: table %s keys %v (declared %v), backend %s", tableLoopbackPort, keys, ok, fieldLoopbackKey)
 	}
-	if ps := n.actions[ActionSetLoopbackPort]; strings.Join(ps, ",") != strings.Join(paramsSetLoopbackPort, ",") {
-		t.Errorf("WIRE_16: action %s parameters %v, backend %v", ActionSetLoopbackPort, ps, paramsSetLoopbackPort)
+	if ps := n.actions[actionSetLoopbackPort]; strings.Join(ps, ",") != strings.Join(paramsSetLoopbackPort, ",") {
+		t.Errorf("WIRE_16: action %s parameters %v, backend %v", actionSetLoopbackPort, ps, paramsSetLoopbackPort)
 	}
-	tables, _, registers, counters := UsedEntities()
+	tables, _, registers, counters := usedEntities()
 	for tb := range tables {
 		if _, ok := n.tables[tb]; !ok {
 			t.Errorf("WIRE_16: table %s (backend) is not declared", tb)
@@ -118,24 +118,24 @@ func TestParityProfileWire16Names(t *testing.T) {
 		size    int
 		profile string
 	}{
-		{"p4info_wire16.txt", info, 2, PacketSize, "16-bit"},
-		{"p4info.txt", loadFixture(t), 4, PacketSize, "256 B"},
-		{"p4info_1024.txt", loadFixture1024(t), 4, PacketSize1024, "1024 B"},
+		{"p4info_wire16.txt", info, 2, packetSize256, "16-bit"},
+		{"p4info.txt", loadFixture(t), 4, packetSize256, "256 B"},
+		{"p4info_1024.txt", loadFixture1024(t), 4, packetSize1024, "1024 B"},
 	} {
-		if got := f.info.ElementBytes(); got != f.bytes {
+		if got := f.info.elementBytes(); got != f.bytes {
 			t.Errorf("%s: ElementBytes %d, want %d", f.name, got, f.bytes)
 		}
-		if got := f.info.PacketSize(); got != f.size {
-			t.Errorf("%s: PacketSize %d, want %d", f.name, got, f.size)
+		if got := f.info.packetSize(); got != f.size {
+			t.Errorf("%s: packetSize %d, want %d", f.name, got, f.size)
 		}
-		if got := f.info.Profile(); got != f.profile {
+		if got := f.info.profile(); got != f.profile {
 			t.Errorf("%s: Profile %q, want %q", f.name, got, f.profile)
 		}
 	}
 	// Every Processor's register has the same halves.
-	for k := 0; k < NumProcessors; k++ {
-		if _, ws, err := info.registerLayout(RegisterProcessor(k)); err != nil || len(ws) != 2 || ws[0] != 16 || ws[1] != 16 {
-			t.Errorf("fixture %s: layout %v (%v), want [16 16]", RegisterProcessor(k), ws, err)
+	for k := 0; k < numProcessors; k++ {
+		if _, ws, err := info.registerLayout(registerProcessor(k)); err != nil || len(ws) != 2 || ws[0] != 16 || ws[1] != 16 {
+			t.Errorf("fixture %s: layout %v (%v), want [16 16]", registerProcessor(k), ws, err)
 		}
 	}
 }
@@ -161,19 +161,19 @@ func TestProgrammerWire16Profile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if p.ElementBytes() != 2 || p.PacketSize() != PacketSize {
-		t.Fatalf("ElementBytes %d, PacketSize %d", p.ElementBytes(), p.PacketSize())
+	if p.elementBytes() != 2 || p.packetSize() != packetSize256 {
+		t.Fatalf("elementBytes %d, packetSize %d", p.elementBytes(), p.packetSize())
 	}
 	f.mu.Lock()
 	keys := 0
 	for _, u := range f.writes {
-		if te := u.GetEntity().GetTableEntry(); te != nil && decodeEntry(t, info, te).table == TableLoopbackPort && u.GetType() == p4v1.Update_INSERT {
+		if te := u.GetEntity().GetTableEntry(); te != nil && decodeEntry(t, info, te).table == tableLoopbackPort && u.GetType() == p4v1.Update_INSERT {
 			keys++
 		}
 	}
 	f.mu.Unlock()
-	if keys != LoopbackKeyEntries {
-		t.Errorf("%d loopback_port entries, want %d", keys, LoopbackKeyEntries)
+	if keys != loopbackKeyEntries {
+		t.Errorf("%d loopback_port entries, want %d", keys, loopbackKeyEntries)
 	}
 
 	for _, tc := range []struct {
@@ -184,7 +184,7 @@ func TestProgrammerWire16Profile(t *testing.T) {
 	}{
 		{"32-bit float32", testJob, wire.ErrElementWidth, "32-bit elements: the 16-bit program sums 16-bit lanes"},
 		{"32-bit int32", func() *wire.Job { j := testJob(); j.DType = wire.Int32; return j }, wire.ErrElementWidth, "32-bit elements"},
-		{"16-bit 1024 B", func() *wire.Job { j := jobWire16(); j.PacketSize = PacketSize1024; return j }, wire.ErrBadJob, "256 B"},
+		{"16-bit 1024 B", func() *wire.Job { j := jobWire16(); j.PacketSize = packetSize1024; return j }, wire.ErrBadJob, "256 B"},
 	} {
 		err := p.AddJob(ctx, tc.job())
 		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) {
@@ -198,7 +198,7 @@ func TestProgrammerWire16Profile(t *testing.T) {
 	if err := p.AddJob(ctx, j); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.Jobs(); len(got) != 1 || got[0] != j.ID {
+	if got := p.jobIDs(); len(got) != 1 || got[0] != j.ID {
 		t.Errorf("Jobs %v after adding job %d", got, j.ID)
 	}
 	f.mu.Lock()
@@ -220,7 +220,7 @@ func TestProgrammerWire16Profile(t *testing.T) {
 		text string
 	}{
 		{"256 B", loadFixture(t), testConfig, jobWire16, "16-bit elements: the 256 B program sums 32-bit lanes"},
-		{"1024 B", loadFixture1024(t), config1024, func() *wire.Job { j := jobWire16(); j.PacketSize = PacketSize1024; return j }, "16-bit elements: the 1024 B program sums 32-bit lanes"},
+		{"1024 B", loadFixture1024(t), config1024, func() *wire.Job { j := jobWire16(); j.PacketSize = packetSize1024; return j }, "16-bit elements: the 1024 B program sums 32-bit lanes"},
 	} {
 		f, conn := startFake(t)
 		p, err := New(ctx, conn, tc.cfg(tc.info))

@@ -34,7 +34,7 @@ type planProfile struct {
 }
 
 var (
-	plan1024   = planProfile{name: "payload-1024", chunks: NumPipes1024, laneBytes: 4, mask: 0xFFFFFFFF}
+	plan1024   = planProfile{name: "payload-1024", chunks: numPipes1024, laneBytes: 4, mask: 0xFFFFFFFF}
 	planWire16 = planProfile{name: "wire-16", chunks: 2, laneBytes: 2, mask: 0xFFFF}
 )
 
@@ -432,7 +432,7 @@ func runPlan(t *testing.T, prof planProfile, seed int64, loopback func(uint32, i
 // service order of the ports.
 func TestPlan1024SumsAcrossPipes(t *testing.T) {
 	ports := []uint32{136, 140, 144}
-	byPool := func(pool uint32, _ int) int { return int(LoopbackPortFor(pool, ports)) }
+	byPool := func(pool uint32, _ int) int { return int(loopbackPortFor(pool, ports)) }
 	for seed := int64(1); seed <= 20; seed++ {
 		runPlan(t, plan1024, seed, byPool, true)
 	}
@@ -445,7 +445,7 @@ func TestPlan1024SumsAcrossPipes(t *testing.T) {
 // wrap), from the worker's pipe-0 port after 5 ingress passes.
 func TestPlanWire16SumsAcrossPipes(t *testing.T) {
 	ports := []uint32{136, 140, 144}
-	byPool := func(pool uint32, _ int) int { return int(LoopbackPortFor(pool, ports)) }
+	byPool := func(pool uint32, _ int) int { return int(loopbackPortFor(pool, ports)) }
 	for seed := int64(1); seed <= 20; seed++ {
 		runPlan(t, planWire16, seed, byPool, true)
 	}

@@ -33,17 +33,17 @@ func TestParityProfile1024Constants(t *testing.T) {
 	def := readP4Source(t)
 	c := src.consts
 	for name, want := range map[string]int64{
-		"PAYLOAD_BYTES":        PacketSize1024,
-		"IPV4_LEN_NO_EXT":      20 + 8 + rdma.BTHSize + PacketSize1024 + rdma.ICRCSize,
-		"CHUNK_BYTES":          PacketSize,                  // one 256 B window per pass
-		"NUM_CHUNKS":           PacketSize1024 / PacketSize, // = Tofino 1's 4 pipes
-		"LAST_CHUNK":           PacketSize1024/PacketSize - 1,
-		"LOOPBACK_KEY_ENTRIES": LoopbackKeyEntries,
-		"LOOPBACK_KEY_LO":      LoopbackKeyShift,
+		"PAYLOAD_BYTES":        packetSize1024,
+		"IPV4_LEN_NO_EXT":      20 + 8 + rdma.BTHSize + packetSize1024 + rdma.ICRCSize,
+		"CHUNK_BYTES":          packetSize256,                  // one 256 B window per pass
+		"NUM_CHUNKS":           packetSize1024 / packetSize256, // = Tofino 1's 4 pipes
+		"LAST_CHUNK":           packetSize1024/packetSize256 - 1,
+		"LOOPBACK_KEY_ENTRIES": loopbackKeyEntries,
+		"LOOPBACK_KEY_LO":      loopbackKeyShift,
 		"RECIRC_PORT_LOW":      recircPortLow,
 		"RECIRC_PORT_PIPE0":    recircPortLow,
 		"NUM_SLOTS":            def.consts["NUM_SLOTS"], // the controller's pool size does not change
-		"VALUES_PER_PACKET":    PacketSize / 4,          // per pass
+		"VALUES_PER_PACKET":    packetSize256 / 4,       // per pass
 	} {
 		got, ok := c[name]
 		if !ok {
@@ -55,8 +55,8 @@ func TestParityProfile1024Constants(t *testing.T) {
 	// The key is LOOPBACK_KEY_HI..LO of the pool index, into a field as
 	// wide as that slice, with one table entry per value.
 	keyBits := c["LOOPBACK_KEY_HI"] - c["LOOPBACK_KEY_LO"] + 1
-	if 1<<keyBits != LoopbackKeyEntries {
-		t.Errorf("loopback key slice [%d:%d] has %d values, LOOPBACK_KEY_ENTRIES %d", c["LOOPBACK_KEY_HI"], c["LOOPBACK_KEY_LO"], 1<<keyBits, LoopbackKeyEntries)
+	if 1<<keyBits != loopbackKeyEntries {
+		t.Errorf("loopback key slice [%d:%d] has %d values, LOOPBACK_KEY_ENTRIES %d", c["LOOPBACK_KEY_HI"], c["LOOPBACK_KEY_LO"], 1<<keyBits, loopbackKeyEntries)
 	}
 	if w, err := src.width(src.structs["ingress_metadata_t"]["loopback_key"]); err != nil || int64(w) != keyBits {
 		t.Errorf("ingress_metadata_t.loopback_key is %d bits (%v), the key slice %d", w, err, keyBits)
@@ -77,8 +77,8 @@ func TestParityProfile1024Constants(t *testing.T) {
 		}
 		passes[v] = name
 	}
-	if 1<<src.widths["chunk_t"] != NumPipes1024 {
-		t.Errorf("chunk_t has %d values, the profile uses %d pipes", 1<<src.widths["chunk_t"], NumPipes1024)
+	if 1<<src.widths["chunk_t"] != numPipes1024 {
+		t.Errorf("chunk_t has %d values, the profile uses %d pipes", 1<<src.widths["chunk_t"], numPipes1024)
 	}
 	// The bridged header keeps its size: the egress parse depths are the
 	// 256 B profile's.
@@ -88,8 +88,8 @@ func TestParityProfile1024Constants(t *testing.T) {
 	// The 256 B profiles have none of it.
 	for _, profile := range []string{"default", "test"} {
 		s := readP4SourceProfile(t, p4Profiles[profile])
-		if s.consts["PAYLOAD_BYTES"] != PacketSize {
-			t.Errorf("%s profile: PAYLOAD_BYTES = %d, want %d", profile, s.consts["PAYLOAD_BYTES"], PacketSize)
+		if s.consts["PAYLOAD_BYTES"] != packetSize256 {
+			t.Errorf("%s profile: PAYLOAD_BYTES = %d, want %d", profile, s.consts["PAYLOAD_BYTES"], packetSize256)
 		}
 		for _, name := range []string{"CHUNK_BYTES", "PASS_CONSUME", "LOOPBACK_KEY_ENTRIES"} {
 			if _, ok := s.consts[name]; ok {
@@ -104,13 +104,13 @@ func TestParityProfile1024Constants(t *testing.T) {
 // profile's P4Info fixture is exactly the profile's entities.
 func TestParityProfile1024Names(t *testing.T) {
 	n := expand(parseP4Profile(t, p4Profiles["payload-1024"]))
-	if keys, ok := n.tables[TableLoopbackPort]; !ok || strings.Join(keys, ",") != FieldLoopbackKey {
-		t.Errorf("PAYLOAD_1024: table %s keys %v (declared %v), backend %s", TableLoopbackPort, keys, ok, FieldLoopbackKey)
+	if keys, ok := n.tables[tableLoopbackPort]; !ok || strings.Join(keys, ",") != fieldLoopbackKey {
+		t.Errorf("PAYLOAD_1024: table %s keys %v (declared %v), backend %s", tableLoopbackPort, keys, ok, fieldLoopbackKey)
 	}
-	if ps := n.actions[ActionSetLoopbackPort]; strings.Join(ps, ",") != strings.Join(paramsSetLoopbackPort, ",") {
-		t.Errorf("PAYLOAD_1024: action %s parameters %v, backend %v", ActionSetLoopbackPort, ps, paramsSetLoopbackPort)
+	if ps := n.actions[actionSetLoopbackPort]; strings.Join(ps, ",") != strings.Join(paramsSetLoopbackPort, ",") {
+		t.Errorf("PAYLOAD_1024: action %s parameters %v, backend %v", actionSetLoopbackPort, ps, paramsSetLoopbackPort)
 	}
-	tables, _, registers, counters := UsedEntities()
+	tables, _, registers, counters := usedEntities()
 	for tb := range tables {
 		if _, ok := n.tables[tb]; !ok {
 			t.Errorf("PAYLOAD_1024: table %s (backend) is not declared", tb)
@@ -127,21 +127,21 @@ func TestParityProfile1024Names(t *testing.T) {
 		}
 	}
 	for _, profile := range []string{"default", "test"} {
-		if _, ok := expand(parseP4Profile(t, p4Profiles[profile])).tables[TableLoopbackPort]; ok {
-			t.Errorf("%s profile declares %s", profile, TableLoopbackPort)
+		if _, ok := expand(parseP4Profile(t, p4Profiles[profile])).tables[tableLoopbackPort]; ok {
+			t.Errorf("%s profile declares %s", profile, tableLoopbackPort)
 		}
 	}
 	info := loadFixture1024(t)
 	compareP4InfoFixture(t, n, info)
-	if info.PacketSize() != PacketSize1024 {
-		t.Errorf("P4Info 1024 fixture: PacketSize %d", info.PacketSize())
+	if info.packetSize() != packetSize1024 {
+		t.Errorf("P4Info 1024 fixture: packetSize %d", info.packetSize())
 	}
-	if loadFixture(t).PacketSize() != PacketSize {
-		t.Errorf("default P4Info fixture: PacketSize %d", loadFixture(t).PacketSize())
+	if loadFixture(t).packetSize() != packetSize256 {
+		t.Errorf("default P4Info fixture: packetSize %d", loadFixture(t).packetSize())
 	}
-	tb, _ := info.table(TableLoopbackPort)
-	if tb.GetSize() != LoopbackKeyEntries {
-		t.Errorf("fixture %s size %d, LOOPBACK_KEY_ENTRIES %d", TableLoopbackPort, tb.GetSize(), LoopbackKeyEntries)
+	tb, _ := info.table(tableLoopbackPort)
+	if tb.GetSize() != loopbackKeyEntries {
+		t.Errorf("fixture %s size %d, LOOPBACK_KEY_ENTRIES %d", tableLoopbackPort, tb.GetSize(), loopbackKeyEntries)
 	}
 }
 
@@ -158,13 +158,13 @@ func config1024(info *P4Info) Config {
 
 func job1024() *wire.Job {
 	j := testJob()
-	j.PacketSize = PacketSize1024
+	j.PacketSize = packetSize1024
 	return j
 }
 
 // TestProgrammer1024Profile: with the 1024 B program's P4Info the backend
 // writes every loopback_port key (spread over the configured pipe-1 ports
-// the way LoopbackPortFor says), accepts 1024 B jobs with the same
+// the way loopbackPortFor says), accepts 1024 B jobs with the same
 // per-job writes and multicast group as 256 B, and refuses 256 B jobs.
 func TestProgrammer1024Profile(t *testing.T) {
 	info := loadFixture1024(t)
@@ -177,8 +177,8 @@ func TestProgrammer1024Profile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if p.PacketSize() != PacketSize1024 {
-		t.Fatalf("PacketSize %d", p.PacketSize())
+	if p.packetSize() != packetSize1024 {
+		t.Fatalf("packetSize %d", p.packetSize())
 	}
 	f.mu.Lock()
 	ports := map[uint64]uint64{}
@@ -188,29 +188,29 @@ func TestProgrammer1024Profile(t *testing.T) {
 			continue
 		}
 		d := decodeEntry(t, info, te)
-		if d.table != TableLoopbackPort {
+		if d.table != tableLoopbackPort {
 			continue
 		}
-		if u.GetType() != p4v1.Update_INSERT || d.action != ActionSetLoopbackPort {
+		if u.GetType() != p4v1.Update_INSERT || d.action != actionSetLoopbackPort {
 			t.Errorf("loopback_port write %v %s", u.GetType(), d.action)
 		}
-		key := d.keys[FieldLoopbackKey][0]
+		key := d.keys[fieldLoopbackKey][0]
 		if _, dup := ports[key]; dup {
 			t.Errorf("loopback_port key %d written twice", key)
 		}
 		ports[key] = d.params["port"]
 	}
 	f.mu.Unlock()
-	if len(ports) != LoopbackKeyEntries {
-		t.Fatalf("%d loopback_port entries, want one per key (%d)", len(ports), LoopbackKeyEntries)
+	if len(ports) != loopbackKeyEntries {
+		t.Fatalf("%d loopback_port entries, want one per key (%d)", len(ports), loopbackKeyEntries)
 	}
 	perPort := map[uint64]int{}
 	for key, port := range ports {
 		perPort[port]++
 		// A pool index whose key is this one takes this port.
-		pool := uint32(key) << LoopbackKeyShift
-		if want := LoopbackPortFor(pool, cfg.LoopbackPorts); uint64(want) != port {
-			t.Errorf("key %d → port %d, LoopbackPortFor(%d) = %d", key, port, pool, want)
+		pool := uint32(key) << loopbackKeyShift
+		if want := loopbackPortFor(pool, cfg.LoopbackPorts); uint64(want) != port {
+			t.Errorf("key %d → port %d, loopbackPortFor(%d) = %d", key, port, pool, want)
 		}
 		if port>>7 != 1 {
 			t.Errorf("key %d → port %d, not in pipe 1", key, port)
@@ -221,9 +221,9 @@ func TestProgrammer1024Profile(t *testing.T) {
 	}
 	// Both sets of one slot, and the 16 slots of a block, share a port.
 	for slot := uint32(0); slot < 64; slot++ {
-		a, b := LoopbackPortFor(slot<<1, cfg.LoopbackPorts), LoopbackPortFor(slot<<1|1, cfg.LoopbackPorts)
-		if a != b || a != LoopbackPortFor(slot&^15<<1, cfg.LoopbackPorts) {
-			t.Errorf("slot %d: sets on ports %d, %d; block start on %d", slot, a, b, LoopbackPortFor(slot&^15<<1, cfg.LoopbackPorts))
+		a, b := loopbackPortFor(slot<<1, cfg.LoopbackPorts), loopbackPortFor(slot<<1|1, cfg.LoopbackPorts)
+		if a != b || a != loopbackPortFor(slot&^15<<1, cfg.LoopbackPorts) {
+			t.Errorf("slot %d: sets on ports %d, %d; block start on %d", slot, a, b, loopbackPortFor(slot&^15<<1, cfg.LoopbackPorts))
 		}
 	}
 

@@ -24,11 +24,11 @@ import (
 	"github.com/swml-rdma/swml-rdma/rdma"
 )
 
-// PacketSize is the payload size the default and test profiles of
+// packetSize256 is the payload size the default and test profiles of
 // p4/rdma_switch aggregate (64 int32 values per pass). The PAYLOAD_1024
-// profile aggregates PacketSize1024 (profile.go); P4Info.PacketSize tells
+// profile aggregates packetSize1024 (profile.go); P4Info.packetSize tells
 // which program a P4Info describes.
-const PacketSize = 256
+const packetSize256 = 256
 
 // Errors a Programmer wraps, for a caller to render its remedy.
 var (
@@ -78,7 +78,7 @@ type Config struct {
 	ClearValues bool
 	// LoopbackPorts are pipe 1 ports in loopback that the 1024 B and
 	// 16-bit profiles (-DPAYLOAD_1024, -DWIRE_16) send requests through for
-	// their consume passes (at most LoopbackKeyEntries; profile.go).
+	// their consume passes (at most loopbackKeyEntries; profile.go).
 	// Required with those profiles' P4Info, refused with the 256 B program's.
 	LoopbackPorts []uint32
 	// BatchSize bounds the updates of one WriteRequest; 0 means 1024.
@@ -144,11 +144,11 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, cfg Config) (*Progr
 			return nil, fmt.Errorf("p4rt: drop probability %v: use 0 to 1", p)
 		}
 	}
-	bitmap, _ := cfg.P4Info.register(RegisterBitmap)
+	bitmap, _ := cfg.P4Info.register(registerBitmap)
 	if int64(cfg.PoolSize) > int64(bitmap.GetSize()) {
-		return nil, fmt.Errorf("p4rt: pool size %d: %w: %d (register %s)", cfg.PoolSize, ErrPoolSize, bitmap.GetSize(), RegisterBitmap)
+		return nil, fmt.Errorf("p4rt: pool size %d: %w: %d (register %s)", cfg.PoolSize, ErrPoolSize, bitmap.GetSize(), registerBitmap)
 	}
-	rx, _ := cfg.P4Info.register(RegisterRxQP)
+	rx, _ := cfg.P4Info.register(registerRxQP)
 	if cfg.ElectionID == 0 {
 		cfg.ElectionID = 1
 	}
@@ -178,7 +178,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, cfg Config) (*Progr
 			DeviceId:   cfg.DeviceID,
 			ElectionId: p.election,
 			Action:     p4v1.SetForwardingPipelineConfigRequest_VERIFY_AND_COMMIT,
-			Config:     &p4v1.ForwardingPipelineConfig{P4Info: cfg.P4Info.Proto, P4DeviceConfig: cfg.DeviceConfig},
+			Config:     &p4v1.ForwardingPipelineConfig{P4Info: cfg.P4Info.pb, P4DeviceConfig: cfg.DeviceConfig},
 		})
 		if err != nil {
 			p.Close()
@@ -289,16 +289,16 @@ func (p *Programmer) writeDefaults(ctx context.Context) error {
 		ups = append(ups, update{&p4v1.Update{Type: p4v1.Update_MODIFY, Entity: tableEntity(te)}, what})
 		return nil
 	}
-	if err := add(TableSwitchAddress, ActionSetSwitchAddress, paramsSetSwitchAddress, []uint64{mac, ip},
-		fmt.Sprintf("switch address %v %v (%s default action)", p.cfg.SwitchMAC, p.cfg.SwitchIPv4, TableSwitchAddress)); err != nil {
+	if err := add(tableSwitchAddress, actionSetSwitchAddress, paramsSetSwitchAddress, []uint64{mac, ip},
+		fmt.Sprintf("switch address %v %v (%s default action)", p.cfg.SwitchMAC, p.cfg.SwitchIPv4, tableSwitchAddress)); err != nil {
 		return err
 	}
-	if err := add(TableIngressDrop, ActionIngressDrop, paramsSetDrop, []uint64{threshold(p.cfg.IngressDrop)},
-		fmt.Sprintf("ingress drop probability %v (%s)", p.cfg.IngressDrop, TableIngressDrop)); err != nil {
+	if err := add(tableIngressDrop, actionIngressDrop, paramsSetDrop, []uint64{threshold(p.cfg.IngressDrop)},
+		fmt.Sprintf("ingress drop probability %v (%s)", p.cfg.IngressDrop, tableIngressDrop)); err != nil {
 		return err
 	}
-	if err := add(TableEgressDrop, ActionEgressDrop, paramsSetDrop, []uint64{threshold(p.cfg.EgressDrop)},
-		fmt.Sprintf("egress drop probability %v (%s)", p.cfg.EgressDrop, TableEgressDrop)); err != nil {
+	if err := add(tableEgressDrop, actionEgressDrop, paramsSetDrop, []uint64{threshold(p.cfg.EgressDrop)},
+		fmt.Sprintf("egress drop probability %v (%s)", p.cfg.EgressDrop, tableEgressDrop)); err != nil {
 		return err
 	}
 	return p.write(ctx, ups)
@@ -327,7 +327,7 @@ func (p *Programmer) AddJob(ctx context.Context, job *wire.Job) error {
 	qps, ok := p.qps.Alloc(uint32(n * q))
 	if !ok {
 		p.mu.Unlock()
-		return fmt.Errorf("p4rt: add job %d: out of QP state entries for %d workers × %d QPs (register %s holds %d); end other jobs", job.ID, n, q, RegisterRxQP, p.rxSize)
+		return fmt.Errorf("p4rt: add job %d: out of QP state entries for %d workers × %d QPs (register %s holds %d); end other jobs", job.ID, n, q, registerRxQP, p.rxSize)
 	}
 	mgid := p.allocMGID()
 	ij := &installedJob{job: job.Clone(), mgid: mgid, qpBase: qps.Base, qps: qps}
@@ -390,13 +390,13 @@ func (p *Programmer) checkJob(job *wire.Job) error {
 	if err := job.Validate(); err != nil {
 		return fmt.Errorf("p4rt: add job: %w", err)
 	}
-	if w := p.ElementBytes(); job.LaneBytes() != w {
+	if w := p.elementBytes(); job.LaneBytes() != w {
 		// The Processors' registers add lanes of one width (configuration.p4
 		// WIRE_16; docs/p4.md "16-bit profile").
 		return fmt.Errorf("p4rt: add job %d: %d-bit elements: the %s program sums %d-bit lanes: %w",
-			job.ID, 8*job.LaneBytes(), p.info.Profile(), 8*w, wire.ErrElementWidth)
+			job.ID, 8*job.LaneBytes(), p.info.profile(), 8*w, wire.ErrElementWidth)
 	}
-	if size := p.PacketSize(); job.PacketSize != size {
+	if size := p.packetSize(); job.PacketSize != size {
 		return fmt.Errorf("p4rt: add job %d: %w: packet size %d: the loaded Tofino program aggregates %d B payloads (p4/build.sh builds 256 B in build/p4/default and 1024 B in build/p4/payload1024); run the job with %d B packets or load the other build", job.ID, wire.ErrBadJob, job.PacketSize, size, size)
 	}
 	if job.DType != wire.Float32 && job.DType != wire.Int32 {
@@ -443,46 +443,46 @@ func (p *Programmer) jobUpdates(ij *installedJob) ([]update, error) {
 	for r, w := range job.Workers {
 		for i := 0; i < q; i++ {
 			idx := int64(ij.qpBase) + int64(r*q+i)
-			e, err := p.registerEntry(RegisterRxQP, idx, invalidPSN, 0)
+			e, err := p.registerEntry(registerRxQP, idx, invalidPSN, 0)
 			if err != nil {
 				return nil, err
 			}
-			regs = append(regs, update{modify(registerEntity(e)), fmt.Sprintf("%s[%d] (worker %d QP %d)", RegisterRxQP, idx, r, i)})
-			e, err = p.registerEntry(RegisterRxHighPSN, idx, 0)
+			regs = append(regs, update{modify(registerEntity(e)), fmt.Sprintf("%s[%d] (worker %d QP %d)", registerRxQP, idx, r, i)})
+			e, err = p.registerEntry(registerRxHighPSN, idx, 0)
 			if err != nil {
 				return nil, err
 			}
-			regs = append(regs, update{modify(registerEntity(e)), fmt.Sprintf("%s[%d] (worker %d QP %d)", RegisterRxHighPSN, idx, r, i)})
-			e, err = p.registerEntry(RegisterTxPos, idx, txClosed)
+			regs = append(regs, update{modify(registerEntity(e)), fmt.Sprintf("%s[%d] (worker %d QP %d)", registerRxHighPSN, idx, r, i)})
+			e, err = p.registerEntry(registerTxPos, idx, txClosed)
 			if err != nil {
 				return nil, err
 			}
-			regs = append(regs, update{modify(registerEntity(e)), fmt.Sprintf("%s[%d] (worker %d QP %d)", RegisterTxPos, idx, r, i)})
-			e, err = p.registerEntry(RegisterPSN, idx, uint64(w.PSNs[i]))
+			regs = append(regs, update{modify(registerEntity(e)), fmt.Sprintf("%s[%d] (worker %d QP %d)", registerTxPos, idx, r, i)})
+			e, err = p.registerEntry(registerPSN, idx, uint64(w.PSNs[i]))
 			if err != nil {
 				return nil, err
 			}
-			regs = append(regs, update{modify(registerEntity(e)), fmt.Sprintf("%s[%d] = PSN %#x (worker %d QP %d)", RegisterPSN, idx, w.PSNs[i], r, i)})
-			te, err := p.tableEntry(TableWorkerQP, []match{{FieldMGID, uint64(ij.mgid), 0}, {FieldDestRank, uint64(r), 0}, {FieldQPIndex, uint64(i), 0}}, 0,
-				ActionSetWorkerQP, paramsSetWorkerQP, []uint64{uint64(w.QPNs[i]), uint64(idx)})
+			regs = append(regs, update{modify(registerEntity(e)), fmt.Sprintf("%s[%d] = PSN %#x (worker %d QP %d)", registerPSN, idx, w.PSNs[i], r, i)})
+			te, err := p.tableEntry(tableWorkerQP, []match{{fieldMGID, uint64(ij.mgid), 0}, {fieldDestRank, uint64(r), 0}, {fieldQPIndex, uint64(i), 0}}, 0,
+				actionSetWorkerQP, paramsSetWorkerQP, []uint64{uint64(w.QPNs[i]), uint64(idx)})
 			if err != nil {
 				return nil, err
 			}
-			sender = append(sender, update{insert(tableEntity(te)), fmt.Sprintf("%s entry (job %d worker %d QP %d → QPN %#x)", TableWorkerQP, job.ID, r, i, w.QPNs[i])})
+			sender = append(sender, update{insert(tableEntity(te)), fmt.Sprintf("%s entry (job %d worker %d QP %d → QPN %#x)", tableWorkerQP, job.ID, r, i, w.QPNs[i])})
 		}
-		te, err := p.tableEntry(TableWorker, []match{{FieldMGID, uint64(ij.mgid), 0}, {FieldDestRank, uint64(r), 0}}, 0,
-			ActionSetWorker, paramsSetWorker, []uint64{macUint(w.MAC), ipUint(w.Addr), uint64(w.RKey)})
+		te, err := p.tableEntry(tableWorker, []match{{fieldMGID, uint64(ij.mgid), 0}, {fieldDestRank, uint64(r), 0}}, 0,
+			actionSetWorker, paramsSetWorker, []uint64{macUint(w.MAC), ipUint(w.Addr), uint64(w.RKey)})
 		if err != nil {
 			return nil, err
 		}
-		sender = append(sender, update{insert(tableEntity(te)), fmt.Sprintf("%s entry (job %d worker %d %v %v)", TableWorker, job.ID, r, w.MAC, w.Addr)})
+		sender = append(sender, update{insert(tableEntity(te)), fmt.Sprintf("%s entry (job %d worker %d %v %v)", tableWorker, job.ID, r, w.MAC, w.Addr)})
 		prefix, _ := wire.P4AppQPN(r, 0)
-		te, err = p.tableEntry(TableReceiveQP, []match{{FieldSrcAddr, ipUint(w.Addr), 0}, {FieldDstAddr, ipUint(p.cfg.SwitchIPv4), 0}, {FieldDstQP, uint64(prefix), qpnRankMask}}, 1,
-			ActionSetQP, paramsSetQP, []uint64{uint64(r), 1 << uint(r), uint64(len(job.Workers)), uint64(q), uint64(ij.qpBase) + uint64(r*q), 2 * uint64(job.PoolBase), 2 * (uint64(job.PoolBase) + uint64(job.PoolSlots)), uint64(ij.mgid)})
+		te, err = p.tableEntry(tableReceiveQP, []match{{fieldSrcAddr, ipUint(w.Addr), 0}, {fieldDstAddr, ipUint(p.cfg.SwitchIPv4), 0}, {fieldDstQP, uint64(prefix), qpnRankMask}}, 1,
+			actionSetQP, paramsSetQP, []uint64{uint64(r), 1 << uint(r), uint64(len(job.Workers)), uint64(q), uint64(ij.qpBase) + uint64(r*q), 2 * uint64(job.PoolBase), 2 * (uint64(job.PoolBase) + uint64(job.PoolSlots)), uint64(ij.mgid)})
 		if err != nil {
 			return nil, err
 		}
-		recv = append(recv, update{insert(tableEntity(te)), fmt.Sprintf("%s entry (job %d worker %d %v, QPN %#x/%#x)", TableReceiveQP, job.ID, r, w.Addr, prefix, qpnRankMask)})
+		recv = append(recv, update{insert(tableEntity(te)), fmt.Sprintf("%s entry (job %d worker %d %v, QPN %#x/%#x)", tableReceiveQP, job.ID, r, w.Addr, prefix, qpnRankMask)})
 	}
 	ups := append(regs, sender...)
 	ups = append(ups, update{insert(p.multicastEntity(ij)), fmt.Sprintf("multicast group %d (job %d, %d replicas)", ij.mgid, job.ID, len(job.Workers))})
@@ -567,7 +567,7 @@ func (p *Programmer) clearUpdates(ij *installedJob) ([]update, error) {
 		return nil
 	}
 	for s := job.PoolBase; s < job.PoolBase+job.PoolSlots; s++ {
-		if err := add(RegisterBitmap, int64(s), 0, 0); err != nil {
+		if err := add(registerBitmap, int64(s), 0, 0); err != nil {
 			return nil, err
 		}
 		for set := int64(0); set < 2; set++ {
@@ -575,14 +575,14 @@ func (p *Programmer) clearUpdates(ij *installedJob) ([]update, error) {
 			for _, r := range []struct {
 				name string
 				v    uint64
-			}{{RegisterMissing, 0}, {RegisterMaxE0, exponentUnset}, {RegisterMaxE1, exponentUnset}, {RegisterMsgID, 0}} {
+			}{{registerMissing, 0}, {registerMaxE0, exponentUnset}, {registerMaxE1, exponentUnset}, {registerMsgID, 0}} {
 				if err := add(r.name, pi, r.v); err != nil {
 					return nil, err
 				}
 			}
 			if p.cfg.ClearValues {
-				for k := 0; k < NumProcessors; k++ {
-					if err := add(RegisterProcessor(k), pi, 0, 0); err != nil {
+				for k := 0; k < numProcessors; k++ {
+					if err := add(registerProcessor(k), pi, 0, 0); err != nil {
 						return nil, err
 					}
 				}
@@ -592,16 +592,16 @@ func (p *Programmer) clearUpdates(ij *installedJob) ([]update, error) {
 	nq := len(job.Workers) * len(job.Workers[0].QPNs)
 	for i := 0; i < nq; i++ {
 		idx := int64(ij.qpBase) + int64(i)
-		if err := add(RegisterRxQP, idx, invalidPSN, 0); err != nil {
+		if err := add(registerRxQP, idx, invalidPSN, 0); err != nil {
 			return nil, err
 		}
-		if err := add(RegisterRxHighPSN, idx, 0); err != nil {
+		if err := add(registerRxHighPSN, idx, 0); err != nil {
 			return nil, err
 		}
-		if err := add(RegisterTxPos, idx, txClosed); err != nil {
+		if err := add(registerTxPos, idx, txClosed); err != nil {
 			return nil, err
 		}
-		if err := add(RegisterPSN, idx, 0); err != nil {
+		if err := add(registerPSN, idx, 0); err != nil {
 			return nil, err
 		}
 	}
@@ -674,12 +674,12 @@ func isNotFound(err error) bool {
 	return we.Code == code.Code_NOT_FOUND
 }
 
-// Counters reads the NextStep, not-SwitchML and RDMASender result counters:
+// readCounters reads the NextStep, not-SwitchML and RDMASender result counters:
 // name → packet count per index (decision code, switchmodel.DropReason
 // code, or 0 = result sent / 1 = skipped out of order).
-func (p *Programmer) Counters(ctx context.Context) (map[string][]uint64, error) {
+func (p *Programmer) readCounters(ctx context.Context) (map[string][]uint64, error) {
 	out := map[string][]uint64{}
-	for _, name := range []string{CounterDecisions, CounterDrops, CounterNotSwitch, CounterResults} {
+	for _, name := range []string{counterDecisions, counterDrops, counterNotSwitch, counterResults} {
 		c, err := p.info.counter(name)
 		if err != nil {
 			return nil, err
@@ -721,8 +721,8 @@ func (p *Programmer) allocMGID() uint32 {
 	}
 }
 
-// Jobs returns the installed job ids, sorted.
-func (p *Programmer) Jobs() []uint32 {
+// jobIDs returns the installed job ids, sorted.
+func (p *Programmer) jobIDs() []uint32 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ids := make([]uint32, 0, len(p.jobs))

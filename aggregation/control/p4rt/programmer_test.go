@@ -80,9 +80,9 @@ func decodeEntry(t *testing.T, info *P4Info, te *p4v1.TableEntry) decoded {
 				for _, f := range tb.GetMatchFields() {
 					if f.GetId() == m.GetFieldId() {
 						if ex := m.GetExact(); ex != nil {
-							d.keys[f.GetName()] = [2]uint64{DecodeUint(ex.GetValue()), 0}
+							d.keys[f.GetName()] = [2]uint64{decodeUint(ex.GetValue()), 0}
 						} else {
-							d.keys[f.GetName()] = [2]uint64{DecodeUint(m.GetTernary().GetValue()), DecodeUint(m.GetTernary().GetMask())}
+							d.keys[f.GetName()] = [2]uint64{decodeUint(m.GetTernary().GetValue()), decodeUint(m.GetTernary().GetMask())}
 						}
 					}
 				}
@@ -96,7 +96,7 @@ func decodeEntry(t *testing.T, info *P4Info, te *p4v1.TableEntry) decoded {
 			for _, pv := range a.GetParams() {
 				for _, pr := range ac.GetParams() {
 					if pr.GetId() == pv.GetParamId() {
-						d.params[pr.GetName()] = DecodeUint(pv.GetValue())
+						d.params[pr.GetName()] = decodeUint(pv.GetValue())
 					}
 				}
 			}
@@ -120,11 +120,11 @@ func regValues(d *p4v1.P4Data) []uint64 {
 	if s := d.GetStruct(); s != nil {
 		var v []uint64
 		for _, m := range s.GetMembers() {
-			v = append(v, DecodeUint(m.GetBitstring()))
+			v = append(v, decodeUint(m.GetBitstring()))
 		}
 		return v
 	}
-	return []uint64{DecodeUint(d.GetBitstring())}
+	return []uint64{decodeUint(d.GetBitstring())}
 }
 
 func TestProgrammerFourWorkerJob(t *testing.T) {
@@ -155,13 +155,13 @@ func TestProgrammerFourWorkerJob(t *testing.T) {
 	}
 	nDefaults := len(f.writes)
 	f.mu.Unlock()
-	if got := defaults[TableSwitchAddress]; got["switch_mac"] != 0x02aa00000001 || got["switch_ip"] != 0x0a0000fe {
+	if got := defaults[tableSwitchAddress]; got["switch_mac"] != 0x02aa00000001 || got["switch_ip"] != 0x0a0000fe {
 		t.Errorf("switch address = %x", got)
 	}
-	if got := defaults[TableIngressDrop]["drop_threshold"]; got != threshold(0.01) || got != 655 { // 0.01·2^16
+	if got := defaults[tableIngressDrop]["drop_threshold"]; got != threshold(0.01) || got != 655 { // 0.01·2^16
 		t.Errorf("ingress drop threshold = %d", got)
 	}
-	if got := defaults[TableEgressDrop]["drop_threshold"]; got != 1<<15 {
+	if got := defaults[tableEgressDrop]["drop_threshold"]; got != 1<<15 {
 		t.Errorf("egress drop threshold = %d", got)
 	}
 
@@ -175,7 +175,7 @@ func TestProgrammerFourWorkerJob(t *testing.T) {
 	lastNonRecv := -1
 	firstRecv := len(jobWrites)
 	for i, u := range jobWrites {
-		if te := u.GetEntity().GetTableEntry(); te != nil && decodeEntry(t, info, te).table == TableReceiveQP {
+		if te := u.GetEntity().GetTableEntry(); te != nil && decodeEntry(t, info, te).table == tableReceiveQP {
 			firstRecv = min(firstRecv, i)
 		} else {
 			lastNonRecv = i
@@ -209,20 +209,20 @@ func TestProgrammerFourWorkerJob(t *testing.T) {
 		}
 	}
 
-	if n := len(byTable[TableReceiveQP]); n != 4 {
+	if n := len(byTable[tableReceiveQP]); n != 4 {
 		t.Fatalf("receive_qp entries = %d, want 4", n)
 	}
 	qpBase := map[int]uint64{}
-	for _, d := range byTable[TableReceiveQP] {
+	for _, d := range byTable[tableReceiveQP] {
 		r := int(d.params["worker_id"])
 		w := job.Workers[r]
-		if d.action != ActionSetQP || d.priority == 0 {
+		if d.action != actionSetQP || d.priority == 0 {
 			t.Errorf("receive_qp rank %d: action %s priority %d", r, d.action, d.priority)
 		}
-		if d.keys[FieldSrcAddr][0] != ipUint(w.Addr) || d.keys[FieldDstAddr][0] != ipUint(switchIP) {
-			t.Errorf("receive_qp rank %d: src %x dst %x", r, d.keys[FieldSrcAddr][0], d.keys[FieldDstAddr][0])
+		if d.keys[fieldSrcAddr][0] != ipUint(w.Addr) || d.keys[fieldDstAddr][0] != ipUint(switchIP) {
+			t.Errorf("receive_qp rank %d: src %x dst %x", r, d.keys[fieldSrcAddr][0], d.keys[fieldDstAddr][0])
 		}
-		if k := d.keys[FieldDstQP]; k[0] != uint64(0x800000|r<<16) || k[1] != 0xFFFE00 {
+		if k := d.keys[fieldDstQP]; k[0] != uint64(0x800000|r<<16) || k[1] != 0xFFFE00 {
 			t.Errorf("receive_qp rank %d: QPN %#x/%#x", r, k[0], k[1])
 		}
 		want := map[string]uint64{"worker_bit": 1 << r, "num_workers": 4, "num_qps": 3, "pool_first_index": 32, "pool_end_index": 44, "mgid": uint64(mgid)}
@@ -240,42 +240,42 @@ func TestProgrammerFourWorkerJob(t *testing.T) {
 		}
 	}
 
-	if n := len(byTable[TableWorker]); n != 4 {
+	if n := len(byTable[tableWorker]); n != 4 {
 		t.Fatalf("worker entries = %d, want 4", n)
 	}
-	for _, d := range byTable[TableWorker] {
-		r := int(d.keys[FieldDestRank][0])
+	for _, d := range byTable[tableWorker] {
+		r := int(d.keys[fieldDestRank][0])
 		w := job.Workers[r]
-		if d.keys[FieldMGID][0] != uint64(mgid) || d.params["mac"] != macUint(w.MAC) || d.params["ip"] != ipUint(w.Addr) || d.params["rkey"] != uint64(w.RKey) {
+		if d.keys[fieldMGID][0] != uint64(mgid) || d.params["mac"] != macUint(w.MAC) || d.params["ip"] != ipUint(w.Addr) || d.params["rkey"] != uint64(w.RKey) {
 			t.Errorf("worker entry rank %d = %v %v", r, d.keys, d.params)
 		}
 	}
-	if n := len(byTable[TableWorkerQP]); n != 12 {
+	if n := len(byTable[tableWorkerQP]); n != 12 {
 		t.Fatalf("worker_qp entries = %d, want 12", n)
 	}
-	for _, d := range byTable[TableWorkerQP] {
-		r, i := int(d.keys[FieldDestRank][0]), int(d.keys[FieldQPIndex][0])
+	for _, d := range byTable[tableWorkerQP] {
+		r, i := int(d.keys[fieldDestRank][0]), int(d.keys[fieldQPIndex][0])
 		idx := qpBase[0] + uint64(3*r+i)
-		if d.keys[FieldMGID][0] != uint64(mgid) || d.params["qpn"] != uint64(job.Workers[r].QPNs[i]) || d.params["psn_index"] != idx {
+		if d.keys[fieldMGID][0] != uint64(mgid) || d.params["qpn"] != uint64(job.Workers[r].QPNs[i]) || d.params["psn_index"] != idx {
 			t.Errorf("worker_qp (%d, %d) = %v %v", r, i, d.keys, d.params)
 		}
-		if v := regValues(regs[[2]int64{regID(t, info, RegisterPSN), int64(idx)}]); v[0] != uint64(job.Workers[r].PSNs[i]) {
+		if v := regValues(regs[[2]int64{regID(t, info, registerPSN), int64(idx)}]); v[0] != uint64(job.Workers[r].PSNs[i]) {
 			t.Errorf("psn[%d] = %#x, want %#x", idx, v[0], job.Workers[r].PSNs[i])
 		}
-		if v := regValues(regs[[2]int64{regID(t, info, RegisterRxQP), int64(idx)}]); len(v) != 2 || v[0] != 0xFFFFFFFF || v[1] != 0 {
+		if v := regValues(regs[[2]int64{regID(t, info, registerRxQP), int64(idx)}]); len(v) != 2 || v[0] != 0xFFFFFFFF || v[1] != 0 {
 			t.Errorf("rx_qp_state[%d] = %v, want {next_psn 0xFFFFFFFF (INVALID_PSN), room 0}", idx, v)
 		}
-		if v := regValues(regs[[2]int64{regID(t, info, RegisterTxPos), int64(idx)}]); len(v) != 1 || v[0] != 0xFFFFFFFF {
+		if v := regValues(regs[[2]int64{regID(t, info, registerTxPos), int64(idx)}]); len(v) != 1 || v[0] != 0xFFFFFFFF {
 			t.Errorf("tx_pos[%d] = %v, want 0xFFFFFFFF (TX_CLOSED)", idx, v)
 		}
 	}
 
 	// Counters read through the P4Info.
-	cs, err := p.Counters(ctx)
+	cs, err := p.readCounters(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cs[CounterDecisions][2] != 7 || len(cs[CounterDrops]) != 16 || len(cs[CounterResults]) != 2 {
+	if cs[counterDecisions][2] != 7 || len(cs[counterDrops]) != 16 || len(cs[counterResults]) != 2 {
 		t.Errorf("counters = %v", cs)
 	}
 
@@ -297,36 +297,36 @@ func TestProgrammerFourWorkerJob(t *testing.T) {
 		t.Errorf("after RemoveJob: %d table entries, %d groups left", len(f.tables), len(f.groups))
 	}
 	for s := int64(16); s < 22; s++ {
-		if v, ok := f.registers[[2]int64{regID(t, info, RegisterBitmap), s}]; !ok || regValues(v)[0] != 0 || regValues(v)[1] != 0 {
+		if v, ok := f.registers[[2]int64{regID(t, info, registerBitmap), s}]; !ok || regValues(v)[0] != 0 || regValues(v)[1] != 0 {
 			t.Errorf("bitmap[%d] not cleared: %v", s, v)
 		}
 		for pi := 2 * s; pi < 2*s+2; pi++ {
 			for _, c := range []struct {
 				reg  string
 				want uint64
-			}{{RegisterMissing, 0}, {RegisterMaxE0, 0x80}, {RegisterMaxE1, 0x80}, {RegisterMsgID, 0}} {
+			}{{registerMissing, 0}, {registerMaxE0, 0x80}, {registerMaxE1, 0x80}, {registerMsgID, 0}} {
 				if v, ok := f.registers[[2]int64{regID(t, info, c.reg), pi}]; !ok || regValues(v)[0] != c.want {
 					t.Errorf("%s[%d] not cleared to %#x: %v", c.reg, pi, c.want, v)
 				}
 			}
 		}
 	}
-	if _, ok := f.registers[[2]int64{regID(t, info, RegisterBitmap), 22}]; ok {
+	if _, ok := f.registers[[2]int64{regID(t, info, registerBitmap), 22}]; ok {
 		t.Errorf("bitmap[22] (another job's slot) was written")
 	}
 	for i := int64(0); i < 12; i++ {
-		if _, ok := f.registers[[2]int64{regID(t, info, RegisterPSN), int64(qpBase[0]) + i}]; !ok {
+		if _, ok := f.registers[[2]int64{regID(t, info, registerPSN), int64(qpBase[0]) + i}]; !ok {
 			t.Errorf("psn[%d] not cleared", int64(qpBase[0])+i)
 		}
-		if v, ok := f.registers[[2]int64{regID(t, info, RegisterTxPos), int64(qpBase[0]) + i}]; !ok || regValues(v)[0] != 0xFFFFFFFF {
+		if v, ok := f.registers[[2]int64{regID(t, info, registerTxPos), int64(qpBase[0]) + i}]; !ok || regValues(v)[0] != 0xFFFFFFFF {
 			t.Errorf("tx_pos[%d] not closed: %v", int64(qpBase[0])+i, v)
 		}
-		if v, ok := f.registers[[2]int64{regID(t, info, RegisterRxQP), int64(qpBase[0]) + i}]; !ok || regValues(v)[0] != 0xFFFFFFFF {
+		if v, ok := f.registers[[2]int64{regID(t, info, registerRxQP), int64(qpBase[0]) + i}]; !ok || regValues(v)[0] != 0xFFFFFFFF {
 			t.Errorf("rx_qp_state[%d] not invalidated: %v", int64(qpBase[0])+i, v)
 		}
 	}
-	if len(p.Jobs()) != 0 {
-		t.Errorf("jobs after RemoveJob: %v", p.Jobs())
+	if len(p.jobIDs()) != 0 {
+		t.Errorf("jobs after RemoveJob: %v", p.jobIDs())
 	}
 }
 
@@ -363,7 +363,7 @@ func TestProgrammerTwoJobsGetDisjointState(t *testing.T) {
 	bases := map[uint64]bool{}
 	for _, te := range f.tables {
 		d := decodeEntry(t, info, te)
-		if d.table == TableReceiveQP && d.params["worker_id"] == 0 {
+		if d.table == tableReceiveQP && d.params["worker_id"] == 0 {
 			bases[d.params["qp_base"]] = true
 		}
 	}
@@ -401,14 +401,14 @@ func TestProgrammerErrorsNameTheEntity(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	tb, _ := info.table(TableWorkerQP)
+	tb, _ := info.table(tableWorkerQP)
 	f.mu.Lock()
 	f.failTable = tb.GetPreamble().GetId()
 	f.mu.Unlock()
 	err = p.AddJob(ctx, testJob())
 	var we *WriteError
-	if !errors.As(err, &we) || we.Code != code.Code_RESOURCE_EXHAUSTED || !strings.Contains(we.Entity, TableWorkerQP) {
-		t.Fatalf("AddJob error = %v, want a WriteError naming %s", err, TableWorkerQP)
+	if !errors.As(err, &we) || we.Code != code.Code_RESOURCE_EXHAUSTED || !strings.Contains(we.Entity, tableWorkerQP) {
+		t.Fatalf("AddJob error = %v, want a WriteError naming %s", err, tableWorkerQP)
 	}
 	f.mu.Lock()
 	left := len(f.tables) + len(f.groups)
@@ -461,15 +461,15 @@ func TestProgrammerRefusesJobs(t *testing.T) {
 func TestNewChecksP4Info(t *testing.T) {
 	info := loadFixture(t)
 	_, conn := startFake(t)
-	bad := proto.Clone(info.Proto).(*p4cfg.P4Info)
+	bad := proto.Clone(info.pb).(*p4cfg.P4Info)
 	bad.Tables = bad.Tables[1:] // drop switch_address
-	bi, err := NewP4Info(bad)
+	bi, err := newP4Info(bad)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := testConfig(bi)
-	if _, err := New(context.Background(), conn, cfg); err == nil || !strings.Contains(err.Error(), TableSwitchAddress) {
-		t.Errorf("New with a P4Info lacking %s = %v", TableSwitchAddress, err)
+	if _, err := New(context.Background(), conn, cfg); err == nil || !strings.Contains(err.Error(), tableSwitchAddress) {
+		t.Errorf("New with a P4Info lacking %s = %v", tableSwitchAddress, err)
 	}
 	cfg = testConfig(info)
 	cfg.PoolSize = 1 << 20

@@ -31,11 +31,11 @@ func (p *Programmer) JobProgress(ctx context.Context, jobID uint32) (control.Job
 	}
 	job := &ij.job
 	lo, hi := int64(job.PoolBase), int64(job.PoolBase)+int64(job.PoolSlots)
-	missing, err := p.readRegister(ctx, RegisterMissing, 2*lo, 2*hi)
+	missing, err := p.readRegister(ctx, registerMissing, 2*lo, 2*hi)
 	if err != nil {
 		return control.JobProgress{}, err
 	}
-	bitmaps, err := p.readRegister(ctx, RegisterBitmap, lo, hi)
+	bitmaps, err := p.readRegister(ctx, registerBitmap, lo, hi)
 	if err != nil {
 		return control.JobProgress{}, err
 	}
@@ -97,10 +97,10 @@ func (p *Programmer) readRegister(ctx context.Context, name string, lo, hi int64
 			var vals []uint64
 			if st := re.GetData().GetStruct(); st != nil {
 				for _, m := range st.GetMembers() {
-					vals = append(vals, DecodeUint(m.GetBitstring()))
+					vals = append(vals, decodeUint(m.GetBitstring()))
 				}
 			} else {
-				vals = []uint64{DecodeUint(re.GetData().GetBitstring())}
+				vals = []uint64{decodeUint(re.GetData().GetBitstring())}
 			}
 			out[re.GetIndex().GetIndex()] = vals
 		}

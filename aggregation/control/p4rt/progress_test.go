@@ -43,11 +43,11 @@ func TestJobProgress(t *testing.T) {
 		f.registers[[2]int64{regID(t, info, reg), idx}] = e.GetData()
 		f.mu.Unlock()
 	}
-	set(RegisterBitmap, 17, 0b1111, 0b0011)
-	set(RegisterMissing, 17*2+1, 2)
-	set(RegisterBitmap, 20, 0b1011, 0)
-	set(RegisterMissing, 20*2, 1)
-	set(RegisterBitmap, 21, 0b0001, 0)
+	set(registerBitmap, 17, 0b1111, 0b0011)
+	set(registerMissing, 17*2+1, 2)
+	set(registerBitmap, 20, 0b1011, 0)
+	set(registerMissing, 20*2, 1)
+	set(registerBitmap, 21, 0b0001, 0)
 	pr, err = p.JobProgress(ctx, job.ID)
 	if err != nil {
 		t.Fatal(err)
