@@ -31,6 +31,8 @@ command -v make >/dev/null || need+=(make)
 command -v nft >/dev/null || need+=(nftables)
 # ethtool: the lab's wire packets (GSO/TSO cut before lossy links; TestWirePacketsLoss)
 command -v ethtool >/dev/null || need+=(ethtool)
+# python3-torch: the lab's DDP training through the swml backend and Gloo (TestDDPLab in go test)
+/usr/bin/python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)
 # p4app-switchML's C++ client, for the QEMU scenario allreduce-p4app: when
 # ../shared/interop/p4app-switchml is there, harness.sh builds it with that
 # directory's build.sh against Debian's gRPC, protobuf and glog. These are

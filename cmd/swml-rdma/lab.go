@@ -30,16 +30,20 @@ import (
 // systemName is a row's system as the table prints it: SwitchML with its
 // wire when that is not the default 32 bits.
 func systemName(r *sweep.Row) string {
+	if r.DDP != nil {
+		return fmt.Sprintf("%s %s", r.System, r.DDP.DType)
+	}
 	if r.System == sweep.SwitchML && r.WireBits != 0 && r.WireBits != 32 {
 		return fmt.Sprintf("%s/%d", r.System, r.WireBits)
 	}
 	return string(r.System)
 }
 
-// labSystemList is every system, as --systems takes them.
+// labSystemList is the all-reduce systems, as --systems takes them: its
+// default.
 func labSystemList() string {
 	var names []string
-	for _, s := range sweep.Systems {
+	for _, s := range sweep.AllReduces {
 		names = append(names, string(s))
 	}
 	return strings.Join(names, ",")
@@ -55,7 +59,9 @@ func labCommand() *cli.Command {
 			"packets at random (nftables). For every combination of --workers, --rate, --loss and --size it runs, over the\n" +
 			"same links: the switch daemon (`swml-rdma switch`) in the switch namespace and one `swml-rdma worker` process\n" +
 			"per worker namespace; Gloo's all_reduce (torch.distributed, /usr/bin/python3, GLOO_SOCKET_IFNAME); and the\n" +
-			"project's ring over userspace NICs in the worker namespaces. Every result is verified. Prints a table (or\n" +
+			"project's ring over userspace NICs in the worker namespaces; with --systems ddp-swml,ddp-gloo, PyTorch DDP\n" +
+			"training of a multi-layer perceptron through the swml backend (the switch daemon, libswml) and through Gloo,\n" +
+			"one rank per worker namespace (--ddp-…). Every result is verified. Prints a table (or\n" +
 			"--json) with each system's ATE/s, its link-rate ceiling, retransmissions and drops; --plot draws ATE/s\n" +
 			"against workers with the ceilings. Everything is removed on exit and on Ctrl-C; --cleanup removes what a\n" +
 			"killed run left. See docs/netlab.md.",
@@ -64,7 +70,7 @@ func labCommand() *cli.Command {
 			&cli.StringFlag{Name: "rate", Value: "200mbit", Usage: "link rates to sweep, each direction (tc units: 200mbit, 1gbit; 0 = unshaped), e.g. 0,200mbit,1gbit", EnvVars: []string{"SWML_LAB_RATE"}, Category: "sweep"},
 			&cli.StringFlag{Name: "loss", Value: "0", Usage: "loss probabilities to sweep, per packet and link direction, e.g. 0,0.01", EnvVars: []string{"SWML_LAB_LOSS"}, Category: "sweep"},
 			&cli.StringFlag{Name: "size", Value: "4MiB", Usage: "tensor sizes to sweep (float32), e.g. 4MiB,16MiB", EnvVars: []string{"SWML_LAB_SIZE"}, Category: "sweep"},
-			&cli.StringFlag{Name: "systems", Value: labSystemList(), Usage: "what to run in each row: switchml, gloo, ring", EnvVars: []string{"SWML_LAB_SYSTEMS"}, Category: "sweep"},
+			&cli.StringFlag{Name: "systems", Value: labSystemList(), Usage: "what to run in each row: switchml, gloo, ring (all-reduces of each --size); ddp-swml, ddp-gloo (DDP training, --ddp-…)", EnvVars: []string{"SWML_LAB_SYSTEMS"}, Category: "sweep"},
 			&cli.IntFlag{Name: "jobs", Value: 1, Usage: "SwitchML jobs sharing the switch and the links (1 to 4): with N > 1 each row runs one job alone, then N jobs at once, and reports each job's share of what one job reaches alone ÷ N (Gloo and the ring run as one job)", EnvVars: []string{"SWML_LAB_JOBS"}, Category: "sweep"},
 			&cli.IntFlag{Name: "iters", Value: 5, Usage: "measured all-reduces per system and row", EnvVars: []string{"SWML_ITERS"}, Category: "sweep"},
 			&cli.IntFlag{Name: "warmup", Value: 1, Usage: "unmeasured all-reduces first", EnvVars: []string{"SWML_WARMUP"}, Category: "sweep"},
@@ -75,7 +81,16 @@ func labCommand() *cli.Command {
 			&cli.StringFlag{Name: "wire", Value: "32", Usage: "SwitchML's bits per element on the wire, or a comma list to run each in every row: 32, 16 (twice the elements per packet; docs/protocol.md \"The 16-bit wire\")", EnvVars: []string{"SWML_LAB_WIRE"}, Category: "protocol"},
 			&cli.StringFlag{Name: "worker-args", Usage: "more flags for every `swml-rdma worker`, space-separated, e.g. \"--writes packet --qps 4\"", EnvVars: []string{"SWML_LAB_WORKER_ARGS"}, Category: "protocol"},
 			&cli.StringFlag{Name: "switch-args", Usage: "more flags for `swml-rdma switch`, space-separated", EnvVars: []string{"SWML_LAB_SWITCH_ARGS"}, Category: "protocol"},
-			&cli.StringFlag{Name: "python", Value: "/usr/bin/python3", Usage: "the Python with torch (Debian's python3-torch) that runs Gloo", EnvVars: []string{"SWML_LAB_PYTHON"}, Category: "gloo"},
+			&cli.StringFlag{Name: "python", Value: "/usr/bin/python3", Usage: "the Python with torch (Debian's python3-torch) that runs Gloo and DDP", EnvVars: []string{"SWML_LAB_PYTHON"}, Category: "gloo"},
+			&cli.StringFlag{Name: "ddp-dtype", Value: sweep.DTypeFloat32, Usage: "the DDP systems' gradient dtypes in the all-reduce, a row each: float32, bf16, fp16 (ddp-gloo's bf16: fp16, which Gloo can sum)", EnvVars: []string{"SWML_LAB_DDP_DTYPE"}, Category: "ddp"},
+			&cli.IntFlag{Name: "ddp-steps", Value: 10, Usage: "timed training steps per DDP row", EnvVars: []string{"SWML_LAB_DDP_STEPS"}, Category: "ddp"},
+			&cli.IntFlag{Name: "ddp-warmup", Value: 2, Usage: "untimed training steps first", EnvVars: []string{"SWML_LAB_DDP_WARMUP"}, Category: "ddp"},
+			&cli.IntFlag{Name: "ddp-compute-steps", Value: 3, Usage: "forward and backward passes without the all-reduce (no_sync) after the timed steps: the arithmetic alone", EnvVars: []string{"SWML_LAB_DDP_COMPUTE_STEPS"}, Category: "ddp"},
+			&cli.IntFlag{Name: "ddp-layers", Value: 4, Usage: "hidden Linear(width, width) layers of the model (4 × 1024: 16.3 MiB of float32 parameters)", EnvVars: []string{"SWML_LAB_DDP_LAYERS"}, Category: "ddp"},
+			&cli.IntFlag{Name: "ddp-width", Value: 1024, Usage: "the model's hidden width", EnvVars: []string{"SWML_LAB_DDP_WIDTH"}, Category: "ddp"},
+			&cli.IntFlag{Name: "ddp-batch", Value: 4, Usage: "samples per rank and step", EnvVars: []string{"SWML_LAB_DDP_BATCH"}, Category: "ddp"},
+			&cli.StringFlag{Name: "swml-pythonpath", Usage: "directory holding the swml package, prepended to PYTHONPATH of ddp-swml's ranks (default: python/ beside this program's bin/, if there; none for a pip-installed --python)", EnvVars: []string{"SWML_LAB_PYTHONPATH"}, Category: "ddp"},
+			&cli.StringFlag{Name: "libswml", Usage: "libswml.so for ddp-swml's ranks (SWML_LIB; default: what the swml package finds: beside it, or the repository's bin/)", EnvVars: []string{"SWML_LIB"}, Category: "ddp"},
 			&cli.StringFlag{Name: "prefix", Value: netlab.DefaultPrefix, Usage: "first part of every namespace name (<prefix><pid>-sw, <prefix><pid>-w0, …)", EnvVars: []string{"SWML_LAB_PREFIX"}, Category: "links"},
 			&cli.BoolFlag{Name: "cleanup", Usage: "only remove the namespaces (and their processes) of labs whose process is gone, then exit", Category: "links"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON (schema in docs/netlab.md)", EnvVars: []string{"SWML_JSON"}, Category: "output"},
@@ -91,6 +106,8 @@ var labFlagNames = map[string]string{
 	"Workers": "--workers", "Rates": "--rate", "Losses": "--loss", "Sizes": "--size", "Systems": "--systems", "Jobs": "--jobs",
 	"Iters": "--iters", "Warmup": "--warmup", "Timeout": "--timeout", "Queue": "--queue", "PacketSize": "--packet-size",
 	"MessageSize": "--msg-size", "Python": "--python", "Wires": "--wire",
+	"DDP.DTypes": "--ddp-dtype", "DDP.Steps": "--ddp-steps", "DDP.Warmup": "--ddp-warmup", "DDP.ComputeSteps": "--ddp-compute-steps",
+	"DDP.Layers": "--ddp-layers", "DDP.Width": "--ddp-width", "DDP.Batch": "--ddp-batch",
 }
 
 // labFlags parses lab's flags into a sweep and validates it as sweep.Run
@@ -140,6 +157,15 @@ func labFlags(c *cli.Context, exe string) (sweep.Config, error) {
 	if cfg.MessageSize, err = parseSize(c.String("msg-size")); err != nil {
 		return cfg, fmt.Errorf("--msg-size: %v", err)
 	}
+	cfg.DDP = sweep.DDPConfig{Steps: c.Int("ddp-steps"), Warmup: c.Int("ddp-warmup"), ComputeSteps: c.Int("ddp-compute-steps"),
+		Layers: c.Int("ddp-layers"), Width: c.Int("ddp-width"), Batch: c.Int("ddp-batch"),
+		SwmlPythonPath: c.String("swml-pythonpath"), LibSwml: c.String("libswml")}
+	for _, f := range strings.Split(c.String("ddp-dtype"), ",") {
+		cfg.DDP.DTypes = append(cfg.DDP.DTypes, strings.TrimSpace(f))
+	}
+	if cfg.DDP.SwmlPythonPath == "" {
+		cfg.DDP.SwmlPythonPath = swmlPythonBeside(exe)
+	}
 	if err := cfg.Validate(); err != nil {
 		var fe *sweep.FieldError
 		if errors.As(err, &fe) && labFlagNames[fe.Field] != "" {
@@ -153,6 +179,18 @@ func labFlags(c *cli.Context, exe string) (sweep.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// swmlPythonBeside is the repository's python/ directory when exe is the
+// repository's bin/swml-rdma (make build) and python/swml is there: where
+// ddp-swml's ranks import the swml package from (it finds bin/libswml.so,
+// make libswml, by itself); "" otherwise.
+func swmlPythonBeside(exe string) string {
+	dir := filepath.Join(filepath.Dir(filepath.Dir(exe)), "python")
+	if _, err := os.Stat(filepath.Join(dir, "swml", "__init__.py")); err != nil {
+		return ""
+	}
+	return dir
 }
 
 func runLab(c *cli.Context) error {
@@ -306,7 +344,8 @@ func printLab(out io.Writer, rep sweep.Report, asJSON bool) error {
 		}
 	}
 	printReproduced(out, rep.Rows)
-	fmt.Fprintln(out, "median: the slowest rank's median time per all-reduce. ceiling: ATE/s at the link rate (SwitchML: rate × payload ÷ wire bytes ÷ 32;")
+	printDDP(out, rep.Rows)
+	fmt.Fprintln(out, "median: the slowest rank's median time per all-reduce (DDP rows: per training step). ceiling: ATE/s at the link rate (SwitchML: rate × payload ÷ wire bytes ÷ 32;")
 	fmt.Fprintln(out, "Gloo and ring: rate ÷ (2(N−1)/N) ÷ 32 × payload ÷ wire). retransmissions: SwitchML and ring messages resent, Gloo TCP segments.")
 	fmt.Fprintln(out, "CPU/call: the workers' (Gloo: the ranks') CPU inside the measured all-reduces, summed, per all-reduce, user+kernel; the switch")
 	fmt.Fprintln(out, "daemon's over its life per all-reduce it served in parentheses; the ring (in this process) is not measured.")
@@ -343,6 +382,54 @@ func printReproduced(out io.Writer, rows []*sweep.Row) {
 		}
 		fmt.Fprintf(out, "SwitchML results, %d workers, %s%s: %s across its %d rows (rates and losses)\n", k.workers, humanBytes(k.size), wire, verdict, n[k])
 	}
+}
+
+// printDDP prints, for the DDP rows, where a training step's time goes,
+// the CPU per step and rank, the losses and the trained parameters.
+func printDDP(out io.Writer, rows []*sweep.Row) {
+	var ddp []*sweep.Row
+	for _, r := range rows {
+		if r.DDP != nil {
+			ddp = append(ddp, r)
+		}
+	}
+	if len(ddp) == 0 {
+		return
+	}
+	d0 := ddp[0].DDP
+	fmt.Fprintf(out, "\nDDP training: %d parameters (%d hidden layers of %d), batch %d per rank, %d timed steps after %d; per step, the slowest rank's median:\n",
+		d0.Params, d0.Layers, d0.Width, d0.Batch, ddp[0].Iters, ddp[0].Warmup)
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "workers\trate\tloss\tsystem\twire\tall-reduce/step\tstep\tvs Gloo\tfwd+bwd\tcompute\texposed comm\toptimizer\tCPU/step/rank\tswitch CPU/step\tloss first→last\tvs Gloo\tparams\t")
+	d := func(ns int64) string { return time.Duration(ns).Round(100 * time.Microsecond).String() }
+	for _, r := range ddp {
+		x := r.DDP
+		if r.Error != "" {
+			fmt.Fprintf(w, "%d\t%s\t%g\t%s\t\t%s\t\t\t\t\t\t\t\t\t\t\tFAILED\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, systemName(r),
+				humanBytes(x.AllReduceBytesPerStep))
+			continue
+		}
+		wire, vs, lossVs, sw := "-", "-", "-", "-"
+		if r.WireBits != 0 {
+			wire = fmt.Sprintf("%d-bit", r.WireBits)
+		}
+		if r.VsGloo != nil {
+			vs = fmt.Sprintf("%.2f×", *r.VsGloo)
+		}
+		if x.LossVsGloo != nil {
+			lossVs = fmt.Sprintf("%.4f×", *x.LossVsGloo)
+		}
+		if r.SwitchCPUNs > 0 {
+			sw = d(r.SwitchCPUNs)
+		}
+		fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.5f→%.5f\t%s\t%.12s…\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss,
+			systemName(r), wire, humanBytes(x.AllReduceBytesPerStep), d(r.MedianNs), vs, d(x.FwdBwdNs), d(x.ComputeNs), d(x.ExposedCommNs), d(x.OptimizerNs),
+			d(x.CPUNsPerStepPerRank), sw, x.LossFirst, x.LossLast, lossVs, x.ParamsSHA256)
+	}
+	_ = w.Flush()
+	fmt.Fprintln(out, "step: zero_grad to the optimizer's step; fwd+bwd: forward and backward (returns when DDP's all-reduces are done); compute: forward and")
+	fmt.Fprintln(out, "backward without all-reduce (no_sync, every rank at once); exposed comm: fwd+bwd − compute. loss: the mean over the ranks of the first")
+	fmt.Fprintln(out, "and the last step's. params: the final parameters' digest, the same on every rank. ddp-gloo's bf16 rows send fp16 (Gloo cannot sum bf16).")
 }
 
 // printShared prints, for the SwitchML rows with --jobs N > 1, the solo
@@ -436,6 +523,9 @@ func writeLabPlots(path string, rep sweep.Report) error {
 	}
 	var keys []key
 	for _, r := range rep.Rows {
+		if r.DDP != nil {
+			continue // a training step, not an all-reduce: the table's
+		}
 		if k := (key{r.RateBps, r.Loss, r.TensorBytes}); !slices.Contains(keys, k) {
 			keys = append(keys, k)
 		}
@@ -447,7 +537,7 @@ func writeLabPlots(path string, rep sweep.Report) error {
 			wire int
 		}
 		var curves []curve
-		for _, sys := range sweep.Systems {
+		for _, sys := range sweep.AllReduces {
 			for _, r := range rep.Rows {
 				if c := (curve{sys, r.WireBits}); r.System == sys && !slices.Contains(curves, c) {
 					curves = append(curves, c)

@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +45,13 @@ func TestLabFlagsRefused(t *testing.T) {
 		// 62 workers × 4 addresses + 3 more of the switch: 251 > 250.
 		{[]string{"--jobs", "4", "--workers", "2,62"}, "--jobs 4: with 62 workers take 251 addresses"},
 		{[]string{"extra"}, "no arguments"},
+		{[]string{"--systems", "ddp-swml", "--ddp-dtype", "float64"}, "--ddp-dtype float64"},
+		{[]string{"--systems", "ddp-gloo", "--ddp-steps", "0"}, "--ddp-steps 0"},
+		{[]string{"--systems", "ddp-gloo", "--ddp-warmup", "-1"}, "--ddp-warmup -1"},
+		{[]string{"--systems", "ddp-gloo", "--ddp-compute-steps", "0"}, "--ddp-compute-steps 0"},
+		{[]string{"--systems", "ddp-gloo", "--ddp-batch", "0"}, "--ddp-batch 0"},
+		{[]string{"--systems", "ddp-gloo", "--ddp-width", "0"}, "--ddp-width 0"},
+		{[]string{"--systems", "ddp-gloo", "--ddp-layers", "64", "--ddp-width", "2048"}, "--ddp-layers 64"},
 	} {
 		wantUsageError(t, append([]string{"lab"}, tc.args...), tc.want)
 	}
@@ -75,6 +84,41 @@ func TestLabFlagsJobs(t *testing.T) {
 		if err != nil || cfg.Jobs != tc.want {
 			t.Errorf("%v: jobs %d, %v; want %d", tc.args, cfg.Jobs, err, tc.want)
 		}
+	}
+}
+
+// TestLabFlagsDDP: the DDP flags fill sweep.Config.DDP; the default
+// systems are the all-reduces alone; the swml package is looked for beside
+// the program's bin/.
+func TestLabFlagsDDP(t *testing.T) {
+	cfg, err := labFlagsOf(t)
+	if err != nil || !slices.Equal(cfg.Systems, sweep.AllReduces) {
+		t.Fatalf("default systems %v (%v), want %v", cfg.Systems, err, sweep.AllReduces)
+	}
+	cfg, err = labFlagsOf(t, "--systems", "ddp-gloo,ddp-swml", "--ddp-dtype", "bf16,float32", "--ddp-steps", "7", "--ddp-warmup", "0",
+		"--ddp-compute-steps", "2", "--ddp-layers", "3", "--ddp-width", "512", "--ddp-batch", "8", "--swml-pythonpath", "/opt/py", "--libswml", "/opt/libswml.so")
+	want := sweep.DDPConfig{DTypes: []string{"bf16", "float32"}, Steps: 7, ComputeSteps: 2, Layers: 3, Width: 512, Batch: 8,
+		SwmlPythonPath: "/opt/py", LibSwml: "/opt/libswml.so"}
+	if err != nil || !slices.Equal(cfg.Systems, []sweep.System{sweep.DDPGloo, sweep.DDPSwml}) || !slices.Equal(cfg.DDP.DTypes, want.DTypes) {
+		t.Fatalf("systems %v, dtypes %v (%v)", cfg.Systems, cfg.DDP.DTypes, err)
+	}
+	cfg.DDP.DTypes, want.DTypes = nil, nil
+	if !reflect.DeepEqual(cfg.DDP, want) {
+		t.Errorf("DDP %+v, want %+v", cfg.DDP, want)
+	}
+	// A checkout's bin/swml-rdma finds the checkout's python/.
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "python", "swml"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "python", "swml", "__init__.py"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := swmlPythonBeside(filepath.Join(root, "bin", "swml-rdma")); got != filepath.Join(root, "python") {
+		t.Errorf("swml package beside bin/: %q", got)
+	}
+	if got := swmlPythonBeside(filepath.Join(root, "python", "x", "swml-rdma")); got != "" {
+		t.Errorf("no swml package there, found %q", got)
 	}
 }
 
@@ -186,5 +230,51 @@ func TestLabPlot(t *testing.T) {
 		if strings.Contains(svg, `class="series-ring"`) {
 			t.Errorf("%s draws the failed ring row", name)
 		}
+	}
+}
+
+// labDDPRows are a DDP comparison as sweep.Run fills it: the swml backend
+// at 0.5 s per step on the 16-bit wire, Gloo at 1 s sending fp16, a failed
+// float32 row.
+func labDDPRows() []*sweep.Row {
+	ratio := func(x float64) *float64 { return &x }
+	const params = 4281360
+	row := func(sys sweep.System, dtype string, wire int, step time.Duration) *sweep.Row {
+		return &sweep.Row{System: sys, WireBits: wire, Workers: 4, RateBps: 200e6, Elements: params, TensorBytes: 2 * params, Iters: 10, Warmup: 2,
+			Verified: true, Jobs: 1, Times: benchmark.TimesOf(step, step, step, params),
+			DDP: &sweep.DDPRow{DType: dtype, Params: params, Layers: 4, Width: 1024, Batch: 4, AllReduceBytesPerStep: 2 * params,
+				FwdBwdNs: int64(step) - 5e6, OptimizerNs: 5e6, ComputeNs: 100e6, ExposedCommNs: int64(step) - 105e6, CPUNsPerStepPerRank: 250e6,
+				LossFirst: 0.39, LossLast: 0.38, ParamsSHA256: "0123456789abcdef", ParamL2: 41}}
+	}
+	sw, gloo := row(sweep.DDPSwml, "bf16", 16, 500*time.Millisecond), row(sweep.DDPGloo, "fp16", 0, time.Second)
+	sw.VsGloo, sw.DDP.LossVsGloo, sw.DDP.ParamL2VsGloo, sw.SwitchCPUNs = ratio(2), ratio(1.001), ratio(1e-6), 80e6
+	failed := row(sweep.DDPSwml, "float32", 32, 0)
+	failed.Verified, failed.Error = false, "ddp-swml rank 1: DDP training failed: SwmlError: peer gone"
+	return []*sweep.Row{sw, gloo, failed}
+}
+
+// TestLabPrintDDP: DDP rows get their own table — the wire, the bytes per
+// step, step time against Gloo's, where it goes, CPU, losses, digest — and
+// no plot.
+func TestLabPrintDDP(t *testing.T) {
+	rep := labTestReport()
+	rep.Rows = append(rep.Rows, labDDPRows()...)
+	var out bytes.Buffer
+	if err := printLab(&out, rep, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"DDP training: 4281360 parameters (4 hidden layers of 1024), batch 4 per rank, 10 timed steps after 2",
+		"ddp-swml bf16", "ddp-gloo fp16", " 16-bit ", " 500ms ", " 2.00× ", " 395ms ", " 250ms ", " 80ms ", "0.39000→0.38000", "1.0010×",
+		"0123456789ab…", "FAILED: ddp-swml float32, 4 workers, 200mbit"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	dir := t.TempDir()
+	if err := writeLabPlots(filepath.Join(dir, "lab.svg"), rep); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := filepath.Glob(filepath.Join(dir, "*.svg")); len(names) != 1 {
+		t.Errorf("plots %v, want the all-reduces' one (DDP rows are not plotted)", names)
 	}
 }

@@ -38,7 +38,7 @@ func jsonKeys(t reflect.Type) []string {
 }
 
 // docLabKeys are the key lists of docs/netlab.md's "Output": the bullets
-// "- Report:", "- Row:", "- Shared:" and "- Job:", each the code-spans of
+// "- Report:", "- Row:", "- Shared:", "- Job:" and "- DDP:", each the code-spans of
 // its (wrapped) lines.
 func docLabKeys(t *testing.T) map[string][]string {
 	t.Helper()
@@ -51,7 +51,7 @@ func docLabKeys(t *testing.T) map[string][]string {
 		t.Fatal("docs/netlab.md has no \"## Output\" section")
 	}
 	lists := map[string][]string{}
-	bullet := regexp.MustCompile(`(?m)^- (Report|Row|Shared|Job):((?:.*\n)(?:  .*\n)*)`)
+	bullet := regexp.MustCompile(`(?m)^- (Report|Row|Shared|Job|DDP):((?:.*\n)(?:  .*\n)*)`)
 	for _, m := range bullet.FindAllStringSubmatch(out, -1) {
 		for _, k := range regexp.MustCompile("`([a-z0-9_]+)`").FindAllStringSubmatch(m[2], -1) {
 			lists[m[1]] = append(lists[m[1]], k[1])
@@ -62,7 +62,7 @@ func docLabKeys(t *testing.T) map[string][]string {
 
 // TestLabDocJSONKeys: docs/netlab.md lists exactly the keys `swml-rdma lab
 // --json` writes, in the order it writes them, for the report, a row, a
-// row's shared run and one job of it.
+// row's shared run, one job of it and a DDP row's training.
 func TestLabDocJSONKeys(t *testing.T) {
 	doc := docLabKeys(t)
 	for _, c := range []struct {
@@ -73,6 +73,7 @@ func TestLabDocJSONKeys(t *testing.T) {
 		{"Row", reflect.TypeFor[sweep.Row]()},
 		{"Shared", reflect.TypeFor[sweep.Shared]()},
 		{"Job", reflect.TypeFor[sweep.Job]()},
+		{"DDP", reflect.TypeFor[sweep.DDPRow]()},
 	} {
 		t.Run(c.list, func(t *testing.T) {
 			want := jsonKeys(c.typ)

@@ -9,3 +9,11 @@ import _ "embed"
 //
 //go:embed gloo_allreduce.py
 var GlooScript []byte
+
+// DDPScript is ddp_lab.py: one rank of DistributedDataParallel training of
+// a multi-layer perceptron through the swml backend or Gloo, printing its
+// step times, losses and final parameters' digest as JSON. The lab writes
+// it beside GlooScript and runs it in each worker namespace.
+//
+//go:embed ddp_lab.py
+var DDPScript []byte

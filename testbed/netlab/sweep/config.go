@@ -11,18 +11,106 @@ import (
 	"github.com/swml-rdma/swml-rdma/testbed/netlab"
 )
 
-// System is an all-reduce the sweep measures.
+// System is an all-reduce, or a training job, the sweep measures.
 type System string
 
-// The systems, in the order a row runs them.
+// The systems. SwitchML, Gloo and Ring all-reduce a tensor of each of
+// Config.Sizes; DDPSwml and DDPGloo train a model with PyTorch's
+// DistributedDataParallel (Config.DDP), its gradients through the swml
+// backend (the switch daemon and libswml) or through Gloo.
 const (
 	SwitchML System = "switchml"
 	Gloo     System = "gloo"
 	Ring     System = "ring"
+	DDPSwml  System = "ddp-swml"
+	DDPGloo  System = "ddp-gloo"
 )
 
 // Systems are every System, in the order a row runs them.
-var Systems = []System{SwitchML, Gloo, Ring}
+var Systems = []System{SwitchML, Gloo, Ring, DDPSwml, DDPGloo}
+
+// AllReduces are the systems that all-reduce a tensor of Config.Sizes (what
+// `swml-rdma lab` runs unless told otherwise).
+var AllReduces = []System{SwitchML, Gloo, Ring}
+
+// IsDDP reports whether s trains a model (DDPSwml, DDPGloo) rather than
+// all-reducing a tensor.
+func (s System) IsDDP() bool { return s == DDPSwml || s == DDPGloo }
+
+// The gradients' dtypes a DDP row can all-reduce (DDPConfig.DTypes).
+const (
+	DTypeFloat32 = "float32"
+	DTypeBF16    = "bf16"
+	DTypeFP16    = "fp16"
+)
+
+// DDPDTypes are the dtypes DDPConfig.DTypes takes.
+var DDPDTypes = []string{DTypeFloat32, DTypeBF16, DTypeFP16}
+
+// Bounds of a DDPConfig: a model of up to MaxDDPModelBytes of float32
+// parameters per rank, every rank in its own process on one host.
+const (
+	MaxDDPModelBytes = 256 << 20
+	MaxDDPLayers     = 64
+	MaxDDPWidth      = 8192
+	MaxDDPBatch      = 4096
+)
+
+// The model's input and output widths (testbed/netlab/ddp_lab.py's IN and
+// OUT).
+const (
+	ddpIn  = 64
+	ddpOut = 16
+)
+
+// DDPConfig is the training of the DDP systems: a multi-layer perceptron
+// of Layers hidden Linear(Width, Width) between Linear(64, Width) and
+// Linear(Width, 16), every rank its own fixed synthetic batch, SGD;
+// Warmup untimed steps, then Steps timed ones (testbed/netlab/ddp_lab.py).
+type DDPConfig struct {
+	// DTypes are the gradients' dtypes in the all-reduce, each a row of
+	// every DDP system: float32 (DDP's own all-reduce), bf16 or fp16 (DDP's
+	// compression hooks: the buckets cast to 16 bits). Gloo in torch 1.13
+	// cannot sum bfloat16 on CPU, so DDPGloo's bf16 rows send float16, the
+	// same two bytes per element (DDPRow.DType says which). Empty: float32.
+	DTypes        []string
+	Steps, Warmup int
+	// ComputeSteps are forward and backward passes without the all-reduce
+	// (DDP's no_sync) after the timed steps: the arithmetic alone.
+	ComputeSteps         int
+	Layers, Width, Batch int
+	// SwmlPythonPath is prepended to PYTHONPATH of DDPSwml's ranks: the
+	// directory holding the swml package (the repository's python/) where
+	// Config.Python cannot import it by itself. LibSwml, if set, is their
+	// SWML_LIB (libswml.so); else the package finds its library
+	// (docs/pytorch.md "Install").
+	SwmlPythonPath, LibSwml string
+}
+
+// Params is the number of the model's parameters.
+func (d DDPConfig) Params() int {
+	w := d.Width
+	return ddpIn*w + w + d.Layers*(w*w+w) + w*ddpOut + ddpOut
+}
+
+// dtypes are the dtypes DDP rows run with: DTypes, or float32.
+func (d DDPConfig) dtypes() []string {
+	if len(d.DTypes) == 0 {
+		return []string{DTypeFloat32}
+	}
+	return d.DTypes
+}
+
+// ddpSystems are the DDP systems of c, in its order.
+func (c Config) ddpSystems() []System {
+	var ss []System
+	for _, s := range c.Systems {
+		if s.IsDDP() {
+			ss = append(ss, s)
+		}
+	}
+	return ss
+}
 
 // Bounds of a Config: every run ends (MaxIters), and a lab of MaxWorkers
 // namespaces, each with its processes, fits one host.
@@ -79,6 +167,8 @@ type Config struct {
 	Python string
 	// Prefix starts every namespace name (netlab.Config.Prefix).
 	Prefix string
+	// DDP is the training of DDPSwml and DDPGloo; unused without them.
+	DDP DDPConfig
 	// Progress, if set, is called before each system's run in a row (done
 	// false: the row has no results yet) and after it (done true), from the
 	// goroutine that called Run.
@@ -131,10 +221,10 @@ func (c Config) Validate() error {
 		return fieldError("Rates", c.Rates, "give at least one rate (0: unshaped)")
 	case len(c.Losses) == 0:
 		return fieldError("Losses", c.Losses, "give at least one loss probability (0: none)")
-	case len(c.Sizes) == 0:
+	case len(c.Sizes) == 0 && len(c.ddpSystems()) < len(c.Systems):
 		return fieldError("Sizes", c.Sizes, "give at least one tensor size")
 	case len(c.Systems) == 0:
-		return fieldError("Systems", c.Systems, "give at least one of switchml, gloo, ring")
+		return fieldError("Systems", c.Systems, "give at least one of switchml, gloo, ring, ddp-swml, ddp-gloo")
 	}
 	for _, n := range c.Workers {
 		if n < 2 || n > MaxWorkers {
@@ -153,7 +243,7 @@ func (c Config) Validate() error {
 	}
 	for i, s := range c.Systems {
 		if !slices.Contains(Systems, s) {
-			return fieldError("Systems", s, "none of switchml, gloo, ring")
+			return fieldError("Systems", s, "none of switchml, gloo, ring, ddp-swml, ddp-gloo")
 		}
 		if slices.Contains(c.Systems[:i], s) {
 			return fieldError("Systems", s, "named twice")
@@ -195,8 +285,42 @@ func (c Config) Validate() error {
 		return fieldError("Queue", c.Queue, "give a positive duration, e.g. 20ms")
 	case c.Exe == "" && slices.Contains(c.Systems, SwitchML):
 		return fieldError("Exe", c.Exe, "SwitchML runs from the swml-rdma program: give its path")
-	case c.Python == "" && slices.Contains(c.Systems, Gloo):
-		return fieldError("Python", c.Python, "Gloo runs in a Python with torch: give its path")
+	case c.Python == "" && slices.ContainsFunc(c.Systems, func(s System) bool { return s == Gloo || s.IsDDP() }):
+		return fieldError("Python", c.Python, "Gloo and DDP run in a Python with torch: give its path")
+	case c.Exe == "" && slices.Contains(c.Systems, DDPSwml):
+		return fieldError("Exe", c.Exe, "the swml backend's switch runs from the swml-rdma program: give its path")
+	}
+	if len(c.ddpSystems()) > 0 {
+		return c.DDP.validate()
+	}
+	return nil
+}
+
+func (d DDPConfig) validate() error {
+	for i, dt := range d.DTypes {
+		if !slices.Contains(DDPDTypes, dt) {
+			return fieldError("DDP.DTypes", dt, "give float32, bf16 or fp16")
+		}
+		if slices.Contains(d.DTypes[:i], dt) {
+			return fieldError("DDP.DTypes", dt, "named twice")
+		}
+	}
+	switch {
+	case d.Steps < 1 || d.Steps > MaxIters:
+		return fieldError("DDP.Steps", d.Steps, "give 1 to %d", MaxIters)
+	case d.Warmup < 0 || d.Warmup > MaxIters:
+		return fieldError("DDP.Warmup", d.Warmup, "give 0 to %d", MaxIters)
+	case d.ComputeSteps < 1 || d.ComputeSteps > MaxIters:
+		return fieldError("DDP.ComputeSteps", d.ComputeSteps, "give 1 to %d", MaxIters)
+	case d.Layers < 1 || d.Layers > MaxDDPLayers:
+		return fieldError("DDP.Layers", d.Layers, "give 1 to %d hidden layers", MaxDDPLayers)
+	case d.Width < 1 || d.Width > MaxDDPWidth:
+		return fieldError("DDP.Width", d.Width, "give 1 to %d", MaxDDPWidth)
+	case d.Batch < 1 || d.Batch > MaxDDPBatch:
+		return fieldError("DDP.Batch", d.Batch, "give 1 to %d samples per rank", MaxDDPBatch)
+	case 4*d.Params() > MaxDDPModelBytes:
+		return fieldError("DDP.Layers", d.Layers, "%d layers of width %d are %d MiB of float32 parameters; at most %d MiB per rank",
+			d.Layers, d.Width, 4*d.Params()>>20, MaxDDPModelBytes>>20)
 	}
 	return nil
 }

@@ -10,7 +10,8 @@ import (
 func validConfig() Config {
 	return Config{Workers: []int{2, 4}, Rates: []uint64{0, 200e6}, Losses: []float64{0, 0.01}, Sizes: []int{256 << 10},
 		Systems: Systems, Jobs: 1, Iters: 3, Warmup: 1, Timeout: 2 * time.Minute, Queue: 20 * time.Millisecond,
-		PacketSize: 1024, MessageSize: 16 << 10, Exe: "/bin/swml-rdma", Python: "/usr/bin/python3"}
+		PacketSize: 1024, MessageSize: 16 << 10, Exe: "/bin/swml-rdma", Python: "/usr/bin/python3",
+		DDP: DDPConfig{DTypes: []string{DTypeFloat32, DTypeBF16}, Steps: 3, Warmup: 1, ComputeSteps: 2, Layers: 4, Width: 1024, Batch: 4}}
 }
 
 // TestValidate: every invalid sweep is refused before anything is built,
@@ -48,6 +49,20 @@ func TestValidate(t *testing.T) {
 		{"no queue", func(c *Config) { c.Queue = 0 }, "Queue", time.Duration(0)},
 		{"no program for SwitchML", func(c *Config) { c.Exe = "" }, "Exe", ""},
 		{"no Python for Gloo", func(c *Config) { c.Python = "" }, "Python", ""},
+		{"no Python for DDP", func(c *Config) { c.Systems, c.Python = []System{DDPGloo}, "" }, "Python", ""},
+		{"no program for the swml backend's switch", func(c *Config) { c.Systems, c.Exe = []System{DDPSwml}, "" }, "Exe", ""},
+		{"no size for an all-reduce", func(c *Config) { c.Systems, c.Sizes = []System{DDPSwml, Gloo}, nil }, "Sizes", []int(nil)},
+		{"DDP dtype", func(c *Config) { c.DDP.DTypes = []string{DTypeFloat32, "float64"} }, "DDP.DTypes", "float64"},
+		{"DDP dtype twice", func(c *Config) { c.DDP.DTypes = []string{DTypeBF16, DTypeBF16} }, "DDP.DTypes", DTypeBF16},
+		{"no DDP steps", func(c *Config) { c.DDP.Steps = 0 }, "DDP.Steps", 0},
+		{"too many DDP steps", func(c *Config) { c.DDP.Steps = MaxIters + 1 }, "DDP.Steps", MaxIters + 1},
+		{"negative DDP warm-up", func(c *Config) { c.DDP.Warmup = -1 }, "DDP.Warmup", -1},
+		{"no compute steps", func(c *Config) { c.DDP.ComputeSteps = 0 }, "DDP.ComputeSteps", 0},
+		{"no layers", func(c *Config) { c.DDP.Layers = 0 }, "DDP.Layers", 0},
+		{"no width", func(c *Config) { c.DDP.Width = 0 }, "DDP.Width", 0},
+		{"no batch", func(c *Config) { c.DDP.Batch = 0 }, "DDP.Batch", 0},
+		// 64 layers of 2048: 64 × (2048² + 2048) × 4 B = 1 GiB of parameters.
+		{"model too large", func(c *Config) { c.DDP.Layers, c.DDP.Width = 64, 2048 }, "DDP.Layers", 64},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := validConfig()
@@ -77,11 +92,44 @@ func TestValidate(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Errorf("4 jobs of 61 workers: %v", err)
 	}
+	// DDP alone needs no tensor size; its settings are not checked without
+	// a DDP system.
+	c = validConfig()
+	c.Systems, c.Sizes = []System{DDPGloo, DDPSwml}, nil
+	if err := c.Validate(); err != nil {
+		t.Errorf("DDP alone: %v", err)
+	}
+	c = validConfig()
+	c.Systems, c.DDP = AllReduces, DDPConfig{}
+	if err := c.Validate(); err != nil {
+		t.Errorf("all-reduces without DDP settings: %v", err)
+	}
+}
+
+// TestDDPParams: the model of Layers hidden Linear(Width, Width) between
+// Linear(64, Width) and Linear(Width, 16) (ddp_lab.py's make_model).
+func TestDDPParams(t *testing.T) {
+	for _, tc := range []struct{ layers, width, want int }{
+		// 64·1024 + 1024 + 4·(1024² + 1024) + 1024·16 + 16
+		{4, 1024, 4281360},
+		{1, 8, 64*8 + 8 + 8*8 + 8 + 8*16 + 16},
+	} {
+		if got := (DDPConfig{Layers: tc.layers, Width: tc.width}).Params(); got != tc.want {
+			t.Errorf("%d layers of %d: %d parameters, want %d", tc.layers, tc.width, got, tc.want)
+		}
+	}
+	if got := (DDPConfig{}).dtypes(); len(got) != 1 || got[0] != DTypeFloat32 {
+		t.Errorf("no dtypes: %v, want float32", got)
+	}
 }
 
 func equalValue(a, b any) bool {
-	if s, ok := b.([]uint64); ok {
+	switch s := b.(type) {
+	case []uint64:
 		g, ok := a.([]uint64)
+		return ok && len(g) == len(s)
+	case []int:
+		g, ok := a.([]int)
 		return ok && len(g) == len(s)
 	}
 	return a == b

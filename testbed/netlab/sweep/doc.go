@@ -4,7 +4,9 @@
 // process per worker namespace, optionally several jobs at once), Gloo
 // (torch.distributed, one Python process per worker namespace) and the
 // project's ring (in this process, each NIC's socket in its worker's
-// namespace) over the same links, verifies every result, and reports each
+// namespace) over the same links, and, as the DDP systems, PyTorch's
+// DistributedDataParallel training through the swml backend or Gloo (one
+// Python rank per worker namespace), verifies every result, and reports each
 // system's times against its link-rate ceiling (netlab.LinkCeilings), its
 // retransmissions and the lab's drops. `swml-rdma lab` is its command: it
 // parses the flags into a Config and prints, plots or writes the Report as

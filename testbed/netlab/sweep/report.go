@@ -113,6 +113,62 @@ type Row struct {
 	// baseline), and Shared the Jobs jobs then run at once.
 	Jobs   int     `json:"jobs"`
 	Shared *Shared `json:"shared,omitempty"`
+	// DDP is a DDP row's training (DDPSwml, DDPGloo), nil in the others.
+	// There Iters and Warmup are the timed and untimed training steps, the
+	// times are per step (from zero_grad to the optimizer's step, every
+	// step's all-reduces included), Elements the model's parameters and
+	// TensorBytes the bytes a rank hands to all-reduce per step (2 per
+	// parameter in 16 bits); ATE/s is parameters ÷ the median step, the
+	// ceiling the all-reduce's alone (what a step of no arithmetic would
+	// reach), VsGloo against DDPGloo's row of the same DDPConfig.DTypes
+	// entry. The CPU columns are per step; the switch daemon's over its life
+	// ÷ the steps (warm-up included). WireBits is the wire the swml
+	// backend's gradients took (0: Gloo).
+	DDP *DDPRow `json:"ddp,omitempty"`
+}
+
+// DDPRow is what a DDP row's ranks (testbed/netlab/ddp_lab.py) report,
+// summarised: the slowest rank's median of each time, losses averaged over
+// the ranks.
+type DDPRow struct {
+	// DType is the gradients' dtype in the all-reduce: the DDPConfig.DTypes
+	// entry, except in DDPGloo's bf16 rows, float16 (DDPConfig.DTypes).
+	DType  string `json:"dtype"`
+	Params int    `json:"params"`
+	Layers int    `json:"layers"`
+	Width  int    `json:"width"`
+	Batch  int    `json:"batch"`
+	// AllReduceBytesPerStep is Params × the dtype's size: what each rank
+	// hands to all-reduce per step.
+	AllReduceBytesPerStep int `json:"allreduce_bytes_per_step"`
+	// FwdBwdNs is forward and backward of a timed step (the backward
+	// returns when DDP's all-reduces are done), OptimizerNs the optimizer's
+	// step; ComputeNs is forward and backward without all-reduce (DDP's
+	// no_sync, every rank at once); ExposedCommNs is FwdBwdNs − ComputeNs
+	// (at least 0): the part of a step that waits for the all-reduce.
+	FwdBwdNs      int64 `json:"fwd_bwd_ns"`
+	OptimizerNs   int64 `json:"optimizer_ns"`
+	ComputeNs     int64 `json:"compute_ns"`
+	ExposedCommNs int64 `json:"exposed_comm_ns"`
+	// CPUNsPerStepPerRank is the ranks' CPU (user + kernel) per timed step
+	// ÷ the ranks.
+	CPUNsPerStepPerRank int64 `json:"cpu_ns_per_step_per_rank"`
+	// LossFirst and LossLast are the first (warm-up) and the last step's
+	// loss, each the mean over the ranks (each rank's own batch); the row
+	// fails unless the loss decreased.
+	LossFirst float64 `json:"loss_first"`
+	LossLast  float64 `json:"loss_last"`
+	// ParamsSHA256 is the digest of the final parameters (float32
+	// little-endian), the same on every rank (else the row fails);
+	// ParamL2 their Euclidean norm.
+	ParamsSHA256 string  `json:"params_sha256"`
+	ParamL2      float64 `json:"param_l2"`
+	// LossVsGloo is LossLast ÷ DDPGloo's, ParamL2VsGloo |ParamL2 −
+	// DDPGloo's| ÷ DDPGloo's, in the same comparison: how far the switch's
+	// quantized sums took training from Gloo's (nil in DDPGloo's rows and
+	// without one).
+	LossVsGloo    *float64 `json:"loss_last_vs_gloo"`
+	ParamL2VsGloo *float64 `json:"param_l2_vs_gloo"`
 }
 
 // Shared is a SwitchML row's N jobs run at once (Config.Jobs > 1) on one
@@ -220,23 +276,29 @@ func (sh *Shared) setShares(alone float64) {
 }
 
 // compareRows fills the ceilings and the ratios of the systems of one
-// row of a sweep with packetSize-byte packets in msgSize-byte messages.
+// row of a sweep with packetSize-byte packets in msgSize-byte messages:
+// the all-reduces of one size, or the DDP systems of one dtype, each
+// against Gloo (DDPGloo) in the same rows.
 func compareRows(rows []*Row, packetSize, msgSize int) {
 	var gloo *Row
 	for _, row := range rows {
-		if row.System == Gloo && row.Error == "" {
+		if (row.System == Gloo || row.System == DDPGloo) && row.Error == "" {
 			gloo = row
 		}
 	}
 	for _, row := range rows {
 		c := netlab.LinkCeilings(float64(row.RateBps), row.Workers, packetSize, msgSize)
 		switch row.System {
-		case SwitchML:
+		case SwitchML, DDPSwml:
 			// The ceiling counts 4-byte elements; a 16-bit wire carries
 			// twice as many per byte.
 			row.CeilingATEPerSec = c.SwitchML * 32 / float64(cmp.Or(row.WireBits, 32))
 		case Gloo:
 			row.CeilingATEPerSec = c.Gloo
+		case DDPGloo:
+			// Gloo moves the dtype's bytes: 16-bit gradients are twice
+			// the elements per byte.
+			row.CeilingATEPerSec = c.Gloo * 4 / float64(dtypeSize(row.DDP.DType))
 		case Ring:
 			row.CeilingATEPerSec = c.Ring
 		}
@@ -258,8 +320,20 @@ func compareRows(rows []*Row, packetSize, msgSize int) {
 		if gloo != nil && row != gloo {
 			x := row.ATEPerSec / gloo.ATEPerSec
 			row.VsGloo = &x
+			if d, g := row.DDP, gloo.DDP; d != nil && g != nil {
+				l, p := d.LossLast/g.LossLast, math.Abs(d.ParamL2-g.ParamL2)/g.ParamL2
+				d.LossVsGloo, d.ParamL2VsGloo = &l, &p
+			}
 		}
 	}
+}
+
+// dtypeSize is the bytes of one element of a DDPConfig.DTypes dtype.
+func dtypeSize(dtype string) int {
+	if dtype == DTypeFloat32 {
+		return 4
+	}
+	return 2
 }
 
 // lossInflation fills LossInflation of every lossy row that has a

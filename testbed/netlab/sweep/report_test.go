@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/benchmark"
+	"github.com/swml-rdma/swml-rdma/testbed/netlab"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
@@ -212,4 +213,116 @@ func TestReproduced(t *testing.T) {
 		t.Errorf("after a mismatch: reproduced %v, errors %q %q", a.ResultReproduced, a.Error, b.Error)
 	}
 	t.Log(err)
+}
+
+// ddpResults are two ranks' records of 2 warm-up and 3 timed steps of a
+// 100-parameter model: rank 1 is the slower, both end on the same
+// parameters.
+func ddpResults() []ddpResult {
+	ms := func(xs ...int64) []int64 {
+		for i := range xs {
+			xs[i] *= 1e6
+		}
+		return xs
+	}
+	return []ddpResult{
+		{Rank: 0, DType: DTypeBF16, WireBits: 16, Params: 100, StepNs: ms(100, 120, 110), FwdBwdNs: ms(90, 110, 100), OptimizerNs: ms(10, 10, 10),
+			ComputeNs: ms(30, 40), Losses: []float64{1, 0.9, 0.8, 0.7, 0.6}, ParamsSHA256: "aa", ParamL2: 3, CPUUserNs: 300e6, CPUSysNs: 60e6},
+		{Rank: 1, DType: DTypeBF16, WireBits: 16, Params: 100, StepNs: ms(130, 140, 200), FwdBwdNs: ms(120, 130, 190), OptimizerNs: ms(5, 20, 10),
+			ComputeNs: ms(50), Losses: []float64{3, 2, 1, 0.5, 0.4}, ParamsSHA256: "aa", ParamL2: 3, CPUUserNs: 600e6, CPUSysNs: 0},
+	}
+}
+
+func ddpTestRow(sys System) *Row {
+	return &Row{System: sys, Workers: 2, RateBps: 200e6, Elements: 100, TensorBytes: 200, Iters: 3, Warmup: 2,
+		DDP: &DDPRow{DType: DTypeBF16, Params: 100, AllReduceBytesPerStep: 200}}
+}
+
+// TestSetDDP: a DDP row is the slowest rank's median of each time, the
+// extremes over the ranks, CPU per step summed and per rank, the mean
+// loss of the first and the last step, the ranks' common digest; ranks
+// that disagree, a rank's failure, a record of the wrong shape and a loss
+// that did not decrease fail the row with ErrDDP.
+func TestSetDDP(t *testing.T) {
+	row := ddpTestRow(DDPSwml)
+	if err := row.setDDP(ddpResults()); err != nil {
+		t.Fatal(err)
+	}
+	d := row.DDP
+	ms := func(x int64) time.Duration { return time.Duration(x) * time.Millisecond }
+	switch {
+	case row.MedianNs != int64(ms(140)) || row.MinNs != int64(ms(100)) || row.MaxNs != int64(ms(200)):
+		t.Errorf("step times %v %v %v, want rank 1's median 140ms, 100ms, 200ms", row.MedianNs, row.MinNs, row.MaxNs)
+	case !near(row.ATEPerSec, 100/0.14) || !near(row.Gbps, 100/0.14*16/1e9):
+		t.Errorf("%g parameters/s, %g Gbit/s at 140 ms per step of 100 bf16 parameters", row.ATEPerSec, row.Gbps)
+	case d.FwdBwdNs != int64(ms(130)) || d.OptimizerNs != int64(ms(10)) || d.ComputeNs != int64(ms(50)) || d.ExposedCommNs != int64(ms(80)):
+		// Rank 0's compute median of an even count is the upper one (40).
+		t.Errorf("fwd+bwd %d, optimizer %d, compute %d, exposed %d", d.FwdBwdNs, d.OptimizerNs, d.ComputeNs, d.ExposedCommNs)
+	case row.CPUUserNs != 300e6 || row.CPUSysNs != 20e6 || d.CPUNsPerStepPerRank != 160e6:
+		t.Errorf("CPU per step %d+%d, per rank %d; want 300ms+20ms, 160ms", row.CPUUserNs, row.CPUSysNs, d.CPUNsPerStepPerRank)
+	case d.LossFirst != 2 || d.LossLast != 0.5 || d.ParamsSHA256 != "aa" || d.ParamL2 != 3 || row.WireBits != 16 || !row.Verified:
+		t.Errorf("losses %g→%g, digest %q, L2 %g, wire %d, verified %v", d.LossFirst, d.LossLast, d.ParamsSHA256, d.ParamL2, row.WireBits, row.Verified)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func([]ddpResult)
+	}{
+		{"ranks disagree", func(rs []ddpResult) { rs[1].ParamsSHA256 = "ab" }},
+		{"wires disagree", func(rs []ddpResult) { rs[1].WireBits = 32 }},
+		{"a rank failed", func(rs []ddpResult) { rs[0] = ddpResult{Rank: 0, Error: "SwmlError: peer gone"} }},
+		{"another model", func(rs []ddpResult) { rs[1].Params = 99 }},
+		{"a step missing", func(rs []ddpResult) { rs[0].StepNs = rs[0].StepNs[:2] }},
+		{"a loss missing", func(rs []ddpResult) { rs[1].Losses = rs[1].Losses[1:] }},
+		{"loss grew", func(rs []ddpResult) { rs[1].Losses[4] = 3.5 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := ddpResults()
+			tc.edit(rs)
+			row := ddpTestRow(DDPSwml)
+			err := row.setDDP(rs)
+			if !errors.Is(err, ErrDDP) || row.Verified {
+				t.Fatalf("error %v (verified %v), want ErrDDP", err, row.Verified)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+// TestCompareDDP: DDP rows compare against DDPGloo's row beside them: the
+// ratio of the step rates, the ceilings of the 16-bit gradients (the
+// 16-bit wire; Gloo's 2-byte elements), and how far the losses and the
+// parameters ended from Gloo's.
+func TestCompareDDP(t *testing.T) {
+	sw, gloo := ddpTestRow(DDPSwml), ddpTestRow(DDPGloo)
+	gloo.DDP.DType = DTypeFP16
+	if err := sw.setDDP(ddpResults()); err != nil {
+		t.Fatal(err)
+	}
+	rs := ddpResults()
+	for i := range rs {
+		rs[i].DType, rs[i].WireBits, rs[i].ParamsSHA256, rs[i].ParamL2 = DTypeFP16, 0, "bb", 2.5
+		rs[i].StepNs[1], rs[i].StepNs[2] = 280e6, 280e6 // rank 1's median: 280 ms, twice the swml row's
+		rs[i].Losses[4] = 0.8                           // mean last loss 0.8 against 0.5
+	}
+	if err := gloo.setDDP(rs); err != nil {
+		t.Fatal(err)
+	}
+	compareRows([]*Row{sw, gloo}, 1024, 16384)
+	c := netlab.LinkCeilings(200e6, 2, 1024, 16384)
+	switch {
+	case sw.VsGloo == nil || !near(*sw.VsGloo, 2) || gloo.VsGloo != nil:
+		t.Errorf("vs Gloo %v (Gloo's own %v), want 2", sw.VsGloo, gloo.VsGloo)
+	case !near(sw.CeilingATEPerSec, 2*c.SwitchML) || !near(gloo.CeilingATEPerSec, 2*c.Gloo):
+		t.Errorf("ceilings %g and %g, want twice the 4-byte ones %g and %g", sw.CeilingATEPerSec, gloo.CeilingATEPerSec, c.SwitchML, c.Gloo)
+	case sw.DDP.LossVsGloo == nil || !near(*sw.DDP.LossVsGloo, 0.5/0.8) || sw.DDP.ParamL2VsGloo == nil || !near(*sw.DDP.ParamL2VsGloo, 0.2):
+		t.Errorf("loss vs Gloo %v, parameters' L2 vs Gloo %v; want 0.5/0.8 and 0.2", sw.DDP.LossVsGloo, sw.DDP.ParamL2VsGloo)
+	case gloo.DDP.LossVsGloo != nil:
+		t.Error("Gloo's row compared with itself")
+	}
+	if got := ddpDType(DDPGloo, DTypeBF16); got != DTypeFP16 {
+		t.Errorf("Gloo's bf16 row sends %s, want fp16 (Gloo cannot sum bf16)", got)
+	}
+	if got := ddpDType(DDPSwml, DTypeBF16); got != DTypeBF16 {
+		t.Errorf("swml's bf16 row sends %s", got)
+	}
 }

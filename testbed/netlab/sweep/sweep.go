@@ -15,7 +15,8 @@ import (
 )
 
 // Run runs the sweep of cfg: for each worker count a lab (netlab.Build),
-// and in it for each rate, loss and size a row of every system, each
+// and in it for each rate, loss and size a row of every all-reduce system,
+// then for each of cfg.DDP's dtypes a row of every DDP system, each
 // bounded by cfg.Timeout. A system that fails records its error in its
 // row and the sweep goes on; Run returns an error for what ends the sweep
 // (an invalid cfg, a lab that cannot be built, shaped or removed, ctx
@@ -29,16 +30,21 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep := Report{SchemaVersion: SchemaVersion, Kernel: kernelRelease(), CPUs: runtime.NumCPU(), QueueNs: int64(cfg.Queue),
 		PacketSize: cfg.PacketSize, MessageSize: cfg.MessageSize, WorkerArgs: cfg.WorkerArgs, WirePackets: cfg.wirePackets(), LoadAvgStart: loadAvg()}
 	r := &runner{cfg: cfg}
-	if slices.Contains(cfg.Systems, Gloo) {
+	if slices.ContainsFunc(cfg.Systems, func(s System) bool { return s == Gloo || s.IsDDP() }) {
 		dir, err := os.MkdirTemp("", "swml-lab-")
 		if err != nil {
-			return rep, fmt.Errorf("sweep: Gloo's script: %w", err)
+			return rep, fmt.Errorf("sweep: Python scripts: %w", err)
 		}
-		defer func() { _ = os.RemoveAll(dir) }() // a temporary script: nothing to do if it stays
-		r.glooScript = filepath.Join(dir, "gloo_allreduce.py")
-		if err := os.WriteFile(r.glooScript, netlab.GlooScript, 0o644); err != nil {
-			return rep, fmt.Errorf("sweep: Gloo's script: %w", err)
+		defer func() { _ = os.RemoveAll(dir) }() // temporary scripts: nothing to do if they stay
+		r.glooScript, r.ddpScript = filepath.Join(dir, "gloo_allreduce.py"), filepath.Join(dir, "ddp_lab.py")
+		for path, script := range map[string][]byte{r.glooScript: netlab.GlooScript, r.ddpScript: netlab.DDPScript} {
+			if err := os.WriteFile(path, script, 0o644); err != nil {
+				return rep, fmt.Errorf("sweep: Python scripts: %w", err)
+			}
 		}
+	}
+	if err := r.checkDDPPython(ctx); err != nil {
+		return rep, err
 	}
 	var err error
 	for _, n := range cfg.Workers {
@@ -52,8 +58,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 }
 
 type runner struct {
-	cfg        Config
-	glooScript string
+	cfg                   Config
+	glooScript, ddpScript string
 }
 
 // sweepWorkers builds a lab of n workers and runs every row in it; the
@@ -82,6 +88,9 @@ func (r *runner) sweepWorkers(ctx context.Context, n int, rep *Report) (err erro
 			for _, size := range r.cfg.Sizes {
 				var rows []*Row
 				for _, sys := range r.cfg.Systems {
+					if sys.IsDDP() {
+						continue
+					}
 					wires := []int{0}
 					if sys == SwitchML {
 						wires = r.cfg.wires()
@@ -101,6 +110,21 @@ func (r *runner) sweepWorkers(ctx context.Context, n int, rep *Report) (err erro
 						rows = append(rows, row)
 						rep.Rows = append(rep.Rows, row)
 					}
+				}
+				compareRows(rows, r.cfg.PacketSize, r.cfg.MessageSize)
+			}
+			for _, dtype := range r.cfg.DDP.dtypes() {
+				var rows []*Row
+				for _, sys := range r.cfg.ddpSystems() {
+					if err := ctx.Err(); err != nil {
+						return err
+					}
+					row := r.ddpRow(sys, dtype, n, rate, loss)
+					r.progress(row, false)
+					r.runSystem(ctx, lab, row)
+					r.progress(row, true)
+					rows = append(rows, row)
+					rep.Rows = append(rep.Rows, row)
 				}
 				compareRows(rows, r.cfg.PacketSize, r.cfg.MessageSize)
 			}
@@ -125,13 +149,15 @@ func (r *runner) runSystem(ctx context.Context, lab *netlab.Lab, row *Row) {
 			return r.runSwitchML(ctx, lab, row)
 		case Gloo:
 			return r.runGloo(ctx, lab, row)
+		case DDPSwml, DDPGloo:
+			return r.runDDP(ctx, lab, row)
 		default:
 			return r.runRing(ctx, lab, row)
 		}
 	})
 	row.UDPRcvbufErrors, row.SwitchUDPRcvbufErrors, row.QueueDrops, row.LossDrops = d.UDPRcvbufErrors, d.SwitchUDPRcvbufErrors, d.QueueDrops, d.LossDrops
 	row.QueueDropsUp, row.QueueDropsDown = d.QueueDropsUp, d.QueueDropsDown
-	if row.System == Gloo {
+	if row.System == Gloo || row.System == DDPGloo {
 		row.Retransmissions = d.TCPRetransSegs
 	}
 	if err != nil {

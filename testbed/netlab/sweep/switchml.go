@@ -65,9 +65,7 @@ func (r *runner) runSwitchMLJobs(ctx context.Context, lab *netlab.Lab, row *Row,
 	if n > len(lab.Addrs) {
 		return nil, nil, fmt.Errorf("%d jobs in a lab of %d addresses per worker: %w", n, len(lab.Addrs), netlab.ErrTooManyAddrs)
 	}
-	listen := fmt.Sprintf(":%d", ControllerPort) // every address of the switch namespace: the switch's
-	sw, err := startProc(lab.Command(ctx, lab.Switch, r.cfg.Exe, append([]string{"switch", "--addr", lab.SwitchAddr.String(), "--controller-addr", listen,
-		"--log-level", "warn", "--json"}, r.cfg.SwitchArgs...)...), "switch")
+	sw, err := r.startSwitch(ctx, lab)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -97,25 +95,11 @@ func (r *runner) runSwitchMLJobs(ctx context.Context, lab *netlab.Lab, row *Row,
 	if err := waitAll(all); err != nil {
 		return nil, nil, err
 	}
-	// The switch prints its final counters (swswitch.Totals) on SIGTERM.
-	sw.terminate()
-	if err := sw.cmd.Wait(); err != nil {
-		return nil, nil, sw.failure(err)
+	cpu, drops, err := stopSwitch(sw)
+	if err != nil {
+		return nil, nil, err
 	}
-	var switchCPU int64
-	if ps := sw.cmd.ProcessState; ps != nil {
-		switchCPU = int64(ps.UserTime()+ps.SystemTime()) / int64(n*(row.Warmup+row.Iters))
-	}
-	var totals swswitch.Totals
-	if err := json.Unmarshal(sw.stdout.Bytes(), &totals); err != nil {
-		return nil, nil, fmt.Errorf("switch: its final counters: %w", err)
-	}
-	drops := map[string]uint64{}
-	for reason, v := range totals.Drops {
-		if v > 0 {
-			drops[reason] = v
-		}
-	}
+	switchCPU := int64(cpu) / int64(n*(row.Warmup+row.Iters))
 	perCall := (row.TensorBytes + r.cfg.MessageSize - 1) / r.cfg.MessageSize
 	jobs := make([]*Job, n)
 	for j, procs := range byJob {
@@ -129,6 +113,39 @@ func (r *runner) runSwitchMLJobs(ctx context.Context, lab *netlab.Lab, row *Row,
 		jobs[j] = job
 	}
 	return jobs, drops, nil
+}
+
+// startSwitch starts a fresh switch daemon in the lab's switch namespace,
+// its controller on every address of that namespace (ControllerPort).
+func (r *runner) startSwitch(ctx context.Context, lab *netlab.Lab) (*proc, error) {
+	listen := fmt.Sprintf(":%d", ControllerPort) // every address of the switch namespace: the switch's
+	return startProc(lab.Command(ctx, lab.Switch, r.cfg.Exe, append([]string{"switch", "--addr", lab.SwitchAddr.String(), "--controller-addr", listen,
+		"--log-level", "warn", "--json"}, r.cfg.SwitchArgs...)...), "switch")
+}
+
+// stopSwitch ends a switch daemon with SIGTERM, on which it prints its
+// final counters (swswitch.Totals), and returns its CPU over its life
+// (user + kernel) and its non-zero drops by reason.
+func stopSwitch(sw *proc) (time.Duration, map[string]uint64, error) {
+	sw.terminate()
+	if err := sw.cmd.Wait(); err != nil {
+		return 0, nil, sw.failure(err)
+	}
+	var cpu time.Duration
+	if ps := sw.cmd.ProcessState; ps != nil {
+		cpu = ps.UserTime() + ps.SystemTime()
+	}
+	var totals swswitch.Totals
+	if err := json.Unmarshal(sw.stdout.Bytes(), &totals); err != nil {
+		return 0, nil, fmt.Errorf("switch: its final counters: %w", err)
+	}
+	drops := map[string]uint64{}
+	for reason, v := range totals.Drops {
+		if v > 0 {
+			drops[reason] = v
+		}
+	}
+	return cpu, drops, nil
 }
 
 // jobOf sums and summarises the worker records of one job's processes:
