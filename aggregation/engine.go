@@ -206,62 +206,102 @@ func (p *pktResults) transmitted() {
 }
 
 // engine is the state of a lane's engine that outlives a call (guarded by
-// Session.mu: only the goroutine driving the lane touches it).
+// Session.mu: only the goroutine driving the lane touches it), grouped by
+// the concern that owns it, as gVisor's tcp sender groups its state: each
+// group is a value in the engine, so a field is one offset away, and each
+// type says the rule its fields follow.
 type engine struct {
-	wcs     []verbs.Completion
-	recvWRs []verbs.RecvWR // postRecvs' scratch
-	// pktWRs is per-packet recovery's scratch (Session.pktBits).
-	pktWRs []verbs.SendWR
+	scratch scratch   // buffers a pass reuses
+	est     estimates // what the lane has measured of its path
+	clock   callClock // when things last happened in the call
+	wait    waitState // drive's wait step
+	// parked are the QPs whose next message waits for room in the
+	// window, in the call's order (window.go, launch).
+	parked []*qpState
+	// doorbell is set when messages are staged on a QP and not yet sent
+	// (send.go: transmit, ringDoorbell).
+	doorbell verbs.StagedSender
+	// fastAtCall is the lane's fast retransmissions when the call started
+	// (writes.go, lossSignal).
+	fastAtCall uint64
+}
+
+// scratch is the memory a lane's passes fill and reuse: sized once at
+// Open (Session.open), so that a pass allocates nothing, with room beyond
+// what a pass uses so that no other lane's is on its last cache line.
+type scratch struct {
+	wcs     []verbs.Completion // drive's poll
+	recvWRs []verbs.RecvWR     // postRecvs'
+	pktWRs  []verbs.SendWR     // transmitPackets' (per-packet recovery, Session.pktBits)
+}
+
+// estimates are what a lane has measured of its path, kept from call to
+// call: fed by the results (receive.go, delivered; timers.go,
+// sampleResult, which takes a time to result only when it surely answers
+// a known transmission: Karn's rule, RFC 6298 section 3) and by the
+// timer's backoff (rto.go, retransmit), and read by the rules that decide
+// when a message is lost (rack.go, rto.go) and how many may be in flight
+// (window.go).
+type estimates struct {
 	// Times to result: of messages in the middle of a call, and of each
-	// QP's first message of a call (timers.go).
+	// QP's first message of a call (timers.go, sampleRTT).
 	rtt, joinRTT timing.RTT
-	// standing bounds the timeout (timers.go, rto): the smallest time to
+	// standing bounds the timeout (rto.go, rto): the smallest time to
 	// result over the last round trip or two, queueing included.
 	standing timing.StandingRTT
 	// delivery is the fastest recent rate at which packet results come
 	// back: with the packets in flight, the queueing a timeout must cover
-	// (timers.go, rto).
+	// (rto.go, pathBound).
 	delivery timing.DeliveryRate
-	// parked are the QPs whose next message waits for room in the
-	// window, in the call's order (send.go, launch).
-	parked []*qpState
-	rack   rackState
+	// rack is RACK's evidence of loss (rack.go).
+	rack rackState
 	// quiet is the longest wait without loss the timer was shown
 	// (rto.go, quietFloor): a floor of the timeout until a resend is
 	// needed.
 	quiet quietFloor
 	// backedOff is the largest timeout backed off since the latest round
 	// trip measured: before any round trip is measured, new messages
-	// start no shorter (timers.go, rto).
-	backedOff  time.Duration
-	lastResult time.Time // when any result last arrived
+	// start no shorter (rto.go, rto).
+	backedOff time.Duration
+}
+
+// callClock is when things last happened to the lane: a call's start
+// (drive's start) sets start, lastPass, progress and rackProgress to its
+// own time and clears due, passes and results move them forward, and the
+// timers measure their waits from them (rto.go, expiry: a timer restarts
+// on progress, RFC 6298 section 5.3; deadPeer: a silence is measured from
+// the latest result).
+type callClock struct {
+	start      time.Time // when the running call started
+	lastPass   time.Time // the loop's last pass
+	lastResult time.Time // when any result last arrived, in any call
 	// progress is when a result last completed a message or a packet of
-	// one (not a duplicate answer): RFC 6298 5.3's "new data acknowledged",
-	// which restarts the retransmission timers (timers.go, expiry).
+	// one (not a duplicate answer): RFC 6298 5.3's "new data
+	// acknowledged", which restarts the retransmission timers (rto.go,
+	// expiry).
 	progress time.Time
 	// rackProgress is when a result RACK could use last came back: one
 	// sampled, or a resent message's accepted as the answer to its latest
-	// transmission (timers.go, expiry).
+	// transmission (rto.go, expiry).
 	rackProgress time.Time
 	// probe is when the latest probe was sent: the one message resent
-	// when the path went silent (timers.go, expire).
+	// when the path went silent (rto.go, expire).
 	probe time.Time
 	// due is when the loop planned its current pass: the wake-up time of
 	// its sleep (zero when it passed again at once).
-	due       time.Time
-	callStart time.Time // when the running call started
-	lastPass  time.Time // the loop's last pass
-	// doorbell is set when messages are staged on a QP and not yet sent
-	// (send.go: transmit, ringDoorbell).
-	doorbell verbs.StagedSender
+	due time.Time
+}
+
+// waitState is drive's wait step between passes: a busy poll for up to
+// the CQ's spin (verbs.BusyPoller), then the arm of the completion
+// notification and one more pass before the engine blocks, since a
+// completion that came before the arm raises no event.
+type waitState struct {
 	// notified: the CQ's completion notification is armed and the CQ was
-	// polled since (drive's wait step).
+	// polled since.
 	notified bool
-	// fastAtCall is the lane's fast retransmissions when the call started
-	// (writes.go, lossSignal).
-	fastAtCall uint64
 	// idleSince is when the CQ was first found empty since the last
-	// completion (drive's busy poll).
+	// completion (the busy poll).
 	idleSince time.Time
 }
 
@@ -427,12 +467,12 @@ func (s *lane) drive(ctx context.Context, c *call) error {
 		if err := s.interrupted(ctx); err != nil {
 			return err
 		}
-		k, err := s.cq.Poll(e.wcs) // 1
+		k, err := s.cq.Poll(e.scratch.wcs) // 1
 		if err != nil {
 			return s.cqFailed(ctx, err)
 		}
 		now := time.Now()
-		done, err := s.completeAll(c, e.wcs[:k], now) // 2
+		done, err := s.completeAll(c, e.scratch.wcs[:k], now) // 2
 		if err != nil {
 			return err
 		}
@@ -441,7 +481,7 @@ func (s *lane) drive(ctx context.Context, c *call) error {
 			now = time.Now() // dequantizing them took time
 		}
 		var wakeAt time.Time
-		if k < len(e.wcs) { // 3: only once the CQ is drained
+		if k < len(e.scratch.wcs) { // 3: only once the CQ is drained
 			if wakeAt, err = s.timers(now); err != nil {
 				return err
 			}
@@ -450,33 +490,33 @@ func (s *lane) drive(ctx context.Context, c *call) error {
 			return err
 		}
 		if k > 0 || active == 0 {
-			e.notified, e.idleSince = false, time.Time{}
+			e.wait.notified, e.wait.idleSince = false, time.Time{}
 			continue
 		}
-		if s.spin > 0 && !e.notified { // 5
+		if s.spin > 0 && !e.wait.notified { // 5
 			// Busy poll (verbs.BusyPoller): pass again, yielding the
 			// processor, while the CQ has been empty for less than the
 			// CQ's spin and no timer is due — a completion caught by a
 			// poll costs far less than a wake-up through the channel.
-			if e.idleSince.IsZero() {
-				e.idleSince = now
+			if e.wait.idleSince.IsZero() {
+				e.wait.idleSince = now
 			}
-			if now.Sub(e.idleSince) < s.spin && now.Before(wakeAt) {
+			if now.Sub(e.wait.idleSince) < s.spin && now.Before(wakeAt) {
 				runtime.Gosched()
 				continue
 			}
 		}
-		if !e.notified {
+		if !e.wait.notified {
 			// Arm the completion notification, then poll once more: a
 			// completion that came before the arm raises no event.
 			if err := s.cq.RequestNotify(); err != nil {
 				return s.cqFailed(ctx, err)
 			}
-			e.notified = true
+			e.wait.notified = true
 			continue
 		}
-		e.notified = false
-		e.due = wakeAt
+		e.wait.notified = false
+		e.clock.due = wakeAt
 		s.wake.Arm(wakeAt.Sub(now))
 		select {
 		case <-s.cq.Notifications():
@@ -492,10 +532,10 @@ func (s *lane) drive(ctx context.Context, c *call) error {
 func (s *lane) start(c *call) (int, error) {
 	now := time.Now()
 	e := &s.eng
-	e.callStart, e.lastPass, e.notified, e.progress, e.rackProgress, e.due = now, now, false, now, now, time.Time{}
-	e.rack.newCall()
-	e.quiet.newCall()
-	e.delivery.NewEpoch()
+	e.clock.start, e.clock.lastPass, e.wait.notified, e.clock.progress, e.clock.rackProgress, e.clock.due = now, now, false, now, now, time.Time{}
+	e.est.rack.newCall()
+	e.est.quiet.newCall()
+	e.est.delivery.NewEpoch()
 	e.parked = e.parked[:0]
 	active := 0
 	for _, st := range s.qps {
@@ -563,11 +603,11 @@ func (s *lane) switchGoneAt() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	t := time.Unix(0, n)
-	if s.eng.lastResult.After(t) {
-		t = s.eng.lastResult
+	if s.eng.clock.lastResult.After(t) {
+		t = s.eng.clock.lastResult
 	}
-	if s.eng.callStart.After(t) {
-		t = s.eng.callStart
+	if s.eng.clock.start.After(t) {
+		t = s.eng.clock.start
 	}
 	return t.Add(switchGoneAfter), true
 }

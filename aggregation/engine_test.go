@@ -304,7 +304,7 @@ func TestPeerTimeoutError(t *testing.T) {
 		s.stats.messages.Store(200)
 		s.stats.retransmissions.Store(50)
 		l := oneLane(s)
-		l.eng.callStart = now.Add(-12 * time.Second)
+		l.eng.clock.start = now.Add(-12 * time.Second)
 		return l
 	}
 	st := &qpState{index: 3}
@@ -324,7 +324,7 @@ func TestPeerTimeoutError(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSession()
-			s.eng.lastResult = now.Add(-tc.lastResult)
+			s.eng.clock.lastResult = now.Add(-tc.lastResult)
 			if tc.ctlLost {
 				s.ctlLost.Store(now.Add(-9 * time.Second).UnixNano())
 			}

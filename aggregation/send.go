@@ -163,7 +163,7 @@ func (s *lane) transmitPackets(st *qpState, upto int) error {
 	ps := s.cfg.PacketSize
 	m := &st.msg
 	recv := s.recvOff(m.id, st.index)
-	wrs := s.eng.pktWRs[:0]
+	wrs := s.eng.scratch.pktWRs[:0]
 	for k := range min(upto, s.cfg.PacketsPerMessage) {
 		if st.pkts.got[k>>6]&(1<<(k&63)) != 0 {
 			continue
@@ -178,7 +178,7 @@ func (s *lane) transmitPackets(st *qpState, upto int) error {
 			Imm:        uint32(wire.MakeImm(wire.PacketMsgID(m.id, k, s.pktBits), m.e0, m.e1)),
 		})
 	}
-	s.eng.pktWRs = wrs
+	s.eng.scratch.pktWRs = wrs
 	if len(wrs) == 0 {
 		return nil
 	}

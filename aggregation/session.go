@@ -171,11 +171,11 @@ func (s *Session) open(ctx context.Context) error {
 		// Scratch the lane writes per message: 8 more elements than it
 		// needs, so that no other lane's is on its last cache line.
 		if s.pktBits > 0 {
-			e.pktWRs = make([]verbs.SendWR, 0, cfg.PacketsPerMessage+8)
+			e.scratch.pktWRs = make([]verbs.SendWR, 0, cfg.PacketsPerMessage+8)
 		}
 		n := max(answers, recvBase)
-		e.recvWRs = make([]verbs.RecvWR, n, n+8)
-		e.wcs = make([]verbs.Completion, 64, 64+8)
+		e.scratch.recvWRs = make([]verbs.RecvWR, n, n+8)
+		e.scratch.wcs = make([]verbs.Completion, 64, 64+8)
 		lq := 0 // the lane's QPs
 		for i := range q {
 			if s.laneOf(i) == l.index {
@@ -263,7 +263,7 @@ func (s *Session) open(ctx context.Context) error {
 		u.AllowGSO(a.SwitchAddr)
 	}
 	for _, l := range s.lanes {
-		l.eng.rack.groups(l.qps, a.OrderGroups)
+		l.eng.est.rack.groups(l.qps, a.OrderGroups)
 	}
 	for i, st := range s.qps {
 		st.pool = a.QPPoolIndices[i]
