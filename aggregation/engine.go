@@ -348,7 +348,7 @@ func (s *Session) AllReduce(ctx context.Context, x []float32) error {
 	if len(x) == 0 {
 		return fmt.Errorf("aggregation: AllReduce: %w", ErrEmpty)
 	}
-	return s.runCall(ctx, call{f: x, n: len(x)})
+	return s.runCall(ctx, call{f: x, n: len(x), codec: s.codec(elemFloat32)})
 }
 
 // AllReduceInt32 replaces x, on every worker, by the element-wise sum of the
@@ -364,19 +364,20 @@ func (s *Session) AllReduceInt32(ctx context.Context, x []int32) error {
 	if len(x) == 0 {
 		return fmt.Errorf("aggregation: AllReduceInt32: %w", ErrEmpty)
 	}
-	return s.runCall(ctx, call{i: x, n: len(x)})
+	return s.runCall(ctx, call{i: x, n: len(x), codec: s.codec(elemInt32)})
 }
 
-// call is the tensor of one AllReduce.
+// call is the tensor of one AllReduce: one of f, i and h, and the codec
+// of its element type (calltensor.go).
 type call struct {
-	f    []float32
-	i    []int32
-	h    []uint16     // 16-bit floats (calltensor.go)
-	half quant.Format // h's format
-	n    int          // elements
-	vals int          // elements per message
-	msgs int          // messages
-	exps []int8       // each message's block exponent (float calls)
+	f     []float32
+	i     []int32
+	h     []uint16 // 16-bit floats, in codec's format
+	codec *codec
+	n     int    // elements
+	vals  int    // elements per message
+	msgs  int    // messages
+	exps  []int8 // each message's block exponent (float calls)
 }
 
 func (c *call) span(j int) (lo, hi int) {
@@ -404,7 +405,7 @@ func (s *Session) runCall(ctx context.Context, arg call) error {
 	c := &s.call
 	c.vals = s.msgBytes / s.cfg.elementBytes()
 	c.msgs = (c.n + c.vals - 1) / c.vals
-	if c.float() {
+	if c.codec.float {
 		// Bad input fails here, with nothing sent: the session goes on.
 		if err := s.blockExponents(c); err != nil {
 			return err

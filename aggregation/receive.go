@@ -299,6 +299,6 @@ func (s *lane) deliver(c *call, st *qpState) error {
 		return s.checkLengthHeader(s.mr.Bytes()[off:off+s.lengthHeaderSize()], c.n)
 	}
 	lo, hi := c.span(st.msg.cur)
-	c.dequantize(lo, hi, s.mr.Bytes()[off:off+uint64(s.cfg.elementBytes()*(hi-lo))], st.msg.scale)
+	c.codec.dequantize(c, lo, hi, s.mr.Bytes()[off:off+uint64(s.cfg.elementBytes()*(hi-lo))], st.msg.scale)
 	return nil
 }
