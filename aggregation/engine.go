@@ -32,7 +32,6 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"runtime"
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
@@ -214,7 +213,6 @@ type engine struct {
 	scratch scratch   // buffers a pass reuses
 	est     estimates // what the lane has measured of its path
 	clock   callClock // when things last happened in the call
-	wait    waitState // drive's wait step
 	// parked are the QPs whose next message waits for room in the
 	// window, in the call's order (window.go, launch).
 	parked []*qpState
@@ -290,19 +288,6 @@ type callClock struct {
 	// due is when the loop planned its current pass: the wake-up time of
 	// its sleep (zero when it passed again at once).
 	due time.Time
-}
-
-// waitState is drive's wait step between passes: a busy poll for up to
-// the CQ's spin (verbs.BusyPoller), then the arm of the completion
-// notification and one more pass before the engine blocks, since a
-// completion that came before the arm raises no event.
-type waitState struct {
-	// notified: the CQ's completion notification is armed and the CQ was
-	// polled since.
-	notified bool
-	// idleSince is when the CQ was first found empty since the last
-	// completion (the busy poll).
-	idleSince time.Time
 }
 
 // Work-request ids: the QP index in the high half, the kind in the low.
@@ -452,9 +437,11 @@ func (s *Session) endCall() { s.call = call{} }
 //     QP, leaves in one system call (send.go);
 //  5. wait for a completion, the next timer or an event from outside
 //     (Close, a cancelled context, the controller), unless this pass had
-//     work: then the next pass polls again at once. On a CQ that asks
-//     for it (verbs.BusyPoller: libibverbs), the loop first passes again
-//     for a few microseconds, as RDMA libraries poll before they sleep.
+//     work: then the next pass polls again at once. The wait is
+//     verbs.Await, every engine's: on a CQ that asks for it
+//     (verbs.BusyPoller: libibverbs) it first polls for a few
+//     microseconds, as RDMA libraries poll before they sleep; the
+//     completions it finds are the next pass's.
 func (s *lane) drive(ctx context.Context, c *call) error {
 	active, err := s.start(c)
 	if err != nil {
@@ -464,13 +451,16 @@ func (s *lane) drive(ctx context.Context, c *call) error {
 	// decided by then; a failed send shows up as the next call's error.
 	defer func() { _ = s.ringDoorbell() }()
 	e := &s.eng
+	waited := 0 // completions the wait step polled, in e.scratch.wcs
 	for active > 0 {
 		if err := s.interrupted(ctx); err != nil {
 			return err
 		}
-		k, err := s.cq.Poll(e.scratch.wcs) // 1
-		if err != nil {
-			return s.cqFailed(ctx, err)
+		k := waited
+		if k == 0 {
+			if k, err = s.cq.Poll(e.scratch.wcs); err != nil { // 1
+				return s.cqFailed(ctx, err)
+			}
 		}
 		now := time.Now()
 		done, err := s.completeAll(c, e.scratch.wcs[:k], now) // 2
@@ -490,38 +480,17 @@ func (s *lane) drive(ctx context.Context, c *call) error {
 		if err := s.ringDoorbell(); err != nil { // 4
 			return err
 		}
-		if k > 0 || active == 0 {
-			e.wait.notified, e.wait.idleSince = false, time.Time{}
+		if waited = 0; k > 0 || active == 0 {
 			continue
 		}
-		if s.spin > 0 && !e.wait.notified { // 5
-			// Busy poll (verbs.BusyPoller): pass again, yielding the
-			// processor, while the CQ has been empty for less than the
-			// CQ's spin and no timer is due — a completion caught by a
-			// poll costs far less than a wake-up through the channel.
-			if e.wait.idleSince.IsZero() {
-				e.wait.idleSince = now
-			}
-			if now.Sub(e.wait.idleSince) < s.spin && now.Before(wakeAt) {
-				runtime.Gosched()
-				continue
-			}
-		}
-		if !e.wait.notified {
-			// Arm the completion notification, then poll once more: a
-			// completion that came before the arm raises no event.
-			if err := s.cq.RequestNotify(); err != nil {
-				return s.cqFailed(ctx, err)
-			}
-			e.wait.notified = true
-			continue
-		}
-		e.wait.notified = false
+		// 5: the waker is set at the next timer or by an event from
+		// outside, and verbs.Await polls (busy-polls a verbs.BusyPoller
+		// for up to its spin), arms, polls once more and blocks on the
+		// CQ's notification and the waker.
 		e.clock.due = wakeAt
 		s.wake.Arm(wakeAt.Sub(now))
-		select {
-		case <-s.cq.Notifications():
-		case <-s.wake.C():
+		if waited, err = verbs.Await(s.cq, e.scratch.wcs, s.wake.C()); err != nil {
+			return s.cqFailed(ctx, err)
 		}
 	}
 	return nil
@@ -533,7 +502,7 @@ func (s *lane) drive(ctx context.Context, c *call) error {
 func (s *lane) start(c *call) (int, error) {
 	now := time.Now()
 	e := &s.eng
-	e.clock.start, e.clock.lastPass, e.wait.notified, e.clock.progress, e.clock.rackProgress, e.clock.due = now, now, false, now, now, time.Time{}
+	e.clock.start, e.clock.lastPass, e.clock.progress, e.clock.rackProgress, e.clock.due = now, now, now, now, time.Time{}
 	e.est.rack.newCall()
 	e.est.quiet.newCall()
 	e.est.delivery.NewEpoch()

@@ -259,13 +259,6 @@ func TestBusyPoll(t *testing.T) {
 		d, err := dev(r)
 		return spinDevice{d, time.Hour, &arms, &polls}, err
 	})
-	for r, w := range j.workers {
-		for _, l := range w.sess.lanes {
-			if l.spin != time.Hour {
-				t.Fatalf("rank %d lane %d: spin %v, want the CQ's", r, l.index, l.spin)
-			}
-		}
-	}
 	in := gradients(9, 2, 20000)
 	out := clone2(in)
 	noErrors(t, j.allReduce(context.Background(), out)) // the first call waits for rank 1 to join

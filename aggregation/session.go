@@ -218,9 +218,6 @@ func (s *lane) setUp(answers, sendDepth int) error {
 	if s.cq, err = cfg.Device.CreateCQ(lq*(s.recvDepth+sendDepth) + 256); err != nil {
 		return fmt.Errorf("aggregation: create CQ %d on %s: %w", s.index, cfg.Device.Name(), err)
 	}
-	if b, ok := s.cq.(verbs.BusyPoller); ok {
-		s.spin = b.BusyPoll()
-	}
 	return nil
 }
 
