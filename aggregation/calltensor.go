@@ -11,64 +11,132 @@ import (
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
 
-// This file is what a call's tensor is to the engine beyond float32 and
-// int32: 16-bit floats (bfloat16, float16) quantized straight into the
-// session's wire (int32 or int16 lanes, Config.Wire), the non-finite marker
+// This file is what a call's tensor is to the engine: the codec of its
+// element type on the session's wire (int32 or int16 lanes, Config.Wire) —
+// float32, 16-bit floats (bfloat16, float16) quantized straight into the
+// wire, or int32 — the block exponents and the non-finite marker
 // (Config.PropagateNonFinite), and the length check of the exponent round.
 
 // ErrLengthMismatch: the workers of a job called an all-reduce with tensors
 // of different lengths.
 var ErrLengthMismatch = errors.New("length mismatch")
 
-// float reports whether the call is block floating point (float32 or a
-// 16-bit format): it has an exponent round and a scale per message.
-func (c *call) float() bool { return c.f != nil || c.h != nil }
+// codec is what a call's element type is to the engine on the session's
+// wire (Config.Wire): chosen once, when the call starts (Session.codec),
+// so that no stage of a message tests the type again. Its functions read
+// the call's tensor of their type (call.f, call.h or call.i).
+type codec struct {
+	// float: block floating point (float32 or a 16-bit format). Its
+	// tensor is read once for the block exponents before anything is
+	// sent (blockExponents), and each message is quantized with the
+	// scale of the switch's maximum exponent for it and carries the next
+	// one's exponent as its look-ahead. int32 is summed as it is.
+	float bool
+	// exponent (float codecs) is the block exponent of elements [lo,
+	// hi); with marked, a non-finite block gives quant.NonFiniteExponent
+	// instead of an error.
+	exponent func(c *call, lo, hi int, marked bool) (int8, error)
+	// scale is the scale of a message whose maximum block exponent over
+	// the workers is maxE: 31 or 15 bits of a lane the workers share
+	// (docs/quantization.md); int32's is the zero Scale, unused.
+	scale func(workers int, maxE int8) (quant.Scale, error)
+	// quantize writes elements [lo, hi) into buf, in the wire's lanes.
+	quantize func(c *call, buf []byte, lo, hi int, sc quant.Scale) error
+	// dequantize writes the sums in res back to elements [lo, hi).
+	dequantize func(c *call, lo, hi int, res []byte, sc quant.Scale)
+	// lookAhead is the exponent a tensor message carries for message j
+	// (e0 of the immediate): 0 for int32, as p4app-switchML's workers send.
+	lookAhead func(c *call, j int) int8
+}
 
-// blockExponent is the block exponent of elements [lo, hi); with marked, a
-// non-finite block gives quant.NonFiniteExponent instead of an error.
-func (c *call) blockExponent(lo, hi int, marked bool) (int8, error) {
-	switch {
-	case !c.float():
-		return 0, nil // int32: no scale; round 0 carries only the length
-	case c.h != nil && marked:
-		return quant.MarkedBlockExponent16(c.h[lo:hi], c.half), nil
-	case c.h != nil:
-		return quant.BlockExponent16(c.h[lo:hi], c.half)
-	case marked:
+// elemType is a call's element type: the API call it came through.
+type elemType int
+
+const (
+	elemFloat32  elemType = iota // AllReduce
+	elemBFloat16                 // AllReduce16 with quant.BFloat16
+	elemFloat16                  // AllReduce16 with quant.Float16
+	elemInt32                    // AllReduceInt32 (32-bit wire only: Open refuses it on 16)
+)
+
+// codecs are the codecs by element type, on the 32-bit wire and on the
+// 16-bit wire (int32 has only the first; both entries are its).
+var codecs = [...][2]codec{
+	elemFloat32: {
+		{float: true, exponent: float32Exponent, scale: quant.NewScale, lookAhead: (*call).exponent,
+			quantize: func(c *call, buf []byte, lo, hi int, sc quant.Scale) error {
+				return quant.Quantize(buf, c.f[lo:hi], sc)
+			},
+			dequantize: func(c *call, lo, hi int, res []byte, sc quant.Scale) {
+				quant.Dequantize(c.f[lo:hi], res, sc)
+			}},
+		{float: true, exponent: float32Exponent, scale: quant.NewScaleWire16, lookAhead: (*call).exponent,
+			quantize: func(c *call, buf []byte, lo, hi int, sc quant.Scale) error {
+				return quant.QuantizeWire16(buf, c.f[lo:hi], sc)
+			},
+			dequantize: func(c *call, lo, hi int, res []byte, sc quant.Scale) {
+				quant.DequantizeWire16(c.f[lo:hi], res, sc)
+			}},
+	},
+	elemBFloat16: halfCodecs(quant.BFloat16),
+	elemFloat16:  halfCodecs(quant.Float16),
+	elemInt32:    {int32Codec, int32Codec},
+}
+
+// codec is the codec of element type t on the session's wire.
+func (s *Session) codec(t elemType) *codec {
+	if s.cfg.Wire == 16 {
+		return &codecs[t][1]
+	}
+	return &codecs[t][0]
+}
+
+func float32Exponent(c *call, lo, hi int, marked bool) (int8, error) {
+	if marked {
 		return quant.MarkedBlockExponent(c.f[lo:hi]), nil
 	}
 	return quant.BlockExponent(c.f[lo:hi])
 }
 
-// quantize writes elements [lo, hi) into buf with sc, in sc's lanes
-// (int32 or int16, sc.WireBytes).
-func (c *call) quantize(buf []byte, lo, hi int, sc quant.Scale) error {
-	switch {
-	case c.h != nil && sc.WireBytes() == 2:
-		return quant.QuantizeHalfWire16(buf, c.h[lo:hi], c.half, sc)
-	case c.h != nil:
-		return quant.Quantize16(buf, c.h[lo:hi], c.half, sc)
-	case sc.WireBytes() == 2:
-		return quant.QuantizeWire16(buf, c.f[lo:hi], sc)
+// halfCodecs are the codecs of 16-bit floats in format f, quantized
+// straight into the wire's lanes (docs/quantization.md, "16-bit inputs").
+func halfCodecs(f quant.Format) [2]codec {
+	exponent := func(c *call, lo, hi int, marked bool) (int8, error) {
+		if marked {
+			return quant.MarkedBlockExponent16(c.h[lo:hi], f), nil
+		}
+		return quant.BlockExponent16(c.h[lo:hi], f)
 	}
-	return quant.Quantize(buf, c.f[lo:hi], sc)
+	return [2]codec{
+		{float: true, exponent: exponent, scale: quant.NewScale, lookAhead: (*call).exponent,
+			quantize: func(c *call, buf []byte, lo, hi int, sc quant.Scale) error {
+				return quant.Quantize16(buf, c.h[lo:hi], f, sc)
+			},
+			dequantize: func(c *call, lo, hi int, res []byte, sc quant.Scale) {
+				quant.Dequantize16(c.h[lo:hi], res, f, sc)
+			}},
+		{float: true, exponent: exponent, scale: quant.NewScaleWire16, lookAhead: (*call).exponent,
+			quantize: func(c *call, buf []byte, lo, hi int, sc quant.Scale) error {
+				return quant.QuantizeHalfWire16(buf, c.h[lo:hi], f, sc)
+			},
+			dequantize: func(c *call, lo, hi int, res []byte, sc quant.Scale) {
+				quant.DequantizeHalfWire16(c.h[lo:hi], res, f, sc)
+			}},
+	}
 }
 
-// dequantize writes the sums in res back to elements [lo, hi) (int32
-// calls: decodes them).
-func (c *call) dequantize(lo, hi int, res []byte, sc quant.Scale) {
-	switch {
-	case c.h != nil && sc.WireBytes() == 2:
-		quant.DequantizeHalfWire16(c.h[lo:hi], res, c.half, sc)
-	case c.h != nil:
-		quant.Dequantize16(c.h[lo:hi], res, c.half, sc)
-	case c.f != nil && sc.WireBytes() == 2:
-		quant.DequantizeWire16(c.f[lo:hi], res, sc)
-	case c.f != nil:
-		quant.Dequantize(c.f[lo:hi], res, sc)
-	default:
+// int32Codec encodes int32 elements as they are: no exponents (round 0
+// carries only the call's length), no scale.
+var int32Codec = codec{
+	scale:     func(int, int8) (quant.Scale, error) { return quant.Scale{}, nil },
+	lookAhead: func(*call, int) int8 { return 0 },
+	quantize: func(c *call, buf []byte, lo, hi int, _ quant.Scale) error {
+		quant.EncodeInt32(buf, c.i[lo:hi])
+		return nil
+	},
+	dequantize: func(c *call, lo, hi int, res []byte, _ quant.Scale) {
 		quant.DecodeInt32(c.i[lo:hi], res)
-	}
+	},
 }
 
 // blockExponents reads a float call's tensor once, before anything is
@@ -107,7 +175,7 @@ func (s *Session) blockExponents(c *call) error {
 func (s *Session) exponentsOf(c *call, p, parts int) error {
 	for j := p * c.msgs / parts; j < (p+1)*c.msgs/parts; j++ {
 		lo, hi := c.span(j)
-		e, err := c.blockExponent(lo, hi, s.cfg.PropagateNonFinite)
+		e, err := c.codec.exponent(c, lo, hi, s.cfg.PropagateNonFinite)
 		if err != nil {
 			var nf *quant.NonFiniteError
 			if errors.As(err, &nf) {
@@ -164,7 +232,11 @@ func (s *Session) AllReduce16(ctx context.Context, x []uint16, f quant.Format) e
 	if len(x) == 0 {
 		return errors.New("aggregation: AllReduce16 of an empty tensor: pass at least one element")
 	}
-	return s.runCall(ctx, call{h: x, half: f, n: len(x)})
+	t := elemBFloat16
+	if f == quant.Float16 {
+		t = elemFloat16
+	}
+	return s.runCall(ctx, call{h: x, n: len(x), codec: s.codec(t)})
 }
 
 // AllReduce16Async queues AllReduce16(ctx, x, f) and returns at once.

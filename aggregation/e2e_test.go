@@ -247,35 +247,37 @@ func TestSoftAbortBetweenCalls(t *testing.T) {
 // ErrPeerTimeout within the PeerTimeout.
 func TestSoftDeadNIC(t *testing.T) {
 	forTransports(t, true, func(t *testing.T, tr transport) {
-		c := newSoftCluster(t, tr, 7, 0, 0)
-		cfg := softConfig(1, 1024, 2, 2)
-		cfg.PeerTimeout = time.Second
-		const n = 3
-		j := openJob(t, c.ctlAddr, n, cfg, c.device(2))
-		j.workers[2].dev.Close()
-		start := time.Now()
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		for r := range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[r] = j.workers[r].sess.AllReduce(context.Background(), make([]float32, 5000))
-			}()
-		}
-		wg.Wait()
-		t.Logf("the survivors failed after %v (PeerTimeout %v)", time.Since(start).Round(time.Millisecond), cfg.PeerTimeout)
-		for r, err := range errs {
-			// The controller reads the switch's slots: rank 2 is missing
-			// from every partial sum, and sent nothing.
-			var pe *PeerTimeoutError
-			if !errors.As(err, &pe) || !errors.Is(err, ErrWaitingForRank) || !slices.ContainsFunc(pe.Waiting, func(w control.RankWait) bool {
-				return w.Rank == 2 && w.Addr == addr4(127, 88, 7, 4) && w.ActivityKnown && w.Packets == 0
-			}) {
-				t.Fatalf("rank %d: %v; want ErrPeerTimeout waiting for rank 2, which sent nothing", r, err)
+		inBubble(t, tr, func(t *testing.T) {
+			c := newSoftCluster(t, tr, 7, 0, 0)
+			cfg := softConfig(1, 1024, 2, 2)
+			cfg.PeerTimeout = time.Second
+			const n = 3
+			j := openJob(t, c.ctlAddr, n, cfg, c.device(2))
+			j.workers[2].dev.Close()
+			start := time.Now()
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for r := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[r] = j.workers[r].sess.AllReduce(context.Background(), make([]float32, 5000))
+				}()
 			}
-		}
-		t.Log(errs[0])
+			wg.Wait()
+			t.Logf("the survivors failed after %v (PeerTimeout %v)", time.Since(start).Round(time.Millisecond), cfg.PeerTimeout)
+			for r, err := range errs {
+				// The controller reads the switch's slots: rank 2 is missing
+				// from every partial sum, and sent nothing.
+				var pe *PeerTimeoutError
+				if !errors.As(err, &pe) || !errors.Is(err, ErrWaitingForRank) || !slices.ContainsFunc(pe.Waiting, func(w control.RankWait) bool {
+					return w.Rank == 2 && w.Addr == addr4(127, 88, 7, 4) && w.ActivityKnown && w.Packets == 0
+				}) {
+					t.Fatalf("rank %d: %v; want ErrPeerTimeout waiting for rank 2, which sent nothing", r, err)
+				}
+			}
+			t.Log(errs[0])
+		})
 	})
 }
 
@@ -288,42 +290,44 @@ func TestSoftDeadNIC(t *testing.T) {
 // for").
 func TestSoftStalledRankNamed(t *testing.T) {
 	forTransports(t, true, func(t *testing.T, tr transport) {
-		c := newSoftCluster(t, tr, 8, 0, 0)
-		cfg := softConfig(1, 1024, 2, 2)
-		// Long enough that the other survivor, late to its call on a
-		// loaded host, is never taken for the stalled rank.
-		cfg.PeerTimeout = testutil.Scale(time.Second)
-		const n = 3
-		j := openJob(t, c.ctlAddr, n, cfg, c.device(2))
-		in := gradients(8, n, 3000)
-		noErrors(t, j.allReduce(context.Background(), clone2(in)))
+		inBubble(t, tr, func(t *testing.T) {
+			c := newSoftCluster(t, tr, 8, 0, 0)
+			cfg := softConfig(1, 1024, 2, 2)
+			// Long enough that the other survivor, late to its call on a
+			// loaded host, is never taken for the stalled rank.
+			cfg.PeerTimeout = testutil.Scale(time.Second)
+			const n = 3
+			j := openJob(t, c.ctlAddr, n, cfg, c.device(2))
+			in := gradients(8, n, 3000)
+			noErrors(t, j.allReduce(context.Background(), clone2(in)))
 
-		// Ranks 0 and 1 make the next call; rank 2 never does.
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		for r := range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[r] = j.workers[r].sess.AllReduce(context.Background(), clone2(in)[r])
-			}()
-		}
-		wg.Wait()
-		for r, err := range errs {
-			var pe *PeerTimeoutError
-			if !errors.As(err, &pe) || !errors.Is(err, ErrWaitingForRank) || len(pe.Waiting) != 1 {
-				t.Fatalf("rank %d: %v; want a *PeerTimeoutError waiting for one rank", r, err)
+			// Ranks 0 and 1 make the next call; rank 2 never does.
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for r := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[r] = j.workers[r].sess.AllReduce(context.Background(), clone2(in)[r])
+				}()
 			}
-			w := pe.Waiting[0]
-			if w.Rank != 2 || w.Addr != addr4(127, 88, 8, 4) || w.MissingSlots == 0 || !w.ActivityKnown || w.Packets == 0 ||
-				w.Idle < cfg.PeerTimeout/2 || w.Ended {
-				t.Fatalf("rank %d: waiting for %+v; want rank 2 at 127.88.8.4, missing from a partial sum, with packets, silent since the first call", r, w)
+			wg.Wait()
+			for r, err := range errs {
+				var pe *PeerTimeoutError
+				if !errors.As(err, &pe) || !errors.Is(err, ErrWaitingForRank) || len(pe.Waiting) != 1 {
+					t.Fatalf("rank %d: %v; want a *PeerTimeoutError waiting for one rank", r, err)
+				}
+				w := pe.Waiting[0]
+				if w.Rank != 2 || w.Addr != addr4(127, 88, 8, 4) || w.MissingSlots == 0 || !w.ActivityKnown || w.Packets == 0 ||
+					w.Idle < cfg.PeerTimeout/2 || w.Ended {
+					t.Fatalf("rank %d: waiting for %+v; want rank 2 at 127.88.8.4, missing from a partial sum, with packets, silent since the first call", r, w)
+				}
+				if want := "rank 2 (127.88.8.4) silent "; !strings.Contains(err.Error(), want) {
+					t.Fatalf("rank %d: %v; want it to contain %q", r, err, want)
+				}
 			}
-			if want := "rank 2 (127.88.8.4) silent "; !strings.Contains(err.Error(), want) {
-				t.Fatalf("rank %d: %v; want it to contain %q", r, err, want)
-			}
-		}
-		t.Log(errs[0])
+			t.Log(errs[0])
+		})
 	})
 }
 

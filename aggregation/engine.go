@@ -32,7 +32,6 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"runtime"
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
@@ -206,63 +205,89 @@ func (p *pktResults) transmitted() {
 }
 
 // engine is the state of a lane's engine that outlives a call (guarded by
-// Session.mu: only the goroutine driving the lane touches it).
+// Session.mu: only the goroutine driving the lane touches it), grouped by
+// the concern that owns it, as gVisor's tcp sender groups its state: each
+// group is a value in the engine, so a field is one offset away, and each
+// type says the rule its fields follow.
 type engine struct {
-	wcs     []verbs.Completion
-	recvWRs []verbs.RecvWR // postRecvs' scratch
-	// pktWRs is per-packet recovery's scratch (Session.pktBits).
-	pktWRs []verbs.SendWR
+	scratch scratch   // buffers a pass reuses
+	est     estimates // what the lane has measured of its path
+	clock   callClock // when things last happened in the call
+	// parked are the QPs whose next message waits for room in the
+	// window, in the call's order (window.go, launch).
+	parked []*qpState
+	// doorbell is set when messages are staged on a QP and not yet sent
+	// (send.go: transmit, ringDoorbell).
+	doorbell verbs.StagedSender
+	// fastAtCall is the lane's fast retransmissions when the call started
+	// (writes.go, lossSignal).
+	fastAtCall uint64
+}
+
+// scratch is the memory a lane's passes fill and reuse: sized once at
+// Open (Session.open), so that a pass allocates nothing, with room beyond
+// what a pass uses so that no other lane's is on its last cache line.
+type scratch struct {
+	wcs     []verbs.Completion // drive's poll
+	recvWRs []verbs.RecvWR     // postRecvs'
+	pktWRs  []verbs.SendWR     // transmitPackets' (per-packet recovery, Session.pktBits)
+}
+
+// estimates are what a lane has measured of its path, kept from call to
+// call: fed by the results (receive.go, delivered; timers.go,
+// sampleResult, which takes a time to result only when it surely answers
+// a known transmission: Karn's rule, RFC 6298 section 3) and by the
+// timer's backoff (rto.go, retransmit), and read by the rules that decide
+// when a message is lost (rack.go, rto.go) and how many may be in flight
+// (window.go).
+type estimates struct {
 	// Times to result: of messages in the middle of a call, and of each
-	// QP's first message of a call (timers.go).
+	// QP's first message of a call (timers.go, sampleRTT).
 	rtt, joinRTT timing.RTT
-	// standing bounds the timeout (timers.go, rto): the smallest time to
+	// standing bounds the timeout (rto.go, rto): the smallest time to
 	// result over the last round trip or two, queueing included.
 	standing timing.StandingRTT
 	// delivery is the fastest recent rate at which packet results come
 	// back: with the packets in flight, the queueing a timeout must cover
-	// (timers.go, rto).
+	// (rto.go, pathBound).
 	delivery timing.DeliveryRate
-	// parked are the QPs whose next message waits for room in the
-	// window, in the call's order (send.go, launch).
-	parked []*qpState
-	rack   rackState
+	// rack is RACK's evidence of loss (rack.go).
+	rack rackState
 	// quiet is the longest wait without loss the timer was shown
 	// (rto.go, quietFloor): a floor of the timeout until a resend is
 	// needed.
 	quiet quietFloor
 	// backedOff is the largest timeout backed off since the latest round
 	// trip measured: before any round trip is measured, new messages
-	// start no shorter (timers.go, rto).
-	backedOff  time.Duration
-	lastResult time.Time // when any result last arrived
+	// start no shorter (rto.go, rto).
+	backedOff time.Duration
+}
+
+// callClock is when things last happened to the lane: a call's start
+// (drive's start) sets start, lastPass, progress and rackProgress to its
+// own time and clears due, passes and results move them forward, and the
+// timers measure their waits from them (rto.go, expiry: a timer restarts
+// on progress, RFC 6298 section 5.3; deadPeer: a silence is measured from
+// the latest result).
+type callClock struct {
+	start      time.Time // when the running call started
+	lastPass   time.Time // the loop's last pass
+	lastResult time.Time // when any result last arrived, in any call
 	// progress is when a result last completed a message or a packet of
-	// one (not a duplicate answer): RFC 6298 5.3's "new data acknowledged",
-	// which restarts the retransmission timers (timers.go, expiry).
+	// one (not a duplicate answer): RFC 6298 5.3's "new data
+	// acknowledged", which restarts the retransmission timers (rto.go,
+	// expiry).
 	progress time.Time
 	// rackProgress is when a result RACK could use last came back: one
 	// sampled, or a resent message's accepted as the answer to its latest
-	// transmission (timers.go, expiry).
+	// transmission (rto.go, expiry).
 	rackProgress time.Time
 	// probe is when the latest probe was sent: the one message resent
-	// when the path went silent (timers.go, expire).
+	// when the path went silent (rto.go, expire).
 	probe time.Time
 	// due is when the loop planned its current pass: the wake-up time of
 	// its sleep (zero when it passed again at once).
-	due       time.Time
-	callStart time.Time // when the running call started
-	lastPass  time.Time // the loop's last pass
-	// doorbell is set when messages are staged on a QP and not yet sent
-	// (send.go: transmit, ringDoorbell).
-	doorbell verbs.StagedSender
-	// notified: the CQ's completion notification is armed and the CQ was
-	// polled since (drive's wait step).
-	notified bool
-	// fastAtCall is the lane's fast retransmissions when the call started
-	// (writes.go, lossSignal).
-	fastAtCall uint64
-	// idleSince is when the CQ was first found empty since the last
-	// completion (drive's busy poll).
-	idleSince time.Time
+	due time.Time
 }
 
 // Work-request ids: the QP index in the high half, the kind in the low.
@@ -308,7 +333,7 @@ func (s *Session) AllReduce(ctx context.Context, x []float32) error {
 	if len(x) == 0 {
 		return fmt.Errorf("aggregation: AllReduce: %w", ErrEmpty)
 	}
-	return s.runCall(ctx, call{f: x, n: len(x)})
+	return s.runCall(ctx, call{f: x, n: len(x), codec: s.codec(elemFloat32)})
 }
 
 // AllReduceInt32 replaces x, on every worker, by the element-wise sum of the
@@ -324,19 +349,20 @@ func (s *Session) AllReduceInt32(ctx context.Context, x []int32) error {
 	if len(x) == 0 {
 		return fmt.Errorf("aggregation: AllReduceInt32: %w", ErrEmpty)
 	}
-	return s.runCall(ctx, call{i: x, n: len(x)})
+	return s.runCall(ctx, call{i: x, n: len(x), codec: s.codec(elemInt32)})
 }
 
-// call is the tensor of one AllReduce.
+// call is the tensor of one AllReduce: one of f, i and h, and the codec
+// of its element type (calltensor.go).
 type call struct {
-	f    []float32
-	i    []int32
-	h    []uint16     // 16-bit floats (calltensor.go)
-	half quant.Format // h's format
-	n    int          // elements
-	vals int          // elements per message
-	msgs int          // messages
-	exps []int8       // each message's block exponent (float calls)
+	f     []float32
+	i     []int32
+	h     []uint16 // 16-bit floats, in codec's format
+	codec *codec
+	n     int    // elements
+	vals  int    // elements per message
+	msgs  int    // messages
+	exps  []int8 // each message's block exponent (float calls)
 }
 
 func (c *call) span(j int) (lo, hi int) {
@@ -364,7 +390,7 @@ func (s *Session) runCall(ctx context.Context, arg call) error {
 	c := &s.call
 	c.vals = s.msgBytes / s.cfg.elementBytes()
 	c.msgs = (c.n + c.vals - 1) / c.vals
-	if c.float() {
+	if c.codec.float {
 		// Bad input fails here, with nothing sent: the session goes on.
 		if err := s.blockExponents(c); err != nil {
 			return err
@@ -411,9 +437,11 @@ func (s *Session) endCall() { s.call = call{} }
 //     QP, leaves in one system call (send.go);
 //  5. wait for a completion, the next timer or an event from outside
 //     (Close, a cancelled context, the controller), unless this pass had
-//     work: then the next pass polls again at once. On a CQ that asks
-//     for it (verbs.BusyPoller: libibverbs), the loop first passes again
-//     for a few microseconds, as RDMA libraries poll before they sleep.
+//     work: then the next pass polls again at once. The wait is
+//     verbs.Await, every engine's: on a CQ that asks for it
+//     (verbs.BusyPoller: libibverbs) it first polls for a few
+//     microseconds, as RDMA libraries poll before they sleep; the
+//     completions it finds are the next pass's.
 func (s *lane) drive(ctx context.Context, c *call) error {
 	active, err := s.start(c)
 	if err != nil {
@@ -423,16 +451,19 @@ func (s *lane) drive(ctx context.Context, c *call) error {
 	// decided by then; a failed send shows up as the next call's error.
 	defer func() { _ = s.ringDoorbell() }()
 	e := &s.eng
+	waited := 0 // completions the wait step polled, in e.scratch.wcs
 	for active > 0 {
 		if err := s.interrupted(ctx); err != nil {
 			return err
 		}
-		k, err := s.cq.Poll(e.wcs) // 1
-		if err != nil {
-			return s.cqFailed(ctx, err)
+		k := waited
+		if k == 0 {
+			if k, err = s.cq.Poll(e.scratch.wcs); err != nil { // 1
+				return s.cqFailed(ctx, err)
+			}
 		}
 		now := time.Now()
-		done, err := s.completeAll(c, e.wcs[:k], now) // 2
+		done, err := s.completeAll(c, e.scratch.wcs[:k], now) // 2
 		if err != nil {
 			return err
 		}
@@ -441,7 +472,7 @@ func (s *lane) drive(ctx context.Context, c *call) error {
 			now = time.Now() // dequantizing them took time
 		}
 		var wakeAt time.Time
-		if k < len(e.wcs) { // 3: only once the CQ is drained
+		if k < len(e.scratch.wcs) { // 3: only once the CQ is drained
 			if wakeAt, err = s.timers(now); err != nil {
 				return err
 			}
@@ -449,38 +480,17 @@ func (s *lane) drive(ctx context.Context, c *call) error {
 		if err := s.ringDoorbell(); err != nil { // 4
 			return err
 		}
-		if k > 0 || active == 0 {
-			e.notified, e.idleSince = false, time.Time{}
+		if waited = 0; k > 0 || active == 0 {
 			continue
 		}
-		if s.spin > 0 && !e.notified { // 5
-			// Busy poll (verbs.BusyPoller): pass again, yielding the
-			// processor, while the CQ has been empty for less than the
-			// CQ's spin and no timer is due — a completion caught by a
-			// poll costs far less than a wake-up through the channel.
-			if e.idleSince.IsZero() {
-				e.idleSince = now
-			}
-			if now.Sub(e.idleSince) < s.spin && now.Before(wakeAt) {
-				runtime.Gosched()
-				continue
-			}
-		}
-		if !e.notified {
-			// Arm the completion notification, then poll once more: a
-			// completion that came before the arm raises no event.
-			if err := s.cq.RequestNotify(); err != nil {
-				return s.cqFailed(ctx, err)
-			}
-			e.notified = true
-			continue
-		}
-		e.notified = false
-		e.due = wakeAt
+		// 5: the waker is set at the next timer or by an event from
+		// outside, and verbs.Await polls (busy-polls a verbs.BusyPoller
+		// for up to its spin), arms, polls once more and blocks on the
+		// CQ's notification and the waker.
+		e.clock.due = wakeAt
 		s.wake.Arm(wakeAt.Sub(now))
-		select {
-		case <-s.cq.Notifications():
-		case <-s.wake.C():
+		if waited, err = verbs.Await(s.cq, e.scratch.wcs, s.wake.C()); err != nil {
+			return s.cqFailed(ctx, err)
 		}
 	}
 	return nil
@@ -492,10 +502,10 @@ func (s *lane) drive(ctx context.Context, c *call) error {
 func (s *lane) start(c *call) (int, error) {
 	now := time.Now()
 	e := &s.eng
-	e.callStart, e.lastPass, e.notified, e.progress, e.rackProgress, e.due = now, now, false, now, now, time.Time{}
-	e.rack.newCall()
-	e.quiet.newCall()
-	e.delivery.NewEpoch()
+	e.clock.start, e.clock.lastPass, e.clock.progress, e.clock.rackProgress, e.clock.due = now, now, now, now, time.Time{}
+	e.est.rack.newCall()
+	e.est.quiet.newCall()
+	e.est.delivery.NewEpoch()
 	e.parked = e.parked[:0]
 	active := 0
 	for _, st := range s.qps {
@@ -563,11 +573,11 @@ func (s *lane) switchGoneAt() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	t := time.Unix(0, n)
-	if s.eng.lastResult.After(t) {
-		t = s.eng.lastResult
+	if s.eng.clock.lastResult.After(t) {
+		t = s.eng.clock.lastResult
 	}
-	if s.eng.callStart.After(t) {
-		t = s.eng.callStart
+	if s.eng.clock.start.After(t) {
+		t = s.eng.clock.start
 	}
 	return t.Add(switchGoneAfter), true
 }

@@ -11,7 +11,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
@@ -131,31 +134,33 @@ func TestLossBitIdentical(t *testing.T) {
 // fail with ErrPeerTimeout (the context only bounds a hang: its deadline
 // would give another error), and the session is broken.
 func TestDeadPeer(t *testing.T) {
-	c := newEngineCluster(t)
-	cfg := engineConfig(9)
-	cfg.PeerTimeout = 300 * time.Millisecond
-	j := openJob(t, c.ctlAddr, 3, cfg, c.device(12))
-	ctx, cancel := context.WithTimeout(context.Background(), testutil.Scale(30*time.Second))
-	defer cancel()
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = j.workers[r].sess.AllReduce(ctx, make([]float32, 1000))
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if !errors.Is(err, ErrPeerTimeout) {
-			t.Fatalf("rank %d: %v, want ErrPeerTimeout", r, err)
+	synctest.Test(t, func(t *testing.T) {
+		c := newEngineCluster(t)
+		cfg := engineConfig(9)
+		cfg.PeerTimeout = 300 * time.Millisecond
+		j := openJob(t, c.ctlAddr, 3, cfg, c.device(12))
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.Scale(30*time.Second))
+		defer cancel()
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for r := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[r] = j.workers[r].sess.AllReduce(ctx, make([]float32, 1000))
+			}()
 		}
-	}
-	t.Log(errs[0])
-	if err := j.workers[0].sess.AllReduce(context.Background(), []float32{1}); !errors.Is(err, ErrBroken) {
-		t.Errorf("after a failure: %v, want ErrBroken", err)
-	}
+		wg.Wait()
+		for r, err := range errs {
+			if !errors.Is(err, ErrPeerTimeout) {
+				t.Fatalf("rank %d: %v, want ErrPeerTimeout", r, err)
+			}
+		}
+		t.Log(errs[0])
+		if err := j.workers[0].sess.AllReduce(context.Background(), []float32{1}); !errors.Is(err, ErrBroken) {
+			t.Errorf("after a failure: %v, want ErrBroken", err)
+		}
+	})
 }
 
 // TestKilledWorker: a worker that disappears (its controller connection
@@ -163,51 +168,55 @@ func TestDeadPeer(t *testing.T) {
 // job; the others fail with ErrJobEnded. PeerTimeout is out of reach, and
 // the context only bounds a hang (its deadline would give another error).
 func TestKilledWorker(t *testing.T) {
-	c := newEngineCluster(t)
-	cfg := engineConfig(10)
-	cfg.PeerTimeout = time.Hour // the controller must be what ends it
-	j := openJob(t, c.ctlAddr, 3, cfg, c.device(12))
-	ctx, cancel := context.WithTimeout(context.Background(), testutil.Scale(30*time.Second))
-	defer cancel()
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = j.workers[r].sess.AllReduce(ctx, make([]float32, 1000))
-		}()
-	}
-	c.waitCalls(t, j, 0, 1)
-	j.workers[2].cli.Close()
-	j.workers[2].dev.Close()
-	wg.Wait()
-	for r, err := range errs {
-		if !errors.Is(err, control.ErrJobEnded) {
-			t.Fatalf("rank %d: %v, want control.ErrJobEnded", r, err)
+	synctest.Test(t, func(t *testing.T) {
+		c := newEngineCluster(t)
+		cfg := engineConfig(10)
+		cfg.PeerTimeout = time.Hour // the controller must be what ends it
+		j := openJob(t, c.ctlAddr, 3, cfg, c.device(12))
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.Scale(30*time.Second))
+		defer cancel()
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for r := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[r] = j.workers[r].sess.AllReduce(ctx, make([]float32, 1000))
+			}()
 		}
-	}
-	t.Log(errs[0])
+		c.waitCalls(t, j, 0, 1)
+		j.workers[2].cli.Close()
+		j.workers[2].dev.Close()
+		wg.Wait()
+		for r, err := range errs {
+			if !errors.Is(err, control.ErrJobEnded) {
+				t.Fatalf("rank %d: %v, want control.ErrJobEnded", r, err)
+			}
+		}
+		t.Log(errs[0])
+	})
 }
 
 func TestCancel(t *testing.T) {
-	c := newEngineCluster(t)
-	j := openJob(t, c.ctlAddr, 2, engineConfig(11), c.device(12))
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	err := j.workers[0].sess.AllReduce(ctx, make([]float32, 100))
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("got %v, want DeadlineExceeded", err)
-	}
-	// Close interrupts a running call too: rank 1's call waits for rank
-	// 0, which has given up.
-	done := make(chan error)
-	go func() { done <- j.workers[1].sess.AllReduce(context.Background(), make([]float32, 100)) }()
-	c.waitCalls(t, j, 1)
-	j.workers[1].sess.Close()
-	if err := <-done; !errors.Is(err, ErrClosed) {
-		t.Fatalf("got %v, want ErrClosed", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		c := newEngineCluster(t)
+		j := openJob(t, c.ctlAddr, 2, engineConfig(11), c.device(12))
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		err := j.workers[0].sess.AllReduce(ctx, make([]float32, 100))
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("got %v, want DeadlineExceeded", err)
+		}
+		// Close interrupts a running call too: rank 1's call waits for rank
+		// 0, which has given up.
+		done := make(chan error)
+		go func() { done <- j.workers[1].sess.AllReduce(context.Background(), make([]float32, 100)) }()
+		c.waitCalls(t, j, 1)
+		j.workers[1].sess.Close()
+		if err := <-done; !errors.Is(err, ErrClosed) {
+			t.Fatalf("got %v, want ErrClosed", err)
+		}
+	})
 }
 
 func TestInputErrors(t *testing.T) {
@@ -263,33 +272,35 @@ func TestConfigErrors(t *testing.T) {
 // results bit-identical to a loss-free run.
 func TestStarvation(t *testing.T) {
 	t.Parallel()
-	b := newLossBench(t, 20, 5, 64*16*7)
-	c, cfg, in, n := b.c, b.cfg, b.in, lossBenchWorkers
+	synctest.Test(t, func(t *testing.T) {
+		b := newLossBench(t, 20, 5, 64*16*7)
+		c, cfg, in, n := b.c, b.cfg, b.in, lossBenchWorkers
 
-	c.setLoss(
-		func(rank, qp, k, pkts int) bool { return rank == 0 && qp == 0 && pkts > 1 && k == 1 },
-		func(rank, qp, _, pkts int) bool { return rank == 1 && qp == 1 && pkts > 1 },
-	)
+		c.setLoss(
+			func(rank, qp, k, pkts int) bool { return rank == 0 && qp == 0 && pkts > 1 && k == 1 },
+			func(rank, qp, _, pkts int) bool { return rank == 1 && qp == 1 && pkts > 1 },
+		)
 
-	whole := cfg
-	whole.SessionID = 21
-	whole.WholeMessageResend = true
-	whole.PeerTimeout = 400 * time.Millisecond
-	starved := openJob(t, c.ctlAddr, n, whole, c.device(10))
-	for r, err := range starved.allReduce(context.Background(), clone2(in)) {
-		if !errors.Is(err, ErrPeerTimeout) {
-			t.Fatalf("whole-message resends, rank %d: %v; want ErrPeerTimeout (the pattern lets no whole message through)", r, err)
+		whole := cfg
+		whole.SessionID = 21
+		whole.WholeMessageResend = true
+		whole.PeerTimeout = 400 * time.Millisecond
+		starved := openJob(t, c.ctlAddr, n, whole, c.device(10))
+		for r, err := range starved.allReduce(context.Background(), clone2(in)) {
+			if !errors.Is(err, ErrPeerTimeout) {
+				t.Fatalf("whole-message resends, rank %d: %v; want ErrPeerTimeout (the pattern lets no whole message through)", r, err)
+			}
 		}
-	}
 
-	cfg.SessionID = 22
-	lossy := openJob(t, c.ctlAddr, n, cfg, c.device(20))
-	b.check(t, lossy, 2, "per-packet recovery")
-	for r, w := range lossy.workers {
-		if st := w.sess.Stats(); (r == 0 || r == 1) && st.Retransmissions == 0 {
-			t.Errorf("rank %d resent nothing: %+v", r, st)
+		cfg.SessionID = 22
+		lossy := openJob(t, c.ctlAddr, n, cfg, c.device(20))
+		b.check(t, lossy, 2, "per-packet recovery")
+		for r, w := range lossy.workers {
+			if st := w.sess.Stats(); (r == 0 || r == 1) && st.Retransmissions == 0 {
+				t.Errorf("rank %d resent nothing: %+v", r, st)
+			}
 		}
-	}
+	})
 }
 
 // TestPeerTimeoutError: when a message gives up, the error is short,
@@ -304,7 +315,7 @@ func TestPeerTimeoutError(t *testing.T) {
 		s.stats.messages.Store(200)
 		s.stats.retransmissions.Store(50)
 		l := oneLane(s)
-		l.eng.callStart = now.Add(-12 * time.Second)
+		l.eng.clock.start = now.Add(-12 * time.Second)
 		return l
 	}
 	st := &qpState{index: 3}
@@ -324,7 +335,7 @@ func TestPeerTimeoutError(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSession()
-			s.eng.lastResult = now.Add(-tc.lastResult)
+			s.eng.clock.lastResult = now.Add(-tc.lastResult)
 			if tc.ctlLost {
 				s.ctlLost.Store(now.Add(-9 * time.Second).UnixNano())
 			}
@@ -379,10 +390,12 @@ func TestPeerTimeoutWaiting(t *testing.T) {
 	}
 }
 
-// tcpProxy forwards connections to target until kill, which cuts them all
-// at once, as a crashed process's would be.
-type tcpProxy struct {
-	lis   net.Listener
+// ctlProxy forwards connections to an in-memory cluster's controller
+// until kill, which cuts them all at once, as a crashed process's would
+// be.
+type ctlProxy struct {
+	lis   *bufconn.Listener
+	name  string // what dialController dials
 	mu    sync.Mutex
 	conns []net.Conn
 	// dead: kill has begun; nothing read from then on is forwarded.
@@ -391,7 +404,7 @@ type tcpProxy struct {
 
 // pipe forwards src to dst until either fails or the proxy is killed,
 // then closes dst.
-func (p *tcpProxy) pipe(dst, src net.Conn) {
+func (p *ctlProxy) pipe(dst, src net.Conn) {
 	defer dst.Close()
 	buf := make([]byte, 32<<10)
 	for {
@@ -410,20 +423,24 @@ func (p *tcpProxy) pipe(dst, src net.Conn) {
 	}
 }
 
-func newTCPProxy(t *testing.T, target string) *tcpProxy {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// newControllerProxy is a proxy to the controller of an in-memory
+// cluster at ctlAddr.
+func newControllerProxy(t *testing.T, ctlAddr string) *ctlProxy {
+	v, ok := memControllers.Load(ctlAddr)
+	if !ok {
+		t.Fatalf("controller %s is not an in-memory cluster's", ctlAddr)
 	}
-	p := &tcpProxy{lis: lis}
+	target := v.(*bufconn.Listener)
+	p := &ctlProxy{lis: bufconn.Listen(1 << 20)}
+	p.name = memController(t, p.lis)
 	t.Cleanup(p.kill)
 	go func() {
 		for {
-			c, err := lis.Accept()
+			c, err := p.lis.Accept()
 			if err != nil {
 				return
 			}
-			u, err := net.Dial("tcp", target)
+			u, err := target.DialContext(context.Background())
 			if err != nil {
 				c.Close()
 				continue
@@ -438,9 +455,9 @@ func newTCPProxy(t *testing.T, target string) *tcpProxy {
 	return p
 }
 
-func (p *tcpProxy) addr() string { return p.lis.Addr().String() }
+func (p *ctlProxy) addr() string { return p.name }
 
-func (p *tcpProxy) kill() {
+func (p *ctlProxy) kill() {
 	// Nothing read from now on is forwarded, before any connection
 	// closes: closing them one by one let the controller see one rank's
 	// stream go and tell the other, through its still open pair, that
@@ -461,26 +478,28 @@ func (p *tcpProxy) kill() {
 // AllReduce fails with ErrSwitchGone half a second later, long before
 // PeerTimeout.
 func TestSwitchGone(t *testing.T) {
-	c := newEngineCluster(t)
-	proxy := newTCPProxy(t, c.ctlAddr)
-	cfg := engineConfig(30)
-	cfg.PeerTimeout = time.Minute // the keep-alive must be what ends it
-	j := openJob(t, proxy.addr(), 2, cfg, c.device(12))
-	noErrors(t, j.allReduce(context.Background(), gradients(1, 2, 100)))
+	synctest.Test(t, func(t *testing.T) {
+		c := newEngineCluster(t)
+		proxy := newControllerProxy(t, c.ctlAddr)
+		cfg := engineConfig(30)
+		cfg.PeerTimeout = time.Minute // the keep-alive must be what ends it
+		j := openJob(t, proxy.addr(), 2, cfg, c.device(12))
+		noErrors(t, j.allReduce(context.Background(), gradients(1, 2, 100)))
 
-	c.setSilent(true)
-	errs := make(chan error, 2)
-	for _, w := range j.workers {
-		go func() { errs <- w.sess.AllReduce(context.Background(), make([]float32, 1000)) }()
-	}
-	proxy.kill()
-	for range 2 {
-		err := <-errs
-		if !errors.Is(err, ErrSwitchGone) || !strings.Contains(err.Error(), "keep-alive stream to the controller broke") {
-			t.Fatalf("got %v, want ErrSwitchGone", err)
+		c.setSilent(true)
+		errs := make(chan error, 2)
+		for _, w := range j.workers {
+			go func() { errs <- w.sess.AllReduce(context.Background(), make([]float32, 1000)) }()
 		}
-		t.Log(err)
-	}
+		proxy.kill()
+		for range 2 {
+			err := <-errs
+			if !errors.Is(err, ErrSwitchGone) || !strings.Contains(err.Error(), "keep-alive stream to the controller broke") {
+				t.Fatalf("got %v, want ErrSwitchGone", err)
+			}
+			t.Log(err)
+		}
+	})
 }
 
 // TestResultOrder meets the switch's per-QP result ordering rule

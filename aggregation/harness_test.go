@@ -5,10 +5,17 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/local"
@@ -54,7 +61,7 @@ func openJobWith(t testing.TB, ctlAddr string, n int, cfgOf func(rank int) Confi
 		if err != nil {
 			t.Fatalf("rank %d: device: %v", r, err)
 		}
-		cli, err := control.Dial(ctlAddr)
+		cli, err := dialController(ctlAddr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -407,16 +414,73 @@ func newSoftClusterWith(t testing.TB, tr transport, net byte, ingressLoss, egres
 			t.Fatal(err)
 		}
 	}
-	cl, err := local.Start(context.Background(), local.Config{
+	lc := local.Config{
 		Switch:     sc,
 		Controller: control.Config{SessionTimeout: 20 * time.Second, AllowAddressMismatch: true, QPNScheme: o.qpns},
-	})
+	}
+	var lis *bufconn.Listener
+	if tr == inMemory {
+		// No socket at all: the cluster can run in a testing/synctest
+		// bubble (inBubble).
+		lis = bufconn.Listen(1 << 20)
+		lc.ControllerListener = lis
+	}
+	cl, err := local.Start(context.Background(), lc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cl.Close() })
 	c.sw, c.ctl, c.ctlAddr = cl.Switch, cl.Controller, cl.ControllerAddr
+	if lis != nil {
+		c.ctlAddr = memController(t, lis)
+	}
 	return c
+}
+
+// memControllers are the in-memory listeners of the in-memory clusters'
+// controllers (and of their proxies: newControllerProxy), by the name a
+// test dials (dialController).
+var (
+	memControllers   sync.Map // name → *bufconn.Listener
+	memControllerSeq atomic.Uint64
+)
+
+// memController names lis for dialController until the test ends.
+func memController(t testing.TB, lis *bufconn.Listener) string {
+	name := fmt.Sprintf("memory-controller-%d", memControllerSeq.Add(1))
+	memControllers.Store(name, lis)
+	t.Cleanup(func() { memControllers.Delete(name) })
+	return name
+}
+
+// dialController is a client of the controller at addr: over its
+// in-memory listener when memController named one, else over TCP.
+func dialController(addr string) (*control.Client, error) {
+	v, ok := memControllers.Load(addr)
+	if !ok {
+		return control.Dial(addr)
+	}
+	lis := v.(*bufconn.Listener)
+	return control.Dial("passthrough:///"+addr,
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+// inBubble runs f inside a testing/synctest bubble over an in-memory
+// cluster, whose links, NICs, switch and controller then run on the
+// bubble's virtual clock: a timer the test waits for (a PeerTimeout, a
+// context's deadline) fires as soon as every goroutine waits, instead of
+// after its real duration. Over sockets f runs as it is: a goroutine
+// blocked in the kernel is not durably blocked, and would stop the clock
+// for good (docs/sim.md). Tests that measure how the engine behaves on a
+// loaded host's real clock stay out of bubbles.
+func inBubble(t *testing.T, tr transport, f func(t *testing.T)) {
+	t.Helper()
+	if tr != inMemory {
+		f(t)
+		return
+	}
+	synctest.Test(t, f)
 }
 
 // device gives rank r of a job the NIC at 127.88.<net>.<first+r>.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
 	"github.com/swml-rdma/swml-rdma/verbs"
@@ -36,11 +35,8 @@ type lane struct {
 	index int
 	qps   []*qpState // the lane's QPs, by increasing index
 	cq    verbs.CQ
-	// spin is how long the lane busy-polls its empty CQ before it arms
-	// the CQ's notification (verbs.BusyPoller; 0: it does not).
-	spin time.Duration
-	eng  engine
-	wake *timing.Waker
+	eng   engine
+	wake  *timing.Waker
 	// words is gotWords' block.
 	words []uint64
 

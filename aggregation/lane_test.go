@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/quant"
@@ -151,46 +152,48 @@ func TestSoftThreadsLoss(t *testing.T) {
 // that lane's error, the other lanes stop, and the session is broken; a
 // closed session interrupts every lane of a call that waits.
 func TestSoftThreadsFail(t *testing.T) {
-	c := newSoftCluster(t, inMemory, 26, 0, 0)
-	cfg := softConfig(1, 256, 4, 6)
-	cfg.Threads = 3
-	cfg.PeerTimeout = 300 * time.Millisecond
-	cfg.RetransmitTimeout = 5 * time.Millisecond
-	j := openJob(t, c.ctlAddr, 2, cfg, c.device(2))
-	in := gradients(5, 2, 4000)
-	out := clone2(in)
-	noErrors(t, j.allReduce(context.Background(), out))
-	checkSums(t, in, out, 256)
+	synctest.Test(t, func(t *testing.T) {
+		c := newSoftCluster(t, inMemory, 26, 0, 0)
+		cfg := softConfig(1, 256, 4, 6)
+		cfg.Threads = 3
+		cfg.PeerTimeout = 300 * time.Millisecond
+		cfg.RetransmitTimeout = 5 * time.Millisecond
+		j := openJob(t, c.ctlAddr, 2, cfg, c.device(2))
+		in := gradients(5, 2, 4000)
+		out := clone2(in)
+		noErrors(t, j.allReduce(context.Background(), out))
+		checkSums(t, in, out, 256)
 
-	// Rank 1 never calls: rank 0's lanes wait for the switch until one
-	// of them gives up.
-	err := j.workers[0].sess.AllReduce(context.Background(), clone2(in)[0])
-	var pt *PeerTimeoutError
-	if !errors.As(err, &pt) {
-		t.Fatalf("rank 0 alone: %v, want a *PeerTimeoutError", err)
-	}
-	if errors.Is(err, errLaneStopped) {
-		t.Fatalf("the call reported a stopped lane, not the failure: %v", err)
-	}
-	if err := j.workers[0].sess.AllReduce(context.Background(), clone2(in)[0]); !errors.Is(err, ErrBroken) {
-		t.Fatalf("after a failed call: %v, want ErrBroken", err)
-	}
-
-	// Close interrupts every lane of a waiting call.
-	done := make(chan error, 1)
-	go func() { done <- j.workers[1].sess.AllReduce(context.Background(), clone2(in)[1]) }()
-	testutil.WaitBlocked(t, 3, "aggregation.(*lane).drive") // its three lanes wait for rank 0
-	if err := j.workers[1].sess.Close(); err != nil {
-		t.Logf("close: %v", err)
-	}
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Fatal("a call interrupted by Close succeeded")
+		// Rank 1 never calls: rank 0's lanes wait for the switch until one
+		// of them gives up.
+		err := j.workers[0].sess.AllReduce(context.Background(), clone2(in)[0])
+		var pt *PeerTimeoutError
+		if !errors.As(err, &pt) {
+			t.Fatalf("rank 0 alone: %v, want a *PeerTimeoutError", err)
 		}
-	case <-time.After(testutil.Scale(10 * time.Second)):
-		t.Fatal("Close did not interrupt a call with three lanes")
-	}
+		if errors.Is(err, errLaneStopped) {
+			t.Fatalf("the call reported a stopped lane, not the failure: %v", err)
+		}
+		if err := j.workers[0].sess.AllReduce(context.Background(), clone2(in)[0]); !errors.Is(err, ErrBroken) {
+			t.Fatalf("after a failed call: %v, want ErrBroken", err)
+		}
+
+		// Close interrupts every lane of a waiting call.
+		done := make(chan error, 1)
+		go func() { done <- j.workers[1].sess.AllReduce(context.Background(), clone2(in)[1]) }()
+		synctest.Wait() // its three lanes wait for rank 0, before its PeerTimeout
+		if err := j.workers[1].sess.Close(); err != nil {
+			t.Logf("close: %v", err)
+		}
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrClosed) {
+				t.Fatalf("a call interrupted by Close: %v, want ErrClosed", err)
+			}
+		case <-time.After(testutil.Scale(10 * time.Second)):
+			t.Fatal("Close did not interrupt a call with three lanes")
+		}
+	})
 }
 
 // spinDevice gives its CQs a busy poll (verbs.BusyPoller), as libibverbs'
@@ -259,13 +262,6 @@ func TestBusyPoll(t *testing.T) {
 		d, err := dev(r)
 		return spinDevice{d, time.Hour, &arms, &polls}, err
 	})
-	for r, w := range j.workers {
-		for _, l := range w.sess.lanes {
-			if l.spin != time.Hour {
-				t.Fatalf("rank %d lane %d: spin %v, want the CQ's", r, l.index, l.spin)
-			}
-		}
-	}
 	in := gradients(9, 2, 20000)
 	out := clone2(in)
 	noErrors(t, j.allReduce(context.Background(), out)) // the first call waits for rank 1 to join

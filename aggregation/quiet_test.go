@@ -30,7 +30,7 @@ func TestQuietFloorStalls(t *testing.T) {
 	const rtt, stall, step = 500 * time.Microsecond, 5 * time.Millisecond, 50 * time.Microsecond
 	s := perPacketTimerSession(q, ppm)
 	base := time.Unix(1000, 0)
-	s.eng.lastPass, s.eng.progress, s.eng.rackProgress = base, base, base
+	s.eng.clock.lastPass, s.eng.clock.progress, s.eng.clock.rackProgress = base, base, base
 	due := make([]time.Duration, q)
 	var stallFrom, stallTo time.Duration
 	answer := func(sent time.Duration) time.Duration {
@@ -61,7 +61,7 @@ func TestQuietFloorStalls(t *testing.T) {
 				results++
 			}
 		}
-		s.eng.due, s.eng.lastPass = time.Time{}, base.Add(now)
+		s.eng.clock.due, s.eng.clock.lastPass = time.Time{}, base.Add(now)
 		if _, err := s.timers(base.Add(now)); err != nil {
 			t.Fatal(err)
 		}
@@ -79,13 +79,13 @@ func TestQuietFloorStalls(t *testing.T) {
 	for i := 2; i < len(resends); i++ {
 		if n := resends[i] - resends[i-1]; n != 0 {
 			t.Fatalf("stall %d of the same %v resent %d messages (timeout %v, quiet floor %v): nothing was lost",
-				i, stall, n, s.qps[0].timer.rto, s.eng.quiet.get())
+				i, stall, n, s.qps[0].timer.rto, s.eng.est.quiet.get())
 		}
 	}
-	if s.stats.spurious.Load() == 0 || s.eng.quiet.get() < stall {
-		t.Fatalf("%d spurious resends, quiet floor %v: want the stall's wait covered", s.stats.spurious.Load(), s.eng.quiet.get())
+	if s.stats.spurious.Load() == 0 || s.eng.est.quiet.get() < stall {
+		t.Fatalf("%d spurious resends, quiet floor %v: want the stall's wait covered", s.stats.spurious.Load(), s.eng.est.quiet.get())
 	}
-	t.Logf("the first stall resent %d messages, the %d later ones none; quiet floor %v", resends[1]-resends[0], len(resends)-2, s.eng.quiet.get())
+	t.Logf("the first stall resent %d messages, the %d later ones none; quiet floor %v", resends[1]-resends[0], len(resends)-2, s.eng.est.quiet.get())
 
 	// A resend that was needed: the message completes through the packet
 	// results that answer it.
@@ -96,7 +96,7 @@ func TestQuietFloorStalls(t *testing.T) {
 	}
 	st.pkts.n = ppm
 	s.sampleResult(st, resultPackets, now.Add(rtt))
-	if f := s.eng.quiet.get(); f != 0 {
+	if f := s.eng.est.quiet.get(); f != 0 {
 		t.Fatalf("quiet floor %v after a needed resend, want none", f)
 	}
 }
@@ -131,9 +131,9 @@ func TestSilenceAfterLatePass(t *testing.T) {
 	const q = 8
 	s := perPacketTimerSession(q, 2)
 	now := time.Unix(1000, 0)
-	s.eng.rtt.Sample(500 * time.Microsecond)
-	s.eng.rack.min.Sample(500 * time.Microsecond)
-	s.eng.progress, s.eng.rackProgress, s.eng.lastPass = now, now, now
+	s.eng.est.rtt.Sample(500 * time.Microsecond)
+	s.eng.est.rack.min.Sample(500 * time.Microsecond)
+	s.eng.clock.progress, s.eng.clock.rackProgress, s.eng.clock.lastPass = now, now, now
 	for _, st := range s.qps {
 		if err := s.post(st, 0, now); err != nil {
 			t.Fatal(err)
@@ -143,7 +143,7 @@ func TestSilenceAfterLatePass(t *testing.T) {
 	rto := s.qps[0].timer.rto
 	// The loop slept past its timer by half a timeout.
 	at := now.Add(rto + rto/2)
-	s.eng.lastPass, s.eng.due = now, now.Add(rto)
+	s.eng.clock.lastPass, s.eng.clock.due = now, now.Add(rto)
 	if _, err := s.timers(at); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestSilenceAfterLatePass(t *testing.T) {
 	// polls' deadline (the late pass put them off by as late again).
 	for i := 1; i <= 5; i++ {
 		at = at.Add(rto / 4)
-		s.eng.lastPass, s.eng.due = at, time.Time{}
+		s.eng.clock.lastPass, s.eng.clock.due = at, time.Time{}
 		if _, err := s.timers(at); err != nil {
 			t.Fatal(err)
 		}

@@ -135,9 +135,9 @@ func (r *rackState) reoWnd(srtt time.Duration) time.Duration {
 // message to that queue. The timer covers a message lost whole
 // (docs/protocol.md "Loss recovery, step by step", mechanism 1).
 func (s *lane) lostAt(st *qpState) (time.Time, bool) {
-	rack := &s.eng.rack
+	rack := &s.eng.est.rack
 	xmit := st.timer.xmit
-	reo := rack.reoWnd(s.eng.rtt.SRTT())
+	reo := rack.reoWnd(s.eng.est.rtt.SRTT())
 	p := &st.pkts
 	if s.pktWrites {
 		if !p.above.IsZero() && p.firstMissing() < p.hi {
@@ -149,7 +149,7 @@ func (s *lane) lostAt(st *qpState) (time.Time, bool) {
 			// measured (RFC 8985 needs one): with neither a reordering
 			// window nor a path pace, a tail would be overdue as soon
 			// as a batch of first results was read.
-			return p.tailDue(s.cfg.PacketsPerMessage-p.n, reo, s.eng.delivery.PerPacket()), true
+			return p.tailDue(s.cfg.PacketsPerMessage-p.n, reo, s.eng.est.delivery.PerPacket()), true
 		}
 		return time.Time{}, false
 	}

@@ -16,9 +16,9 @@ func TestRACKOrderGroups(t *testing.T) {
 	now := time.Now()
 	s := oneLane(&Session{cfg: Config{PacketsPerMessage: 4}})
 	qps := []*qpState{{index: 0}, {index: 1}, {index: 2}, {index: 3}}
-	s.eng.rack.groups(qps, []uint32{5, 7, 5, 7}) // two cores, numbered as the switch numbers them
-	if qps[0].group != 0 || qps[1].group != 1 || qps[2].group != 0 || qps[3].group != 1 || len(s.eng.rack.latest) != 2 {
-		t.Fatalf("groups %d %d %d %d (of %d), want 0 1 0 1 of 2", qps[0].group, qps[1].group, qps[2].group, qps[3].group, len(s.eng.rack.latest))
+	s.eng.est.rack.groups(qps, []uint32{5, 7, 5, 7}) // two cores, numbered as the switch numbers them
+	if qps[0].group != 0 || qps[1].group != 1 || qps[2].group != 0 || qps[3].group != 1 || len(s.eng.est.rack.latest) != 2 {
+		t.Fatalf("groups %d %d %d %d (of %d), want 0 1 0 1 of 2", qps[0].group, qps[1].group, qps[2].group, qps[3].group, len(s.eng.est.rack.latest))
 	}
 	for _, st := range qps {
 		st.timer.xmit = now
@@ -37,7 +37,7 @@ func TestRACKOrderGroups(t *testing.T) {
 	}
 	// Without groups every QP is in one: the same result is evidence for all.
 	s2 := oneLane(&Session{cfg: Config{PacketsPerMessage: 4}})
-	s2.eng.rack.groups(qps, nil)
+	s2.eng.est.rack.groups(qps, nil)
 	s2.sampleRTT(qps[1], 2*time.Millisecond, later)
 	for _, i := range []int{0, 2, 3} {
 		if _, ok := s2.lostAt(qps[i]); !ok {

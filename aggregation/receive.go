@@ -39,11 +39,11 @@ import (
 // bounds those, and a full queue has a receive for every answer still
 // possible.
 func (s *lane) postRecvs(st *qpState, n int) error {
-	n = min(n, s.recvDepth-st.recvs, len(s.eng.recvWRs))
+	n = min(n, s.recvDepth-st.recvs, len(s.eng.scratch.recvWRs))
 	if n <= 0 {
 		return nil
 	}
-	wrs := s.eng.recvWRs[:n]
+	wrs := s.eng.scratch.recvWRs[:n]
 	for i := range wrs {
 		wrs[i] = verbs.RecvWR{ID: wrID(st.index, wrRecv)}
 	}
@@ -164,13 +164,13 @@ func (s *lane) complete(c *call, wc *verbs.Completion, now time.Time) (done bool
 		return false, nil
 	}
 	st.recvs--
-	s.eng.lastResult = now
+	s.eng.clock.lastResult = now
 	r := s.match(st, wc, now)
 	if r == resultStale {
 		s.stats.stale.Add(1)
 		return false, nil
 	}
-	s.eng.progress = now
+	s.eng.clock.progress = now
 	s.delivered(st, r, now)
 	if r == resultPacket {
 		return false, nil
@@ -201,9 +201,9 @@ func (s *lane) complete(c *call, wc *verbs.Completion, now time.Time) (done bool
 // Karn).
 func (s *lane) delivered(st *qpState, r resultKind, now time.Time) {
 	if r == resultWhole {
-		s.eng.delivery.Deliver(s.cfg.PacketsPerMessage)
+		s.eng.est.delivery.Deliver(s.cfg.PacketsPerMessage)
 	} else {
-		s.eng.delivery.Deliver(1)
+		s.eng.est.delivery.Deliver(1)
 	}
 	if r != resultPacket && st.timer.resends == 0 {
 		// One sample per transmission, when its last result is back:
@@ -211,7 +211,7 @@ func (s *lane) delivered(st *qpState, r resultKind, now time.Time) {
 		// link's burst), and a sample for each of them made a group of
 		// 16 samples one message's burst (packet writes on a shaped
 		// link: a tenth of the link's time per packet).
-		s.eng.delivery.Sample(now, st.timer.xmit, st.timer.delivered)
+		s.eng.est.delivery.Sample(now, st.timer.xmit, st.timer.delivered)
 	}
 }
 
@@ -299,6 +299,6 @@ func (s *lane) deliver(c *call, st *qpState) error {
 		return s.checkLengthHeader(s.mr.Bytes()[off:off+s.lengthHeaderSize()], c.n)
 	}
 	lo, hi := c.span(st.msg.cur)
-	c.dequantize(lo, hi, s.mr.Bytes()[off:off+uint64(s.cfg.elementBytes()*(hi-lo))], st.msg.scale)
+	c.codec.dequantize(c, lo, hi, s.mr.Bytes()[off:off+uint64(s.cfg.elementBytes()*(hi-lo))], st.msg.scale)
 	return nil
 }

@@ -13,7 +13,7 @@ import "time"
 // section 5.1): the timeout is rto's, the deadline one timeout away.
 func (s *lane) startTimer(st *qpState, now time.Time) {
 	t := &st.timer
-	t.sent, t.xmit, t.delivered = now, now, s.eng.delivery.Delivered()
+	t.sent, t.xmit, t.delivered = now, now, s.eng.est.delivery.Delivered()
 	t.rto = s.rto(st)
 	t.deadline = now.Add(t.rto)
 	t.timeouts, t.resends, t.silent, t.deferred, t.polled = 0, 0, 0, false, false
@@ -30,7 +30,7 @@ func (s *lane) startTimer(st *qpState, now time.Time) {
 func (s *lane) rto(st *qpState) time.Duration {
 	e := &s.eng
 	floor, ceil := s.cfg.RetransmitTimeout, s.cfg.MaxRetransmitTimeout
-	est := &e.rtt
+	est := &e.est.rtt
 	if st.msg.joining || est.Samples() == 0 {
 		// Before any time to result of a message in the middle of a
 		// call, the joining estimate is the best there is: it includes
@@ -41,9 +41,9 @@ func (s *lane) rto(st *qpState) time.Duration {
 		// loss would cost the initial timeout; the backoff and the one
 		// probe per silence (expire) keep a long join wait to a few
 		// resends.
-		est = &e.joinRTT
+		est = &e.est.joinRTT
 	}
-	if est.Samples() == 0 && e.backedOff > 0 {
+	if est.Samples() == 0 && e.est.backedOff > 0 {
 		// Karn's algorithm (RFC 6298 sections 3 and 5.5–5.7): until a
 		// round trip is measured, a timeout backed off is kept for new
 		// messages. Otherwise, on a path slower than the floor (a link
@@ -53,10 +53,10 @@ func (s *lane) rto(st *qpState) time.Duration {
 		// are samples the estimate leads: carried over, the backoff of a
 		// QP whose every first transmission is lost would grow from
 		// message to message up to the peer timeout.
-		floor = min(max(floor, e.backedOff), s.cfg.MaxRetransmitTimeout)
+		floor = min(max(floor, e.est.backedOff), s.cfg.MaxRetransmitTimeout)
 		ceil = max(ceil, floor)
 	}
-	if m := e.standing.Get(); m > 0 && s.pktWrites && s.adapt.lossy() && est.Samples() > 0 {
+	if m := e.est.standing.Get(); m > 0 && s.pktWrites && s.adapt.lossy() && est.Samples() > 0 {
 		// Floor under loss (docs/protocol.md "Loss recovery, step by
 		// step", mechanism 3): on a packet-write call while this call or
 		// the one before saw loss (adaptState.lossy), the floor is the
@@ -92,12 +92,12 @@ func (s *lane) rto(st *qpState) time.Duration {
 		return est.RTO(floor, ceil)
 	}
 	ceil0 := ceil
-	if m := e.standing.Get(); m > 0 {
+	if m := e.est.standing.Get(); m > 0 {
 		// The bound (docs/protocol.md "Loss recovery, step by step",
 		// mechanism 3, Bound): the larger of k × the standing time to
 		// result — the smallest of the last round trip or two — and
 		// that standing time plus the time the packets in flight take
-		// to come back at the path's delivery rate (engine.delivery).
+		// to come back at the path's delivery rate (estimates.delivery).
 		//
 		// Under loss, a message sent once can still wait for another
 		// worker's resend before its slot completes; that wait feeds the
@@ -125,7 +125,7 @@ func (s *lane) rto(st *qpState) time.Duration {
 	// The quiet floor lies above the bound: it is what the path was seen
 	// to take without loss, and only a resend that was needed lowers it
 	// (quietFloor).
-	return max(est.RTO(floor, ceil), min(e.quiet.get(), ceil0))
+	return max(est.RTO(floor, ceil), min(e.est.quiet.get(), ceil0))
 }
 
 // pathBound is the bound of rto over the standing time to result m: the
@@ -136,7 +136,7 @@ func (s *lane) pathBound(m time.Duration) time.Duration {
 	if s.pktWrites {
 		k = rtoStandingRTTsPacketWrites
 	}
-	return max(k*m, m+s.eng.delivery.Drain(s.inFlight()))
+	return max(k*m, m+s.eng.est.delivery.Drain(s.inFlight()))
 }
 
 // quietFloor is the longest time to result that the timer has been shown
@@ -245,7 +245,7 @@ const rtoStandingRTTsPacketWrites = 8
 // Once resent, a message keeps its own timer: under heavy loss the packet
 // results answering other QPs' resends, which RACK does not see, would
 // otherwise put it off for good. For the same reason only results RACK can
-// use count as progress here (engine.rackProgress): under heavy loss
+// use count as progress here (callClock.rackProgress): under heavy loss
 // hardly any result is unambiguous, and a first transmission lost whole
 // must not wait, found by neither RACK nor the timer, while other QPs'
 // ambiguous results trickle in.
@@ -254,7 +254,7 @@ func (s *lane) expiry(st *qpState) time.Time {
 	if t.resends > 0 {
 		return t.deadline
 	}
-	if p := s.eng.rackProgress.Add(t.rto); p.After(t.deadline) {
+	if p := s.eng.clock.rackProgress.Add(t.rto); p.After(t.deadline) {
 		return p
 	}
 	return t.deadline
@@ -295,7 +295,7 @@ func (s *lane) expiry(st *qpState) time.Time {
 func (s *lane) expire(st *qpState, now time.Time, late time.Duration) error {
 	t := &st.timer
 	e := &s.eng
-	if st.msg.joining && !e.progress.After(e.callStart) && st != s.joinProbe() {
+	if st.msg.joining && !e.clock.progress.After(e.clock.start) && st != s.joinProbe() {
 		t.deadline = now.Add(t.rto)
 		return nil
 	}
@@ -305,7 +305,7 @@ func (s *lane) expire(st *qpState, now time.Time, late time.Duration) error {
 			t.polled = true
 			t.deadline = now.Add(min(late, t.rto))
 			return nil
-		case !t.deferred && e.probe.After(e.progress):
+		case !t.deferred && e.clock.probe.After(e.clock.progress):
 			t.deferred = true
 			t.deadline = now.Add(t.rto)
 			return nil
@@ -315,7 +315,7 @@ func (s *lane) expire(st *qpState, now time.Time, late time.Duration) error {
 		return err
 	}
 	if t.xmit.Equal(now) && st.pkts.n == 0 {
-		e.probe = now
+		e.clock.probe = now
 	}
 	return nil
 }
@@ -369,7 +369,7 @@ func (s *lane) retransmit(st *qpState, now time.Time) error {
 		// fired early does not fire at the same pace again, adding a
 		// copy of the whole message to the queue it waits in each time.
 		t.rto = min(2*t.rto, s.cfg.MaxRetransmitTimeout)
-		s.eng.backedOff = max(s.eng.backedOff, t.rto)
+		s.eng.est.backedOff = max(s.eng.est.backedOff, t.rto)
 	}
 	return s.resend(st, now)
 }
@@ -388,7 +388,7 @@ func (s *lane) retransmit(st *qpState, now time.Time) error {
 // lossy call (still message writes) timed out with nothing back, and the
 // backoff took each to the 1 s cap.
 func (s *lane) pathAlive(xmit time.Time) bool {
-	return s.adapt.lossy() && s.eng.progress.After(xmit)
+	return s.adapt.lossy() && s.eng.clock.progress.After(xmit)
 }
 
 // deadPeer is the error of a message that had no result for
@@ -409,11 +409,11 @@ func (s *lane) deadPeer(st *qpState, now time.Time) error {
 	if s.pktBits > 0 {
 		err.PacketsBack, err.Packets = st.pkts.n, s.cfg.PacketsPerMessage
 	}
-	if e.lastResult.After(e.callStart) {
-		err.LastResult = now.Sub(e.lastResult)
+	if e.clock.lastResult.After(e.clock.start) {
+		err.LastResult = now.Sub(e.clock.lastResult)
 	}
 	// Other QPs got results within half a PeerTimeout: the switch and the
 	// workers are there, the network drops too much.
-	err.HeavyLoss = !e.lastResult.IsZero() && now.Sub(e.lastResult) < s.cfg.PeerTimeout/2
+	err.HeavyLoss = !e.clock.lastResult.IsZero() && now.Sub(e.clock.lastResult) < s.cfg.PeerTimeout/2
 	return err
 }

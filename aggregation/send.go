@@ -32,7 +32,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/swml-rdma/swml-rdma/aggregation/quant"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
@@ -57,36 +56,21 @@ func (s *lane) sendNext(c *call, st *qpState, maxE int8, now time.Time) (bool, e
 	}
 	lo, hi := c.span(j)
 	buf := s.mr.Bytes()[st.sendOff : st.sendOff+uint64(s.msgBytes)]
-	var e0 int8
-	if c.float() {
-		sc, err := s.newScale(maxE)
-		if err != nil {
-			return false, fmt.Errorf("aggregation: %v: %w", s.who(), err)
-		}
-		if err := c.quantize(buf, lo, hi, sc); err != nil {
-			return false, fmt.Errorf("aggregation: AllReduce: tensor changed during the call: %w", err)
-		}
-		st.msg.scale = sc
-		e0 = c.exponent(j + s.cfg.QPs)
-	} else {
-		quant.EncodeInt32(buf, c.i[lo:hi])
+	sc, err := c.codec.scale(s.cfg.Workers, maxE)
+	if err != nil {
+		return false, fmt.Errorf("aggregation: %v: %w", s.who(), err)
 	}
+	if err := c.codec.quantize(c, buf, lo, hi, sc); err != nil {
+		return false, fmt.Errorf("aggregation: AllReduce: tensor changed during the call: %w", err)
+	}
+	st.msg.scale = sc
+	e0 := c.codec.lookAhead(c, j+s.cfg.QPs)
 	// The last message of a tensor is padded with zeros: the switch adds
 	// whole packets, and zeros change no sum.
 	clear(buf[s.cfg.elementBytes()*(hi-lo):])
 	st.msg.cur = j
 	st.next = j + s.cfg.QPs // every worker sends message j on QP j mod QPs
 	return true, s.post(st, e0, now)
-}
-
-// newScale is the scale of a message whose maximum block exponent over
-// the workers is maxE, for the session's wire: 31 or 15 bits of a lane
-// shared by the workers (docs/quantization.md).
-func (s *lane) newScale(maxE int8) (quant.Scale, error) {
-	if s.cfg.Wire == 16 {
-		return quant.NewScaleWire16(s.cfg.Workers, maxE)
-	}
-	return quant.NewScale(s.cfg.Workers, maxE)
 }
 
 // post sends a new message from st's staging region: next set, next
@@ -163,7 +147,7 @@ func (s *lane) transmitPackets(st *qpState, upto int) error {
 	ps := s.cfg.PacketSize
 	m := &st.msg
 	recv := s.recvOff(m.id, st.index)
-	wrs := s.eng.pktWRs[:0]
+	wrs := s.eng.scratch.pktWRs[:0]
 	for k := range min(upto, s.cfg.PacketsPerMessage) {
 		if st.pkts.got[k>>6]&(1<<(k&63)) != 0 {
 			continue
@@ -178,7 +162,7 @@ func (s *lane) transmitPackets(st *qpState, upto int) error {
 			Imm:        uint32(wire.MakeImm(wire.PacketMsgID(m.id, k, s.pktBits), m.e0, m.e1)),
 		})
 	}
-	s.eng.pktWRs = wrs
+	s.eng.scratch.pktWRs = wrs
 	if len(wrs) == 0 {
 		return nil
 	}

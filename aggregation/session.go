@@ -136,66 +136,103 @@ func Open(ctx context.Context, cfg Config) (*Session, error) {
 	return s, nil
 }
 
+// open makes the session's verbs objects, joins the job and connects the
+// QPs to the switch. Whatever fails, Open releases what it made (release).
 func (s *Session) open(ctx context.Context) error {
-	cfg := &s.cfg
-	dev := cfg.Device
-	q := cfg.QPs
-	needsPacketWrites, err := checkUCTruncation(dev, cfg)
+	needsPacketWrites, err := checkUCTruncation(s.cfg.Device, &s.cfg)
 	if err != nil {
 		return err
 	}
+	qpns, psns, err := s.allocate()
+	if err != nil {
+		return err
+	}
+	if err := s.register(ctx, qpns, psns, needsPacketWrites); err != nil {
+		return err
+	}
+	return s.connect(psns)
+}
+
+// allocate makes the worker's side of the job: its PD, its registered
+// buffer (docs/protocol.md "Buffer layout": the recvRegions receive
+// regions of every QP, then the send staging region of every QP), each
+// lane's CQ and scratch, and the QPs in INIT with the PSN each receives
+// from.
+func (s *Session) allocate() (qpns, psns []uint32, err error) {
+	cfg := &s.cfg
+	dev := cfg.Device
 	if s.pd, err = dev.AllocPD(); err != nil {
-		return fmt.Errorf("aggregation: open on %s: %w", dev.Name(), err)
+		return nil, nil, fmt.Errorf("aggregation: open on %s: %w", dev.Name(), err)
 	}
-	// Layout (docs/protocol.md "Buffer layout"): receive regions for set 0
-	// and set 1 of every QP, then the send staging region of every QP.
 	if s.mr, err = s.pd.AllocMR(cfg.RegisteredBytes(), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
-		return fmt.Errorf("aggregation: register a %d-byte buffer on %s: %w", cfg.RegisteredBytes(), dev.Name(), err)
+		return nil, nil, fmt.Errorf("aggregation: register a %d-byte buffer on %s: %w", cfg.RegisteredBytes(), dev.Name(), err)
 	}
-	// The receive queue holds the answers of four transmissions of a
-	// message (the first and resends racing each other's answers) beyond
-	// the base; each answer is one receive.
-	answers := 1
-	sendDepth := 64
-	if ppm := cfg.PacketsPerMessage; cfg.perPacketRecovery() {
+	answers, sendDepth := s.queueDepths()
+	for _, l := range s.lanes {
+		if err := l.setUp(answers, sendDepth); err != nil {
+			return nil, nil, err
+		}
+	}
+	return s.createQPs(sendDepth)
+}
+
+// queueDepths sets per-packet recovery's packet index bits (pktBits) and
+// the receive queue's depth (recvDepth), and returns how many answers one
+// transmission can bring and the send queue's depth. The receive queue
+// holds the answers of four transmissions of a message (the first and
+// resends racing each other's answers) beyond the base; each answer is one
+// receive.
+func (s *Session) queueDepths() (answers, sendDepth int) {
+	answers, sendDepth = 1, 64
+	if ppm := s.cfg.PacketsPerMessage; s.cfg.perPacketRecovery() {
 		s.pktBits = uint(bits.Len(uint(ppm - 1)))
 		// A packet write or a resend is up to ppm one-packet messages,
 		// each answered by a one-packet result.
 		answers = ppm
 		sendDepth += 2 * ppm
 	}
-	depth := recvBase + 8*answers
-	s.recvDepth = depth
-	for _, l := range s.lanes {
-		e := &l.eng
-		// Scratch the lane writes per message: 8 more elements than it
-		// needs, so that no other lane's is on its last cache line.
-		if s.pktBits > 0 {
-			e.pktWRs = make([]verbs.SendWR, 0, cfg.PacketsPerMessage+8)
-		}
-		n := max(answers, recvBase)
-		e.recvWRs = make([]verbs.RecvWR, n, n+8)
-		e.wcs = make([]verbs.Completion, 64, 64+8)
-		lq := 0 // the lane's QPs
-		for i := range q {
-			if s.laneOf(i) == l.index {
-				lq++
-			}
-		}
-		if l.cq, err = dev.CreateCQ(lq*(depth+sendDepth) + 256); err != nil {
-			return fmt.Errorf("aggregation: create CQ %d on %s: %w", l.index, dev.Name(), err)
-		}
-		if b, ok := l.cq.(verbs.BusyPoller); ok {
-			l.spin = b.BusyPoll()
+	s.recvDepth = recvBase + 8*answers
+	return answers, sendDepth
+}
+
+// setUp makes the lane's scratch and its CQ, deep enough for the send and
+// receive queues of its QPs.
+func (s *lane) setUp(answers, sendDepth int) error {
+	cfg := &s.cfg
+	e := &s.eng
+	// Scratch the lane writes per message: 8 more elements than it
+	// needs, so that no other lane's is on its last cache line.
+	if s.pktBits > 0 {
+		e.scratch.pktWRs = make([]verbs.SendWR, 0, cfg.PacketsPerMessage+8)
+	}
+	n := max(answers, recvBase)
+	e.scratch.recvWRs = make([]verbs.RecvWR, n, n+8)
+	e.scratch.wcs = make([]verbs.Completion, 64, 64+8)
+	lq := 0 // the lane's QPs
+	for i := range cfg.QPs {
+		if s.laneOf(i) == s.index {
+			lq++
 		}
 	}
-	qpns := make([]uint32, q)
-	psns := make([]uint32, q)
+	var err error
+	if s.cq, err = cfg.Device.CreateCQ(lq*(s.recvDepth+sendDepth) + 256); err != nil {
+		return fmt.Errorf("aggregation: create CQ %d on %s: %w", s.index, cfg.Device.Name(), err)
+	}
+	return nil
+}
+
+// createQPs creates the session's UC QPs on their lanes' CQs and moves
+// them to INIT; it returns their QPNs and the PSN each will receive from,
+// for the registration.
+func (s *Session) createQPs(sendDepth int) (qpns, psns []uint32, err error) {
+	cfg := &s.cfg
+	q := cfg.QPs
+	qpns, psns = make([]uint32, q), make([]uint32, q)
 	for i := range q {
 		l := s.lanes[s.laneOf(i)]
-		qp, err := s.pd.CreateUCQP(verbs.QPConfig{SendCQ: l.cq, RecvCQ: l.cq, MaxSendWR: sendDepth, MaxRecvWR: depth})
+		qp, err := s.pd.CreateUCQP(verbs.QPConfig{SendCQ: l.cq, RecvCQ: l.cq, MaxSendWR: sendDepth, MaxRecvWR: s.recvDepth})
 		if err != nil {
-			return fmt.Errorf("aggregation: create UC QP %d of %d on %s: %w", i, q, dev.Name(), err)
+			return nil, nil, fmt.Errorf("aggregation: create UC QP %d of %d on %s: %w", i, q, cfg.Device.Name(), err)
 		}
 		st := &qpState{qp: qp, index: i, sendOff: uint64((recvRegions*q + i) * s.msgBytes)}
 		// The first message goes in set 0 with id 0.
@@ -204,14 +241,24 @@ func (s *Session) open(ctx context.Context) error {
 		s.qps = append(s.qps, st)
 		l.qps = append(l.qps, st)
 		if err := qp.Init(verbs.AccessRemoteWrite); err != nil {
-			return fmt.Errorf("aggregation: QP %d to INIT: %w", i, err)
+			return nil, nil, fmt.Errorf("aggregation: QP %d to INIT: %w", i, err)
 		}
 		qpns[i] = qp.QPN()
 		psns[i] = rand.Uint32() & rdma.PSNMask
 	}
+	return qpns, psns, nil
+}
 
+// register joins the job through the controller (dialled here unless
+// Config.Controller is given): it sends the worker's QPs and buffer and
+// waits for the job's assignment, then checks that the assignment fits
+// this worker (checkAssignment).
+func (s *Session) register(ctx context.Context, qpns, psns []uint32, needsPacketWrites bool) error {
+	cfg := &s.cfg
+	dev := cfg.Device
 	s.client = cfg.Controller
 	if s.client == nil {
+		var err error
 		if s.client, err = control.Dial(cfg.ControllerAddr); err != nil {
 			return fmt.Errorf("aggregation: %w", err)
 		}
@@ -243,6 +290,15 @@ func (s *Session) open(ctx context.Context) error {
 		return fmt.Errorf("aggregation: join session %d as rank %d of %d: %w", cfg.SessionID, cfg.Rank, cfg.Workers, err)
 	}
 	s.assign = a
+	return s.checkAssignment(needsPacketWrites)
+}
+
+// checkAssignment checks the controller's answer against this worker: a
+// switch QPN, PSN and pool index per QP, the same packets per message, a
+// choice of writes this worker can follow (agreeWrites), and a switch
+// address.
+func (s *Session) checkAssignment(needsPacketWrites bool) error {
+	cfg, a, q := &s.cfg, s.assign, s.cfg.QPs
 	if len(a.SwitchQPNs) != q || len(a.SwitchPSNs) != q || len(a.QPPoolIndices) != q {
 		return fmt.Errorf("aggregation: job %d: the controller assigned %d switch QPNs, %d PSNs and %d pool indices for %d QPs; controller and worker versions disagree",
 			a.JobID, len(a.SwitchQPNs), len(a.SwitchPSNs), len(a.QPPoolIndices), q)
@@ -250,20 +306,28 @@ func (s *Session) open(ctx context.Context) error {
 	if a.PacketsPerMessage != 0 && a.PacketsPerMessage != cfg.PacketsPerMessage {
 		return fmt.Errorf("aggregation: job %d: the controller set %d packets per message, this worker %d", a.JobID, a.PacketsPerMessage, cfg.PacketsPerMessage)
 	}
-	if err := agreeWrites(dev, cfg, a, needsPacketWrites); err != nil {
+	if err := agreeWrites(cfg.Device, cfg, a, needsPacketWrites); err != nil {
 		return err
 	}
 	if !a.SwitchAddr.IsValid() || a.SwitchAddr.IsUnspecified() {
 		return fmt.Errorf("aggregation: job %d: the controller returned no switch address; configure the controller with the switch's RoCE address", a.JobID)
 	}
-	if u, ok := dev.(verbs.UDPDevice); ok {
+	return nil
+}
+
+// connect points every QP at its switch QP (RTR with the PSN it receives
+// from, psns[i]; RTS with the switch's), tells each lane's RACK the QPs'
+// ordering groups, and posts the first receives.
+func (s *Session) connect(psns []uint32) error {
+	cfg, a := &s.cfg, s.assign
+	if u, ok := cfg.Device.(verbs.UDPDevice); ok {
 		// No switch checks the ICRC over the IPv4 Identification (the
 		// software switch reads a UDP socket; the Tofino program never
 		// parses the ICRC): a message may leave as one GSO datagram.
 		u.AllowGSO(a.SwitchAddr)
 	}
 	for _, l := range s.lanes {
-		l.eng.rack.groups(l.qps, a.OrderGroups)
+		l.eng.est.rack.groups(l.qps, a.OrderGroups)
 	}
 	for i, st := range s.qps {
 		st.pool = a.QPPoolIndices[i]

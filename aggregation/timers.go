@@ -43,7 +43,7 @@ import (
 // (docs/protocol.md "Loss recovery, step by step", the peer timeout).
 func (s *lane) timers(now time.Time) (time.Time, error) {
 	e := &s.eng
-	if gap := now.Sub(e.lastPass); gap > s.cfg.PeerTimeout/2 {
+	if gap := now.Sub(e.clock.lastPass); gap > s.cfg.PeerTimeout/2 {
 		// This process was not running (stopped, or starved of CPU): the
 		// silence is ours, not the peers'. Restart the waits; if the job
 		// ended meanwhile, the controller's event says so.
@@ -55,12 +55,12 @@ func (s *lane) timers(now time.Time) (time.Time, error) {
 	}
 	// late: how much later than planned this pass came (the loop sleeps
 	// until its next timer, or passes again at once when it had work).
-	due := e.lastPass
-	if e.due.After(due) {
-		due = e.due
+	due := e.clock.lastPass
+	if e.clock.due.After(due) {
+		due = e.clock.due
 	}
 	late := now.Sub(due)
-	e.lastPass, e.due = now, time.Time{}
+	e.clock.lastPass, e.clock.due = now, time.Time{}
 	// Wake at least four times per PeerTimeout, so that a longer gap
 	// between passes can only mean this process was not running.
 	wakeAt := now.Add(s.cfg.PeerTimeout / 4)
@@ -107,7 +107,7 @@ func (s *lane) sampleResult(st *qpState, r resultKind, now time.Time) {
 		// after all (RFC 4015's response to a spurious timeout), and the
 		// one the estimate needs most, since it outlasted a timeout.
 		s.stats.spurious.Add(1)
-		s.eng.rack.spurious()
+		s.eng.est.rack.spurious()
 		if s.adapt.lossy() {
 			// Under loss the wait is not the path's: the first
 			// transmission got through, and its slot waited for another
@@ -120,14 +120,14 @@ func (s *lane) sampleResult(st *qpState, r resultKind, now time.Time) {
 			return
 		}
 		if t.timeouts > 0 && !st.msg.joining {
-			s.eng.quiet.spurious(now.Sub(t.sent))
+			s.eng.est.quiet.spurious(now.Sub(t.sent))
 		}
 		s.sampleRTT(st, now.Sub(t.sent), t.sent)
 		return
 	}
 	if t.resends > 0 {
 		// A resend was needed: the path loses (quietFloor).
-		s.eng.quiet.needed()
+		s.eng.est.quiet.needed()
 	}
 	switch {
 	case r == resultPackets && !st.pkts.first.IsZero():
@@ -149,7 +149,7 @@ func (s *lane) sampleResult(st *qpState, r resultKind, now time.Time) {
 		// the estimate would keep too short a timeout on a loaded host.
 		s.sampleRTT(st, now.Sub(t.sent), t.xmit)
 	default:
-		rack := &s.eng.rack
+		rack := &s.eng.est.rack
 		if m, l := rack.minRTT(), rack.at(st.group); m > 0 && now.Sub(t.xmit) >= m && t.xmit.After(l.xmit) {
 			// A resent message: the result can be taken for the answer to
 			// its latest transmission only if it took at least the
@@ -159,7 +159,7 @@ func (s *lane) sampleResult(st *qpState, r resultKind, now time.Time) {
 			// message's time to result, and taken for RACK's reference it
 			// would make every message in flight look lost.
 			l.xmit, l.rtt = t.xmit, now.Sub(t.xmit)
-			s.eng.rackProgress = now
+			s.eng.clock.rackProgress = now
 		}
 	}
 }
@@ -177,7 +177,7 @@ func (s *lane) spurious(st *qpState, r resultKind, now time.Time) bool {
 	if s.pktBits > 0 {
 		return true
 	}
-	return now.Sub(t.xmit) < s.eng.rack.minRTT()
+	return now.Sub(t.xmit) < s.eng.est.rack.minRTT()
 }
 
 // sampleRTT folds a time to result r of a transmission of st's message at
@@ -186,8 +186,8 @@ func (s *lane) spurious(st *qpState, r resultKind, now time.Time) bool {
 // transmission.
 func (s *lane) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 	e := &s.eng
-	e.backedOff = 0
-	e.rackProgress = timing.Later(e.rackProgress, xmit.Add(r))
+	e.est.backedOff = 0
+	e.clock.rackProgress = timing.Later(e.clock.rackProgress, xmit.Add(r))
 	if st.msg.joining {
 		// A QP's first message of a call is round 0, one packet: on an
 		// idle link its result is back in a fraction of a full message's
@@ -196,13 +196,13 @@ func (s *lane) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 		// messages that follow, and fire their timers into a storm of
 		// resends behind a queue (docs/protocol.md "Loss recovery, step
 		// by step", the QP's first message of a call).
-		e.joinRTT.Sample(r)
+		e.est.joinRTT.Sample(r)
 	} else {
-		e.rtt.Sample(r)
-		e.rack.min.Sample(r)
-		e.standing.Sample(xmit.Add(r), r, e.rtt.SRTT())
+		e.est.rtt.Sample(r)
+		e.est.rack.min.Sample(r)
+		e.est.standing.Sample(xmit.Add(r), r, e.est.rtt.SRTT())
 	}
-	if l := e.rack.at(st.group); xmit.After(l.xmit) {
+	if l := e.est.rack.at(st.group); xmit.After(l.xmit) {
 		l.xmit, l.rtt = xmit, r
 	}
 }
@@ -221,7 +221,7 @@ func (s *lane) resend(st *qpState, now time.Time) error {
 func (s *lane) resendUpTo(st *qpState, now time.Time, upto int) error {
 	t := &st.timer
 	t.resends++
-	t.xmit, t.deferred, t.polled, t.delivered = now, false, false, s.eng.delivery.Delivered()
+	t.xmit, t.deferred, t.polled, t.delivered = now, false, false, s.eng.est.delivery.Delivered()
 	t.deadline = now.Add(t.rto)
 	st.pkts.transmitted()
 	s.stats.retransmissions.Add(1)

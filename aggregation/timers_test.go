@@ -33,7 +33,7 @@ func oneLane(s *Session) *lane {
 // receive path's bookkeeping without a CQ), and posts its next message.
 func (s *lane) playResult(t *testing.T, st *qpState, now time.Time) {
 	t.Helper()
-	s.eng.lastResult, s.eng.progress = now, now
+	s.eng.clock.lastResult, s.eng.clock.progress = now, now
 	s.delivered(st, resultWhole, now)
 	s.sampleResult(st, resultWhole, now)
 	st.msg.busy, st.msg.joining = false, false
@@ -59,8 +59,8 @@ func TestTimersBehindAQueue(t *testing.T) {
 	const q, ppm, rounds = 8, 16, 40
 	s := timerSession(q, ppm)
 	base := time.Unix(1000, 0)
-	s.eng.lastPass, s.eng.progress, s.eng.rackProgress = base, base, base      // as start does
-	wire := time.Duration(float64((1024+42)*8) / 200e6 * float64(time.Second)) // one packet
+	s.eng.clock.lastPass, s.eng.clock.progress, s.eng.clock.rackProgress = base, base, base // as start does
+	wire := time.Duration(float64((1024+42)*8) / 200e6 * float64(time.Second))              // one packet
 	const answer = 100 * time.Microsecond
 	var busy time.Duration // when the link is free, after base
 	due := make([]time.Duration, q)
@@ -89,13 +89,13 @@ func TestTimersBehindAQueue(t *testing.T) {
 		}
 		if n := s.stats.retransmissions.Load(); n != 0 {
 			t.Fatalf("at %v, after %d results (time to result %v, estimate %v ± %v): %d resends behind a queue that loses nothing",
-				now, results, q*ppm*wire, s.eng.rtt.SRTT(), s.eng.rtt.RTTVar(), n)
+				now, results, q*ppm*wire, s.eng.est.rtt.SRTT(), s.eng.est.rtt.RTTVar(), n)
 		}
 	}
 	// The delivery rate is the link's: each result's round trip carried
 	// the window (results come one message at a time, 16 packets at once,
 	// as a link lets them through in a burst).
-	if got, want := s.eng.delivery.Drain(q*ppm), q*ppm*wire; got < want*9/10 || got > want*11/10 {
+	if got, want := s.eng.est.delivery.Drain(q*ppm), q*ppm*wire; got < want*9/10 || got > want*11/10 {
 		t.Fatalf("drain of %d packets %v, want the link's %v ± 10 %%", q*ppm, got, want)
 	}
 }
@@ -114,7 +114,7 @@ func TestTimersSlowerThanTheFloor(t *testing.T) {
 	const q, ppm, rounds = 8, 16, 40
 	s := timerSession(q, ppm)
 	base := time.Unix(1000, 0)
-	s.eng.lastPass, s.eng.progress, s.eng.rackProgress = base, base, base // as start does
+	s.eng.clock.lastPass, s.eng.clock.progress, s.eng.clock.rackProgress = base, base, base // as start does
 	wire := time.Duration(float64((1024+42)*8) / 50e6 * float64(time.Second))
 	const answer = 100 * time.Microsecond
 	var busy time.Duration
@@ -161,11 +161,11 @@ func TestTimersSlowerThanTheFloor(t *testing.T) {
 			late += s.stats.retransmissions.Load() - before
 		}
 	}
-	if late != 0 || s.eng.rtt.Samples() == 0 {
+	if late != 0 || s.eng.est.rtt.Samples() == 0 {
 		t.Fatalf("%d resends after round %d of %d (%d in all), %d samples: the timeout never caught up with the path (estimate %v)",
-			late, rounds/4, rounds, s.stats.retransmissions.Load(), s.eng.rtt.Samples(), s.eng.rtt.SRTT())
+			late, rounds/4, rounds, s.stats.retransmissions.Load(), s.eng.est.rtt.Samples(), s.eng.est.rtt.SRTT())
 	}
-	t.Logf("%d resends in all, all in the first rounds; estimate %v ± %v", s.stats.retransmissions.Load(), s.eng.rtt.SRTT(), s.eng.rtt.RTTVar())
+	t.Logf("%d resends in all, all in the first rounds; estimate %v ± %v", s.stats.retransmissions.Load(), s.eng.est.rtt.SRTT(), s.eng.est.rtt.RTTVar())
 }
 
 // TestSilenceProbe: when every message's timer expires because the path
@@ -177,10 +177,10 @@ func TestSilenceProbe(t *testing.T) {
 	const q = 4
 	s := timerSession(q, 2)
 	now := time.Unix(1000, 0)
-	s.eng.joinRTT.Sample(2 * time.Millisecond)
-	s.eng.rtt.Sample(2 * time.Millisecond)
-	s.eng.rack.min.Sample(2 * time.Millisecond)
-	s.eng.progress, s.eng.rackProgress, s.eng.lastPass = now, now, now
+	s.eng.est.joinRTT.Sample(2 * time.Millisecond)
+	s.eng.est.rtt.Sample(2 * time.Millisecond)
+	s.eng.est.rack.min.Sample(2 * time.Millisecond)
+	s.eng.clock.progress, s.eng.clock.rackProgress, s.eng.clock.lastPass = now, now, now
 	for _, st := range s.qps {
 		st.msg.joining = false
 		if err := s.post(st, 0, now); err != nil {
@@ -194,8 +194,8 @@ func TestSilenceProbe(t *testing.T) {
 	}
 	pass := func(at time.Time) uint64 {
 		t.Helper()
-		s.eng.due = time.Time{}
-		s.eng.lastPass = at
+		s.eng.clock.due = time.Time{}
+		s.eng.clock.lastPass = at
 		if _, err := s.timers(at); err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +206,7 @@ func TestSilenceProbe(t *testing.T) {
 	}
 	// Results of other messages kept coming until 5 ms: nothing expires
 	// before 5 ms + the timeout, although every deadline has passed.
-	s.eng.progress, s.eng.rackProgress = now.Add(5*time.Millisecond), now.Add(5*time.Millisecond)
+	s.eng.clock.progress, s.eng.clock.rackProgress = now.Add(5*time.Millisecond), now.Add(5*time.Millisecond)
 	if n := pass(now.Add(10 * time.Millisecond)); n != 0 {
 		t.Fatalf("%d resends while results came within a timeout", n)
 	}
@@ -233,8 +233,8 @@ func TestSilenceProbe(t *testing.T) {
 	// A pass that comes late polls once more before a timer fires.
 	st := s.qps[1]
 	at := st.timer.deadline.Add(10 * time.Millisecond)
-	s.eng.progress, s.eng.rackProgress = st.timer.xmit, st.timer.xmit
-	s.eng.lastPass, s.eng.due = at.Add(-20*time.Millisecond), at.Add(-10*time.Millisecond)
+	s.eng.clock.progress, s.eng.clock.rackProgress = st.timer.xmit, st.timer.xmit
+	s.eng.clock.lastPass, s.eng.clock.due = at.Add(-20*time.Millisecond), at.Add(-10*time.Millisecond)
 	before := s.stats.retransmissions.Load()
 	if _, err := s.timers(at); err != nil {
 		t.Fatal(err)
@@ -274,11 +274,11 @@ func TestInitialTimeout(t *testing.T) {
 	if got := s.rto(st); got != s.cfg.RetransmitTimeout {
 		t.Fatalf("no sample: %v, want the floor", got)
 	}
-	s.eng.joinRTT.Sample(8 * time.Millisecond)
+	s.eng.est.joinRTT.Sample(8 * time.Millisecond)
 	if got := s.rto(st); got != 24*time.Millisecond { // 8 + 4 × 4
 		t.Fatalf("after a joining sample of 8 ms: %v, want 24ms", got)
 	}
-	s.eng.rtt.Sample(2 * time.Millisecond)
+	s.eng.est.rtt.Sample(2 * time.Millisecond)
 	if got := s.rto(st); got != 6*time.Millisecond {
 		t.Fatalf("after a sample of 2 ms: %v, want 6ms", got)
 	}
@@ -302,7 +302,7 @@ func TestTimersJoinAndQueueBound(t *testing.T) {
 	const q, ppm = 8, 16
 	s := timerSession(q, ppm)
 	now := time.Unix(1000, 0)
-	s.eng.lastPass, s.eng.progress, s.eng.rackProgress = now, now, now
+	s.eng.clock.lastPass, s.eng.clock.progress, s.eng.clock.rackProgress = now, now, now
 	for _, st := range s.qps {
 		if err := s.post(st, 0, now); err != nil {
 			t.Fatal(err)
@@ -312,28 +312,28 @@ func TestTimersJoinAndQueueBound(t *testing.T) {
 	st := s.qps[0]
 	now = now.Add(150 * time.Microsecond)
 	s.playResult(t, st, now) // the joining message; posts the next one
-	if m, g := s.eng.rack.minRTT(), s.eng.standing.Get(); m != 0 || g != 0 || s.eng.joinRTT.Samples() != 1 {
-		t.Fatalf("after the joining result: minimum %v, standing %v, %d joining samples; want 0, 0, 1", m, g, s.eng.joinRTT.Samples())
+	if m, g := s.eng.est.rack.minRTT(), s.eng.est.standing.Get(); m != 0 || g != 0 || s.eng.est.joinRTT.Samples() != 1 {
+		t.Fatalf("after the joining result: minimum %v, standing %v, %d joining samples; want 0, 0, 1", m, g, s.eng.est.joinRTT.Samples())
 	}
 	// A 200 Mbit/s link: packet results every 42.6 µs; 8 messages of 16
 	// packets in flight take 5.45 ms to drain, and each is answered after
 	// those ahead of it.
 	wire := 42600 * time.Nanosecond
 	for range 32 {
-		at, xmit := s.eng.delivery.Delivered(), now
+		at, xmit := s.eng.est.delivery.Delivered(), now
 		now = now.Add(q * ppm * wire)
-		s.eng.delivery.Deliver(q * ppm)
-		s.eng.delivery.Sample(now, xmit, at)
+		s.eng.est.delivery.Deliver(q * ppm)
+		s.eng.est.delivery.Sample(now, xmit, at)
 	}
 	queued := q*ppm*wire + 100*time.Microsecond
 	for range 8 {
 		now = now.Add(queued)
 		s.playResult(t, st, now)
 	}
-	if m := s.eng.rack.minRTT(); m != queued {
+	if m := s.eng.est.rack.minRTT(); m != queued {
 		t.Fatalf("minimum %v, want the queue's %v", m, queued)
 	}
-	if w := s.eng.rack.reoWnd(s.eng.rtt.SRTT()); w != queued/4 {
+	if w := s.eng.est.rack.reoWnd(s.eng.est.rtt.SRTT()); w != queued/4 {
 		t.Fatalf("reordering window %v, want %v", w, queued/4)
 	}
 	// One message answered at once (its slots were complete when it came).
@@ -342,7 +342,7 @@ func TestTimersJoinAndQueueBound(t *testing.T) {
 	for _, pw := range []bool{false, true} {
 		s.pktWrites = pw
 		if got := s.rto(st); got < queued {
-			t.Fatalf("packet writes %v: timeout %v below the time to result behind the queue %v (standing %v)", pw, got, queued, s.eng.standing.Get())
+			t.Fatalf("packet writes %v: timeout %v below the time to result behind the queue %v (standing %v)", pw, got, queued, s.eng.est.standing.Get())
 		}
 	}
 	s.pktWrites = false
@@ -367,7 +367,7 @@ func TestJoinProbe(t *testing.T) {
 	s := timerSession(q, 2)
 	s.call.msgs = q
 	now := time.Unix(1000, 0)
-	s.eng.callStart, s.eng.lastPass, s.eng.progress, s.eng.rackProgress = now, now, now, now
+	s.eng.clock.start, s.eng.clock.lastPass, s.eng.clock.progress, s.eng.clock.rackProgress = now, now, now, now
 	for _, st := range s.qps {
 		if err := s.post(st, 0, now); err != nil {
 			t.Fatal(err)
@@ -376,7 +376,7 @@ func TestJoinProbe(t *testing.T) {
 	}
 	pass := func(at time.Time) {
 		t.Helper()
-		s.eng.due, s.eng.lastPass = time.Time{}, at
+		s.eng.clock.due, s.eng.clock.lastPass = time.Time{}, at
 		if _, err := s.timers(at); err != nil {
 			t.Fatal(err)
 		}
@@ -421,7 +421,7 @@ func TestTimerUnderLoss(t *testing.T) {
 	const q, ppm = 8, 16
 	s := timerSession(q, ppm)
 	base := time.Unix(1000, 0)
-	s.eng.lastPass, s.eng.progress, s.eng.rackProgress = base, base, base // as start does
+	s.eng.clock.lastPass, s.eng.clock.progress, s.eng.clock.rackProgress = base, base, base // as start does
 	for _, st := range s.qps {
 		if err := s.post(st, 0, base); err != nil {
 			t.Fatal(err)
@@ -446,9 +446,9 @@ func TestTimerUnderLoss(t *testing.T) {
 		t.Fatalf("under loss, message writes: timeout %v below the floor %v", got, floor)
 	}
 	s.pktWrites = true
-	bound := s.pathBound(s.eng.standing.Get())
+	bound := s.pathBound(s.eng.est.standing.Get())
 	if got := s.rto(st); got >= floor || got > bound || got < rtt {
-		t.Fatalf("under loss: timeout %v, want the path's bound %v (standing %v), below the floor %v", got, bound, s.eng.standing.Get(), floor)
+		t.Fatalf("under loss: timeout %v, want the path's bound %v (standing %v), below the floor %v", got, bound, s.eng.est.standing.Get(), floor)
 	}
 
 	backoff := func(lossy, progress bool) time.Duration {
@@ -456,9 +456,9 @@ func TestTimerUnderLoss(t *testing.T) {
 		tm := &st.timer
 		tm.rto, tm.xmit, tm.silent = floor, now, 0
 		st.pkts.n = 0
-		s.eng.progress = now.Add(-rtt)
+		s.eng.clock.progress = now.Add(-rtt)
 		if progress {
-			s.eng.progress = now.Add(rtt)
+			s.eng.clock.progress = now.Add(rtt)
 		}
 		if err := s.retransmit(st, now.Add(2*rtt)); err != nil {
 			t.Fatal(err)

@@ -95,7 +95,7 @@ func (s *lane) parkedKey(st *qpState) int { return s.orderKey(st, st.parked.roun
 // keep about one window in flight together, plus two messages each.
 func (s *lane) window() int {
 	q := len(s.qps)
-	per := s.eng.delivery.PerPacket()
+	per := s.eng.est.delivery.PerPacket()
 	if per <= 0 || s.cfg.QueueDelay < 0 || s.adapt.lossy() {
 		// Under loss (this call or the one before: adaptState.lossy),
 		// results come back at the pace of the loss recovery, not of

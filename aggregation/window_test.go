@@ -91,11 +91,11 @@ func TestWindowSize(t *testing.T) {
 		t.Fatalf("before any rate sample: window %d, want %d", w, q)
 	}
 	rate := func(per time.Duration) {
-		s.eng.delivery = timing.DeliveryRate{}
+		s.eng.est.delivery = timing.DeliveryRate{}
 		for range 32 {
-			at := s.eng.delivery.Delivered()
-			s.eng.delivery.Deliver(q * ppm)
-			s.eng.delivery.Sample(time.Unix(1, 0).Add(q*ppm*per), time.Unix(1, 0), at)
+			at := s.eng.est.delivery.Delivered()
+			s.eng.est.delivery.Deliver(q * ppm)
+			s.eng.est.delivery.Sample(time.Unix(1, 0).Add(q*ppm*per), time.Unix(1, 0), at)
 		}
 	}
 	rate(17600 * time.Nanosecond) // 500 Mbit/s: a message every 282 µs

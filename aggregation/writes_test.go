@@ -205,7 +205,7 @@ func TestPacketWriteTimer(t *testing.T) {
 		MaxRetransmitTimeout: time.Second, BackoffAfter: 1, QPs: 1}, msgBytes: ppm * 256, mr: mr,
 		qps: []*qpState{{index: 0}}})
 	s.pktBits, s.pktWrites = 4, true
-	s.eng.rtt.Sample(200 * time.Microsecond) // timeout: the 1 ms floor
+	s.eng.est.rtt.Sample(200 * time.Microsecond) // timeout: the 1 ms floor
 	st := s.qps[0]
 	st.qp = qp
 	st.pkts.got = make([]uint64, 1)
@@ -288,7 +288,7 @@ func TestPacketWriteLossEvidence(t *testing.T) {
 	}
 	st.pkts.got[0], st.pkts.n = 0, 0
 	st.pkts.transmitted()
-	s.eng.rack.min.Sample(4 * time.Millisecond) // reordering window 1 ms
+	s.eng.est.rack.min.Sample(4 * time.Millisecond) // reordering window 1 ms
 	if _, ok := s.lostAt(st); ok {
 		t.Fatal("evidence of loss before any result")
 	}
@@ -306,7 +306,7 @@ func TestPacketWriteLossEvidence(t *testing.T) {
 		t.Fatalf("resend of an overdue tail covers %d packets, want all 16", got)
 	}
 	// Another QP's later result: no evidence for a message with results back.
-	*s.eng.rack.at(st.group) = rackLatest{xmit: now.Add(time.Millisecond), rtt: time.Millisecond}
+	*s.eng.est.rack.at(st.group) = rackLatest{xmit: now.Add(time.Millisecond), rtt: time.Millisecond}
 	if at, _ := s.lostAt(st); !at.Equal(tail) {
 		t.Fatalf("RACK across QPs for a message whose own results are coming back: lost at %v", at.Sub(now))
 	}
@@ -329,7 +329,7 @@ func TestPacketWriteLossEvidence(t *testing.T) {
 	}
 	// Three results read in one batch, then a pause: their own pace is
 	// nothing, but the rest come no faster than the path delivers packet
-	// results (44 µs each at 200 Mbit/s: engine.delivery). Paced by the
+	// results (44 µs each at 200 Mbit/s: estimates.delivery). Paced by the
 	// batch alone, the tail would be overdue a reordering window after
 	// it, and a loss-free shaped link would resend many of its messages.
 	st3 := &qpState{}
@@ -341,9 +341,9 @@ func TestPacketWriteLossEvidence(t *testing.T) {
 	}
 	per := 44 * time.Microsecond
 	for range 32 {
-		at := s.eng.delivery.Delivered()
-		s.eng.delivery.Deliver(128)
-		s.eng.delivery.Sample(now.Add(128*per), now, at)
+		at := s.eng.est.delivery.Delivered()
+		s.eng.est.delivery.Deliver(128)
+		s.eng.est.delivery.Sample(now.Add(128*per), now, at)
 	}
 	if at, ok := s.lostAt(st3); !ok || !at.Equal(now.Add(2*time.Millisecond+13*per+time.Millisecond)) {
 		t.Fatalf("3 of 16 back in one batch: lost at %v (%v), want the path's time per packet for each missing one after them, plus the window (%v)",
