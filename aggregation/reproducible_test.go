@@ -19,14 +19,15 @@ import (
 type reproCase struct {
 	qps, packet, ppm int
 	threads          []int // per rank
+	cores            int   // the switch's (swswitch.Config.Cores)
 	writes           Writes
 	wholeResend      bool
 	loss, reorder    float64
 }
 
 func (c reproCase) String() string {
-	return fmt.Sprintf("qps=%d packet=%d×%d threads=%v %v whole=%v loss=%v reorder=%v",
-		c.qps, c.packet, c.ppm, c.threads, c.writes, c.wholeResend, c.loss, c.reorder)
+	return fmt.Sprintf("qps=%d packet=%d×%d threads=%v cores=%d %v whole=%v loss=%v reorder=%v",
+		c.qps, c.packet, c.ppm, c.threads, c.cores, c.writes, c.wholeResend, c.loss, c.reorder)
 }
 
 // randomReproCase draws a case whose messages hold reproMessage bytes: the
@@ -40,6 +41,7 @@ func randomReproCase(rng *rand.Rand, n int) reproCase {
 		writes:  []Writes{MessageWrites, PacketWrites, AdaptiveWrites}[rng.IntN(3)],
 		loss:    []float64{0, 0.01, 0.03}[rng.IntN(3)],
 		reorder: []float64{0, 0.05}[rng.IntN(2)],
+		cores:   1 + rng.IntN(3),
 	}
 	// Whole-message resends go with message writes only (Config), and of
 	// multi-packet UC messages they starve at a few per cent of loss
@@ -56,7 +58,8 @@ const reproMessage = 1024
 // TestReproducible: the sums are a function of the inputs, the worker
 // count and the message size alone (docs/protocol.md "Reproducible
 // sums"). The same float32 and bfloat16 tensors all-reduced under random
-// loss, reordering, QP counts, lanes per worker, packet sizes (one message
+// loss, reordering, QP counts, lanes per worker, switch cores (each QP's
+// slots on one core, cores adding in parallel), packet sizes (one message
 // size), message or packet writes and resend granularity give the same
 // bits on every rank, in every call, as a loss-free job of one QP and one
 // lane: integer addition does not depend on arrival order, and every
@@ -67,7 +70,7 @@ func TestReproducible(t *testing.T) {
 	in16 := halfInputs(in, quant.BFloat16)
 
 	run := func(t *testing.T, net byte, c reproCase) ([][]float32, [][]uint16) {
-		var o clusterOpts
+		o := clusterOpts{cores: c.cores}
 		if c.reorder > 0 {
 			o.link = func(netip.Addr) memlink.LinkConfig {
 				return memlink.LinkConfig{Reorder: c.reorder, ReorderDelay: 300 * time.Microsecond}
@@ -104,7 +107,7 @@ func TestReproducible(t *testing.T) {
 		return out, out16
 	}
 
-	ref := reproCase{qps: 1, packet: 1024, ppm: 1, threads: []int{1, 1, 1}, writes: MessageWrites}
+	ref := reproCase{qps: 1, packet: 1024, ppm: 1, threads: []int{1, 1, 1}, cores: 1, writes: MessageWrites}
 	want, want16 := run(t, 100, ref)
 	checkSums(t, in, want, reproMessage/4)
 	for r := range want {
