@@ -188,7 +188,7 @@ p4app_teardown() {
 	echo 0 >/proc/sys/vm/nr_hugepages
 }
 
-# p4app_job tag type err: one 2-worker job of p4app's allreduce_benchmark
+# p4app_job tag type err: one job of $P4WORKERS (default 2) workers of p4app's allreduce_benchmark
 # (--verify, --err percent; 0 = exact for int32 with patch 03) on the switch
 # started last. Each rank runs in its own directory with its switchml.cfg:
 # switchml.cfg.example with its rank and the client's retransmission timer
@@ -205,31 +205,35 @@ P4TIMER=5000
 P4NUMEL=16384 P4JOBS=2
 p4why=
 p4app_job() {
-	local tag=$1 ty=$2 err=$3 pids=() r d t0
+	local tag=$1 ty=$2 err=$3 pids=() r d t0 n=${P4WORKERS:-2} live rcs=()
 	t0=$(cut -d' ' -f1 /proc/uptime)
-	for r in 0 1; do
+	for r in $(seq 0 $((n - 1))); do
 		d=$LOG/$tag.$r.d
 		mkdir -p $d
-		sed -e "s/^rank = .*/rank = $r/" -e "s/^num_workers = .*/num_workers = 2/" -e "s/^timeout = .*/timeout = $P4TIMER/" \
+		sed -e "s/^rank = .*/rank = $r/" -e "s/^num_workers = .*/num_workers = $n/" -e "s/^timeout = .*/timeout = $P4TIMER/" \
 			$P4/switchml.cfg.example >$d/switchml.cfg
 		(cd $d && ulimit -c 0 && SWITCHML_NO_BIND=1 GLOG_logtostderr=1 exec timeout $T $P4/allreduce_benchmark --tensor-type $ty \
 			--tensor-numel $P4NUMEL --num-warmup-jobs 1 --num-jobs $P4JOBS --verify 1 --err $err) >$LOG/$tag.$r.log 2>&1 &
 		pids+=($!)
 	done
 	# A refused registration is a glog CHECK failure in rank 0 (abort);
-	# the other rank would wait in the Barrier until its deadline: as soon
-	# as one rank has failed a check, end the other.
-	while kill -0 "${pids[0]}" 2>/dev/null || kill -0 "${pids[1]}" 2>/dev/null; do
-		grep -qs '^F[0-9]' $LOG/$tag.0.log $LOG/$tag.1.log && break
+	# the other ranks would wait in the Barrier until their deadline: as
+	# soon as one rank has failed a check, end the others.
+	while :; do
+		live=0
+		for r in "${pids[@]}"; do kill -0 "$r" 2>/dev/null && live=1; done
+		[ $live = 1 ] || break
+		grep -qs '^F[0-9]' $LOG/$tag.*.log && break
 		sleep 0.2
 	done
 	sleep 0.5
 	kill -KILL "${pids[@]}" 2>/dev/null
-	wait "${pids[0]}" 2>/dev/null
-	local rc0=$?
-	wait "${pids[1]}" 2>/dev/null
-	local rc1=$?
-	say "job $tag: ended after $(awk -v a="$t0" -v b="$(cut -d' ' -f1 /proc/uptime)" 'BEGIN{printf "%.1f", b-a}') s (rank 0 exit $rc0, rank 1 exit $rc1)"
+	for r in "${pids[@]}"; do
+		wait "$r" 2>/dev/null
+		rcs+=($?)
+	done
+	local rc0=${rcs[0]}
+	say "job $tag: ended after $(awk -v a="$t0" -v b="$(cut -d' ' -f1 /proc/uptime)" 'BEGIN{printf "%.1f", b-a}') s (exit status by rank: ${rcs[*]})"
 	# Running totals since the switch started: packets, retransmissions
 	# (resends p4app's timer made), unicasts (those answered into a
 	# completed slot: duplicate results), drops.
@@ -242,15 +246,15 @@ p4app_job() {
 		return 1
 	fi
 	local bad=0
-	for r in 0 1; do
+	for r in $(seq 0 $((n - 1))); do
 		if ! grep -q 'Data verified successfully' $LOG/$tag.$r.log; then
 			bad=1
-			say "$tag rank $r (exit $([ $r = 0 ] && echo $rc0 || echo $rc1)) did not verify:"
+			say "$tag rank $r (exit ${rcs[$r]}) did not verify:"
 			{ grep -h 'Verification\|^F[0-9]' $LOG/$tag.$r.log || grep -v '^\s*$' $LOG/$tag.$r.log; } | sed -n '1,3p;$p'
 		fi
 	done
 	[ $bad = 0 ] || return 2
-	say "job $tag: 2 p4app workers, $ty: $(grep -h 'Data verified' $LOG/$tag.0.log) (both ranks; $(grep -h '^Median' $LOG/$tag.0.log))"
+	say "job $tag: $n p4app workers, $ty: $(grep -h 'Data verified' $LOG/$tag.0.log) (every rank; $(grep -h '^Median' $LOG/$tag.0.log))"
 }
 
 sid=100
@@ -560,19 +564,23 @@ rxe-bench)
 	if [ -e $P4/unavailable ] || [ ! -x $P4/allreduce_benchmark ]; then
 		say "BENCH p4app: not measured: $(cat $P4/unavailable 2>/dev/null || echo "$P4/allreduce_benchmark is not in the guest")"
 	else
-		# Same elements as $BSIZE of float32, 2 workers, the client's own
-		# 100 ms timer; p4app_job verifies and prints p4app's median.
+		# Same elements as $BSIZE of float32, 2 then 4 workers, the
+		# client's own 100 ms timer; p4app_job verifies and prints p4app's
+		# median.
 		p4app_setup
 		P4TIMER=100 P4NUMEL=$(($(echo $BSIZE | sed 's/MiB/*1048576/; s/KiB/*1024/') / 4)) P4JOBS=${SWML_BENCH_ITERS:-3}
 		T=$BT
-		start_switch 4
-		bench_snap $LOG/p4.before
-		p4app_job p4bench float 1
-		rc=$?
-		bench_snap $LOG/p4.after
-		say "BENCH p4app: 2 workers x $BSIZE float32 (timer ${P4TIMER} ms): $([ $rc = 0 ] && grep -h '^Median' $LOG/p4bench.0.log || echo "did not verify (rc $rc)")"
-		say "BENCH p4app counters: $(bench_delta $LOG/p4.before $LOG/p4.after)"
-		stop_switch
+		for P4WORKERS in 2 4; do
+			start_switch 4
+			bench_snap $LOG/p4.before
+			p4app_job p4bench-${P4WORKERS}w float 1
+			rc=$?
+			bench_snap $LOG/p4.after
+			say "BENCH p4app: $P4WORKERS workers x $BSIZE float32 (timer ${P4TIMER} ms): $([ $rc = 0 ] && grep -h '^Median' $LOG/p4bench-${P4WORKERS}w.0.log || echo "did not verify (rc $rc)")"
+			say "BENCH p4app counters, $P4WORKERS workers: $(bench_delta $LOG/p4.before $LOG/p4.after)"
+			stop_switch
+		done
+		P4WORKERS=2
 		p4app_teardown
 	fi
 	;;

@@ -269,8 +269,22 @@ func (c *Conn) gsoToLocked(peer netip.Addr) bool {
 	return c.gso && (c.gsoAll || c.gsoPeers[peer])
 }
 
+// recvmmsg and sendmmsg run as raw system calls (no entersyscall/
+// exitsyscall around them). Both pass MSG_DONTWAIT on a non-blocking
+// socket, so neither ever sleeps in the kernel: EAGAIN hands the wait to
+// the runtime's netpoller (raw.Read, raw.Write). What they can do is run
+// long: a sendmmsg into a veth or loopback runs the receiving side's
+// softirq (bridge, IP, the peer socket's wake-up) in this call. Through
+// syscall.Syscall6 the runtime's sysmon takes the P of a call that runs
+// past 20 µs and starts another thread to run it, and the caller then
+// waits for a P on its way out: per batch, a thread wake-up and two
+// context switches that do no work. In the network lab (4 workers,
+// unshaped, docs/benchmarks.md "The userspace NIC and the switch per
+// byte") that was an eighth of the processes' CPU. The price of a raw
+// call is that a garbage collection's stop-the-world waits for it to
+// return, which it does without blocking.
 func (c *Conn) recvmmsg(fd uintptr) bool {
-	n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&c.rhdr[0])), uintptr(c.rreq), unix.MSG_DONTWAIT, 0, 0)
+	n, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&c.rhdr[0])), uintptr(c.rreq), unix.MSG_DONTWAIT, 0, 0)
 	if e == unix.EAGAIN || e == unix.EINTR {
 		return false
 	}
@@ -482,7 +496,7 @@ func (c *Conn) readGRO(msgs []Msg, lend bool) (int, error) {
 
 func (c *Conn) sendmmsg(fd uintptr) bool {
 	for c.sdone < c.sreq {
-		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&c.shdr[c.sdone])), uintptr(c.sreq-c.sdone), unix.MSG_DONTWAIT, 0, 0)
+		n, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&c.shdr[c.sdone])), uintptr(c.sreq-c.sdone), unix.MSG_DONTWAIT, 0, 0)
 		switch e {
 		case 0:
 			c.sdone += int(n)
