@@ -112,6 +112,9 @@ type Switch struct {
 	table  atomic.Pointer[coreTable]
 	jobsMu sync.Mutex // serialises AddJob and RemoveJob across the cores
 	jobs   map[uint32]*wire.Job
+	// upstreams holds the receive QPNs of each leaf job (SetUpstream),
+	// bound in table beside the job's own.
+	upstreams map[uint32][]uint32
 
 	// free holds the batches not in a reader's or a core's hands (with more
 	// than one core): a reader takes one per core it hands requests to.
@@ -181,12 +184,13 @@ func New(cfg Config) (*Switch, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Switch{
-		cfg:   cfg,
-		log:   log.With("component", "swswitch", "addr", conns[0].LocalAddr()),
-		conns: conns,
-		jobs:  make(map[uint32]*wire.Job),
-		done:  make(chan struct{}),
-		epoch: time.Now(),
+		cfg:       cfg,
+		log:       log.With("component", "swswitch", "addr", conns[0].LocalAddr()),
+		conns:     conns,
+		jobs:      make(map[uint32]*wire.Job),
+		upstreams: make(map[uint32][]uint32),
+		done:      make(chan struct{}),
+		epoch:     time.Now(),
 	}
 	batchSize := conns[0].BatchSize()
 	for range cfg.Cores {
@@ -491,7 +495,12 @@ func (s *Switch) RemoveJob(ctx context.Context, jobID uint32) error {
 	s.removeFromCores(jobID, len(s.cores))
 	if job, ok := s.jobs[jobID]; ok {
 		delete(s.jobs, jobID)
-		s.table.Store(s.table.Load().withoutJob(job))
+		t := s.table.Load().withoutJob(job)
+		if recv := s.upstreams[jobID]; recv != nil {
+			delete(s.upstreams, jobID)
+			t = t.withoutQPNs(recv)
+		}
+		s.table.Store(t)
 	}
 	s.log.Info("job removed", "job", jobID)
 	return nil
@@ -611,6 +620,10 @@ type Totals struct {
 	Retransmissions uint64 `json:"retransmissions"`
 	Unicasts        uint64 `json:"unicasts"`
 	ResultsSkipped  uint64 `json:"results_skipped"`
+	// UpstreamWrites and SpineResults count a leaf's writes to its spine
+	// and the spine's results it took (docs/switch.md "Switch hierarchy").
+	UpstreamWrites uint64 `json:"upstream_writes,omitempty"`
+	SpineResults   uint64 `json:"spine_results,omitempty"`
 	// Drops is DropsByReason.
 	Drops map[string]uint64 `json:"drops"`
 }
@@ -619,7 +632,8 @@ type Totals struct {
 func (s *Stats) Totals() Totals {
 	return Totals{PacketsIn: s.PacketsIn, BytesIn: s.BytesIn, PacketsOut: s.PacketsOut, BytesOut: s.BytesOut,
 		Aggregated: s.Model.Aggregated, SlotsCompleted: s.Model.Completed, Retransmissions: s.Model.Retransmissions,
-		Unicasts: s.Model.Unicasts, ResultsSkipped: s.Model.ResultsSkipped, Drops: s.DropsByReason()}
+		Unicasts: s.Model.Unicasts, ResultsSkipped: s.Model.ResultsSkipped,
+		UpstreamWrites: s.Model.UpstreamWrites, SpineResults: s.Model.SpineResults, Drops: s.DropsByReason()}
 }
 
 // Stats returns a snapshot of the counters.
@@ -637,6 +651,8 @@ func (s *Switch) Stats() Stats {
 		st.Model.Unicasts += m.Unicasts
 		st.Model.ResultPackets += m.ResultPackets
 		st.Model.ResultsSkipped += m.ResultsSkipped
+		st.Model.UpstreamWrites += m.UpstreamWrites
+		st.Model.SpineResults += m.SpineResults
 		for r := range m.Drops {
 			st.Model.Drops[r] += m.Drops[r]
 		}
