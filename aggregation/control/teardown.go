@@ -77,7 +77,7 @@ func (c *Controller) endSession(ctx context.Context, req *pb.EndSessionRequest) 
 		c.mu.Unlock()
 		return nil, errBadToken(j.id())
 	}
-	rank := int(req.GetRank())
+	rank := c.shareRank(req.GetRank())
 	if rank >= j.params.numWorkers {
 		c.mu.Unlock()
 		return nil, status.Errorf(codes.InvalidArgument, "job %d: rank %d is out of range for %d workers", j.id(), rank, j.params.numWorkers)

@@ -59,6 +59,8 @@ type leafSlot struct {
 	last    bool
 	pending bool // complete at the leaf, sent up, no spine result yet
 	done    bool // the spine's result is in the slot
+	sent    bool // the result was broadcast down
+	held    bool // done, not broadcast: its predecessor's result is not down yet
 }
 
 // upState is a job's upstream: the spine's side and the leaf's receive
@@ -249,8 +251,56 @@ func (p *Pipeline) fromSpine(ref downRef, pkt *rdma.Packet, md *Metadata) {
 	load(p.Processor.vector(md.slot, md.set, j.payload), pkt.Payload)
 	imm := wire.Imm(pkt.ImmDt.Imm())
 	p.Exponents.imm[md.slot*2+uint32(md.set)] = expState{msgID: imm.MsgID(), e0: imm.E0(), e1: imm.E1()}
-	md.First, md.Last, md.VA, md.Len = s.first, s.last, s.va, s.len
-	md.HasImm, md.Imm = true, imm
 	md.Complete = true
+	if !s.first && !p.leaf[(md.slot-1)*2+uint32(md.set)].sent {
+		// A MIDDLE or LAST whose predecessor's result is not down yet
+		// (the spine completes slots in the order their writes reach
+		// it, and one may have been lost and resent): broadcast now,
+		// RDMASender would withhold it from every worker, and the
+		// predecessor's FIRST, broadcast later, would open a result
+		// message that nothing completes. It follows its predecessor
+		// (NextResult), as on a flat switch, where the slots of a
+		// message complete in order. The predecessor's flags are this
+		// round's: the worker whose MIDDLE or LAST completed this slot
+		// sent the predecessor's packet first, and that reset them.
+		s.held = true
+		md.Decision = Consume
+		return
+	}
+	p.broadcastDown(md, s)
+}
+
+// broadcastDown makes md the broadcast of the leaf slot s's result to the
+// leaf's workers, in the place in its message of the packet that completed
+// it at the leaf, as a flat switch's broadcast mirrors that packet.
+func (p *Pipeline) broadcastDown(md *Metadata, s *leafSlot) {
+	st := p.Exponents.imm[md.slot*2+uint32(md.set)]
+	md.First, md.Last, md.VA, md.Len = s.first, s.last, s.va, s.len
+	md.HasImm, md.Imm = true, wire.MakeImm(st.msgID, st.e0, st.e1)
 	md.Decision = Broadcast
+	s.sent, s.held = true, false
+}
+
+// NextResult refills md, a Broadcast just encoded, with the broadcast of
+// the next slot of its message if that slot's result was held for it
+// (fromSpine), and reports whether it did; the runtime encodes that one
+// too, and asks again.
+func (p *Pipeline) NextResult(md *Metadata) bool {
+	j := md.job
+	if md.Decision != Broadcast || j == nil || j.up == nil || md.Last {
+		return false
+	}
+	ppm := j.poolSlots / uint32(j.q)
+	if (md.slot-j.poolBase)%ppm == ppm-1 {
+		return false
+	}
+	s := &p.leaf[(md.slot+1)*2+uint32(md.set)]
+	if !s.held {
+		return false
+	}
+	md.PoolIndex = md.PoolIndex.Add(1)
+	md.slot++
+	p.broadcastDown(md, s)
+	p.Counters.Completed++
+	return true
 }

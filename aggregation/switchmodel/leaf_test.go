@@ -329,3 +329,81 @@ func TestSetUpstreamErrors(t *testing.T) {
 		t.Fatalf("flat again: %v, %d receive QPs", err, len(p.downs))
 	}
 }
+
+// TestLeafHoldsUntilPredecessor: the spine completes a message's second
+// slot before its first (the first's writes were late); the leaf holds the
+// second slot's result and broadcasts it right after the first's, so every
+// worker gets FIRST then LAST with consecutive PSNs, as from a flat switch.
+func TestLeafHoldsUntilPredecessor(t *testing.T) {
+	const ppm = 2
+	tr := newTree(t, ppm)
+	var ups [2][2][]byte // [leaf][packet]
+	for l := range 2 {
+		lj := tr.jobs[l]
+		for k := range ppm {
+			for r := range 2 {
+				md, out, _ := deliver(t, tr.leaves[l], lj.Workers[r].Addr, workerPacket(t, lj, r, 0, k, ppm, uint32(10+k), []int32{int32(l + 1)}, 3))
+				if r == 1 {
+					if md.Decision != SendUp || len(out) != 1 {
+						t.Fatalf("leaf %d packet %d: %v", l, k, md.Decision)
+					}
+					ups[l][k] = out[0]
+				}
+			}
+		}
+	}
+	// Packet 1's writes reach the spine first (packet 0's are lost): its
+	// result is held.
+	tr.up(t, 0, [][]byte{ups[0][1]})
+	_, res, dst := deliver(t, tr.spine, tr.leafA[1], ups[1][1])
+	if len(res) != 2 {
+		t.Fatalf("spine: %d results for slot 1", len(res))
+	}
+	for i := range res {
+		l := slices.Index(tr.leafA[:], dst[i])
+		md, out, _ := deliver(t, tr.leaves[l], tr.spineA, res[i])
+		if md.Decision != Consume || len(out) != 0 {
+			t.Fatalf("leaf %d: the second slot's result before the first's: %v, %d packets", l, md.Decision, len(out))
+		}
+	}
+	// Packet 0's writes were lost; a worker of each leaf resends packet 0
+	// and its leaf writes the slot again: the first slot's result comes,
+	// and the held one after it.
+	for l := range 2 {
+		lj := tr.jobs[l]
+		md, out, _ := deliver(t, tr.leaves[l], lj.Workers[0].Addr, workerPacket(t, lj, 0, 0, 0, ppm, 12, []int32{int32(l + 1)}, 3))
+		if md.Decision != SendUp || len(out) != 1 {
+			t.Fatalf("leaf %d: a resend into a slot without its spine result: %v", l, md.Decision)
+		}
+		ups[l][0] = out[0]
+	}
+	tr.up(t, 0, [][]byte{ups[0][0]})
+	_, res, dst = deliver(t, tr.spine, tr.leafA[1], ups[1][0])
+	if len(res) != 2 {
+		t.Fatalf("spine: %d results for slot 0", len(res))
+	}
+	for i := range res {
+		l := slices.Index(tr.leafA[:], dst[i])
+		var pkt rdma.Packet
+		if err := pkt.Parse(res[i]); err != nil {
+			t.Fatal(err)
+		}
+		var md Metadata
+		tr.leaves[l].Process(tr.spineA, &pkt, &md)
+		var got []result
+		for more := true; more; more = tr.leaves[l].NextResult(&md) {
+			got = append(got, emit(t, tr.leaves[l], &md)...)
+		}
+		if len(got) != 4 {
+			t.Fatalf("leaf %d: %d packets down, want FIRST and LAST to 2 workers", l, len(got))
+		}
+		for w := range 2 {
+			a, b := got[w], got[2+w]
+			if a.dst != b.dst || a.op != rdma.WriteOpcode(rdma.TransportUC, true, false, true) ||
+				b.op != rdma.WriteOpcode(rdma.TransportUC, false, true, true) || b.psn != a.psn+1 ||
+				a.payload[0] != 6 || b.payload[0] != 6 || b.imm.E0() != 3 {
+				t.Fatalf("leaf %d worker %d: %v %v then %v %v", l, w, a, a.payload[:1], b, b.payload[:1])
+			}
+		}
+	}
+}

@@ -384,9 +384,12 @@ func (p *Pipeline) Process(src netip.Addr, pkt *rdma.Packet, md *Metadata) {
 			if ref, ok := p.downs[makeKey(src, pkt.BTH.DestQP())]; ok {
 				*md = Metadata{}
 				p.fromSpine(ref, pkt, md)
-				if md.Decision == Broadcast {
-					p.Counters.SpineResults++
+				switch md.Decision {
+				case Broadcast:
 					p.Counters.Completed++
+					fallthrough
+				case Consume:
+					p.Counters.SpineResults++
 					return
 				}
 			}

@@ -1,8 +1,11 @@
 package swswitch
 
 import (
+	"context"
 	"fmt"
+	"math/rand/v2"
 
+	"github.com/swml-rdma/swml-rdma/aggregation/control"
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 	"github.com/swml-rdma/swml-rdma/rdma"
@@ -38,9 +41,16 @@ func (s *Switch) SetUpstream(jobID uint32, up *switchmodel.Upstream) error {
 			return err
 		}
 	}
+	// A spine result can release the rest of its message: up to
+	// packets-per-message broadcasts from one request.
+	results := len(job.Workers) * int(job.PoolSlots) / len(job.Workers[0].SwitchQPNs)
 	for i, c := range s.cores {
 		c.mu.Lock()
 		err := c.eng.pipe.SetUpstream(jobID, up)
+		if err == nil && up != nil && results > c.eng.maxN {
+			c.eng.maxN = results
+			c.eng.grow(4 * results)
+		}
 		c.mu.Unlock()
 		if err != nil {
 			for _, c := range s.cores[:i] {
@@ -109,4 +119,85 @@ func (t *coreTable) withoutQPNs(qpns []uint32) *coreTable {
 		}
 	}
 	return n
+}
+
+// UpstreamConfig makes a software switch a leaf of a spine switch.
+type UpstreamConfig struct {
+	// Client reaches the spine's controller.
+	Client control.ClientConfig
+	// Index is this leaf's rank among the spine job's workers, Leaves
+	// their number.
+	Index, Leaves int
+}
+
+var _ control.UpstreamJoiner = (*Switch)(nil)
+
+// JoinUpstream registers job as worker Config.Upstream.Index of the spine's
+// job of the same session, with QPs of the leaf's own (random QPNs and
+// PSNs), and makes it a leaf of that job (SetUpstream) before it returns
+// (control.UpstreamJoiner). A switch without Config.Upstream is no leaf:
+// it returns a nil link.
+func (s *Switch) JoinUpstream(ctx context.Context, job *wire.Job, us control.UpstreamSession) (control.UpstreamLink, error) {
+	u := s.cfg.Upstream
+	if u == nil {
+		return nil, nil
+	}
+	q := len(job.Workers[0].SwitchQPNs)
+	taken := make(map[uint32]bool, q*(len(job.Workers)+1))
+	for _, w := range job.Workers {
+		for _, qpn := range w.SwitchQPNs {
+			taken[qpn] = true
+		}
+	}
+	recv, psns := make([]uint32, q), make([]uint32, q)
+	for i := range q {
+		for {
+			// Opaque QPNs (not Tofino-encoded: steered by their core
+			// binding), none the job's own.
+			qpn := 0x100 + rand.Uint32N(0x800000-0x100)
+			if !taken[qpn] {
+				recv[i], taken[qpn] = qpn, true
+				break
+			}
+		}
+		psns[i] = rand.Uint32N(rdma.PSNMask + 1)
+	}
+	a, err := s.spine.RegisterRDMA(ctx, control.Registration{
+		SessionID: us.SessionID, Rank: u.Index, NumWorkers: u.Leaves, Addr: s.Addr().Addr(),
+		PacketSize: job.PacketSize, MessageSize: us.MessageSize, QPNs: recv, PSNs: psns,
+		DType: job.DType, TensorBytes: us.TensorBytes, WireBits: 8 * job.LaneBytes(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("swswitch: job %d as leaf %d of %d: %w", job.ID, u.Index, u.Leaves, err)
+	}
+	abort := func(err error) (control.UpstreamLink, error) {
+		_ = s.spine.Abort(context.WithoutCancel(ctx), a, fmt.Sprintf("leaf %d (%v) could not join: %v", u.Index, s.Addr().Addr(), err))
+		return nil, err
+	}
+	if len(a.SwitchQPNs) != q || uint32(q*a.PacketsPerMessage) != job.PoolSlots {
+		return abort(fmt.Errorf("swswitch: job %d as leaf %d: %w: the spine's job has %d QPs × %d packets, the leaf's %d slots",
+			job.ID, u.Index, switchmodel.ErrUpstream, len(a.SwitchQPNs), a.PacketsPerMessage, job.PoolSlots))
+	}
+	if err := s.SetUpstream(job.ID, &switchmodel.Upstream{Addr: a.SwitchAddr, QPNs: a.SwitchQPNs, PSNs: a.SwitchPSNs,
+		PoolBase: a.PoolBase, RecvQPNs: recv, RecvPSNs: psns}); err != nil {
+		return abort(err)
+	}
+	s.linksMu.Lock()
+	s.links[job.ID] = a
+	s.linksMu.Unlock()
+	s.log.Info("joined the spine's job", "job", job.ID, "spine_job", a.JobID, "leaf", u.Index, "leaves", u.Leaves)
+	return a, nil
+}
+
+// leaveSpine ends job id's membership of its spine's job, if it has one.
+func (s *Switch) leaveSpine(ctx context.Context, id uint32) {
+	s.linksMu.Lock()
+	a := s.links[id]
+	delete(s.links, id)
+	s.linksMu.Unlock()
+	if a != nil {
+		if err := s.spine.EndSession(ctx, a); err != nil {
+			s.log.Warn("could not end the spine's session", "job", id, "err", err)
+		}
+	}
 }

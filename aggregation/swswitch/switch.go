@@ -90,6 +90,10 @@ type Config struct {
 	// Port come from its LocalAddr, and BatchSize, SocketBuffer, Offload,
 	// the losses and Capture are unused.
 	Endpoint udp.Endpoint
+	// Upstream, when set, makes the switch a leaf of a switch hierarchy
+	// (docs/switch.md "Switch hierarchy"): each job its controller installs
+	// joins the spine's job as one worker (JoinUpstream).
+	Upstream *UpstreamConfig
 }
 
 // Switch is the software switch: a RoCEv2 endpoint that runs the switch
@@ -115,6 +119,11 @@ type Switch struct {
 	// upstreams holds the receive QPNs of each leaf job (SetUpstream),
 	// bound in table beside the job's own.
 	upstreams map[uint32][]uint32
+	// spine is the spine's controller (Config.Upstream) and links each
+	// leaf job's membership of the spine's job (JoinUpstream).
+	spine   *control.Client
+	linksMu sync.Mutex
+	links   map[uint32]*control.Assignment
 
 	// free holds the batches not in a reader's or a core's hands (with more
 	// than one core): a reader takes one per core it hands requests to.
@@ -189,8 +198,19 @@ func New(cfg Config) (*Switch, error) {
 		conns:     conns,
 		jobs:      make(map[uint32]*wire.Job),
 		upstreams: make(map[uint32][]uint32),
+		links:     make(map[uint32]*control.Assignment),
 		done:      make(chan struct{}),
 		epoch:     time.Now(),
+	}
+	if u := cfg.Upstream; u != nil {
+		if u.Leaves < 1 || u.Index < 0 || u.Index >= u.Leaves {
+			closeConns()
+			return nil, fmt.Errorf("swswitch: leaf %d of %d: %w: need 0 ≤ index < leaves", u.Index, u.Leaves, switchmodel.ErrUpstream)
+		}
+		if s.spine, err = control.NewClient(u.Client); err != nil {
+			closeConns()
+			return nil, fmt.Errorf("swswitch: spine controller: %w", err)
+		}
 	}
 	batchSize := conns[0].BatchSize()
 	for range cfg.Cores {
@@ -493,6 +513,7 @@ func (s *Switch) RemoveJob(ctx context.Context, jobID uint32) error {
 	s.jobsMu.Lock()
 	defer s.jobsMu.Unlock()
 	s.removeFromCores(jobID, len(s.cores))
+	s.leaveSpine(ctx, jobID)
 	if job, ok := s.jobs[jobID]; ok {
 		delete(s.jobs, jobID)
 		t := s.table.Load().withoutJob(job)
@@ -694,6 +715,11 @@ func (s *Switch) Close() error {
 			}
 		}
 		<-s.done
+		if s.spine != nil {
+			// Leaves the spine's jobs still held: the spine's controller
+			// aborts them, and so every leaf's.
+			_ = s.spine.Close()
+		}
 		if s.coll != nil {
 			s.cfg.Registry.Unregister(s.coll)
 		}
