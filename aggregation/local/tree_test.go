@@ -56,7 +56,7 @@ func runJob(t *testing.T, n int, wireBits int, dev func(r int) verbs.Device, ctl
 		ctx, cancel := context.WithTimeout(context.Background(), testutil.Scale(60*time.Second))
 		defer cancel()
 		s, err := aggregation.Open(ctx, aggregation.Config{Device: dev(r), ControllerAddr: ctl(r), SessionID: 7, Rank: r, Workers: n,
-			QPs: 2, PacketSize: 256, PacketsPerMessage: 2, Wire: wireBits, RetransmitTimeout: 2 * time.Millisecond})
+			QPs: 4, PacketSize: 256, PacketsPerMessage: 2, Wire: wireBits, RetransmitTimeout: 2 * time.Millisecond})
 		if err != nil {
 			return err
 		}
@@ -116,14 +116,14 @@ func flatJob(t *testing.T, n, wireBits int, link memlink.LinkConfig, in [][][]fl
 
 // startTree starts leaves × perLeaf workers under a spine on an in-memory
 // network whose every link is link.
-func startTree(t *testing.T, leaves, perLeaf int, link memlink.LinkConfig) *local.Tree {
+func startTree(t *testing.T, leaves, perLeaf, cores int, link memlink.LinkConfig) *local.Tree {
 	t.Helper()
 	mem, err := memlink.New(memlink.Config{Seed: 13, Link: link})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr, err := local.StartTree(context.Background(), local.TreeConfig{Leaves: leaves, WorkersPerLeaf: perLeaf,
-		SpineAddr: netip.MustParseAddr("127.14.6.1"), Memory: mem,
+		SpineAddr: netip.MustParseAddr("127.14.6.1"), Memory: mem, Switch: swswitch.Config{Cores: cores},
 		Controller: control.Config{SessionTimeout: 20 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
@@ -149,24 +149,29 @@ func treeJob(t *testing.T, tr *local.Tree, wireBits int, in [][][]float32) [][][
 // addition is associative, and every worker quantizes for the job's total
 // worker count): 2 leaves × 2 workers without loss, 2 × 3 with 1.5 % loss
 // on every link (worker–leaf and leaf–spine, both ways), float32 on the
-// 32-bit wire and on the 16-bit one.
+// 32-bit wire and on the 16-bit one; and 2 × 2 with loss on switches of one
+// and of two cores (the spine's results steered to the core of their QP
+// index). Four QPs, so that each core's ordering group has two.
 func TestTreeBitIdentical(t *testing.T) {
 	testutil.NoLeaks(t)
 	for _, tc := range []struct {
 		leaves, perLeaf, wire int
 		loss                  float64
+		cores                 int
 	}{
-		{2, 2, 32, 0},
-		{2, 2, 16, 0},
-		{2, 3, 32, 0.015},
-		{2, 3, 16, 0.015},
+		{2, 2, 32, 0, 1},
+		{2, 2, 16, 0, 1},
+		{2, 3, 32, 0.015, 1},
+		{2, 3, 16, 0.015, 1},
+		{2, 2, 32, 0.015, 2},
+		{2, 2, 32, 0.015, 1},
 	} {
-		t.Run(fmt.Sprintf("%dx%d/wire%d/loss%g", tc.leaves, tc.perLeaf, tc.wire, tc.loss), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%dx%d/wire%d/loss%g/cores%d", tc.leaves, tc.perLeaf, tc.wire, tc.loss, tc.cores), func(t *testing.T) {
 			n := tc.leaves * tc.perLeaf
 			in := treeInputs(n, 3, 3000, uint64(n*tc.wire))
 			link := memlink.LinkConfig{Loss: tc.loss}
 			want := flatJob(t, n, tc.wire, link, in)
-			tr := startTree(t, tc.leaves, tc.perLeaf, link)
+			tr := startTree(t, tc.leaves, tc.perLeaf, tc.cores, link)
 			got := treeJob(t, tr, tc.wire, in)
 			for c := range in {
 				for r := range n {
@@ -196,7 +201,7 @@ func TestTreeBitIdentical(t *testing.T) {
 // fails with an error that names the spine, not a hang.
 func TestTreeSpineLost(t *testing.T) {
 	testutil.NoLeaks(t)
-	tr := startTree(t, 2, 1, memlink.LinkConfig{})
+	tr := startTree(t, 2, 1, 1, memlink.LinkConfig{})
 	const n = 2
 	opened := make(chan struct{}, n)
 	spineGone := make(chan struct{})

@@ -55,6 +55,7 @@ var ErrUpstream = errors.New("switchmodel: bad upstream")
 type leafSlot struct {
 	va      uint64
 	len     uint32
+	msgID   uint16 // the id the completing packet's result carries (Exponents)
 	first   bool
 	last    bool
 	pending bool // complete at the leaf, sent up, no spine result yet
@@ -165,7 +166,7 @@ func (p *Pipeline) leafStep(md *Metadata) {
 	}
 	switch md.Decision {
 	case Broadcast:
-		*s = leafSlot{va: md.VA, len: md.Len, first: md.First, last: md.Last, pending: true}
+		*s = leafSlot{va: md.VA, len: md.Len, msgID: md.Imm.MsgID(), first: md.First, last: md.Last, pending: true}
 		md.Decision = SendUp
 	case Unicast:
 		if !s.done {
@@ -249,8 +250,13 @@ func (p *Pipeline) fromSpine(ref downRef, pkt *rdma.Packet, md *Metadata) {
 	}
 	s.pending, s.done = false, true
 	load(p.Processor.vector(md.slot, md.set, j.payload), pkt.Payload)
+	// The spine's exponent maxima; the message id stays the leaf's: the
+	// spine's is that of whichever leaf's write completed its slot, which
+	// may name the whole message where this leaf's completing packet was
+	// one packet resent alone (wire.PacketMsgID), or the reverse.
 	imm := wire.Imm(pkt.ImmDt.Imm())
-	p.Exponents.imm[md.slot*2+uint32(md.set)] = expState{msgID: imm.MsgID(), e0: imm.E0(), e1: imm.E1()}
+	e := &p.Exponents.imm[md.slot*2+uint32(md.set)]
+	e.e0, e.e1 = imm.E0(), imm.E1()
 	md.Complete = true
 	if !s.first && !p.leaf[(md.slot-1)*2+uint32(md.set)].sent {
 		// A MIDDLE or LAST whose predecessor's result is not down yet
@@ -271,12 +277,13 @@ func (p *Pipeline) fromSpine(ref downRef, pkt *rdma.Packet, md *Metadata) {
 }
 
 // broadcastDown makes md the broadcast of the leaf slot s's result to the
-// leaf's workers, in the place in its message of the packet that completed
-// it at the leaf, as a flat switch's broadcast mirrors that packet.
+// leaf's workers, in the place in its message and with the message id of
+// the packet that completed it at the leaf, as a flat switch's broadcast
+// mirrors that packet, and the spine's exponent maxima.
 func (p *Pipeline) broadcastDown(md *Metadata, s *leafSlot) {
 	st := p.Exponents.imm[md.slot*2+uint32(md.set)]
 	md.First, md.Last, md.VA, md.Len = s.first, s.last, s.va, s.len
-	md.HasImm, md.Imm = true, wire.MakeImm(st.msgID, st.e0, st.e1)
+	md.HasImm, md.Imm = true, wire.MakeImm(s.msgID, st.e0, st.e1)
 	md.Decision = Broadcast
 	s.sent, s.held = true, false
 }

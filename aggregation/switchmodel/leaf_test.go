@@ -407,3 +407,53 @@ func TestLeafHoldsUntilPredecessor(t *testing.T) {
 		}
 	}
 }
+
+// TestLeafMessageIDs: a leaf's broadcast carries the message id of the
+// packet that completed its slot at the leaf, whatever id the spine's
+// result carries: a slot completed by one-packet writes goes down as a
+// WRITE ONLY with the packet's id, one completed by a message's LAST as a
+// LAST with the message's id, though the spine answers both leaves alike.
+func TestLeafMessageIDs(t *testing.T) {
+	const ppm = 2
+	tr := newTree(t, ppm)
+	pktID := wire.PacketMsgID(0, 1, 1)
+	var ups [2][2][]byte // [leaf][packet]
+	for l := range 2 {
+		lj := tr.jobs[l]
+		for r := range 2 {
+			// Packet 0 as a message's FIRST, then packet 1: on leaf 0
+			// as a one-packet write with its own id.
+			for k := range ppm {
+				b := workerPacket(t, lj, r, 0, k, ppm, uint32(10+k), []int32{1}, 4)
+				if l == 0 && k == 1 {
+					b = req{op: rdma.WriteOpcode(rdma.TransportUC, true, true, true), qpn: lj.Workers[r].SwitchQPNs[0], psn: 11,
+						rkey: uint32(wire.MakePoolIndex(lj.PoolBase+1, 0)), va: treePayload, msgLen: treePayload,
+						imm: wire.MakeImm(pktID, 4, 0), payload: lanes([]int32{1})}.bytes(t)
+				}
+				if _, out, _ := deliver(t, tr.leaves[l], lj.Workers[r].Addr, b); r == 1 {
+					ups[l][k] = out[0]
+				}
+			}
+		}
+	}
+	tr.up(t, 0, [][]byte{ups[0][0]})
+	tr.up(t, 1, [][]byte{ups[1][0]})
+	// The spine completes slot 1 with leaf 1's write, whose id is the
+	// message's; leaf 0 still answers its workers with the id of their
+	// one-packet writes, and in their place.
+	tr.up(t, 0, [][]byte{ups[0][1]})
+	down := tr.up(t, 1, [][]byte{ups[1][1]})
+	for l, want := range []struct {
+		op rdma.Opcode
+		id uint16
+	}{{rdma.WriteOpcode(rdma.TransportUC, true, true, true), pktID}, {rdma.WriteOpcode(rdma.TransportUC, false, true, true), 0}} {
+		if len(down[l]) != 2 {
+			t.Fatalf("leaf %d: %d packets down for slot 1", l, len(down[l]))
+		}
+		for _, r := range down[l] {
+			if r.op != want.op || r.imm.MsgID() != want.id || r.imm.E0() != 4 || r.payload[0] != 4 {
+				t.Errorf("leaf %d: %v %v, want %v with message id %#x", l, r, r.payload[:1], want.op, want.id)
+			}
+		}
+	}
+}
