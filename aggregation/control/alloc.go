@@ -82,6 +82,7 @@ func (c *Controller) startJob(p *pendingSession) {
 			j.idle = time.AfterFunc(c.cfg.IdleTimeout, func() { c.checkIdle(j) })
 		}
 		if link != nil {
+			j.upstream = link
 			go c.watchUpstream(j, link)
 		}
 		c.log.Info("job started", "session", p.id, "job", j.id(), "workers", p.params.numWorkers,

@@ -41,6 +41,9 @@ func (c *Controller) endJob(j *job, aborted bool, reason, label string) bool {
 	c.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.SessionTimeout)
+	if j.upstream != nil {
+		j.upstream.End(ctx, aborted, reason)
+	}
 	err := c.cfg.Programmer.RemoveJob(ctx, j.id())
 	cancel()
 	if err != nil {

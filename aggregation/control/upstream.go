@@ -30,11 +30,14 @@ type UpstreamSession struct {
 }
 
 // UpstreamLink is a leaf job's membership of its spine's job: Done is
-// closed when that job ends, Err says why (nil: the leaf ended it).
-// *Assignment is one.
+// closed when that job ends, Err says why (nil: the leaf ended it). End
+// leaves it when the leaf's job ends, before the job is removed from the
+// switch: a clean end (EndSession) when every rank ended, an abort with
+// reason otherwise, so that the other leaves' workers learn why.
 type UpstreamLink interface {
 	Done() <-chan struct{}
 	Err() error
+	End(ctx context.Context, aborted bool, reason string)
 }
 
 // UpstreamJoiner is implemented by a Programmer that is a leaf of a switch
@@ -84,5 +87,5 @@ func (c *Controller) watchUpstream(j *job, link UpstreamLink) {
 	if err == nil {
 		return // the leaf left the spine's job: its own job is ending
 	}
-	c.endJob(j, true, fmt.Sprintf("the spine switch's job ended: %v", err), endReasonUpstream)
+	c.endJob(j, true, fmt.Sprintf("the spine's job ended: %v", err), endReasonUpstream)
 }

@@ -26,8 +26,9 @@ type fakeLink struct {
 	err  error
 }
 
-func (l *fakeLink) Done() <-chan struct{} { return l.done }
-func (l *fakeLink) Err() error            { return l.err }
+func (l *fakeLink) Done() <-chan struct{}             { return l.done }
+func (l *fakeLink) Err() error                        { return l.err }
+func (l *fakeLink) End(context.Context, bool, string) {}
 
 func (p *leafProgrammer) JoinUpstream(_ context.Context, _ *wire.Job, s UpstreamSession) (UpstreamLink, error) {
 	p.mu.Lock()
@@ -82,7 +83,7 @@ func TestLeafRanks(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("the leaf's job outlived its spine's")
 		}
-		if err := a.Err(); !errors.Is(err, ErrJobEnded) || !strings.Contains(err.Error(), "spine switch's job ended: spine gone") {
+		if err := a.Err(); !errors.Is(err, ErrJobEnded) || !strings.Contains(err.Error(), "the spine's job ended: spine gone") {
 			t.Fatalf("rank %d: %v", a.Rank, err)
 		}
 	}

@@ -230,8 +230,55 @@ func TestTreeSpineLost(t *testing.T) {
 			}
 		}
 	})
-	if err == nil || !errors.Is(err, control.ErrJobEnded) || !strings.Contains(err.Error(), "spine") {
+	if err == nil || !errors.Is(err, control.ErrJobEnded) || !strings.Contains(err.Error(), "spine switch 127.14.6.1") {
 		t.Fatalf("workers after the spine went away: %v; want an ended job naming the spine", err)
 	}
 	t.Log(err)
+}
+
+// TestTreeLeafLost: when a leaf goes away, its workers' job ends, and
+// every other leaf's workers fail with an error that names the lost leaf:
+// no worker hangs.
+func TestTreeLeafLost(t *testing.T) {
+	testutil.NoLeaks(t)
+	tr := startTree(t, 2, 1, 1, memlink.LinkConfig{})
+	const n = 2
+	opened := make(chan struct{}, n)
+	leafGone := make(chan struct{})
+	go func() {
+		for range n {
+			<-opened
+		}
+		tr.Leaves[1].Close()
+		close(leafGone)
+	}()
+	errs := make([]error, n)
+	local.Parallel(n, func(r int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.Scale(60*time.Second))
+		defer cancel()
+		s, err := aggregation.Open(ctx, aggregation.Config{Device: tr.NICs[r], ControllerAddr: tr.ControllerAddr(r), SessionID: 9, Rank: r, Workers: n,
+			QPs: 1, PacketSize: 256, PacketsPerMessage: 1})
+		if err != nil {
+			errs[r] = err
+			return err
+		}
+		defer s.Close()
+		opened <- struct{}{}
+		<-leafGone
+		x := make([]float32, 1000)
+		for {
+			if err := s.AllReduce(ctx, x); err != nil {
+				errs[r] = err
+				return err
+			}
+		}
+	})
+	if !errors.Is(errs[0], control.ErrJobEnded) || !strings.Contains(errs[0].Error(), "leaf 1 of 2 (switch 127.14.8.1)") {
+		t.Errorf("rank 0, on the other leaf: %v; want an ended job naming the lost leaf", errs[0])
+	}
+	if errs[1] == nil || errors.Is(errs[1], context.DeadlineExceeded) {
+		t.Errorf("rank 1, on the lost leaf: %v; want the job's end", errs[1])
+	}
+	t.Logf("rank 0: %v", errs[0])
+	t.Logf("rank 1: %v", errs[1])
 }

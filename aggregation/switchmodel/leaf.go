@@ -167,6 +167,12 @@ func (p *Pipeline) leafStep(md *Metadata) {
 	switch md.Decision {
 	case Broadcast:
 		*s = leafSlot{va: md.VA, len: md.Len, msgID: md.Imm.MsgID(), first: md.First, last: md.Last, pending: true}
+		// Every worker contributed to this set, so every worker has the
+		// other set's result (docs/protocol.md "Sets and bitmaps"): its
+		// state is done with, and cleared now, the other set's next round
+		// finds its flags clean (orphan, fromSpine's hold) even if its
+		// spine result comes before any worker's packet for this slot.
+		p.leaf[md.slot*2+uint32(md.set^1)] = leafSlot{}
 		md.Decision = SendUp
 	case Unicast:
 		if !s.done {
@@ -273,7 +279,27 @@ func (p *Pipeline) fromSpine(ref downRef, pkt *rdma.Packet, md *Metadata) {
 		md.Decision = Consume
 		return
 	}
+	if p.orphan(j, md, s) {
+		s.sent = true
+		md.Decision = Consume
+		return
+	}
 	p.broadcastDown(md, s)
+}
+
+// orphan says whether the broadcast of s, md's slot, would open (FIRST) or
+// continue (MIDDLE) a result message whose next slot went down already,
+// as a WRITE ONLY (a one-packet resend completed it at the leaf): nothing
+// would complete the message, and while it stays open RDMASender withholds
+// the answers to the workers' one-packet resends. A flat switch cannot get
+// there (the slots of a message complete in order unless one-packet resends
+// complete them, whose results are WRITE ONLYs); the leaf, whose slots
+// complete at the spine in the order their writes get there, can. Such a
+// result is not broadcast: each worker's resend of the packet is answered
+// alone, as a WRITE ONLY.
+func (p *Pipeline) orphan(j *jobEntry, md *Metadata, s *leafSlot) bool {
+	ppm := j.poolSlots / uint32(j.q)
+	return !s.last && (md.slot-j.poolBase)%ppm != ppm-1 && p.leaf[(md.slot+1)*2+uint32(md.set)].sent
 }
 
 // broadcastDown makes md the broadcast of the leaf slot s's result to the
@@ -307,6 +333,10 @@ func (p *Pipeline) NextResult(md *Metadata) bool {
 	}
 	md.PoolIndex = md.PoolIndex.Add(1)
 	md.slot++
+	if p.orphan(j, md, s) {
+		s.sent, s.held = true, false
+		return false
+	}
 	p.broadcastDown(md, s)
 	p.Counters.Completed++
 	return true

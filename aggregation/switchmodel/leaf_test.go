@@ -457,3 +457,46 @@ func TestLeafMessageIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestLeafOrphanFirst: a message's second slot went down as a WRITE ONLY
+// (a one-packet resend completed it at the leaf) before its first slot's
+// result came from the spine; the first slot's FIRST is not broadcast,
+// since nothing would complete the message it opens, and a worker's
+// one-packet resend of packet 0 is answered alone.
+func TestLeafOrphanFirst(t *testing.T) {
+	const ppm = 2
+	tr := newTree(t, ppm)
+	only := rdma.WriteOpcode(rdma.TransportUC, true, true, true)
+	onePacket := func(lj *wire.Job, r, k int, psn uint32) []byte {
+		return req{op: only, qpn: lj.Workers[r].SwitchQPNs[0], psn: psn, rkey: uint32(wire.MakePoolIndex(lj.PoolBase+uint32(k), 0)),
+			va: uint64(k * treePayload), msgLen: treePayload, imm: wire.MakeImm(wire.PacketMsgID(0, k, 1), 2, 0), payload: lanes([]int32{1})}.bytes(t)
+	}
+	var ups [2][2][]byte
+	for l := range 2 {
+		lj := tr.jobs[l]
+		// Worker 0 sends the message whole; worker 1's LAST is lost and
+		// resent alone, its FIRST comes late: slot 1 completes with a
+		// WRITE ONLY, slot 0 with a FIRST.
+		deliver(t, tr.leaves[l], lj.Workers[0].Addr, workerPacket(t, lj, 0, 0, 0, ppm, 10, []int32{1}, 2))
+		deliver(t, tr.leaves[l], lj.Workers[0].Addr, workerPacket(t, lj, 0, 0, 1, ppm, 11, []int32{1}, 2))
+		_, out, _ := deliver(t, tr.leaves[l], lj.Workers[1].Addr, onePacket(lj, 1, 1, 21))
+		ups[l][1] = out[0]
+		_, out, _ = deliver(t, tr.leaves[l], lj.Workers[1].Addr, workerPacket(t, lj, 1, 0, 0, ppm, 22, []int32{1}, 2))
+		ups[l][0] = out[0]
+	}
+	tr.up(t, 0, [][]byte{ups[0][1]})
+	if down := tr.up(t, 1, [][]byte{ups[1][1]}); len(down[0]) != 2 || down[0][0].op != only {
+		t.Fatalf("slot 1 down: %v", down[0])
+	}
+	tr.up(t, 0, [][]byte{ups[0][0]})
+	if down := tr.up(t, 1, [][]byte{ups[1][0]}); len(down[0])+len(down[1]) != 0 {
+		t.Fatalf("slot 0's FIRST was broadcast after its message's last slot went down: %v %v", down[0], down[1])
+	}
+	md, out, _ := deliver(t, tr.leaves[0], tr.jobs[0].Workers[0].Addr, onePacket(tr.jobs[0], 0, 0, 12))
+	if md.Decision != Unicast || len(out) != 1 {
+		t.Fatalf("a one-packet resend of packet 0: %v, %d packets", md.Decision, len(out))
+	}
+	if r := decode(t, out[0], tr.jobs[0].Workers[0].Addr); r.op != only || r.payload[0] != 4 {
+		t.Fatalf("answer %v %v", r, r.payload[:1])
+	}
+}

@@ -186,18 +186,51 @@ func (s *Switch) JoinUpstream(ctx context.Context, job *wire.Job, us control.Ups
 	s.links[job.ID] = a
 	s.linksMu.Unlock()
 	s.log.Info("joined the spine's job", "job", job.ID, "spine_job", a.JobID, "leaf", u.Index, "leaves", u.Leaves)
-	return a, nil
+	return spineLink{a, s, job.ID}, nil
+}
+
+// spineLink is a leaf job's control.UpstreamLink.
+type spineLink struct {
+	*control.Assignment
+	s  *Switch
+	id uint32
+}
+
+// Err says why the spine's job ended, naming the spine.
+func (l spineLink) Err() error {
+	err := l.Assignment.Err()
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("spine switch %v (controller %s): %w", l.SwitchAddr, l.s.cfg.Upstream.Client.Addr, err)
+}
+
+// End leaves the spine's job: aborted with the leaf's reason, so that the
+// other leaves' workers learn which switch ended it, or ended cleanly.
+func (l spineLink) End(ctx context.Context, aborted bool, reason string) {
+	if aborted {
+		u := l.s.cfg.Upstream
+		reason = fmt.Sprintf("leaf %d of %d (switch %v): %s", u.Index, u.Leaves, l.s.Addr().Addr(), reason)
+	}
+	l.s.leaveSpine(ctx, l.id, aborted, reason)
 }
 
 // leaveSpine ends job id's membership of its spine's job, if it has one.
-func (s *Switch) leaveSpine(ctx context.Context, id uint32) {
+func (s *Switch) leaveSpine(ctx context.Context, id uint32, aborted bool, reason string) {
 	s.linksMu.Lock()
 	a := s.links[id]
 	delete(s.links, id)
 	s.linksMu.Unlock()
-	if a != nil {
-		if err := s.spine.EndSession(ctx, a); err != nil {
-			s.log.Warn("could not end the spine's session", "job", id, "err", err)
-		}
+	if a == nil {
+		return
+	}
+	var err error
+	if aborted {
+		err = s.spine.Abort(ctx, a, reason)
+	} else {
+		err = s.spine.EndSession(ctx, a)
+	}
+	if err != nil {
+		s.log.Warn("could not leave the spine's job", "job", id, "aborted", aborted, "err", err)
 	}
 }

@@ -513,7 +513,7 @@ func (s *Switch) RemoveJob(ctx context.Context, jobID uint32) error {
 	s.jobsMu.Lock()
 	defer s.jobsMu.Unlock()
 	s.removeFromCores(jobID, len(s.cores))
-	s.leaveSpine(ctx, jobID)
+	s.leaveSpine(ctx, jobID, false, "")
 	if job, ok := s.jobs[jobID]; ok {
 		delete(s.jobs, jobID)
 		t := s.table.Load().withoutJob(job)
