@@ -7,7 +7,8 @@ package switchmodel
 // comes down, is what the leaf stores and broadcasts to its workers.
 //
 //	worker write ─► … NextStep: Broadcast ─► SendUp (one ONLY write to the spine)
-//	spine result ─► Pipeline.down ─► slot := result ─► Broadcast to the leaf's workers
+//	spine result ─► fromSpine ─► slot := result ─► Broadcast to the leaf's workers
+//	                                             (or held for its predecessor: NextResult)
 //
 // Every slot goes up as a one-packet message (UC RDMA WRITE ONLY), whatever
 // the position of its packet in the workers' message: the slots of a
@@ -20,7 +21,6 @@ package switchmodel
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
@@ -187,14 +187,14 @@ func (p *Pipeline) leafStep(md *Metadata) {
 // completed its slot in the result to every leaf, which is how each finds
 // its slot: the same for all leaves, as a worker's va is the same on every
 // worker), the payload the leaf's
-// partial sum and the immediate its exponent record (no immediate when no
-// worker's packet of the slot carried one).
+// partial sum and the immediate its exponent record (e0 and e1 −128, the
+// identity of the spine's maxima, when none of the leaf's packets for the
+// slot carried an immediate).
 func (p *Pipeline) encodeUp(md *Metadata, b []byte) (int, netip.Addr, error) {
 	j := md.job
 	u := j.up
 	st := p.Exponents.imm[md.slot*2+uint32(md.set)]
-	hasImm := st.e1 != math.MinInt8 // a worker's e1 is 0 or 1
-	op := rdma.WriteOpcode(rdma.TransportUC, true, true, hasImm)
+	op := resultOpcode(true, true)
 	n := rdma.PacketLen(op, j.payload)
 	if len(b) < n {
 		return 0, netip.Addr{}, ErrShortBuffer
@@ -206,10 +206,8 @@ func (p *Pipeline) encodeUp(md *Metadata, b []byte) (int, netip.Addr, error) {
 	spine := wire.MakePoolIndex(u.poolBase+(md.slot-j.poolBase), md.set)
 	rdma.RETH(b[off:]).Encode(&rdma.RETHFields{VA: uint64(spine), RKey: uint32(spine), DMALen: uint32(j.payload)})
 	off += rdma.RETHSize
-	if hasImm {
-		rdma.ImmDt(b[off:]).Encode(uint32(wire.MakeImm(st.msgID, st.e0, st.e1)))
-		off += rdma.ImmDtSize
-	}
+	rdma.ImmDt(b[off:]).Encode(uint32(wire.MakeImm(st.msgID, st.e0, st.e1)))
+	off += rdma.ImmDtSize
 	store(b[off:off+j.payload], p.Processor.vector(md.slot, md.set, j.payload))
 	off += j.payload
 	clear(b[off:n])
@@ -264,10 +262,12 @@ func (p *Pipeline) fromSpine(ref downRef, pkt *rdma.Packet, md *Metadata) {
 	e := &p.Exponents.imm[md.slot*2+uint32(md.set)]
 	e.e0, e.e1 = imm.E0(), imm.E1()
 	md.Complete = true
-	if !s.first && !p.leaf[(md.slot-1)*2+uint32(md.set)].sent {
+	// A worker's MIDDLE or LAST can name the first slot of a QP's range
+	// (a FIRST to the range's last slot before it): it has no predecessor.
+	if k := (md.slot - j.poolBase) % ppm; !s.first && k > 0 && !p.leaf[(md.slot-1)*2+uint32(md.set)].sent {
 		// A MIDDLE or LAST whose predecessor's result is not down yet
 		// (the spine completes slots in the order their writes reach
-		// it, and one may have been lost and resent): broadcast now,
+		// it, and one may have been lost and resent). Broadcast now,
 		// RDMASender would withhold it from every worker, and the
 		// predecessor's FIRST, broadcast later, would open a result
 		// message that nothing completes. It follows its predecessor
