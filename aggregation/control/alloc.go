@@ -42,10 +42,20 @@ func (c *Controller) startJob(p *pendingSession) {
 	c.mu.Lock()
 	j, err := c.allocJob(p)
 	c.mu.Unlock()
+	var link UpstreamLink
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.SessionTimeout)
 		spec := j.spec.Clone() // the backend may keep it
 		err = c.cfg.Programmer.AddJob(ctx, &spec)
+		if uj, ok := c.cfg.Programmer.(UpstreamJoiner); ok && err == nil {
+			// A leaf's workers are answered once the spine's job exists
+			// and the leaf is one of its workers.
+			if link, err = uj.JoinUpstream(ctx, &spec, UpstreamSession{SessionID: p.id, MessageSize: p.params.messageSize,
+				TensorBytes: p.params.tensorBytes}); err != nil {
+				_ = c.cfg.Programmer.RemoveJob(ctx, j.id())
+				err = fmt.Errorf("join the spine switch's job: %w", err)
+			}
+		}
 		cancel()
 		if or, ok := c.cfg.Programmer.(OrderReporter); ok && err == nil {
 			j.orderGroups = orderGroups(or, j.id())
@@ -70,6 +80,10 @@ func (c *Controller) startJob(p *pendingSession) {
 		}
 		if _, ok := c.cfg.Programmer.(ActivityReporter); ok && p.params.p4app && c.cfg.IdleTimeout > 0 {
 			j.idle = time.AfterFunc(c.cfg.IdleTimeout, func() { c.checkIdle(j) })
+		}
+		if link != nil {
+			j.upstream = link
+			go c.watchUpstream(j, link)
 		}
 		c.log.Info("job started", "session", p.id, "job", j.id(), "workers", p.params.numWorkers,
 			"qps", p.params.qps, "packet_size", p.params.packetSize, "pool_base", j.pool.Base, "pool_slots", j.pool.Size)

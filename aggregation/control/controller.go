@@ -162,6 +162,13 @@ type Config struct {
 	// does not fit beside the client's other jobs RESOURCE_EXHAUSTED. 0
 	// means PoolSize (no per-client limit).
 	MaxClientSlots uint32
+	// Ranks, when Count is set, makes this the controller of a leaf switch
+	// in a hierarchy (docs/switch.md "Switch hierarchy"): a job's workers
+	// register with their rank among all the job's workers (num_workers
+	// the total, so that they quantize for it) and this controller takes
+	// ranks First … First+Count−1, as ranks 0 … Count−1 of its switch's
+	// job. The Programmer is then an UpstreamJoiner.
+	Ranks RankRange
 }
 
 // Controller is the SwitchML control plane: the gRPC services Session, Sync
@@ -212,9 +219,10 @@ const (
 	endReasonIdle      = "idle"             // a p4app job saw no packet for IdleTimeout
 	endReasonReplaced  = "replaced"         // a new p4app job's rank 0 registered
 	endReasonShutdown  = "shutdown"         // Close
+	endReasonUpstream  = "upstream_lost"    // a leaf's spine job ended first
 )
 
-var endReasons = []string{endReasonEnd, endReasonAbort, endReasonKeepAlive, endReasonLiveness, endReasonIdle, endReasonReplaced, endReasonShutdown}
+var endReasons = []string{endReasonEnd, endReasonAbort, endReasonKeepAlive, endReasonLiveness, endReasonIdle, endReasonReplaced, endReasonShutdown, endReasonUpstream}
 
 // SetSwitchAddr sets SwitchIPv4 or SwitchIPv6, whichever is a's family
 // (an IPv4-mapped IPv6 address is IPv4).

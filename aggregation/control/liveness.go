@@ -43,7 +43,7 @@ func (c *Controller) keepAlive(req *pb.KeepAliveRequest, stream eventSender) err
 		c.mu.Unlock()
 		return errBadToken(j.id())
 	}
-	rank := int(req.GetRank())
+	rank := c.shareRank(req.GetRank())
 	switch {
 	case rank >= j.params.numWorkers:
 		c.mu.Unlock()
@@ -73,7 +73,7 @@ func (c *Controller) keepAlive(req *pb.KeepAliveRequest, stream eventSender) err
 	lost := !j.ended[rank] && !j.ending
 	c.mu.Unlock()
 	if lost {
-		c.endJob(j, true, fmt.Sprintf("rank %d's keep-alive stream closed before it ended its session (worker exited or lost the controller)", rank), endReasonKeepAlive)
+		c.endJob(j, true, fmt.Sprintf("rank %d's keep-alive stream closed before it ended its session (worker exited or lost the controller)", rank+c.cfg.Ranks.First), endReasonKeepAlive)
 	}
 	return err
 }

@@ -96,7 +96,7 @@ func (c *Controller) parseWorkers(sid uint32, req *pb.RdmaSessionRequest) (n, ra
 	if rank >= n {
 		return 0, 0, invalid(sid, "rank %d is out of range for %d workers: ranks are 0..%d", rank, n, n-1)
 	}
-	return n, rank, nil
+	return c.mapRank(sid, n, rank)
 }
 
 // parseQPs checks the rank's QPs and returns how many it has: at least

@@ -134,6 +134,10 @@ type job struct {
 	done        chan struct{}
 	aborted     bool
 	reason      string
+
+	// upstream: a leaf's membership of its spine's job (JoinUpstream),
+	// nil on a switch that is no leaf; set before the job is filed.
+	upstream UpstreamLink
 }
 
 func (j *job) id() uint32 { return j.spec.ID }

@@ -41,6 +41,9 @@ func (c *Controller) endJob(j *job, aborted bool, reason, label string) bool {
 	c.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.SessionTimeout)
+	if j.upstream != nil {
+		j.upstream.End(ctx, aborted, reason)
+	}
 	err := c.cfg.Programmer.RemoveJob(ctx, j.id())
 	cancel()
 	if err != nil {
@@ -77,7 +80,7 @@ func (c *Controller) endSession(ctx context.Context, req *pb.EndSessionRequest) 
 		c.mu.Unlock()
 		return nil, errBadToken(j.id())
 	}
-	rank := int(req.GetRank())
+	rank := c.shareRank(req.GetRank())
 	if rank >= j.params.numWorkers {
 		c.mu.Unlock()
 		return nil, status.Errorf(codes.InvalidArgument, "job %d: rank %d is out of range for %d workers", j.id(), rank, j.params.numWorkers)

@@ -49,7 +49,7 @@ func (c *Controller) waitingFor(ctx context.Context, req *pb.WaitingForRequest) 
 	resp := &pb.WaitingForResponse{}
 	waits := make([]*pb.RankWait, len(ended))
 	for r := range waits {
-		waits[r] = &pb.RankWait{Rank: uint32(r), Addr: j.spec.Workers[r].Addr.AsSlice(), Ended: ended[r]}
+		waits[r] = &pb.RankWait{Rank: uint32(r + c.cfg.Ranks.First), Addr: j.spec.Workers[r].Addr.AsSlice(), Ended: ended[r]}
 	}
 	// The switch is read without c.mu: it takes its own locks.
 	if pr, ok := c.cfg.Programmer.(ProgressReporter); ok {

@@ -87,6 +87,11 @@ const (
 	// Unicast: a retransmission into a completed slot; the result goes back
 	// to the sender alone.
 	Unicast
+	// SendUp: a leaf job's slot is complete (or a worker resent into it
+	// before the spine's result came back): the leaf's partial sum goes to
+	// the spine as one write (SetUpstream, docs/switch.md "Switch
+	// hierarchy").
+	SendUp
 )
 
 func (d Decision) String() string {
@@ -99,6 +104,8 @@ func (d Decision) String() string {
 		return "broadcast"
 	case Unicast:
 		return "unicast"
+	case SendUp:
+		return "upstream"
 	}
 	return fmt.Sprintf("Decision(%d)", uint8(d))
 }
@@ -138,6 +145,10 @@ const (
 	// add an old contribution into a newer round of its slot. Set by the
 	// model (RDMAReceiver); last only to keep the codes above.
 	DropStalePSN
+	// DropUpstreamDuplicate: a spine's result for a leaf slot that does
+	// not wait for one (a second answer to the leaf's resends, or a late
+	// one): the slot already holds it, or has moved on.
+	DropUpstreamDuplicate
 
 	NumDropReasons = iota
 )
@@ -156,6 +167,7 @@ var dropReasonNames = [NumDropReasons]string{
 	DropEgressLoss:           "egress_loss",
 	DropSendError:            "send_error",
 	DropStalePSN:             "stale_psn",
+	DropUpstreamDuplicate:    "upstream_duplicate",
 }
 
 // String is the reason's metric label value ("unknown_qp").
@@ -176,6 +188,8 @@ type Counters struct {
 	Unicasts        uint64 // retransmissions answered to the sender alone
 	ResultPackets   uint64 // result packets written by RDMASender
 	ResultsSkipped  uint64 // result packets not sent to a worker QP: out of order (ErrOutOfOrder)
+	UpstreamWrites  uint64 // a leaf's writes to its spine (SendUp decisions encoded)
+	SpineResults    uint64 // a leaf's slots completed by a spine's result
 	Drops           [NumDropReasons]uint64
 }
 
@@ -219,12 +233,12 @@ func (m *Metadata) Slot() uint32 { return m.slot }
 func (m *Metadata) Set() uint8 { return m.set }
 
 // Dests is the number of result packets the decision asks for: the job's
-// worker count for Broadcast, 1 for Unicast, 0 otherwise.
+// worker count for Broadcast, 1 for Unicast and SendUp, 0 otherwise.
 func (m *Metadata) Dests() int {
 	switch m.Decision {
 	case Broadcast:
 		return m.job.n
-	case Unicast:
+	case Unicast, SendUp:
 		return 1
 	}
 	return 0
@@ -234,6 +248,9 @@ func (m *Metadata) Dests() int {
 func (m *Metadata) ResultLen() int {
 	if m.job == nil {
 		return 0
+	}
+	if m.Decision == SendUp {
+		return rdma.PacketLen(resultOpcode(true, true), m.job.payload)
 	}
 	return rdma.PacketLen(resultOpcode(m.First, m.Last), m.job.payload)
 }
@@ -253,6 +270,12 @@ type Pipeline struct {
 	Sender     RDMASender
 	Counters   Counters
 	slotsInUse int64 // (slot, set) pairs aggregating, all jobs
+
+	// The leaves' state (leaf.go): per (slot, set) of the pool, allocated
+	// by the first SetUpstream; and the spines' (address, QPN) pairs that
+	// carry results down.
+	leaf  []leafSlot
+	downs map[qpKey]downRef
 }
 
 // New allocates a pipeline's state arrays for cfg. Large arrays come from
@@ -331,6 +354,9 @@ func (p *Pipeline) RemoveJob(id uint32) {
 	if j == nil {
 		return
 	}
+	if j.up != nil {
+		p.rebuildDown()
+	}
 	p.clearSlots(j)
 	p.slotsInUse -= j.slotsInUse
 	j.slotsInUse = 0
@@ -342,6 +368,9 @@ func (p *Pipeline) clearSlots(j *jobEntry) {
 	p.Counter.clear(lo, hi)
 	p.Exponents.clear(lo, hi)
 	p.Processor.clear(lo, hi)
+	if p.leaf != nil {
+		clear(p.leaf[lo*2 : hi*2])
+	}
 }
 
 // Process runs one parsed packet from source address src through the
@@ -351,6 +380,20 @@ func (p *Pipeline) Process(src netip.Addr, pkt *rdma.Packet, md *Metadata) {
 	*md = Metadata{}
 	p.Counters.Packets++
 	if !p.Receiver.Receive(src, pkt, md) {
+		if md.Reason == DropUnknownQP && p.downs != nil {
+			if ref, ok := p.downs[makeKey(src, pkt.BTH.DestQP())]; ok {
+				*md = Metadata{}
+				p.fromSpine(ref, pkt, md)
+				switch md.Decision {
+				case Broadcast:
+					p.Counters.Completed++
+					fallthrough
+				case Consume:
+					p.Counters.SpineResults++
+					return
+				}
+			}
+		}
 		p.drop(md)
 		return
 	}
@@ -365,6 +408,9 @@ func (p *Pipeline) Process(src netip.Addr, pkt *rdma.Packet, md *Metadata) {
 	p.Processor.Process(pkt.Payload, md)
 	p.NextStep.Decide(md)
 	j := md.job
+	if j.up != nil {
+		p.leafStep(md)
+	}
 	if md.Retransmission {
 		p.Counters.Retransmissions++
 	} else {
@@ -395,9 +441,24 @@ func (p *Pipeline) drop(md *Metadata) {
 }
 
 // EncodeResult writes result packet d (0 ≤ d < md.Dests()) of a Broadcast or
-// Unicast decision into b and returns its length and destination; see
-// RDMASender.Encode.
+// Unicast decision into b and returns its length and destination (see
+// RDMASender.Encode), or a leaf's write to its spine for a SendUp
+// decision (d 0).
 func (p *Pipeline) EncodeResult(md *Metadata, d int, b []byte) (int, netip.Addr, error) {
+	if md.Decision == SendUp {
+		if d != 0 {
+			return 0, netip.Addr{}, ErrNoResult
+		}
+		n, dst, err := p.encodeUp(md, b)
+		if err == nil && p.cfg.EgressLoss != nil && p.cfg.EgressLoss() {
+			p.Counters.Drops[DropEgressLoss]++
+			return 0, netip.Addr{}, ErrEgressLoss
+		}
+		if err == nil {
+			p.Counters.UpstreamWrites++
+		}
+		return n, dst, err
+	}
 	n, dst, err := p.Sender.Encode(&p.Processor, md, d, b)
 	if err == nil && p.cfg.EgressLoss != nil && p.cfg.EgressLoss() {
 		p.Counters.Drops[DropEgressLoss]++

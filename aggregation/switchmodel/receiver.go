@@ -23,6 +23,7 @@ type jobEntry struct {
 	psn       []uint32      // RDMASender: per (worker, QP), the next result PSN
 	tx        []txPos       // RDMASender: per (worker, QP), the last result packet sent
 	keys      []qpKey       // the table keys this job installed
+	up        *upState      // a leaf's upstream (leaf.go), nil on a flat job
 
 	slotsInUse int64
 	// ranks[r] counts rank r's packets that matched the job's (source,

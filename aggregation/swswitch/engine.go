@@ -97,13 +97,23 @@ func (c *flowCache) get(remote netip.AddrPort, f func() rdma.Flow) int {
 func newEngine(local netip.AddrPort, policy ICRCPolicy, pipe *switchmodel.Pipeline, outCap int) *engine {
 	e := &engine{verifier: verifier{local: local, policy: policy}, pipe: pipe}
 	e.bufSz = rdma.ICRCHeadroom + pipe.Config().MaxPayload + maxHeaders
-	e.out = make([]udp.Msg, outCap)
-	e.qpns = make([]uint32, outCap)
-	e.sched.Reserve(outCap)
-	for i := range e.out {
-		e.out[i] = udp.Msg{Buf: make([]byte, e.bufSz), Off: rdma.ICRCHeadroom}
-	}
+	e.grow(outCap)
 	return e
+}
+
+// grow makes room for n result packets of one batch.
+func (e *engine) grow(n int) {
+	if n <= len(e.out) {
+		return
+	}
+	out := make([]udp.Msg, n)
+	copy(out, e.out)
+	for i := len(e.out); i < n; i++ {
+		out[i] = udp.Msg{Buf: make([]byte, e.bufSz), Off: rdma.ICRCHeadroom}
+	}
+	e.out = out
+	e.qpns = append(e.qpns, make([]uint32, n-len(e.qpns))...)
+	e.sched.Reserve(n)
 }
 
 // room reports whether out can take the results of one more packet.
@@ -133,6 +143,19 @@ func (e *engine) process(src netip.AddrPort, b []byte) {
 	}
 	md := &e.md
 	p.Process(src.Addr(), &e.pkt, md)
+	for {
+		e.results(md)
+		// A leaf's result may release the next slots of its message
+		// (switchmodel.Pipeline.NextResult; maxN counts them).
+		if !p.NextResult(md) {
+			return
+		}
+	}
+}
+
+// results appends the result packets of md.
+func (e *engine) results(md *switchmodel.Metadata) {
+	p := e.pipe
 	// A broadcast's packets differ only in their headers: the payload's
 	// CRC is computed once and combined with each worker's header CRC.
 	var shift *rdma.CRCShift

@@ -90,6 +90,10 @@ type Config struct {
 	// Port come from its LocalAddr, and BatchSize, SocketBuffer, Offload,
 	// the losses and Capture are unused.
 	Endpoint udp.Endpoint
+	// Upstream, when set, makes the switch a leaf of a switch hierarchy
+	// (docs/switch.md "Switch hierarchy"): each job its controller installs
+	// joins the spine's job as one worker (JoinUpstream).
+	Upstream *UpstreamConfig
 }
 
 // Switch is the software switch: a RoCEv2 endpoint that runs the switch
@@ -112,6 +116,14 @@ type Switch struct {
 	table  atomic.Pointer[coreTable]
 	jobsMu sync.Mutex // serialises AddJob and RemoveJob across the cores
 	jobs   map[uint32]*wire.Job
+	// upstreams holds the receive QPNs of each leaf job (SetUpstream),
+	// bound in table beside the job's own.
+	upstreams map[uint32][]uint32
+	// spine is the spine's controller (Config.Upstream) and links each
+	// leaf job's membership of the spine's job (JoinUpstream).
+	spine   *control.Client
+	linksMu sync.Mutex
+	links   map[uint32]*control.Assignment
 
 	// free holds the batches not in a reader's or a core's hands (with more
 	// than one core): a reader takes one per core it hands requests to.
@@ -181,12 +193,24 @@ func New(cfg Config) (*Switch, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Switch{
-		cfg:   cfg,
-		log:   log.With("component", "swswitch", "addr", conns[0].LocalAddr()),
-		conns: conns,
-		jobs:  make(map[uint32]*wire.Job),
-		done:  make(chan struct{}),
-		epoch: time.Now(),
+		cfg:       cfg,
+		log:       log.With("component", "swswitch", "addr", conns[0].LocalAddr()),
+		conns:     conns,
+		jobs:      make(map[uint32]*wire.Job),
+		upstreams: make(map[uint32][]uint32),
+		links:     make(map[uint32]*control.Assignment),
+		done:      make(chan struct{}),
+		epoch:     time.Now(),
+	}
+	if u := cfg.Upstream; u != nil {
+		if u.Leaves < 1 || u.Index < 0 || u.Index >= u.Leaves {
+			closeConns()
+			return nil, fmt.Errorf("swswitch: leaf %d of %d: %w: need 0 ≤ index < leaves", u.Index, u.Leaves, switchmodel.ErrUpstream)
+		}
+		if s.spine, err = control.NewClient(u.Client); err != nil {
+			closeConns()
+			return nil, fmt.Errorf("swswitch: spine controller: %w", err)
+		}
 	}
 	batchSize := conns[0].BatchSize()
 	for range cfg.Cores {
@@ -489,9 +513,15 @@ func (s *Switch) RemoveJob(ctx context.Context, jobID uint32) error {
 	s.jobsMu.Lock()
 	defer s.jobsMu.Unlock()
 	s.removeFromCores(jobID, len(s.cores))
+	s.leaveSpine(ctx, jobID, false, "")
 	if job, ok := s.jobs[jobID]; ok {
 		delete(s.jobs, jobID)
-		s.table.Store(s.table.Load().withoutJob(job))
+		t := s.table.Load().withoutJob(job)
+		if recv := s.upstreams[jobID]; recv != nil {
+			delete(s.upstreams, jobID)
+			t = t.withoutQPNs(recv)
+		}
+		s.table.Store(t)
 	}
 	s.log.Info("job removed", "job", jobID)
 	return nil
@@ -611,6 +641,10 @@ type Totals struct {
 	Retransmissions uint64 `json:"retransmissions"`
 	Unicasts        uint64 `json:"unicasts"`
 	ResultsSkipped  uint64 `json:"results_skipped"`
+	// UpstreamWrites and SpineResults count a leaf's writes to its spine
+	// and the spine's results it took (docs/switch.md "Switch hierarchy").
+	UpstreamWrites uint64 `json:"upstream_writes,omitempty"`
+	SpineResults   uint64 `json:"spine_results,omitempty"`
 	// Drops is DropsByReason.
 	Drops map[string]uint64 `json:"drops"`
 }
@@ -619,7 +653,8 @@ type Totals struct {
 func (s *Stats) Totals() Totals {
 	return Totals{PacketsIn: s.PacketsIn, BytesIn: s.BytesIn, PacketsOut: s.PacketsOut, BytesOut: s.BytesOut,
 		Aggregated: s.Model.Aggregated, SlotsCompleted: s.Model.Completed, Retransmissions: s.Model.Retransmissions,
-		Unicasts: s.Model.Unicasts, ResultsSkipped: s.Model.ResultsSkipped, Drops: s.DropsByReason()}
+		Unicasts: s.Model.Unicasts, ResultsSkipped: s.Model.ResultsSkipped,
+		UpstreamWrites: s.Model.UpstreamWrites, SpineResults: s.Model.SpineResults, Drops: s.DropsByReason()}
 }
 
 // Stats returns a snapshot of the counters.
@@ -637,6 +672,8 @@ func (s *Switch) Stats() Stats {
 		st.Model.Unicasts += m.Unicasts
 		st.Model.ResultPackets += m.ResultPackets
 		st.Model.ResultsSkipped += m.ResultsSkipped
+		st.Model.UpstreamWrites += m.UpstreamWrites
+		st.Model.SpineResults += m.SpineResults
 		for r := range m.Drops {
 			st.Model.Drops[r] += m.Drops[r]
 		}
@@ -678,6 +715,11 @@ func (s *Switch) Close() error {
 			}
 		}
 		<-s.done
+		if s.spine != nil {
+			// Leaves the spine's jobs still held: the spine's controller
+			// aborts them, and so every leaf's.
+			_ = s.spine.Close()
+		}
 		if s.coll != nil {
 			s.cfg.Registry.Unregister(s.coll)
 		}

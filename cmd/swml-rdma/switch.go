@@ -51,6 +51,10 @@ func switchCommand() *cli.Command {
 			&cli.StringFlag{Name: "pcap", Usage: "record every datagram in and out to `FILE` (pcap, Wireshark decodes RoCEv2)", EnvVars: []string{"SWML_PCAP"}, Category: "output"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error (logs go to stderr)", EnvVars: []string{"SWML_LOG_LEVEL"}, Category: "output"},
 			&cli.BoolFlag{Name: "json", Usage: "print the final counters as JSON (docs/operations.md, \"Shutdown\")", EnvVars: []string{"SWML_JSON"}, Category: "output"},
+			&cli.StringFlag{Name: "upstream", Usage: "make this switch a leaf under the spine switch whose controller is at `ADDR` (host:port; docs/switch.md, \"Switch hierarchy\")", EnvVars: []string{"SWML_UPSTREAM"}, Category: "hierarchy"},
+			&cli.IntFlag{Name: "leaves", Usage: "with --upstream: the number of leaf switches under the spine", EnvVars: []string{"SWML_LEAVES"}, Category: "hierarchy"},
+			&cli.IntFlag{Name: "leaf-index", Usage: "with --upstream: this leaf's index, 0 to --leaves - 1", EnvVars: []string{"SWML_LEAF_INDEX"}, Category: "hierarchy"},
+			&cli.IntFlag{Name: "leaf-workers", Usage: "with --upstream: the workers of each job on this leaf; leaf I serves the job's ranks I·N … I·N+N-1", EnvVars: []string{"SWML_LEAF_WORKERS"}, Category: "hierarchy"},
 		}, controlSecurityFlags()...),
 		Action: runSwitch,
 	}
@@ -72,6 +76,10 @@ type switchConfig struct {
 	offload        udp.Offload
 	security       controlSecurity
 	idleTimeout    time.Duration
+	// upstream: a leaf's spine controller, its index among leaves, and
+	// its workers per job (empty upstream: no hierarchy).
+	upstream                   string
+	leaves, leafIndex, perLeaf int
 }
 
 func switchFlags(c *cli.Context) (switchConfig, error) {
@@ -127,7 +135,32 @@ func switchFlags(c *cli.Context) (switchConfig, error) {
 	if cfg.security, err = parseControlSecurity(c); err != nil {
 		return cfg, err
 	}
+	if err := parseUpstream(c, &cfg); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
+}
+
+// parseUpstream reads the hierarchy flags: all or none.
+func parseUpstream(c *cli.Context, cfg *switchConfig) error {
+	cfg.upstream = c.String("upstream")
+	cfg.leaves, cfg.leafIndex, cfg.perLeaf = c.Int("leaves"), c.Int("leaf-index"), c.Int("leaf-workers")
+	if cfg.upstream == "" {
+		if c.IsSet("leaves") || c.IsSet("leaf-index") || c.IsSet("leaf-workers") {
+			return errors.New("--leaves, --leaf-index and --leaf-workers make a leaf switch: give --upstream, the spine's controller, too")
+		}
+		return nil
+	}
+	if err := checkHostPort("upstream", cfg.upstream); err != nil {
+		return err
+	}
+	if cfg.leaves < 1 || cfg.leafIndex < 0 || cfg.leafIndex >= cfg.leaves {
+		return fmt.Errorf("--leaves %d --leaf-index %d: give the number of leaves and this leaf's index, 0 to leaves-1", cfg.leaves, cfg.leafIndex)
+	}
+	if cfg.perLeaf < 1 {
+		return fmt.Errorf("--leaf-workers %d: give the workers of a job on this leaf (at least 1)", cfg.perLeaf)
+	}
+	return nil
 }
 
 // controlSecurityFlags are the control plane's security flags, shared by
@@ -313,11 +346,16 @@ func serveSwitch(ctx context.Context, stop func(), cfg switchConfig, log *slog.L
 		ccfg.IdleTimeout = -1 // the flag's 0 means never; the Config's 0 means the default
 	}
 	cfg.security.apply(&ccfg, cfg.controllerAddr, log)
+	var upstream *swswitch.UpstreamConfig
+	if cfg.upstream != "" {
+		upstream = &swswitch.UpstreamConfig{Client: control.ClientConfig{Addr: cfg.upstream}, Index: cfg.leafIndex, Leaves: cfg.leaves}
+		ccfg.Ranks = control.RankRange{First: cfg.leafIndex * cfg.perLeaf, Count: cfg.perLeaf}
+	}
 	cl, err := local.Start(ctx, local.Config{
 		Switch: swswitch.Config{
 			Addr: cfg.addr, Model: switchmodel.Config{PoolSize: cfg.poolSize}, ICRC: cfg.icrc, Cores: cfg.cores,
 			IngressLoss: cfg.loss, EgressLoss: cfg.loss, Seed: uint64(time.Now().UnixNano()),
-			Capture: capture, Registry: reg, Logger: log, Offload: cfg.offload,
+			Capture: capture, Registry: reg, Logger: log, Offload: cfg.offload, Upstream: upstream,
 		},
 		Controller:       ccfg,
 		ControllerListen: cfg.controllerAddr,

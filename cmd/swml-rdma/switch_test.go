@@ -45,6 +45,11 @@ func TestSwitchBadFlags(t *testing.T) {
 		{"session timeout", []string{"--session-timeout", "0s"}, "positive duration"},
 		{"log level", []string{"--log-level", "loud"}, "use debug, info, warn or error"},
 		{"positional", []string{"now"}, "takes no arguments"},
+		{"leaf without upstream", []string{"--leaves", "2", "--leaf-index", "0", "--leaf-workers", "4"}, "give --upstream"},
+		{"upstream addr", []string{"--upstream", "spine", "--leaves", "2", "--leaf-workers", "4"}, "give host:port"},
+		{"leaf index", []string{"--upstream", "127.0.0.1:50099", "--leaves", "2", "--leaf-index", "2", "--leaf-workers", "4"}, "--leaves 2 --leaf-index 2"},
+		{"no leaves", []string{"--upstream", "127.0.0.1:50099", "--leaf-workers", "4"}, "--leaves 0 --leaf-index 0"},
+		{"leaf workers", []string{"--upstream", "127.0.0.1:50099", "--leaves", "2"}, "--leaf-workers 0"},
 		{"pcap", []string{"--addr", "127.13.20.9", "--controller-addr", "127.0.0.1:0", "--pcap", filepath.Join(t.TempDir(), "no", "such", "dir.pcap")}, "--pcap"},
 		{"cpuprofile", []string{"--addr", "127.13.20.9", "--controller-addr", "127.0.0.1:0", "--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "cpu.prof")}, "--cpuprofile"},
 	}
