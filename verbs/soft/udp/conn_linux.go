@@ -279,8 +279,8 @@ func (c *Conn) gsoToLocked(peer netip.Addr) bool {
 // past 20 µs and starts another thread to run it, and the caller then
 // waits for a P on its way out: per batch, a thread wake-up and two
 // context switches that do no work. In the network lab (4 workers,
-// unshaped, docs/benchmarks.md "The userspace NIC and the switch per
-// byte") that was an eighth of the processes' CPU. The price of a raw
+// unshaped, docs/benchmarks.md "Raw system calls") that was an eighth of
+// the processes' CPU. The price of a raw
 // call is that a garbage collection's stop-the-world waits for it to
 // return, which it does without blocking.
 func (c *Conn) recvmmsg(fd uintptr) bool {
