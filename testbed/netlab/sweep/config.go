@@ -328,21 +328,21 @@ func (c Config) validateLeaves() error {
 		tree = true
 		for _, n := range c.Workers {
 			if err := netlab.CheckTree(n, k, 1); err != nil {
-				return fieldError("Leaves", k, "%d workers over %d leaves: give 0 (one switch) or 2 or more leaves that divide every worker count", n, k)
+				return fieldError("Leaves", k, "%d workers: give 0 (one switch) or 2+ leaves dividing every worker count", n)
 			}
 		}
 		if i := slices.IndexFunc(c.Systems, func(s System) bool { return s != SwitchML }); i >= 0 {
 			// The tree routes only leaf–spine traffic: workers under
 			// different leaves cannot reach each other, as Gloo, the ring
 			// and DDP's rendezvous need.
-			return fieldError("Leaves", k, "only SwitchML runs on a tree (its workers reach their leaf only), not %s", c.Systems[i])
+			return fieldError("Leaves", k, "only SwitchML runs on a tree (workers reach only their leaf), not %s", c.Systems[i])
 		}
 		if c.Jobs > 1 {
 			return fieldError("Leaves", k, "a tree runs one SwitchML job at a time, not %d", c.Jobs)
 		}
 	}
 	if c.SpineRate > 0 && !tree {
-		return fieldError("SpineRate", c.SpineRate, "only a tree (leaves 2 or more) has leaf–spine links")
+		return fieldError("SpineRate", c.SpineRate, "only a tree (2 or more leaves) has leaf–spine links")
 	}
 	return nil
 }
