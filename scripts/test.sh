@@ -252,7 +252,7 @@ PY
 	# The switch hierarchy (--leaves 0,2): 4 workers on one switch, then
 	# 2 leaves × 2 workers under a spine, unshaped; both rows verified and
 	# the tree's sums bit for bit the one switch's (docs/switch.md "Switch
-	# hierarchy"). ~20 s.
+	# hierarchy"). ~5 s.
 	tree_start=$SECONDS
 	bin/swml-rdma lab --prefix swlabci --workers 4 --leaves 0,2 --rate 0 --size 256KiB --systems switchml \
 		--iters 3 --warmup 1 --timeout 2m --json >/tmp/swml-lab-tree.json

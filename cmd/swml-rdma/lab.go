@@ -566,13 +566,13 @@ func writeLabPlots(path string, rep sweep.Report) error {
 	for _, k := range keys {
 		var series []plot.Series
 		type curve struct {
-			sys  sweep.System
-			wire int
+			sys          sweep.System
+			wire, leaves int
 		}
 		var curves []curve
 		for _, sys := range sweep.AllReduces {
 			for _, r := range rep.Rows {
-				if c := (curve{sys, r.WireBits}); r.System == sys && !slices.Contains(curves, c) {
+				if c := (curve{sys, r.WireBits, r.Leaves}); r.System == sys && !slices.Contains(curves, c) {
 					curves = append(curves, c)
 				}
 			}
@@ -582,9 +582,14 @@ func writeLabPlots(path string, rep sweep.Report) error {
 			if cv.sys == sweep.SwitchML && cv.wire == 16 {
 				s = plot.Series{Name: "SwitchML 16-bit wire", Color: plot.ColorWire16}
 			}
+			if cv.leaves > 0 {
+				// A tree's curve beside the flat one: the same color,
+				// its own name (and class).
+				s.Name += fmt.Sprintf(" %d leaves", cv.leaves)
+			}
 			ceil := plot.Series{Name: s.Name + " ceiling", Color: s.Color, Dashed: true}
 			for _, r := range rep.Rows {
-				if r.System != cv.sys || r.WireBits != cv.wire || (key{r.RateBps, r.Loss, r.TensorBytes}) != k {
+				if r.System != cv.sys || r.WireBits != cv.wire || r.Leaves != cv.leaves || (key{r.RateBps, r.Loss, r.TensorBytes}) != k {
 					continue
 				}
 				if r.CeilingATEPerSec > 0 {

@@ -124,6 +124,21 @@ func TestLabPrintTree(t *testing.T) {
 	if err := printLab(&out, rep, false); err != nil {
 		t.Fatal(err)
 	}
+	dir := t.TempDir()
+	tree.Error = ""
+	if err := writeLabPlots(filepath.Join(dir, "tree.svg"), rep); err != nil {
+		t.Fatal(err)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "tree.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`class="series-SwitchML"`, `class="series-SwitchML-2-leaves"`} {
+		if !strings.Contains(string(svg), want) {
+			t.Errorf("plot lacks %q: the tree's curve is not apart from the flat one", want)
+		}
+	}
+	tree.Error = "worker rank 0: exit status 1"
 	for _, want := range []string{"4 (2×2, spine unshaped)", "FAILED: switchml, 4 workers (2 leaves × 2, spine links unshaped), 200mbit",
 		"SwitchML results, 4 workers, 16 MiB: bit-identical across its 2 rows"} {
 		if !strings.Contains(out.String(), want) {
