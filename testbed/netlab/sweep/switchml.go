@@ -1,7 +1,6 @@
 package sweep
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -126,8 +125,12 @@ func (r *runner) runSwitchMLJobs(ctx context.Context, lab *netlab.Lab, row *Row,
 // its controller on every address of that namespace (ControllerPort).
 func (r *runner) startSwitch(ctx context.Context, lab *netlab.Lab) (*proc, error) {
 	listen := fmt.Sprintf(":%d", ControllerPort) // every address of the switch namespace: the switch's
+	name := "switch"
+	if len(lab.Leaves) > 0 {
+		name = "spine switch"
+	}
 	return startProc(lab.Command(ctx, lab.Switch, r.cfg.Exe, append([]string{"switch", "--addr", lab.SwitchAddr.String(), "--controller-addr", listen,
-		"--log-level", "warn", "--json"}, r.cfg.SwitchArgs...)...), cmp.Or(map[bool]string{true: "spine switch"}[len(lab.Leaves) > 0], "switch"))
+		"--log-level", "warn", "--json"}, r.cfg.SwitchArgs...)...), name)
 }
 
 // startSwitches starts the lab's switch daemons: the switch (startSwitch),

@@ -10,9 +10,9 @@ import (
 	"github.com/swml-rdma/swml-rdma/testbed/netlab"
 )
 
-// needLab skips when this process cannot build a lab (not root, ip or tc
+// needTreeLab skips when this process cannot build a lab (not root, ip or tc
 // missing).
-func needLab(t *testing.T) {
+func needTreeLab(t *testing.T) {
 	t.Helper()
 	if err := netlab.CheckRoot(); err != nil {
 		t.Skip(err)
@@ -30,7 +30,7 @@ func needLab(t *testing.T) {
 // digest, result_reproduced true, docs/switch.md "Switch hierarchy"
 // "Sums"), the tree's shape in its row, and no namespace left.
 func TestTreeLab(t *testing.T) {
-	needLab(t)
+	needTreeLab(t)
 	exe := filepath.Join(t.TempDir(), "swml-rdma")
 	buildFor(t, exe, "./cmd/swml-rdma")
 	const prefix = "swtreet"
