@@ -185,10 +185,11 @@ python/tests/run.sh
 # installed by the PyTorch step above, or here) and the ring, each verifying every
 # result (a mismatch or a failed run fails the command). Speed is asserted
 # nowhere. Then two SwitchML jobs at once on the same switch and links
-# (--jobs 2, 2 workers, 200 Mbit/s, 1 MiB). Afterwards no namespace of the
+# (--jobs 2, 2 workers, 200 Mbit/s, 1 MiB), and SwitchML through a tree of 2
+# leaves × 2 workers against one switch (--leaves 0,2). Afterwards no namespace of the
 # lab may remain. Needs root and nftables (installed here). About 2 minutes
 # on a loaded 2-vCPU machine.
-step "network lab: 2 and 4 workers, unshaped and 200mbit, loss 0 and 1%: SwitchML, Gloo, ring, verified, SwitchML bit-identical across rates and losses; 2 SwitchML jobs sharing the links; namespaces removed"
+step "network lab: 2 and 4 workers, unshaped and 200mbit, loss 0 and 1%: SwitchML, Gloo, ring, verified, SwitchML bit-identical across rates and losses; 2 SwitchML jobs sharing the links; a tree of 2 × 2 bit-identical to one switch; namespaces removed"
 if [ "$(id -u)" != 0 ]; then
 	if [ -n "${CI:-}" ]; then echo "FAIL: the network lab needs root, and CI must run it"; exit 1; fi
 	echo "SKIP: network lab (needs root)"
@@ -248,6 +249,23 @@ if sorted(j["session_id"] for j in jobs) != [1, 2] or not all(j["verified"] and 
 print("network lab --jobs 2: shares %s" % ", ".join("%.2f" % j["share"] for j in jobs))
 PY
 	echo "network lab --jobs 2: $((SECONDS - jobs_start)) s"
+	# The switch hierarchy (--leaves 0,2): 4 workers on one switch, then
+	# 2 leaves × 2 workers under a spine, unshaped; both rows verified and
+	# the tree's sums bit for bit the one switch's (docs/switch.md "Switch
+	# hierarchy"). ~5 s.
+	tree_start=$SECONDS
+	bin/swml-rdma lab --prefix swlabci --workers 4 --leaves 0,2 --rate 0 --size 256KiB --systems switchml \
+		--iters 3 --warmup 1 --timeout 2m --json >/tmp/swml-lab-tree.json
+	/usr/bin/python3 - /tmp/swml-lab-tree.json <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+if [r["leaves"] for r in rows] != [0, 2] or not all(r["verified"] and not r.get("error") for r in rows):
+    sys.exit("network lab --leaves 0,2: want a verified flat row and a verified tree row: %s" % rows)
+if rows[0]["result_sha256"] != rows[1]["result_sha256"] or not all(r["result_reproduced"] for r in rows):
+    sys.exit("network lab --leaves 0,2: the tree's result is not the flat switch's: %s" % rows)
+print("network lab --leaves 0,2: tree bit-identical to one switch, medians %s ms" % ", ".join("%.1f" % (r["median_ns"] / 1e6) for r in rows))
+PY
+	echo "network lab --leaves 0,2: $((SECONDS - tree_start)) s"
 	left=$(ip netns list | grep -E '^swlabci' || true)
 	if [ -n "$left" ]; then echo "FAIL: the lab left namespaces behind: $left"; exit 1; fi
 fi

@@ -39,6 +39,25 @@ func systemName(r *sweep.Row) string {
 	return string(r.System)
 }
 
+// labWorkers is a row's workers as the table prints them: the count, and
+// on a tree its leaves × workers per leaf and the leaf–spine links' rate
+// ("8 (2×4, spine 100mbit)").
+func labWorkers(r *sweep.Row) string {
+	if r.Leaves == 0 {
+		return strconv.Itoa(r.Workers)
+	}
+	return fmt.Sprintf("%d (%d×%d, spine %s)", r.Workers, r.Leaves, r.Workers/r.Leaves, netlab.FormatRate(r.SpineRateBps))
+}
+
+// labShape is a row's workers in a sentence: "4 workers", "8 workers (2
+// leaves × 4, spine links 0)".
+func labShape(r *sweep.Row) string {
+	if r.Leaves == 0 {
+		return r.Shape()
+	}
+	return fmt.Sprintf("%d workers (%d leaves × %d, spine links %s)", r.Workers, r.Leaves, r.Workers/r.Leaves, netlab.FormatRate(r.SpineRateBps))
+}
+
 // labSystemList is the all-reduce systems, as --systems takes them: its
 // default.
 func labSystemList() string {
@@ -63,7 +82,9 @@ func labCommand() *cli.Command {
 			"training of a multi-layer perceptron through the swml backend (the switch daemon, libswml) and through Gloo,\n" +
 			"one rank per worker namespace (--ddp-…). Every result is verified. Prints a table (or\n" +
 			"--json) with each system's ATE/s, its link-rate ceiling, retransmissions and drops; --plot draws ATE/s\n" +
-			"against workers with the ceilings. Everything is removed on exit and on Ctrl-C; --cleanup removes what a\n" +
+			"against workers with the ceilings. With --leaves K ≥ 2 the workers are split over K leaf namespaces (each one's\n" +
+			"switch namespace) under a spine namespace, SwitchML runs a leaf switch in each and the spine switch above them,\n" +
+			"and its result must be the one switch's bit for bit. Everything is removed on exit and on Ctrl-C; --cleanup removes what a\n" +
 			"killed run left. See docs/netlab.md.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "workers", Value: "2,4", Usage: "worker counts to sweep, e.g. 2,4,8", EnvVars: []string{"SWML_LAB_WORKERS"}, Category: "sweep"},
@@ -71,6 +92,8 @@ func labCommand() *cli.Command {
 			&cli.StringFlag{Name: "loss", Value: "0", Usage: "loss probabilities to sweep, per packet and link direction, e.g. 0,0.01", EnvVars: []string{"SWML_LAB_LOSS"}, Category: "sweep"},
 			&cli.StringFlag{Name: "size", Value: "4MiB", Usage: "tensor sizes to sweep (float32), e.g. 4MiB,16MiB", EnvVars: []string{"SWML_LAB_SIZE"}, Category: "sweep"},
 			&cli.StringFlag{Name: "systems", Value: labSystemList(), Usage: "what to run in each row: switchml, gloo, ring (all-reduces of each --size); ddp-swml, ddp-gloo (DDP training, --ddp-…)", EnvVars: []string{"SWML_LAB_SYSTEMS"}, Category: "sweep"},
+			&cli.StringFlag{Name: "leaves", Value: "0", Usage: "switch shapes to sweep for each worker count: 0 = one switch, K ≥ 2 = K leaf switches of workers ÷ K each under a spine (SwitchML only; docs/switch.md \"Switch hierarchy\"), e.g. 0,2", EnvVars: []string{"SWML_LAB_LEAVES"}, Category: "sweep"},
+			&cli.StringFlag{Name: "spine-rate", Value: "0", Usage: "rate of every leaf–spine link with --leaves, each direction (tc units; 0 = unshaped, so the workers' links are the bottleneck)", EnvVars: []string{"SWML_LAB_SPINE_RATE"}, Category: "links"},
 			&cli.IntFlag{Name: "jobs", Value: 1, Usage: "SwitchML jobs sharing the switch and the links (1 to 4): with N > 1 each row runs one job alone, then N jobs at once, and reports each job's share of what one job reaches alone ÷ N (Gloo and the ring run as one job)", EnvVars: []string{"SWML_LAB_JOBS"}, Category: "sweep"},
 			&cli.IntFlag{Name: "iters", Value: 5, Usage: "measured all-reduces per system and row", EnvVars: []string{"SWML_ITERS"}, Category: "sweep"},
 			&cli.IntFlag{Name: "warmup", Value: 1, Usage: "unmeasured all-reduces first", EnvVars: []string{"SWML_WARMUP"}, Category: "sweep"},
@@ -105,7 +128,7 @@ func labCommand() *cli.Command {
 var labFlagNames = map[string]string{
 	"Workers": "--workers", "Rates": "--rate", "Losses": "--loss", "Sizes": "--size", "Systems": "--systems", "Jobs": "--jobs",
 	"Iters": "--iters", "Warmup": "--warmup", "Timeout": "--timeout", "Queue": "--queue", "PacketSize": "--packet-size",
-	"MessageSize": "--msg-size", "Python": "--python", "Wires": "--wire",
+	"MessageSize": "--msg-size", "Python": "--python", "Wires": "--wire", "Leaves": "--leaves", "SpineRate": "--spine-rate",
 	"DDP.DTypes": "--ddp-dtype", "DDP.Steps": "--ddp-steps", "DDP.Warmup": "--ddp-warmup", "DDP.ComputeSteps": "--ddp-compute-steps",
 	"DDP.Layers": "--ddp-layers", "DDP.Width": "--ddp-width", "DDP.Batch": "--ddp-batch",
 }
@@ -127,6 +150,16 @@ func labFlags(c *cli.Context, exe string) (sweep.Config, error) {
 			return cfg, fmt.Errorf("--rate: %v", err)
 		}
 		cfg.Rates = append(cfg.Rates, r)
+	}
+	for _, f := range strings.Split(c.String("leaves"), ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return cfg, fmt.Errorf("--leaves %q: give 0 (one switch) or leaf counts, e.g. 0,2", c.String("leaves"))
+		}
+		cfg.Leaves = append(cfg.Leaves, k)
+	}
+	if cfg.SpineRate, err = netlab.ParseRate(c.String("spine-rate")); err != nil {
+		return cfg, fmt.Errorf("--spine-rate: %v", err)
 	}
 	for _, f := range strings.Split(c.String("loss"), ",") {
 		p, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
@@ -249,7 +282,7 @@ func runLab(c *cli.Context) error {
 	}
 	for _, row := range rep.Rows {
 		if row.Error != "" {
-			return cli.Exit(fmt.Sprintf("lab: %s at %d workers, %s, loss %g, %s failed: %s", systemName(row), row.Workers,
+			return cli.Exit(fmt.Sprintf("lab: %s at %s, %s, loss %g, %s failed: %s", systemName(row), labShape(row),
 				netlab.FormatRate(row.RateBps), row.Loss, humanBytes(row.TensorBytes), row.Error), 1)
 		}
 	}
@@ -260,7 +293,7 @@ func runLab(c *cli.Context) error {
 // its outcome after it.
 func printLabProgress(w io.Writer, row *sweep.Row, done bool) {
 	if !done {
-		fmt.Fprintf(w, "lab: %s, %d workers, %s, loss %g, %s …\n", systemName(row), row.Workers, netlab.FormatRate(row.RateBps), row.Loss, humanBytes(row.TensorBytes))
+		fmt.Fprintf(w, "lab: %s, %s, %s, loss %g, %s …\n", systemName(row), labShape(row), netlab.FormatRate(row.RateBps), row.Loss, humanBytes(row.TensorBytes))
 		return
 	}
 	if row.MedianNs > 0 {
@@ -316,7 +349,7 @@ func printLab(out io.Writer, rep sweep.Report, asJSON bool) error {
 			drops = formatDrops(r.SwitchDrops)
 		}
 		if r.Error != "" {
-			fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t\t\t\t%s\t\t\t\t\t\t\t%d (%d)\t%d\t%d\t\tFAILED\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), systemName(r),
+			fmt.Fprintf(w, "%s\t%s\t%g\t%s\t%s\t%s\t\t\t\t%s\t\t\t\t\t\t\t%d (%d)\t%d\t%d\t\tFAILED\t\n", labWorkers(r), netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), systemName(r),
 				"-", ceiling, r.UDPRcvbufErrors, r.SwitchUDPRcvbufErrors, r.QueueDrops, r.LossDrops)
 			continue
 		}
@@ -331,7 +364,7 @@ func printLab(out io.Writer, rep sweep.Report, asJSON bool) error {
 				cpu += " (" + d(r.SwitchCPUNs) + ")"
 			}
 		}
-		fmt.Fprintf(w, "%d\t%s\t%g\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d (%d)\t%d\t%d\t%s\t%v\t\n", r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), systemName(r),
+		fmt.Fprintf(w, "%s\t%s\t%g\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d (%d)\t%d\t%d\t%s\t%v\t\n", labWorkers(r), netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), systemName(r),
 			d(r.MedianNs), d(r.MinNs), d(r.MaxNs), plot.FormatSI(r.ATEPerSec), ceiling, ratio(r.OfCeiling), ratio(r.VsGloo), ratio(r.LossInflation), r.Retransmissions, perMsg, drops,
 			r.UDPRcvbufErrors, r.SwitchUDPRcvbufErrors, r.QueueDrops, r.LossDrops, cpu, r.Verified)
 	}
@@ -340,7 +373,7 @@ func printLab(out io.Writer, rep sweep.Report, asJSON bool) error {
 	}
 	for _, r := range rep.Rows {
 		if r.Error != "" {
-			fmt.Fprintf(out, "FAILED: %s, %d workers, %s, loss %g, %s: %s\n", systemName(r), r.Workers, netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.Error)
+			fmt.Fprintf(out, "FAILED: %s, %s, %s, loss %g, %s: %s\n", systemName(r), labShape(r), netlab.FormatRate(r.RateBps), r.Loss, humanBytes(r.TensorBytes), r.Error)
 		}
 	}
 	printReproduced(out, rep.Rows)
@@ -380,7 +413,7 @@ func printReproduced(out io.Writer, rows []*sweep.Row) {
 		if k.wire != 0 && k.wire != 32 {
 			wire = fmt.Sprintf(", %d-bit wire", k.wire)
 		}
-		fmt.Fprintf(out, "SwitchML results, %d workers, %s%s: %s across its %d rows (rates and losses)\n", k.workers, humanBytes(k.size), wire, verdict, n[k])
+		fmt.Fprintf(out, "SwitchML results, %d workers, %s%s: %s across its %d rows (rates, losses, one switch or a tree)\n", k.workers, humanBytes(k.size), wire, verdict, n[k])
 	}
 }
 
@@ -533,13 +566,13 @@ func writeLabPlots(path string, rep sweep.Report) error {
 	for _, k := range keys {
 		var series []plot.Series
 		type curve struct {
-			sys  sweep.System
-			wire int
+			sys          sweep.System
+			wire, leaves int
 		}
 		var curves []curve
 		for _, sys := range sweep.AllReduces {
 			for _, r := range rep.Rows {
-				if c := (curve{sys, r.WireBits}); r.System == sys && !slices.Contains(curves, c) {
+				if c := (curve{sys, r.WireBits, r.Leaves}); r.System == sys && !slices.Contains(curves, c) {
 					curves = append(curves, c)
 				}
 			}
@@ -549,9 +582,14 @@ func writeLabPlots(path string, rep sweep.Report) error {
 			if cv.sys == sweep.SwitchML && cv.wire == 16 {
 				s = plot.Series{Name: "SwitchML 16-bit wire", Color: plot.ColorWire16}
 			}
+			if cv.leaves > 0 {
+				// A tree's curve beside the flat one: the same color,
+				// its own name (and class).
+				s.Name += fmt.Sprintf(" %d leaves", cv.leaves)
+			}
 			ceil := plot.Series{Name: s.Name + " ceiling", Color: s.Color, Dashed: true}
 			for _, r := range rep.Rows {
-				if r.System != cv.sys || r.WireBits != cv.wire || (key{r.RateBps, r.Loss, r.TensorBytes}) != k {
+				if r.System != cv.sys || r.WireBits != cv.wire || r.Leaves != cv.leaves || (key{r.RateBps, r.Loss, r.TensorBytes}) != k {
 					continue
 				}
 				if r.CeilingATEPerSec > 0 {

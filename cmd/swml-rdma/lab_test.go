@@ -44,6 +44,13 @@ func TestLabFlagsRefused(t *testing.T) {
 		{[]string{"--jobs", "2", "--systems", "gloo,ring"}, "--jobs 2: only SwitchML"},
 		// 62 workers × 4 addresses + 3 more of the switch: 251 > 250.
 		{[]string{"--jobs", "4", "--workers", "2,62"}, "--jobs 4: with 62 workers take 251 addresses"},
+		{[]string{"--leaves", "two"}, "--leaves"},
+		{[]string{"--leaves", "0,3", "--workers", "4", "--systems", "switchml"}, "--leaves 3: 4 workers"},
+		{[]string{"--leaves", "1", "--systems", "switchml"}, "--leaves 1"},
+		{[]string{"--leaves", "0,2"}, "--leaves 2: only SwitchML runs on a tree"},
+		{[]string{"--leaves", "2", "--systems", "switchml", "--jobs", "2"}, "--leaves 2: a tree runs one SwitchML job"},
+		{[]string{"--spine-rate", "100mbit"}, "--spine-rate 100000000: only a tree"},
+		{[]string{"--leaves", "2", "--systems", "switchml", "--spine-rate", "fast"}, "--spine-rate"},
 		{[]string{"extra"}, "no arguments"},
 		{[]string{"--systems", "ddp-swml", "--ddp-dtype", "float64"}, "--ddp-dtype float64"},
 		{[]string{"--systems", "ddp-gloo", "--ddp-steps", "0"}, "--ddp-steps 0"},
@@ -83,6 +90,59 @@ func TestLabFlagsJobs(t *testing.T) {
 		cfg, err := labFlagsOf(t, tc.args...)
 		if err != nil || cfg.Jobs != tc.want {
 			t.Errorf("%v: jobs %d, %v; want %d", tc.args, cfg.Jobs, err, tc.want)
+		}
+	}
+}
+
+// TestLabFlagsLeaves: --leaves and --spine-rate fill sweep.Config; one
+// switch by default.
+func TestLabFlagsLeaves(t *testing.T) {
+	cfg, err := labFlagsOf(t)
+	if err != nil || !slices.Equal(cfg.Leaves, []int{0}) || cfg.SpineRate != 0 {
+		t.Fatalf("default leaves %v, spine rate %d (%v); want [0], 0", cfg.Leaves, cfg.SpineRate, err)
+	}
+	cfg, err = labFlagsOf(t, "--workers", "4,8", "--leaves", "0, 2,4", "--spine-rate", "100mbit", "--systems", "switchml")
+	if err != nil || !slices.Equal(cfg.Leaves, []int{0, 2, 4}) || cfg.SpineRate != 100e6 {
+		t.Errorf("leaves %v, spine rate %d (%v); want [0 2 4], 100e6", cfg.Leaves, cfg.SpineRate, err)
+	}
+}
+
+// TestLabPrintTree: a tree's row names its leaves, workers per leaf and
+// leaf–spine rate in the table, and the reproducibility line counts it
+// with the flat row.
+func TestLabPrintTree(t *testing.T) {
+	rep := labTestReport()
+	flat := rep.Rows[0]
+	flat.Shared, flat.Jobs = nil, 1
+	tree := *flat
+	tree.Leaves, tree.SpineRateBps = 2, 0
+	same := true
+	flat.ResultReproduced, tree.ResultReproduced = &same, &same
+	tree.Error = "worker rank 0: exit status 1"
+	rep.Rows = []*sweep.Row{flat, &tree}
+	var out bytes.Buffer
+	if err := printLab(&out, rep, false); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tree.Error = ""
+	if err := writeLabPlots(filepath.Join(dir, "tree.svg"), rep); err != nil {
+		t.Fatal(err)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "tree.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`class="series-SwitchML"`, `class="series-SwitchML-2-leaves"`} {
+		if !strings.Contains(string(svg), want) {
+			t.Errorf("plot lacks %q: the tree's curve is not apart from the flat one", want)
+		}
+	}
+	tree.Error = "worker rank 0: exit status 1"
+	for _, want := range []string{"4 (2×2, spine unshaped)", "FAILED: switchml, 4 workers (2 leaves × 2, spine links unshaped), 200mbit",
+		"SwitchML results, 4 workers, 16 MiB: bit-identical across its 2 rows"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
 	}
 }

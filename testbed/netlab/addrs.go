@@ -51,3 +51,38 @@ func addrLayout(subnet netip.Prefix, workers, perWorker int) ([]netip.Addr, [][]
 	}
 	return switches, sets, nil
 }
+
+// ErrTree is Build's error for a tree that cannot be built: fewer than two
+// leaves, leaves that do not divide the workers, or more than one address
+// set.
+var ErrTree = errors.New("netlab: invalid tree")
+
+// CheckTree reports whether workers split evenly over leaves (2 or more)
+// with perWorker address sets (0 or 1) and their addresses fit MaxHosts.
+func CheckTree(workers, leaves, perWorker int) error {
+	switch {
+	case leaves < 2 || workers < leaves || workers%leaves != 0:
+		return fmt.Errorf("%w: %d workers over %d leaves: give 2 or more leaves that divide the workers", ErrTree, workers, leaves)
+	case perWorker > 1:
+		return fmt.Errorf("%w: %d address sets: a tree has one", ErrTree, perWorker)
+	case workers+leaves > MaxHosts:
+		return fmt.Errorf("%w: %d workers and %d leaves take %d addresses besides the spine's: give at most %d",
+			ErrTooManyAddrs, workers, leaves, workers+leaves, MaxHosts)
+	}
+	return nil
+}
+
+// leafAddrs places a tree's leaves after its workers (one address set):
+// leaf j at host 2 + workers + j of subnet.
+func leafAddrs(subnet netip.Prefix, workers, leaves int) []netip.Addr {
+	a := subnet.Masked().Addr()
+	for range 2 + workers {
+		a = a.Next()
+	}
+	out := make([]netip.Addr, leaves)
+	for j := range out {
+		out[j] = a
+		a = a.Next()
+	}
+	return out
+}

@@ -41,3 +41,29 @@ func TestAddrLayout(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckTree(t *testing.T) {
+	for _, tc := range []struct {
+		name                     string
+		workers, leaves, perWork int
+		want                     error
+	}{
+		{"2 × 4", 8, 2, 1, nil},
+		{"4 × 1", 4, 4, 0, nil},
+		{"one leaf", 4, 1, 1, ErrTree},
+		{"not dividing", 6, 4, 1, ErrTree},
+		{"more leaves than workers", 2, 4, 1, ErrTree},
+		{"two address sets", 4, 2, 2, ErrTree},
+		{"too many addresses", 240, 12, 1, ErrTooManyAddrs},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckTree(tc.workers, tc.leaves, tc.perWork)
+			if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+				t.Errorf("CheckTree(%d, %d, %d) = %v, want %v", tc.workers, tc.leaves, tc.perWork, err, tc.want)
+			}
+		})
+	}
+	if got := fmt.Sprint(leafAddrs(DefaultSubnet, 8, 2)); got != "[10.77.0.10 10.77.0.11]" {
+		t.Errorf("leaves of 8 workers: %s", got)
+	}
+}

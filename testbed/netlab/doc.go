@@ -14,8 +14,15 @@
 // nftables netdev ingress rule with numgen random, which a sender cannot
 // tell from a loss on the wire; netem is not needed).
 //
+// A tree (Config.Leaves) has that shape once per leaf — each leaf
+// namespace is the switch namespace of its share of the workers — and a
+// spine namespace joined to every leaf by one more veth link (up0 in the
+// leaf's, l0, l1, … in the spine's), shaped apart (Lab.ShapeSpine). Only
+// host routes cross it, leaf ⇄ spine, so a worker reaches its own leaf
+// alone.
+//
 // Namespaces are named Prefix + the owning process's pid + a role
-// (swlab1234-sw, swlab1234-w0, …), so labs of several processes coexist
+// (swlab1234-sw, swlab1234-w0, a tree's swlab1234-l0, …), so labs of several processes coexist
 // and Cleanup can remove what a crashed run left (its owner is dead)
 // without touching a running lab.
 //

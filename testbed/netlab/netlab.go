@@ -16,8 +16,12 @@ const (
 	// GLOO_SOCKET_IFNAME names).
 	WorkerIf = "eth0"
 	// BridgeIf is the bridge in the switch namespace, holding the
-	// switch's address.
+	// switch's address (in a tree: in each leaf's namespace, holding the
+	// leaf's).
 	BridgeIf = "br0"
+	// UplinkIf is a leaf's end of its link to the spine, in the leaf's
+	// namespace.
+	UplinkIf = "up0"
 )
 
 // DefaultPrefix starts the name of every namespace a lab makes.
@@ -43,6 +47,12 @@ type Config struct {
 	// switch's k-th address from its own k-th. Hosts(Workers,
 	// AddrsPerWorker) is at most MaxHosts.
 	AddrsPerWorker int
+	// Leaves, if 2 or more, makes the lab a two-level tree: that many
+	// leaf namespaces, each the switch namespace of Workers ÷ Leaves
+	// workers (contiguous: leaf j has workers j·w … j·w+w−1), and a spine
+	// namespace joined to every leaf by a link of its own (Lab.ShapeSpine).
+	// It must divide Workers, and AddrsPerWorker must be 1. 0: one switch.
+	Leaves int
 }
 
 // Shaping is what every link direction does to its packets.
@@ -78,25 +88,56 @@ type Lab struct {
 	// 2 + k·workers + i, then SwitchAddrs[1 …].
 	Addrs       [][]netip.Addr
 	SwitchAddrs []netip.Addr
+	// A tree (Config.Leaves ≥ 2): Switch is the spine's namespace and
+	// SwitchAddr the spine's address (on loopback there); Leaves[j] is
+	// leaf j's namespace and LeafAddrs[j] its address (on BridgeIf).
+	// Leaf j's namespace routes SwitchAddr over UplinkIf from LeafAddrs[j],
+	// and the spine's routes LeafAddrs[j] over the link to leaf j: the
+	// only routes between the levels, so workers reach their leaf only.
+	// Host numbers: the spine 1, worker i 2 + i, leaf j 2 + workers + j.
+	Leaves    []string
+	LeafAddrs []netip.Addr
 
-	prefix string
-	shaped bool
-	lossy  bool
-	wire   bool // SetWirePackets
-	closed bool
+	prefix      string
+	shaped      bool
+	spineShaped bool
+	lossy       bool
+	wire        bool // SetWirePackets
+	closed      bool
+}
+
+// WorkersPerLeaf is the number of workers under each leaf; 0 in a lab
+// without leaves.
+func (l *Lab) WorkersPerLeaf() int {
+	if len(l.Leaves) == 0 {
+		return 0
+	}
+	return len(l.Workers) / len(l.Leaves)
+}
+
+// WorkerSwitch is the namespace and address of worker i's switch: its
+// leaf's in a tree, else the switch's.
+func (l *Lab) WorkerSwitch(i int) (string, netip.Addr) {
+	if len(l.Leaves) == 0 {
+		return l.Switch, l.SwitchAddr
+	}
+	j := i / l.WorkersPerLeaf()
+	return l.Leaves[j], l.LeafAddrs[j]
 }
 
 // Counters are the lab's kernel counters: sum over its namespaces.
 type Counters struct {
 	// UDPRcvbufErrors are datagrams dropped because a socket's receive
 	// buffer was full; SwitchUDPRcvbufErrors those in the switch's
-	// namespace (the switch's socket).
+	// namespace (the switch's socket; in a tree the spine's and the
+	// leaves').
 	UDPRcvbufErrors, SwitchUDPRcvbufErrors uint64
 	// TCPRetransSegs are TCP segments retransmitted (Gloo).
 	TCPRetransSegs uint64
 	// QueueDrops are packets the tbf qdiscs dropped (a full queue):
 	// QueueDropsUp those of the worker → switch directions (the workers'
-	// ends), QueueDropsDown those of switch → worker (the switch's).
+	// ends; in a tree also leaf → spine), QueueDropsDown those of switch →
+	// worker (the switch's; in a tree also spine → leaf).
 	QueueDrops, QueueDropsUp, QueueDropsDown uint64
 	// LossDrops are packets the loss rules dropped.
 	LossDrops uint64

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -94,6 +95,11 @@ func Build(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	if cfg.Workers < 1 || cfg.Workers > MaxHosts {
 		return nil, fmt.Errorf("netlab: %d workers: give 1 to %d", cfg.Workers, MaxHosts)
 	}
+	if cfg.Leaves != 0 {
+		if err := CheckTree(cfg.Workers, cfg.Leaves, cfg.AddrsPerWorker); err != nil {
+			return nil, err
+		}
+	}
 	swAddrs, addrs, err := addrLayout(cfg.Subnet, cfg.Workers, max(cfg.AddrsPerWorker, 1))
 	if err != nil {
 		return nil, err
@@ -102,6 +108,12 @@ func Build(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	l := &Lab{prefix: cfg.Prefix, Switch: own + "sw", SwitchAddr: swAddrs[0], WorkerAddrs: addrs[0], Addrs: addrs, SwitchAddrs: swAddrs}
 	for i := range cfg.Workers {
 		l.Workers = append(l.Workers, fmt.Sprintf("%sw%d", own, i))
+	}
+	if cfg.Leaves != 0 {
+		l.LeafAddrs = leafAddrs(cfg.Subnet, cfg.Workers, cfg.Leaves)
+		for j := range cfg.Leaves {
+			l.Leaves = append(l.Leaves, fmt.Sprintf("%sl%d", own, j))
+		}
 	}
 	defer func() {
 		if err != nil {
@@ -126,11 +138,31 @@ func Build(ctx context.Context, cfg Config) (_ *Lab, err error) {
 			return nil, err
 		}
 	}
-	if err := waitUp(ctx, l.Switch, BridgeIf); err != nil {
-		return nil, err
+	for _, ns := range l.bridges() {
+		if err := waitUp(ctx, ns, BridgeIf); err != nil {
+			return nil, err
+		}
+	}
+	for _, ns := range l.Leaves {
+		if err := waitUp(ctx, ns, UplinkIf); err != nil {
+			return nil, err
+		}
 	}
 	return l, nil
 }
+
+// bridges are the namespaces holding a BridgeIf: the switch's, or in a
+// tree every leaf's.
+func (l *Lab) bridges() []string {
+	if len(l.Leaves) > 0 {
+		return l.Leaves
+	}
+	return []string{l.Switch}
+}
+
+// switchNamespaces are the namespaces a switch daemon runs in: the
+// switch's, and in a tree every leaf's too.
+func (l *Lab) switchNamespaces() []string { return append([]string{l.Switch}, l.Leaves...) }
 
 // waitUp waits (at most 5 s) until link name in ns is operationally up.
 func waitUp(ctx context.Context, ns, name string) error {
@@ -162,7 +194,7 @@ func waitUp(ctx context.Context, ns, name string) error {
 	}
 }
 
-func (l *Lab) namespaces() []string { return append([]string{l.Switch}, l.Workers...) }
+func (l *Lab) namespaces() []string { return append(l.switchNamespaces(), l.Workers...) }
 
 // switchPort is worker i's link's end in the switch namespace.
 func switchPort(i int) string { return "w" + strconv.Itoa(i) }
@@ -183,7 +215,16 @@ func dialNS(ns string) (*rtnetlink.Conn, *os.File, error) {
 }
 
 func (l *Lab) buildLinks(bits int) error {
-	sw, swf, err := dialNS(l.Switch)
+	if len(l.Leaves) > 0 {
+		return l.buildTree(bits)
+	}
+	return l.buildRack(l.Switch, l.SwitchAddrs, 0, len(l.Workers), bits)
+}
+
+// buildRack makes the bridge in namespace sw with addrs, and the links of
+// workers first … first+n−1 to it: a switch's rack, or a leaf's.
+func (l *Lab) buildRack(swNS string, addrs []netip.Addr, first, n, bits int) error {
+	sw, swf, err := dialNS(swNS)
 	if err != nil {
 		return err
 	}
@@ -191,28 +232,107 @@ func (l *Lab) buildLinks(bits int) error {
 	defer sw.Close()
 	if err := sw.Link.New(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC,
 		Attributes: &rtnetlink.LinkAttributes{Name: BridgeIf, Info: &rtnetlink.LinkInfo{Kind: "bridge"}}}); err != nil {
-		return fmt.Errorf("netlab: create bridge %s in %s: %w", BridgeIf, l.Switch, err)
+		return fmt.Errorf("netlab: create bridge %s in %s: %w", BridgeIf, swNS, err)
 	}
 	br, err := linkIndex(sw, BridgeIf)
 	if err != nil {
-		return fmt.Errorf("netlab: %s in %s: %w", BridgeIf, l.Switch, err)
+		return fmt.Errorf("netlab: %s in %s: %w", BridgeIf, swNS, err)
 	}
-	for _, a := range l.SwitchAddrs {
+	for _, a := range addrs {
 		if err := addAddr(sw, br, a, bits); err != nil {
-			return fmt.Errorf("netlab: address %v on %s in %s: %w", a, BridgeIf, l.Switch, err)
+			return fmt.Errorf("netlab: address %v on %s in %s: %w", a, BridgeIf, swNS, err)
 		}
 	}
 	for _, name := range []string{"lo", BridgeIf} {
 		if err := setUp(sw, name); err != nil {
-			return fmt.Errorf("netlab: set %s up in %s: %w", name, l.Switch, err)
+			return fmt.Errorf("netlab: set %s up in %s: %w", name, swNS, err)
 		}
 	}
-	for i, ns := range l.Workers {
-		if err := l.buildWorker(sw, br, i, ns, bits); err != nil {
+	for i := first; i < first+n; i++ {
+		if err := l.buildWorker(sw, swNS, br, i, l.Workers[i], bits); err != nil {
 			return err
 		}
 	}
-	return l.Do(l.Switch, bridgeNoNetfilter)
+	return l.Do(swNS, bridgeNoNetfilter)
+}
+
+// buildTree makes a leaf's rack in every leaf namespace and joins each
+// leaf to the spine by a veth pair (spinePort(j) in the spine's namespace,
+// UplinkIf in the leaf's) that carries no subnet: the spine's address is
+// a /32 on its loopback, and a host route at each end (the spine's
+// address from the leaf's, the leaf's from the spine's) is all the
+// routing there is. A leaf's switch and controller bind the leaf's
+// address, so its writes up and its registration with the spine's
+// controller (which accepts only the RoCE address registered) leave from
+// it.
+func (l *Lab) buildTree(bits int) error {
+	per := l.WorkersPerLeaf()
+	for j, ns := range l.Leaves {
+		if err := l.buildRack(ns, []netip.Addr{l.LeafAddrs[j]}, j*per, per, bits); err != nil {
+			return err
+		}
+	}
+	sp, spf, err := dialNS(l.Switch)
+	if err != nil {
+		return err
+	}
+	defer spf.Close()
+	defer sp.Close()
+	lo, err := linkIndex(sp, "lo")
+	if err != nil {
+		return fmt.Errorf("netlab: lo in %s: %w", l.Switch, err)
+	}
+	if err := addAddr(sp, lo, l.SwitchAddr, 32); err != nil {
+		return fmt.Errorf("netlab: address %v on lo in %s: %w", l.SwitchAddr, l.Switch, err)
+	}
+	if err := setUp(sp, "lo"); err != nil {
+		return fmt.Errorf("netlab: set lo up in %s: %w", l.Switch, err)
+	}
+	for j, ns := range l.Leaves {
+		if err := l.buildUplink(sp, j, ns); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// spinePort is leaf j's link's end in the spine's namespace.
+func spinePort(j int) string { return "l" + strconv.Itoa(j) }
+
+func (l *Lab) buildUplink(sp *rtnetlink.Conn, j int, ns string) error {
+	lc, lf, err := dialNS(ns)
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+	defer lc.Close()
+	port := spinePort(j)
+	peer := &rtnetlink.LinkMessage{Family: unix.AF_UNSPEC,
+		Attributes: &rtnetlink.LinkAttributes{Name: UplinkIf, NetNS: rtnetlink.NetNSForFD(uint32(lf.Fd()))}}
+	if err := sp.Link.New(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Attributes: &rtnetlink.LinkAttributes{
+		Name: port, Info: &rtnetlink.LinkInfo{Kind: "veth", Data: &driver.Veth{PeerInfo: peer}}}}); err != nil {
+		return fmt.Errorf("netlab: create veth %s (%s) – %s (%s): %w", port, l.Switch, UplinkIf, ns, err)
+	}
+	ends := []struct {
+		c        *rtnetlink.Conn
+		ns, dev  string
+		dst, src netip.Addr
+	}{{sp, l.Switch, port, l.LeafAddrs[j], l.SwitchAddr}, {lc, ns, UplinkIf, l.SwitchAddr, l.LeafAddrs[j]}}
+	for _, e := range ends {
+		if err := setUp(e.c, e.dev); err != nil {
+			return fmt.Errorf("netlab: set %s up in %s: %w", e.dev, e.ns, err)
+		}
+		idx, err := linkIndex(e.c, e.dev)
+		if err != nil {
+			return fmt.Errorf("netlab: %s in %s: %w", e.dev, e.ns, err)
+		}
+		if err := e.c.Route.Add(&rtnetlink.RouteMessage{Family: unix.AF_INET, DstLength: 32, Table: unix.RT_TABLE_MAIN, Protocol: unix.RTPROT_BOOT,
+			Scope: unix.RT_SCOPE_LINK, Type: unix.RTN_UNICAST, Attributes: rtnetlink.RouteAttributes{
+				Dst: net.IP(e.dst.AsSlice()), Src: net.IP(e.src.AsSlice()), OutIface: idx}}); err != nil {
+			return fmt.Errorf("netlab: route to %v over %s in %s: %w", e.dst, e.dev, e.ns, err)
+		}
+	}
+	return nil
 }
 
 // bridgeNoNetfilter turns off br_netfilter's iptables/ip6tables/arptables
@@ -234,7 +354,7 @@ func bridgeNoNetfilter() error {
 
 // buildWorker makes worker i's veth link: its switch end enslaved to the
 // bridge, its worker end moved into ns with worker i's addresses.
-func (l *Lab) buildWorker(sw *rtnetlink.Conn, br uint32, i int, ns string, bits int) error {
+func (l *Lab) buildWorker(sw *rtnetlink.Conn, swNS string, br uint32, i int, ns string, bits int) error {
 	wc, wf, err := dialNS(ns)
 	if err != nil {
 		return err
@@ -246,15 +366,15 @@ func (l *Lab) buildWorker(sw *rtnetlink.Conn, br uint32, i int, ns string, bits 
 		Attributes: &rtnetlink.LinkAttributes{Name: WorkerIf, NetNS: rtnetlink.NetNSForFD(uint32(wf.Fd()))}}
 	if err := sw.Link.New(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Attributes: &rtnetlink.LinkAttributes{
 		Name: port, Info: &rtnetlink.LinkInfo{Kind: "veth", Data: &driver.Veth{PeerInfo: peer}}}}); err != nil {
-		return fmt.Errorf("netlab: create veth %s (%s) – %s (%s): %w", port, l.Switch, WorkerIf, ns, err)
+		return fmt.Errorf("netlab: create veth %s (%s) – %s (%s): %w", port, swNS, WorkerIf, ns, err)
 	}
 	idx, err := linkIndex(sw, port)
 	if err != nil {
-		return fmt.Errorf("netlab: %s in %s: %w", port, l.Switch, err)
+		return fmt.Errorf("netlab: %s in %s: %w", port, swNS, err)
 	}
 	if err := sw.Link.Set(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Index: idx,
 		Flags: unix.IFF_UP, Change: unix.IFF_UP, Attributes: &rtnetlink.LinkAttributes{Master: &br}}); err != nil {
-		return fmt.Errorf("netlab: attach %s to %s in %s: %w", port, BridgeIf, l.Switch, err)
+		return fmt.Errorf("netlab: attach %s to %s in %s: %w", port, BridgeIf, swNS, err)
 	}
 	widx, err := linkIndex(wc, WorkerIf)
 	if err != nil {
@@ -313,30 +433,72 @@ func addAddr(c *rtnetlink.Conn, idx uint32, a netip.Addr, bits int) error {
 		Attributes: &rtnetlink.AddressAttributes{Address: ip, Local: ip, Broadcast: brd}})
 }
 
-// linkEnds are (namespace, interface) of both directions of every link:
-// the worker's end shapes worker → switch, the switch's end switch → worker.
-func (l *Lab) linkEnds() [][2]string {
-	var out [][2]string
+// linkEnd is one end of a link: its egress shapes one direction.
+type linkEnd struct {
+	ns, dev string
+	// down: the direction away from the spine (switch → worker, spine →
+	// leaf); uplink: an end of a leaf–spine link.
+	down, uplink bool
+}
+
+// linkEnds are both ends of every link: the worker's end shapes worker →
+// switch, the switch's (a leaf's) end switch → worker; in a tree the
+// leaf's UplinkIf leaf → spine and the spine's port spine → leaf.
+func (l *Lab) linkEnds() []linkEnd {
+	var out []linkEnd
 	for i, ns := range l.Workers {
-		out = append(out, [2]string{ns, WorkerIf}, [2]string{l.Switch, switchPort(i)})
+		sw, _ := l.WorkerSwitch(i)
+		out = append(out, linkEnd{ns: ns, dev: WorkerIf}, linkEnd{ns: sw, dev: switchPort(i), down: true})
+	}
+	for j, ns := range l.Leaves {
+		out = append(out, linkEnd{ns: ns, dev: UplinkIf, uplink: true}, linkEnd{ns: l.Switch, dev: spinePort(j), down: true, uplink: true})
 	}
 	return out
 }
 
-// Shape shapes both directions of every link as s says (tbf: rate, a
-// burst of max(64 KiB, 1 ms at the rate), a queue of s.Queue at the rate),
-// or removes the shaping for s.RateBps 0.
+// shapedEnds are the link ends that carry a qdisc now.
+func (l *Lab) shapedEnds() []linkEnd {
+	var out []linkEnd
+	for _, e := range l.linkEnds() {
+		if e.uplink && l.spineShaped || !e.uplink && l.shaped {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Shape shapes both directions of every worker's link as s says (tbf:
+// rate, a burst of max(64 KiB, 1 ms at the rate), a queue of s.Queue at
+// the rate), or removes the shaping for s.RateBps 0. A tree's leaf–spine
+// links are ShapeSpine's.
 func (l *Lab) Shape(ctx context.Context, s Shaping) error {
+	return l.shape(ctx, s, false, &l.shaped)
+}
+
+// ShapeSpine shapes both directions of every leaf–spine link of a tree as
+// Shape does the workers' links (an oversubscribed tier is a rate below
+// the workers' sum); a lab without leaves has none.
+func (l *Lab) ShapeSpine(ctx context.Context, s Shaping) error {
+	return l.shape(ctx, s, true, &l.spineShaped)
+}
+
+func (l *Lab) shape(ctx context.Context, s Shaping, uplinks bool, shaped *bool) error {
+	var ends []linkEnd
+	for _, e := range l.linkEnds() {
+		if e.uplink == uplinks {
+			ends = append(ends, e)
+		}
+	}
 	if s.RateBps == 0 {
-		if !l.shaped {
+		if !*shaped {
 			return nil
 		}
-		for _, e := range l.linkEnds() {
-			if err := run(ctx, "tc", "-n", e[0], "qdisc", "del", "dev", e[1], "root"); err != nil {
+		for _, e := range ends {
+			if err := run(ctx, "tc", "-n", e.ns, "qdisc", "del", "dev", e.dev, "root"); err != nil {
 				return err
 			}
 		}
-		l.shaped = false
+		*shaped = false
 		return nil
 	}
 	if s.Queue <= 0 {
@@ -348,13 +510,13 @@ func (l *Lab) Shape(ctx context.Context, s Shaping) error {
 	// shaper charges them at the rate without cutting them.
 	burst := max(64<<10, s.RateBps/8/1000)
 	limit := max(burst, uint64(float64(s.RateBps)/8*s.Queue.Seconds()))
-	for _, e := range l.linkEnds() {
-		if err := run(ctx, "tc", "-n", e[0], "qdisc", "replace", "dev", e[1], "root", "tbf",
+	for _, e := range ends {
+		if err := run(ctx, "tc", "-n", e.ns, "qdisc", "replace", "dev", e.dev, "root", "tbf",
 			"rate", strconv.FormatUint(s.RateBps, 10)+"bit", "burst", strconv.FormatUint(burst, 10), "limit", strconv.FormatUint(limit, 10)); err != nil {
 			return err
 		}
 	}
-	l.shaped = true
+	*shaped = true
 	return nil
 }
 
@@ -377,7 +539,7 @@ func (l *Lab) SetWirePackets(ctx context.Context, on bool) error {
 		v = "off"
 	}
 	for _, e := range l.linkEnds() {
-		if err := run(ctx, "ip", "netns", "exec", e[0], "ethtool", "-K", e[1], "tx-udp-segmentation", v, "tso", v); err != nil {
+		if err := run(ctx, "ip", "netns", "exec", e.ns, "ethtool", "-K", e.dev, "tx-udp-segmentation", v, "tso", v); err != nil {
 			return err
 		}
 	}
@@ -398,7 +560,7 @@ func (l *Lab) SetLoss(ctx context.Context, p float64) error {
 	threshold := int64(p*1e6 + 0.5)
 	byNS := map[string][]string{}
 	for _, e := range l.linkEnds() {
-		byNS[e[0]] = append(byNS[e[0]], e[1])
+		byNS[e.ns] = append(byNS[e.ns], e.dev)
 	}
 	for _, ns := range l.namespaces() {
 		// add + delete: one transaction that also works when the table
@@ -497,8 +659,8 @@ func (l *Lab) Counters(ctx context.Context) (Counters, error) {
 		}
 		c.UDPRcvbufErrors += snmp["Udp.RcvbufErrors"]
 		c.TCPRetransSegs += snmp["Tcp.RetransSegs"]
-		if ns == l.Switch {
-			c.SwitchUDPRcvbufErrors = snmp["Udp.RcvbufErrors"]
+		if slices.Contains(l.switchNamespaces(), ns) {
+			c.SwitchUDPRcvbufErrors += snmp["Udp.RcvbufErrors"]
 		}
 		if l.lossy {
 			out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "nft", "-j", "list", "table", "netdev", nftTable).Output()
@@ -512,22 +674,20 @@ func (l *Lab) Counters(ctx context.Context) (Counters, error) {
 			c.LossDrops += n
 		}
 	}
-	if l.shaped {
-		for _, e := range l.linkEnds() {
-			out, err := exec.CommandContext(ctx, "tc", "-n", e[0], "-s", "-j", "qdisc", "show", "dev", e[1]).Output()
-			if err != nil {
-				return c, fmt.Errorf("netlab: qdisc counters of %s in %s: %w", e[1], e[0], err)
-			}
-			n, err := qdiscDrops(out)
-			if err != nil {
-				return c, fmt.Errorf("netlab: qdisc counters of %s in %s: %w", e[1], e[0], err)
-			}
-			c.QueueDrops += n
-			if e[0] == l.Switch {
-				c.QueueDropsDown += n
-			} else {
-				c.QueueDropsUp += n
-			}
+	for _, e := range l.shapedEnds() {
+		out, err := exec.CommandContext(ctx, "tc", "-n", e.ns, "-s", "-j", "qdisc", "show", "dev", e.dev).Output()
+		if err != nil {
+			return c, fmt.Errorf("netlab: qdisc counters of %s in %s: %w", e.dev, e.ns, err)
+		}
+		n, err := qdiscDrops(out)
+		if err != nil {
+			return c, fmt.Errorf("netlab: qdisc counters of %s in %s: %w", e.dev, e.ns, err)
+		}
+		c.QueueDrops += n
+		if e.down {
+			c.QueueDropsDown += n
+		} else {
+			c.QueueDropsUp += n
 		}
 	}
 	return c, nil

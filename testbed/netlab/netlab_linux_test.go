@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,15 +43,22 @@ func udpAcross(t *testing.T, l *Lab, n int) int {
 // bound.
 func udpBetween(t *testing.T, l *Lab, i int, from netip.Addr, j int, to netip.Addr, n int) int {
 	t.Helper()
+	return udpNS(t, l, l.Workers[i], from, l.Workers[j], to, n)
+}
+
+// udpNS is udpBetween from address from in namespace fromNS to address to
+// in namespace toNS.
+func udpNS(t *testing.T, l *Lab, fromNS string, from netip.Addr, toNS string, to netip.Addr, n int) int {
+	t.Helper()
 	var rx, tx *net.UDPConn
-	if err := l.Do(l.Workers[j], func() (err error) {
+	if err := l.Do(toNS, func() (err error) {
 		rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: to.AsSlice(), Port: 9999})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	defer rx.Close()
-	if err := l.Do(l.Workers[i], func() (err error) {
+	if err := l.Do(fromNS, func() (err error) {
 		tx, err = net.DialUDP("udp4", &net.UDPAddr{IP: from.AsSlice()}, &net.UDPAddr{IP: to.AsSlice(), Port: 9999})
 		return err
 	}); err != nil {
@@ -298,5 +306,92 @@ func TestCleanup(t *testing.T) {
 	}
 	if _, err := os.Stat("/run/netns/" + mine); err != nil {
 		t.Errorf("%s removed: %v", mine, err)
+	}
+}
+
+// TestLabTree: a tree of 2 leaves × 2 workers has the spine's, the
+// leaves' and the workers' namespaces and addresses of the layout; a
+// worker reaches its leaf, a leaf (from its own address) the spine and
+// back, shaped too, while a worker does not reach a worker of the other
+// leaf (the only routes between levels are the leaf–spine host routes);
+// Close removes every namespace.
+func TestLabTree(t *testing.T) {
+	needLab(t)
+	ctx := context.Background()
+	prefix := "swlabtree"
+	l, err := Build(ctx, Config{Workers: 4, Leaves: 2, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	own := fmt.Sprintf("%s%d-", prefix, os.Getpid())
+	if ns, err := Namespaces(own); err != nil || len(ns) != 7 {
+		t.Fatalf("namespaces of the tree: %v, %v; want 7", ns, err)
+	}
+	if got := fmt.Sprint(l.SwitchAddr, l.WorkerAddrs, l.LeafAddrs, l.WorkersPerLeaf()); got != "10.77.0.1 [10.77.0.2 10.77.0.3 10.77.0.4 10.77.0.5] [10.77.0.6 10.77.0.7] 2" {
+		t.Errorf("spine, workers, leaves, workers per leaf: %s", got)
+	}
+	for i, want := range []int{0, 0, 1, 1} {
+		if ns, a := l.WorkerSwitch(i); ns != l.Leaves[want] || a != l.LeafAddrs[want] {
+			t.Errorf("worker %d's switch: %s %v, want leaf %d", i, ns, a, want)
+		}
+	}
+	for j, ns := range l.Leaves {
+		if got := ifAddrs(t, ns, BridgeIf); !slices.Equal(got, []netip.Addr{l.LeafAddrs[j]}) {
+			t.Errorf("%s in %s holds %v, want %v", BridgeIf, ns, got, l.LeafAddrs[j])
+		}
+	}
+	reach := func(what string) {
+		t.Helper()
+		if got := udpNS(t, l, l.Workers[3], l.WorkerAddrs[3], l.Leaves[1], l.LeafAddrs[1], 100); got != 100 {
+			t.Errorf("%s: worker 3 → leaf 1: %d of 100 datagrams arrived", what, got)
+		}
+		for j, ns := range l.Leaves {
+			if got := udpNS(t, l, ns, l.LeafAddrs[j], l.Switch, l.SwitchAddr, 100); got != 100 {
+				t.Errorf("%s: leaf %d → spine: %d of 100 datagrams arrived", what, j, got)
+			}
+			if got := udpNS(t, l, l.Switch, l.SwitchAddr, ns, l.LeafAddrs[j], 100); got != 100 {
+				t.Errorf("%s: spine → leaf %d: %d of 100 datagrams arrived", what, j, got)
+			}
+		}
+	}
+	reach("unshaped")
+	if got := udpBetween(t, l, 0, l.WorkerAddrs[0], 2, l.WorkerAddrs[2], 20); got != 0 {
+		t.Errorf("worker 0 → worker 2 of the other leaf: %d of 20 datagrams arrived, want none", got)
+	}
+	if err := l.Shape(ctx, Shaping{RateBps: 50e6}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ShapeSpine(ctx, Shaping{RateBps: 20e6}); err != nil {
+		t.Fatal(err)
+	}
+	reach("shaped")
+	if _, err := l.Counters(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range l.shapedEnds() {
+		out, err := exec.Command("tc", "-n", e.ns, "qdisc", "show", "dev", e.dev).CombinedOutput()
+		rate := "50Mbit"
+		if e.uplink {
+			rate = "20Mbit"
+		}
+		if err != nil || !strings.Contains(string(out), "tbf") || !strings.Contains(string(out), rate) {
+			t.Errorf("qdisc of %s in %s: %s %v, want tbf at %s", e.dev, e.ns, out, err, rate)
+		}
+	}
+	if n := len(l.shapedEnds()); n != 12 {
+		t.Errorf("%d shaped link ends, want 12 (4 worker links, 2 leaf–spine links, both ends)", n)
+	}
+	if err := l.ShapeSpine(ctx, Shaping{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(l.shapedEnds()); n != 8 {
+		t.Errorf("leaf–spine links unshaped: %d shaped link ends, want 8", n)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ns, err := Namespaces(own); err != nil || len(ns) != 0 {
+		t.Errorf("after Close: namespaces %v, %v; want none", ns, err)
 	}
 }

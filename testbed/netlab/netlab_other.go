@@ -14,6 +14,7 @@ func CheckRoot() error                                    { return ErrNotSupport
 func CheckTools() error                                   { return ErrNotSupported }
 func Build(context.Context, Config) (*Lab, error)         { return nil, ErrNotSupported }
 func (l *Lab) Shape(context.Context, Shaping) error       { return ErrNotSupported }
+func (l *Lab) ShapeSpine(context.Context, Shaping) error  { return ErrNotSupported }
 func (l *Lab) SetLoss(context.Context, float64) error     { return ErrNotSupported }
 func (l *Lab) SetWirePackets(context.Context, bool) error { return ErrNotSupported }
 func (l *Lab) Do(string, func() error) error              { return ErrNotSupported }

@@ -147,6 +147,15 @@ type Config struct {
 	// MaxJobs): with more than one, each SwitchML row runs one
 	// job alone, then Jobs jobs at once (Row.Shared).
 	Jobs int
+	// Leaves are the shapes to sweep for each worker count: 0 is one
+	// switch, K ≥ 2 a two-level tree of K leaf switches, each serving
+	// workers ÷ K of them, under a spine (netlab.Config.Leaves; the switch
+	// hierarchy of docs/switch.md). Only SwitchML runs on a tree. Empty: 0.
+	Leaves []int
+	// SpineRate is the rate of every leaf–spine link of a tree, in bits
+	// per second each direction (netlab.Lab.ShapeSpine); 0 leaves them
+	// unshaped, so that the workers' links are the bottleneck.
+	SpineRate uint64
 	// Iters measured and Warmup unmeasured all-reduces per system and row.
 	Iters, Warmup int
 	// Timeout bounds each system's run in a row (with Jobs > 1 the solo run
@@ -203,6 +212,14 @@ func (c Config) wires() []int {
 		return []int{32}
 	}
 	return c.Wires
+}
+
+// leaves are the shapes the sweep builds: Leaves, or one switch.
+func (c Config) leaves() []int {
+	if len(c.Leaves) == 0 {
+		return []int{0}
+	}
+	return c.Leaves
 }
 
 // wirePackets: a sweep with loss runs every row on wire packets
@@ -268,6 +285,9 @@ func (c Config) Validate() error {
 		return fieldError("Jobs", c.Jobs, "with %d workers take %d addresses; the lab's subnet holds %d",
 			slices.Max(c.Workers), netlab.Hosts(slices.Max(c.Workers), jobs), netlab.MaxHosts)
 	}
+	if err := c.validateLeaves(); err != nil {
+		return err
+	}
 	if wire.CheckPacketSize(c.PacketSize) != nil {
 		return fieldError("PacketSize", c.PacketSize, "give one of %v bytes", wire.PacketSizes)
 	}
@@ -292,6 +312,37 @@ func (c Config) Validate() error {
 	}
 	if len(c.ddpSystems()) > 0 {
 		return c.DDP.validate()
+	}
+	return nil
+}
+
+func (c Config) validateLeaves() error {
+	tree := false
+	for i, k := range c.Leaves {
+		if slices.Contains(c.Leaves[:i], k) {
+			return fieldError("Leaves", k, "named twice")
+		}
+		if k == 0 {
+			continue
+		}
+		tree = true
+		for _, n := range c.Workers {
+			if err := netlab.CheckTree(n, k, 1); err != nil {
+				return fieldError("Leaves", k, "%d workers: give 0 (one switch) or 2+ leaves dividing every worker count", n)
+			}
+		}
+		if i := slices.IndexFunc(c.Systems, func(s System) bool { return s != SwitchML }); i >= 0 {
+			// The tree routes only leaf–spine traffic: workers under
+			// different leaves cannot reach each other, as Gloo, the ring
+			// and DDP's rendezvous need.
+			return fieldError("Leaves", k, "only SwitchML runs on a tree (workers reach only their leaf), not %s", c.Systems[i])
+		}
+		if c.Jobs > 1 {
+			return fieldError("Leaves", k, "a tree runs one SwitchML job at a time, not %d", c.Jobs)
+		}
+	}
+	if c.SpineRate > 0 && !tree {
+		return fieldError("SpineRate", c.SpineRate, "only a tree (2 or more leaves) has leaf–spine links")
 	}
 	return nil
 }

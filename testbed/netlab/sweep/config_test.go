@@ -20,6 +20,11 @@ func TestValidate(t *testing.T) {
 	if err := validConfig().Validate(); err != nil {
 		t.Fatalf("a valid sweep refused: %v", err)
 	}
+	tree := validConfig()
+	tree.Workers, tree.Leaves, tree.SpineRate, tree.Systems = []int{4, 8}, []int{0, 2, 4}, 100e6, []System{SwitchML}
+	if err := tree.Validate(); err != nil {
+		t.Fatalf("a valid sweep of trees refused: %v", err)
+	}
 	for _, tc := range []struct {
 		name  string
 		edit  func(*Config)
@@ -40,6 +45,14 @@ func TestValidate(t *testing.T) {
 		{"jobs without SwitchML", func(c *Config) { c.Jobs, c.Systems = 2, []System{Gloo, Ring} }, "Jobs", 2},
 		// 62 workers × 4 addresses + 3 more of the switch: 251 > 250.
 		{"jobs' addresses", func(c *Config) { c.Jobs, c.Workers = 4, []int{2, 62} }, "Jobs", 4},
+		{"one leaf", func(c *Config) { c.Leaves, c.Systems = []int{0, 1}, []System{SwitchML} }, "Leaves", 1},
+		{"leaves not dividing", func(c *Config) { c.Leaves, c.Systems, c.Workers = []int{2}, []System{SwitchML}, []int{4, 6, 9} }, "Leaves", 2},
+		{"more leaves than workers", func(c *Config) { c.Leaves, c.Systems = []int{4}, []System{SwitchML} }, "Leaves", 4},
+		{"leaves twice", func(c *Config) { c.Leaves, c.Systems = []int{2, 2}, []System{SwitchML} }, "Leaves", 2},
+		{"Gloo on a tree", func(c *Config) { c.Leaves, c.Systems = []int{0, 2}, []System{SwitchML, Gloo} }, "Leaves", 2},
+		{"DDP on a tree", func(c *Config) { c.Leaves, c.Systems = []int{2}, []System{DDPSwml} }, "Leaves", 2},
+		{"jobs on a tree", func(c *Config) { c.Leaves, c.Systems, c.Jobs = []int{2}, []System{SwitchML}, 2 }, "Leaves", 2},
+		{"spine rate without a tree", func(c *Config) { c.Leaves, c.SpineRate = []int{0}, 100e6 }, "SpineRate", uint64(100e6)},
 		{"packet size", func(c *Config) { c.PacketSize = 1000 }, "PacketSize", 1000},
 		{"message size", func(c *Config) { c.MessageSize = 3000 }, "MessageSize", 3000},
 		{"no iterations", func(c *Config) { c.Iters = 0 }, "Iters", 0},

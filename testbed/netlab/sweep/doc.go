@@ -12,7 +12,11 @@
 // parses the flags into a Config and prints, plots or writes the Report as
 // JSON.
 //
-// Run builds one lab per worker count, needs root and Linux (netlab) and
+// With Config.Leaves SwitchML also runs on a two-level tree of switches
+// (a spine and a leaf switch per leaf namespace), whose results must be
+// the single switch's bit for bit.
+//
+// Run builds one lab per worker count and shape, needs root and Linux (netlab) and
 // starts processes of Config.Exe; the arithmetic of a Report — ceilings,
 // ratios, shares, fairness — is plain Go and tested without either. Run is
 // one sweep at a time per Config.Prefix and process; a Report is plain

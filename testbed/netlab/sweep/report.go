@@ -38,14 +38,20 @@ type Row struct {
 	System System `json:"system"`
 	// WireBits is SwitchML's element width on the wire (32 or 16; 0 in
 	// Gloo's and the ring's rows).
-	WireBits    int     `json:"wire_bits"`
-	Workers     int     `json:"workers"`
-	RateBps     uint64  `json:"rate_bps"` // 0: unshaped
-	Loss        float64 `json:"loss"`
-	TensorBytes int     `json:"tensor_bytes"`
-	Elements    int     `json:"elements"`
-	Iters       int     `json:"iters"`
-	Warmup      int     `json:"warmup"`
+	WireBits int `json:"wire_bits"`
+	Workers  int `json:"workers"`
+	// Leaves is 0 for a row on one switch, K ≥ 2 for a two-level tree of
+	// K leaves of Workers ÷ K workers each under a spine (SwitchML rows,
+	// Config.Leaves), whose leaf–spine links run at SpineRateBps (0:
+	// unshaped).
+	Leaves       int     `json:"leaves"`
+	SpineRateBps uint64  `json:"spine_rate_bps"`
+	RateBps      uint64  `json:"rate_bps"` // 0: unshaped
+	Loss         float64 `json:"loss"`
+	TensorBytes  int     `json:"tensor_bytes"`
+	Elements     int     `json:"elements"`
+	Iters        int     `json:"iters"`
+	Warmup       int     `json:"warmup"`
 	// Times: the median is the slowest rank's median time per all-reduce
 	// (the ring runs in one process: the median of whole all-reduces); the
 	// minimum and maximum the extremes over ranks.
@@ -101,7 +107,8 @@ type Row struct {
 	Verified     bool   `json:"verified"`
 	ResultSHA256 string `json:"result_sha256,omitempty"`
 	// ResultReproduced (SwitchML rows): whether every verified SwitchML row
-	// of the sweep with the same workers, size and wire — at any rate and loss —
+	// of the sweep with the same workers, size and wire — at any rate, loss
+	// and shape (one switch or a tree: integer sums are associative) —
 	// has this row's result digest, bit for bit (docs/protocol.md
 	// "Reproducible sums"); nil when no other such row ran.
 	ResultReproduced *bool  `json:"result_reproduced"`
@@ -293,6 +300,15 @@ func compareRows(rows []*Row, packetSize, msgSize int) {
 			// The ceiling counts 4-byte elements; a 16-bit wire carries
 			// twice as many per byte.
 			row.CeilingATEPerSec = c.SwitchML * 32 / float64(cmp.Or(row.WireBits, 32))
+			if row.Leaves > 0 && row.SpineRateBps > 0 {
+				// A leaf sends every slot up as a one-packet WRITE ONLY
+				// WITH IMMEDIATE (docs/switch.md "Switch hierarchy").
+				up := float64(row.SpineRateBps) * float64(packetSize) / float64(netlab.RoCEMessageWire(packetSize, 1)) / 32 *
+					32 / float64(cmp.Or(row.WireBits, 32))
+				if row.CeilingATEPerSec == 0 || up < row.CeilingATEPerSec {
+					row.CeilingATEPerSec = up
+				}
+			}
 		case Gloo:
 			row.CeilingATEPerSec = c.Gloo
 		case DDPGloo:
@@ -367,9 +383,9 @@ func reproduced(rows []*Row) error {
 		for _, r := range g[1:] {
 			if r.ResultSHA256 != g[0].ResultSHA256 {
 				same = false
-				r.Error = fmt.Sprintf("result %.12s… is not the %s, loss %g row's %.12s…", r.ResultSHA256,
-					netlab.FormatRate(g[0].RateBps), g[0].Loss, g[0].ResultSHA256)
-				errs = append(errs, fmt.Errorf("SwitchML, %d workers at %s, loss %g: %s: %w", r.Workers,
+				r.Error = fmt.Sprintf("result %.12s… is not the %s, %s, loss %g row's %.12s…", r.ResultSHA256,
+					g[0].Shape(), netlab.FormatRate(g[0].RateBps), g[0].Loss, g[0].ResultSHA256)
+				errs = append(errs, fmt.Errorf("SwitchML, %s at %s, loss %g: %s: %w", r.Shape(),
 					netlab.FormatRate(r.RateBps), r.Loss, r.Error, benchmark.ErrMismatch))
 			}
 		}
@@ -380,13 +396,22 @@ func reproduced(rows []*Row) error {
 	return errors.Join(errs...)
 }
 
+// Shape is the row's workers and switches: "8 workers" on one switch, "8
+// workers (2 leaves × 4)" on a tree.
+func (r *Row) Shape() string {
+	if r.Leaves == 0 {
+		return fmt.Sprintf("%d workers", r.Workers)
+	}
+	return fmt.Sprintf("%d workers (%d leaves × %d)", r.Workers, r.Leaves, r.Workers/r.Leaves)
+}
+
 func lossInflation(rows []*Row) {
 	for _, r := range rows {
 		if r.Loss == 0 || r.Error != "" {
 			continue
 		}
 		for _, z := range rows {
-			if z.Loss == 0 && z.Error == "" && z.System == r.System && z.WireBits == r.WireBits && z.Workers == r.Workers && z.RateBps == r.RateBps && z.TensorBytes == r.TensorBytes {
+			if z.Loss == 0 && z.Error == "" && z.System == r.System && z.WireBits == r.WireBits && z.Workers == r.Workers && z.Leaves == r.Leaves && z.RateBps == r.RateBps && z.TensorBytes == r.TensorBytes {
 				x := float64(r.MedianNs) / float64(z.MedianNs)
 				r.LossInflation = &x
 			}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,6 +128,28 @@ func TestCompareRows(t *testing.T) {
 	}
 }
 
+// TestTreeCeiling: a tree's SwitchML ceiling is the workers' links' unless
+// its leaf–spine links are slower: there every slot goes up as a one-packet
+// WRITE ONLY WITH IMMEDIATE (1024 B of payload in 1102 B).
+func TestTreeCeiling(t *testing.T) {
+	flat := &Row{System: SwitchML, WireBits: 32, Workers: 8, RateBps: 200e6}
+	unshaped := &Row{System: SwitchML, WireBits: 32, Workers: 8, RateBps: 200e6, Leaves: 2}
+	slow := &Row{System: SwitchML, WireBits: 32, Workers: 8, RateBps: 200e6, Leaves: 2, SpineRateBps: 100e6}
+	slow16 := &Row{System: SwitchML, WireBits: 16, Workers: 8, RateBps: 200e6, Leaves: 2, SpineRateBps: 100e6}
+	fast := &Row{System: SwitchML, WireBits: 32, Workers: 8, RateBps: 200e6, Leaves: 2, SpineRateBps: 400e6}
+	onlySpine := &Row{System: SwitchML, WireBits: 32, Workers: 8, Leaves: 2, SpineRateBps: 100e6}
+	compareRows([]*Row{flat, unshaped, slow, slow16, fast, onlySpine}, 1024, 16384)
+	up := 100e6 * 1024 / 1102 / 32
+	switch {
+	case unshaped.CeilingATEPerSec != flat.CeilingATEPerSec || fast.CeilingATEPerSec != flat.CeilingATEPerSec:
+		t.Errorf("unshaped or faster spine links: ceilings %g, %g, want the flat %g", unshaped.CeilingATEPerSec, fast.CeilingATEPerSec, flat.CeilingATEPerSec)
+	case !near(slow.CeilingATEPerSec, up) || !near(onlySpine.CeilingATEPerSec, up):
+		t.Errorf("100 Mbit/s spine links: ceilings %g and %g (unshaped workers), want %g", slow.CeilingATEPerSec, onlySpine.CeilingATEPerSec, up)
+	case !near(slow16.CeilingATEPerSec, 2*up):
+		t.Errorf("16-bit wire, 100 Mbit/s spine links: ceiling %g, want %g", slow16.CeilingATEPerSec, 2*up)
+	}
+}
+
 // TestReportJSON: the keys a reader of the JSON relies on, nulls where a
 // ratio has nothing to divide by, and what is left out when empty.
 func TestReportJSON(t *testing.T) {
@@ -202,6 +225,18 @@ func TestReproduced(t *testing.T) {
 	}
 	if lone.ResultReproduced != nil || gloo.ResultReproduced != nil || failed.ResultReproduced != nil {
 		t.Errorf("a lone, a Gloo or a failed row was compared: %v %v %v", lone.ResultReproduced, gloo.ResultReproduced, failed.ResultReproduced)
+	}
+
+	// A tree's row is compared with the flat rows of the same workers.
+	flat, tree := row(SwitchML, 4, 0, 0, "ff"), row(SwitchML, 4, 0, 0, "ff")
+	tree.Leaves = 2
+	if err := reproduced([]*Row{flat, tree}); err != nil || tree.ResultReproduced == nil || !*tree.ResultReproduced {
+		t.Errorf("tree and flat rows of one digest: %v, reproduced %v", err, tree.ResultReproduced)
+	}
+	tree = row(SwitchML, 4, 0, 0, "fe")
+	tree.Leaves = 2
+	if err := reproduced([]*Row{row(SwitchML, 4, 0, 0, "ff"), tree}); !errors.Is(err, benchmark.ErrMismatch) || !strings.Contains(err.Error(), "(2 leaves × 2)") {
+		t.Errorf("a tree's differing digest: %v, want ErrMismatch naming the tree", err)
 	}
 
 	a, b = row(SwitchML, 4, 200e6, 0, "aa"), row(SwitchML, 4, 200e6, 0.01, "ab")

@@ -47,9 +47,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	var err error
+sweep:
 	for _, n := range cfg.Workers {
-		if err = r.sweepWorkers(ctx, n, &rep); err != nil {
-			break
+		for _, leaves := range cfg.leaves() {
+			if err = r.sweepWorkers(ctx, n, leaves, &rep); err != nil {
+				break sweep
+			}
 		}
 	}
 	lossInflation(rep.Rows)
@@ -62,10 +65,11 @@ type runner struct {
 	glooScript, ddpScript string
 }
 
-// sweepWorkers builds a lab of n workers and runs every row in it; the
-// lab is removed when it returns, however.
-func (r *runner) sweepWorkers(ctx context.Context, n int, rep *Report) (err error) {
-	lab, err := netlab.Build(ctx, netlab.Config{Workers: n, Prefix: r.cfg.Prefix, AddrsPerWorker: r.cfg.Jobs})
+// sweepWorkers builds a lab of n workers (under leaves leaf switches, if
+// 2 or more) and runs every row in it; the lab is removed when it returns,
+// however.
+func (r *runner) sweepWorkers(ctx context.Context, n, leaves int, rep *Report) (err error) {
+	lab, err := netlab.Build(ctx, netlab.Config{Workers: n, Prefix: r.cfg.Prefix, AddrsPerWorker: r.cfg.Jobs, Leaves: leaves})
 	if err != nil {
 		return err
 	}
@@ -76,6 +80,11 @@ func (r *runner) sweepWorkers(ctx context.Context, n int, rep *Report) (err erro
 	}()
 	if err := lab.SetWirePackets(ctx, r.cfg.wirePackets()); err != nil {
 		return err
+	}
+	if leaves > 0 {
+		if err := lab.ShapeSpine(ctx, netlab.Shaping{RateBps: r.cfg.SpineRate, Queue: r.cfg.Queue}); err != nil {
+			return err
+		}
 	}
 	for _, rate := range r.cfg.Rates {
 		if err := lab.Shape(ctx, netlab.Shaping{RateBps: rate, Queue: r.cfg.Queue}); err != nil {
@@ -100,7 +109,10 @@ func (r *runner) sweepWorkers(ctx context.Context, n int, rep *Report) (err erro
 							return err
 						}
 						row := &Row{System: sys, WireBits: wire, Workers: n, RateBps: rate, Loss: loss, TensorBytes: size, Elements: size / 4,
-							Iters: r.cfg.Iters, Warmup: r.cfg.Warmup, LoadAvg: loadAvg(), Jobs: 1}
+							Iters: r.cfg.Iters, Warmup: r.cfg.Warmup, LoadAvg: loadAvg(), Jobs: 1, Leaves: leaves}
+						if leaves > 0 {
+							row.SpineRateBps = r.cfg.SpineRate
+						}
 						if sys == SwitchML {
 							row.Jobs = r.cfg.Jobs
 						}

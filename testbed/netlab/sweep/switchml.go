@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/benchmark"
@@ -65,17 +67,21 @@ func (r *runner) runSwitchMLJobs(ctx context.Context, lab *netlab.Lab, row *Row,
 	if n > len(lab.Addrs) {
 		return nil, nil, fmt.Errorf("%d jobs in a lab of %d addresses per worker: %w", n, len(lab.Addrs), netlab.ErrTooManyAddrs)
 	}
-	sw, err := r.startSwitch(ctx, lab)
+	sws, err := r.startSwitches(ctx, lab)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer stopAll([]*proc{sw})
+	defer stopAll(sws)
 	var all []*proc
 	defer func() { stopAll(all) }()
 	byJob := make([][]*proc, n)
 	for i, ns := range lab.Workers {
 		for j := range n {
 			ctl := netip.AddrPortFrom(lab.SwitchAddrs[j], ControllerPort).String()
+			if len(lab.Leaves) > 0 { // one job (Config.Validate): rank i registers with its leaf
+				_, leaf := lab.WorkerSwitch(i)
+				ctl = netip.AddrPortFrom(leaf, ControllerPort).String()
+			}
 			args := append([]string{"worker", "--controller", ctl, "--session-id", strconv.Itoa(j + 1), "--addr", lab.Addrs[j][i].String(), "--rank", strconv.Itoa(i),
 				"--workers", strconv.Itoa(row.Workers), "--size", strconv.Itoa(row.TensorBytes), "--iters", strconv.Itoa(row.Iters),
 				"--warmup", strconv.Itoa(row.Warmup), "--packet-size", strconv.Itoa(r.cfg.PacketSize), "--msg-size", strconv.Itoa(r.cfg.MessageSize),
@@ -95,7 +101,7 @@ func (r *runner) runSwitchMLJobs(ctx context.Context, lab *netlab.Lab, row *Row,
 	if err := waitAll(all); err != nil {
 		return nil, nil, err
 	}
-	cpu, drops, err := stopSwitch(sw)
+	cpu, drops, err := stopSwitches(sws)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -119,8 +125,96 @@ func (r *runner) runSwitchMLJobs(ctx context.Context, lab *netlab.Lab, row *Row,
 // its controller on every address of that namespace (ControllerPort).
 func (r *runner) startSwitch(ctx context.Context, lab *netlab.Lab) (*proc, error) {
 	listen := fmt.Sprintf(":%d", ControllerPort) // every address of the switch namespace: the switch's
+	name := "switch"
+	if len(lab.Leaves) > 0 {
+		name = "spine switch"
+	}
 	return startProc(lab.Command(ctx, lab.Switch, r.cfg.Exe, append([]string{"switch", "--addr", lab.SwitchAddr.String(), "--controller-addr", listen,
-		"--log-level", "warn", "--json"}, r.cfg.SwitchArgs...)...), "switch")
+		"--log-level", "warn", "--json"}, r.cfg.SwitchArgs...)...), name)
+}
+
+// startSwitches starts the lab's switch daemons: the switch (startSwitch),
+// or in a tree the spine (an ordinary switch) and then one leaf switch per
+// leaf namespace, bound to the leaf's address with its controller on
+// ControllerPort, joining the spine's controller as leaf j of the leaves
+// with the ranks of its workers (docs/switch.md "Switch hierarchy"). On an
+// error those started are ended again.
+func (r *runner) startSwitches(ctx context.Context, lab *netlab.Lab) ([]*proc, error) {
+	sw, err := r.startSwitch(ctx, lab)
+	if err != nil {
+		return nil, err
+	}
+	sws := []*proc{sw}
+	if len(lab.Leaves) == 0 {
+		return sws, nil
+	}
+	spine := netip.AddrPortFrom(lab.SwitchAddr, ControllerPort).String()
+	// A leaf registers with the spine's controller once, when its last
+	// worker registers: the spine must listen by then.
+	if err := waitListening(ctx, lab, lab.Switch, spine, sw); err != nil {
+		stopAll(sws)
+		return nil, err
+	}
+	for j, ns := range lab.Leaves {
+		args := append([]string{"switch", "--addr", lab.LeafAddrs[j].String(), "--controller-addr", fmt.Sprintf(":%d", ControllerPort),
+			"--upstream", spine, "--leaves", strconv.Itoa(len(lab.Leaves)), "--leaf-index", strconv.Itoa(j),
+			"--leaf-workers", strconv.Itoa(lab.WorkersPerLeaf()), "--log-level", "warn", "--json"}, r.cfg.SwitchArgs...)
+		p, err := startProc(lab.Command(ctx, ns, r.cfg.Exe, args...), fmt.Sprintf("leaf switch %d", j))
+		if err != nil {
+			stopAll(sws)
+			return nil, err
+		}
+		sws = append(sws, p)
+	}
+	return sws, nil
+}
+
+// waitListening waits until a TCP connection to addr from namespace ns
+// succeeds (at most 30 s), or p, which is to listen there, has exited.
+func waitListening(ctx context.Context, lab *netlab.Lab, ns, addr string, p *proc) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := lab.Do(ns, func() error {
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				_ = c.Close() // a probe: nothing was sent
+			}
+			return err
+		})
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: its controller %s not listening after 30s: %w", p.name, addr, err)
+		}
+		if syscall.Kill(p.cmd.Process.Pid, 0) != nil {
+			return p.failure(fmt.Errorf("exited before its controller listened on %s", addr))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// stopSwitches ends the daemons startSwitches started, the leaves before
+// the spine, and returns their CPU summed and their drops summed by
+// reason.
+func stopSwitches(sws []*proc) (time.Duration, map[string]uint64, error) {
+	var cpu time.Duration
+	drops := map[string]uint64{}
+	for i := len(sws) - 1; i >= 0; i-- {
+		c, d, err := stopSwitch(sws[i])
+		if err != nil {
+			return 0, nil, err
+		}
+		cpu += c
+		for reason, v := range d {
+			drops[reason] += v
+		}
+	}
+	return cpu, drops, nil
 }
 
 // stopSwitch ends a switch daemon with SIGTERM, on which it prints its
