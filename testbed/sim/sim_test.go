@@ -163,7 +163,10 @@ func sweepWorkers(t *testing.T, loud bool, doc *report, workers []int, base Conf
 	var fastest, slowest time.Duration
 	loss, payload := base.Loss, base.Session.PacketSize
 	shape := "flat"
-	if base.Leaves > 0 {
+	switch {
+	case base.Leaves == 1:
+		shape = "1 leaf"
+	case base.Leaves > 1:
 		shape = fmt.Sprintf("%d leaves", base.Leaves)
 	}
 	for _, n := range workers {
@@ -171,7 +174,7 @@ func sweepWorkers(t *testing.T, loud bool, doc *report, workers []int, base Conf
 		cfg.Workers = n
 		name := fmt.Sprintf("%d workers", n)
 		if cfg.Leaves > 0 {
-			name = fmt.Sprintf("%d workers (%d leaves × %d)", n, cfg.Leaves, n/cfg.Leaves)
+			name = fmt.Sprintf("%d workers (%s × %d)", n, shape, n/cfg.Leaves)
 		}
 		name += fmt.Sprintf(", %s, %d B, loss %g", netlab.FormatRate(uint64(cfg.Rate)), payload, loss)
 		start := time.Now()
