@@ -237,14 +237,18 @@ func sweepWorkers(t *testing.T, loud bool, doc *report, workers []int, base Conf
 // switch of the same workers and tensors: every result verified, nothing
 // dropped on loss-free links, and the tree's result digest the flat
 // one's — a tree's sums are the flat switch's bit for bit (docs/switch.md
-// "Switch hierarchy"). 2 leaves × 4 workers with 1 MiB each, and the
-// 32-worker point of TestSim's defaults as 2 × 16.
+// "Switch hierarchy"), under loss too. 2 leaves × 4 workers with 1 MiB
+// each, the 32-worker point of TestSim's defaults as 2 × 16, and 2 × 4
+// with 1 % loss on every link (worker–leaf and leaf–spine, both ways).
 func TestSimTree(t *testing.T) {
-	for _, tc := range []struct{ leaves, perLeaf, bytes int }{{2, 4, 1 << 20}, {2, 16, 256 << 10}} {
+	for _, tc := range []struct {
+		leaves, perLeaf, bytes int
+		loss                   float64
+	}{{2, 4, 1 << 20, 0}, {2, 16, 256 << 10, 0}, {2, 4, 256 << 10, 0.01}} {
 		n := tc.leaves * tc.perLeaf
-		t.Run(fmt.Sprintf("%dx%d", tc.leaves, tc.perLeaf), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%dx%d/loss%g", tc.leaves, tc.perLeaf, tc.loss), func(t *testing.T) {
 			run := func(leaves int) Report {
-				cfg := Config{Workers: n, Leaves: leaves, Rate: 100e9, Elements: tc.bytes / 4, Iters: 1, Warmup: 1}
+				cfg := Config{Workers: n, Leaves: leaves, Rate: 100e9, Loss: tc.loss, Seed: 3, Elements: tc.bytes / 4, Iters: 1, Warmup: 1}
 				var rep Report
 				synctest.Test(t, func(t *testing.T) {
 					var err error
@@ -252,9 +256,14 @@ func TestSimTree(t *testing.T) {
 						t.Fatalf("%d leaves: %v", leaves, err)
 					}
 				})
-				if !rep.Verified || rep.QueueDrops+rep.Overflow+rep.LinkLost != 0 || rep.Retransmissions != 0 {
-					t.Errorf("%d leaves: verified %v, %d drops at link queues, %d at receive queues, %d lost, %d resends on loss-free links",
-						leaves, rep.Verified, rep.QueueDrops, rep.Overflow, rep.LinkLost, rep.Retransmissions)
+				if !rep.Verified || rep.QueueDrops+rep.Overflow != 0 {
+					t.Errorf("%d leaves: verified %v, %d drops at link queues, %d at receive queues", leaves, rep.Verified, rep.QueueDrops, rep.Overflow)
+				}
+				switch {
+				case tc.loss == 0 && rep.LinkLost+rep.Retransmissions != 0:
+					t.Errorf("%d leaves: %d lost, %d resends on loss-free links", leaves, rep.LinkLost, rep.Retransmissions)
+				case tc.loss > 0 && (rep.LinkLost == 0 || rep.Retransmissions == 0):
+					t.Errorf("%d leaves: %d lost, %d resends: the point does not exercise loss recovery", leaves, rep.LinkLost, rep.Retransmissions)
 				}
 				return rep
 			}
@@ -269,8 +278,8 @@ func TestSimTree(t *testing.T) {
 			if tree.ResultSHA256 == "" || tree.ResultSHA256 != flat.ResultSHA256 {
 				t.Errorf("result digests: tree %q, flat %q: the tree's sums must be the flat switch's", tree.ResultSHA256, flat.ResultSHA256)
 			}
-			t.Logf("flat %v (%.3f of its ceiling), tree %v (%.3f of its ceiling %.4g) virtual per all-reduce",
-				time.Duration(flat.MedianNs), flat.OfCeiling, time.Duration(tree.MedianNs), tree.OfCeiling, tree.CeilingATEPerSec)
+			t.Logf("flat %v (%.3f of its ceiling, %d resends), tree %v (%.3f of its ceiling %.4g, %d resends) virtual per all-reduce",
+				time.Duration(flat.MedianNs), flat.OfCeiling, flat.Retransmissions, time.Duration(tree.MedianNs), tree.OfCeiling, tree.CeilingATEPerSec, tree.Retransmissions)
 		})
 	}
 }
