@@ -57,10 +57,9 @@ type Config struct {
 	// ControllerListener, when set, is the listener the controller serves
 	// on instead of ControllerListen (Cluster.ControllerAddr is its
 	// address); Close closes it, and so does Start on an error. An
-	// in-memory one keeps the cluster off
-	// sockets: inside a testing/synctest bubble a goroutine blocked on a
-	// socket is not durably blocked, so virtual time would never advance
-	// (testbed/sim).
+	// in-memory one keeps the cluster off sockets: inside a
+	// testing/synctest bubble a goroutine blocked on a socket is not
+	// durably blocked, so virtual time would never advance (testbed/sim).
 	ControllerListener net.Listener
 
 	// Workers is the number of worker NICs Start opens (Cluster.NICs); 0

@@ -98,6 +98,9 @@ func StartTree(ctx context.Context, cfg TreeConfig) (_ *Tree, err error) {
 	}
 	sc, err := switchCfg(cfg.SpineAddr)
 	if err != nil {
+		if cfg.SpineListener != nil {
+			cfg.SpineListener.Close()
+		}
 		return nil, err
 	}
 	if t.Spine, err = Start(ctx, Config{Switch: sc, Controller: cfg.Controller, ControllerListener: cfg.SpineListener}); err != nil {
@@ -155,7 +158,7 @@ func StartTree(ctx context.Context, cfg TreeConfig) (_ *Tree, err error) {
 func (t *Tree) Workers() int { return len(t.NICs) }
 
 // ControllerAddr is the address of the controller rank registers with:
-// its leaf's.
+// its leaf's (its listener's address, with TreeConfig.LeafListener).
 func (t *Tree) ControllerAddr(rank int) string { return t.Leaves[rank/t.perLeaf].ControllerAddr }
 
 // Close closes the NICs, the leaves, then the spine, and returns the
