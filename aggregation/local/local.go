@@ -56,10 +56,10 @@ type Config struct {
 	ControllerListen string
 	// ControllerListener, when set, is the listener the controller serves
 	// on instead of ControllerListen (Cluster.ControllerAddr is its
-	// address); Close closes it. An in-memory one keeps the cluster off
-	// sockets: inside a testing/synctest bubble a goroutine blocked on a
-	// socket is not durably blocked, so virtual time would never advance
-	// (testbed/sim).
+	// address); Close closes it, and so does Start on an error. An
+	// in-memory one keeps the cluster off sockets: inside a
+	// testing/synctest bubble a goroutine blocked on a socket is not
+	// durably blocked, so virtual time would never advance (testbed/sim).
 	ControllerListener net.Listener
 
 	// Workers is the number of worker NICs Start opens (Cluster.NICs); 0
@@ -160,9 +160,13 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		cfg.ControllerListen = "127.0.0.1:0"
 	}
 	c := &Cluster{cfg: cfg, serveErr: make(chan error, 1)}
+	serving := false
 	defer func() {
 		if err != nil {
 			c.Close()
+			if !serving && cfg.ControllerListener != nil {
+				cfg.ControllerListener.Close() // the controller's Close closes it once it serves
+			}
 		}
 	}()
 	if c.Switch, err = swswitch.New(cfg.Switch); err != nil {
@@ -187,6 +191,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 	}
 	c.ControllerAddr = lis.Addr().String()
+	serving = true
 	go func() { c.serveErr <- c.Controller.Serve(lis) }() // returns when Close closes the controller
 	if c.NICs, err = c.OpenNICs(c.WorkerAddrs(cfg.Workers), cfg.NIC); err != nil {
 		return nil, err

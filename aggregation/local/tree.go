@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
@@ -29,6 +30,21 @@ type TreeConfig struct {
 	// the tree listens on (its links as the caller set them); nil: UDP
 	// sockets.
 	Memory *memlink.Network
+	// SpineListener and LeafListener, when set, give the listeners the
+	// spine's controller and leaf i's serve on instead of TCP on loopback
+	// (Config.ControllerListener); the tree's Close closes them, and
+	// StartTree closes those it took on an error. In-memory ones, with
+	// SpineClient's dialer, keep the tree's control plane off sockets, as
+	// a testing/synctest bubble needs (testbed/sim, docs/sim.md "The
+	// virtual clock").
+	SpineListener net.Listener
+	LeafListener  func(i int) net.Listener
+	// SpineClient is how each leaf's switch reaches the spine's controller
+	// (swswitch.UpstreamConfig.Client). Addr "" is the spine's
+	// ControllerAddr; over an in-memory SpineListener give its dialer
+	// (grpc.WithContextDialer in DialOptions) and an address no resolver
+	// looks up ("passthrough:///spine").
+	SpineClient control.ClientConfig
 	// Switch and Controller configure every switch and controller of the
 	// tree (addresses, endpoints, Upstream and Ranks are set per switch);
 	// NIC every worker NIC.
@@ -82,21 +98,35 @@ func StartTree(ctx context.Context, cfg TreeConfig) (_ *Tree, err error) {
 	}
 	sc, err := switchCfg(cfg.SpineAddr)
 	if err != nil {
+		if cfg.SpineListener != nil {
+			cfg.SpineListener.Close()
+		}
 		return nil, err
 	}
-	if t.Spine, err = Start(ctx, Config{Switch: sc, Controller: cfg.Controller}); err != nil {
+	if t.Spine, err = Start(ctx, Config{Switch: sc, Controller: cfg.Controller, ControllerListener: cfg.SpineListener}); err != nil {
 		return nil, fmt.Errorf("local: spine: %w", err)
 	}
+	spine := cfg.SpineClient
+	if spine.Addr == "" {
+		spine.Addr = t.Spine.ControllerAddr
+	}
 	for i := range cfg.Leaves {
+		var lis net.Listener
+		if cfg.LeafListener != nil {
+			lis = cfg.LeafListener(i)
+		}
 		la := cfg.LeafAddr(i)
 		sc, err := switchCfg(la)
 		if err != nil {
+			if lis != nil {
+				lis.Close()
+			}
 			return nil, err
 		}
-		sc.Upstream = &swswitch.UpstreamConfig{Client: control.ClientConfig{Addr: t.Spine.ControllerAddr}, Index: i, Leaves: cfg.Leaves}
+		sc.Upstream = &swswitch.UpstreamConfig{Client: spine, Index: i, Leaves: cfg.Leaves}
 		cc := cfg.Controller
 		cc.Ranks = control.RankRange{First: i * cfg.WorkersPerLeaf, Count: cfg.WorkersPerLeaf}
-		leaf, err := Start(ctx, Config{Switch: sc, Controller: cc})
+		leaf, err := Start(ctx, Config{Switch: sc, Controller: cc, ControllerListener: lis})
 		if err != nil {
 			return nil, fmt.Errorf("local: leaf %d: %w", i, err)
 		}
@@ -128,7 +158,7 @@ func StartTree(ctx context.Context, cfg TreeConfig) (_ *Tree, err error) {
 func (t *Tree) Workers() int { return len(t.NICs) }
 
 // ControllerAddr is the address of the controller rank registers with:
-// its leaf's.
+// its leaf's (its listener's address, with TreeConfig.LeafListener).
 func (t *Tree) ControllerAddr(rank int) string { return t.Leaves[rank/t.perLeaf].ControllerAddr }
 
 // Close closes the NICs, the leaves, then the spine, and returns the

@@ -44,21 +44,21 @@ func simPlot(path string, doc report) error {
 	if len(runs) == 0 {
 		return fmt.Errorf("sim: plot %s: %w: the report has no runs", path, errPlot)
 	}
-	var workers, losses, payloads []float64
+	var workers, losses, payloads, leaves []float64
 	for _, r := range runs {
 		for _, v := range []struct {
 			list *[]float64
 			x    float64
-		}{{&workers, float64(r.Workers)}, {&losses, r.Loss}, {&payloads, float64(r.PacketSize)}} {
+		}{{&workers, float64(r.Workers)}, {&losses, r.Loss}, {&payloads, float64(r.PacketSize)}, {&leaves, float64(r.Leaves)}} {
 			if !slices.Contains(*v.list, v.x) {
 				*v.list = append(*v.list, v.x)
 			}
 		}
 	}
 	byLoss := len(losses) > 1
-	if len(payloads) > 1 || (byLoss && len(workers) > 1) {
-		return fmt.Errorf("sim: plot %s: %w: %d worker counts, %d loss rates, %d payloads: draw one sweep, of workers or of loss, at one payload",
-			path, errPlot, len(workers), len(losses), len(payloads))
+	if len(payloads) > 1 || len(leaves) > 1 || (byLoss && len(workers) > 1) {
+		return fmt.Errorf("sim: plot %s: %w: %d worker counts, %d loss rates, %d payloads, %d tree shapes: draw one sweep, of workers or of loss, at one payload and shape",
+			path, errPlot, len(workers), len(losses), len(payloads), len(leaves))
 	}
 	r0 := runs[0]
 	setup := fmt.Sprintf("%s links, %s %s per worker, %d B payloads", netlab.FormatRate(uint64(r0.RateBps)), humanBytes(r0.TensorBytes), r0.DType, r0.PacketSize)

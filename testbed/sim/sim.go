@@ -42,10 +42,24 @@ const (
 const udpFrame = 14 + 20 + 8
 
 // Config is one simulated job: a flat switch and Workers workers, each on
-// its own link to the switch (one per direction, the same in both).
+// its own link to the switch (one per direction, the same in both); or,
+// with Leaves, a two-level tree of switches.
 type Config struct {
 	// Workers is the job's size (2 … 256, the software switch's bitmap).
 	Workers int
+	// Leaves, when set, puts the workers under Leaves leaf switches below
+	// one spine switch (docs/switch.md "Switch hierarchy"), Workers ÷
+	// Leaves each (Workers a multiple of Leaves): rank r on leaf r ÷
+	// (Workers ÷ Leaves). Each worker's link goes to its leaf, each leaf
+	// has a link of its own to the spine (Uplink…). 0: one flat switch.
+	Leaves int
+	// UplinkRate, UplinkDelay and UplinkQueue are each leaf–spine link
+	// direction's rate, propagation delay and queue, as Rate, Delay and
+	// Queue (theirs where 0): a slower uplink models an oversubscribed
+	// tier. Loss and Framing are the workers' links'.
+	UplinkRate  float64
+	UplinkDelay time.Duration
+	UplinkQueue int
 	// Rate is each link direction's rate in bits per second (> 0).
 	Rate float64
 	// Delay is each link direction's propagation delay (DefaultDelay if
@@ -93,10 +107,19 @@ type Report struct {
 	Queue   int     `json:"queue"`
 	Framing int     `json:"framing"`
 	Seed    uint64  `json:"seed"`
+	// Leaves and WorkersPerLeaf are the tree's shape (Config.Leaves), the
+	// Uplink fields its leaf–spine links'; absent for a flat switch.
+	Leaves         int     `json:"leaves,omitempty"`
+	WorkersPerLeaf int     `json:"workers_per_leaf,omitempty"`
+	UplinkRateBps  float64 `json:"uplink_rate_bps,omitempty"`
+	UplinkDelayNs  int64   `json:"uplink_delay_ns,omitempty"`
+	UplinkQueue    int     `json:"uplink_queue,omitempty"`
 	// CeilingATEPerSec is SwitchML's link-rate ceiling
 	// (netlab.LinkCeilingsFramed) and OfCeiling the median's fraction of
-	// it. Efficiency is the computed share of the link's bits that are
-	// tensor payload, MeasuredEfficiency the median's.
+	// it; in a tree the lower of the workers' links' and the uplinks',
+	// which carry every slot as a one-packet message (Config.ceiling).
+	// Efficiency is the computed share of a worker link's bits that are
+	// tensor payload at that ceiling, MeasuredEfficiency the median's.
 	CeilingATEPerSec   float64 `json:"ceiling_ate_per_s"`
 	OfCeiling          float64 `json:"of_ceiling"`
 	Efficiency         float64 `json:"efficiency"`
@@ -104,8 +127,8 @@ type Report struct {
 	// ResultSHA256 is the last result's digest (benchmark.Result): the same
 	// for the same inputs, whatever the loss.
 	ResultSHA256 string `json:"result_sha256"`
-	// LinkLost, QueueDrops and Overflow are the links' drops: by Loss, at
-	// a full link queue, at a full receive queue.
+	// LinkLost, QueueDrops and Overflow are the links' drops (uplinks
+	// included): by Loss, at a full link queue, at a full receive queue.
 	LinkLost   uint64 `json:"link_lost"`
 	QueueDrops uint64 `json:"queue_drops"`
 	Overflow   uint64 `json:"overflow"`
@@ -128,12 +151,38 @@ type RingReport struct {
 	SwitchMLSpeedup  float64 `json:"switchml_speedup"`
 }
 
-// Addresses: the switch at 10.0.0.1, worker r at 10.1.r/256.r%256 (never
-// on a socket: memlink's addresses are its own).
+// Addresses: the switch (or the spine) at 10.0.0.1; in a flat job worker
+// r at 10.1.r/256.r%256; in a tree leaf i at 10.2.i.1 and its workers at
+// the addresses after it (local.StartTree), at most 256 of them when it is
+// the only leaf and 128 otherwise, so that they never reach the next
+// leaf's. Never on a socket: memlink's addresses are its own.
 var switchAddr = netip.AddrFrom4([4]byte{10, 0, 0, 1})
 
-func workerAddr(r int) netip.Addr {
+func flatWorkerAddr(r int) netip.Addr {
 	return netip.AddrFrom4([4]byte{10, 1, byte(r >> 8), byte(r)})
+}
+
+func leafAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 2, byte(i), 1}) }
+
+// workerAddr is rank r's address.
+func (cfg *Config) workerAddr(r int) netip.Addr {
+	if cfg.Leaves == 0 {
+		return flatWorkerAddr(r)
+	}
+	per := cfg.Workers / cfg.Leaves
+	a := leafAddr(r / per)
+	for range r%per + 1 {
+		a = a.Next()
+	}
+	return a
+}
+
+// upstreamOf is rank r's switch: the flat switch, or its leaf.
+func (cfg *Config) upstreamOf(r int) netip.Addr {
+	if cfg.Leaves == 0 {
+		return switchAddr
+	}
+	return leafAddr(r / (cfg.Workers / cfg.Leaves))
 }
 
 func (cfg *Config) withDefaults() error {
@@ -142,6 +191,15 @@ func (cfg *Config) withDefaults() error {
 	}
 	if cfg.Queue == 0 {
 		cfg.Queue = DefaultQueue
+	}
+	if cfg.UplinkRate == 0 {
+		cfg.UplinkRate = cfg.Rate
+	}
+	if cfg.UplinkDelay == 0 {
+		cfg.UplinkDelay = cfg.Delay
+	}
+	if cfg.UplinkQueue == 0 {
+		cfg.UplinkQueue = cfg.Queue
 	}
 	switch {
 	case cfg.Framing == 0:
@@ -171,6 +229,10 @@ func (cfg *Config) withDefaults() error {
 		return fmt.Errorf("sim: %d elements, %d iterations, %d warm-up, not ≥ 1, 1, 0: %w", cfg.Elements, cfg.Iters, cfg.Warmup, ErrConfig)
 	case cfg.Delay < 0 || cfg.Queue < 0:
 		return fmt.Errorf("sim: delay %v, queue %d, negative: %w", cfg.Delay, cfg.Queue, ErrConfig)
+	case cfg.Leaves < 0 || cfg.Leaves > 0 && cfg.Workers%cfg.Leaves != 0:
+		return fmt.Errorf("sim: %d workers under %d leaves: not a whole number per leaf: %w", cfg.Workers, cfg.Leaves, ErrConfig)
+	case cfg.UplinkRate < 0 || cfg.UplinkDelay < 0 || cfg.UplinkQueue < 0:
+		return fmt.Errorf("sim: uplink rate %g bit/s, delay %v, queue %d, negative: %w", cfg.UplinkRate, cfg.UplinkDelay, cfg.UplinkQueue, ErrConfig)
 	}
 	return nil
 }
@@ -186,67 +248,76 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	}
 	s := cfg.Session
 	// Every packet in flight towards an endpoint holds a slot of its
-	// receive queue: the switch's must hold every worker's window, and a
-	// datagram is at most a packet with its RoCE headers.
+	// receive queue: the switch's must hold every worker's window, a
+	// leaf's its workers' and the spine's results, and a datagram is at
+	// most a packet with its RoCE headers.
 	window := s.QPs * s.PacketsPerMessage
 	link := memlink.LinkConfig{Rate: cfg.Rate, Overhead: udpFrame + cfg.Framing, Queue: cfg.Queue, Delay: cfg.Delay, Loss: cfg.Loss}
 	// Links between workers (the ring's) pass the switch: twice the delay.
 	peer := link
 	peer.Delay *= 2
+	recvQueue := cfg.Workers*window + cfg.Queue
+	if cfg.Leaves > 0 {
+		recvQueue = (cfg.Workers+1)*window + max(cfg.Queue, cfg.UplinkQueue)
+	}
 	nw, err := memlink.New(memlink.Config{
 		Link:        peer,
 		Seed:        cfg.Seed,
 		SourceOrder: true,
 		MaxDatagram: s.PacketSize + rdma.BTHSize + rdma.RETHSize + rdma.ImmDtSize + rdma.ICRCSize,
-		RecvQueue:   cfg.Workers*window + cfg.Queue,
+		RecvQueue:   recvQueue,
 	})
 	if err != nil {
 		return Report{}, fmt.Errorf("sim: network: %w", err)
 	}
-	swEP, err := nw.Listen(netip.AddrPortFrom(switchAddr, 0))
-	if err != nil {
-		return Report{}, fmt.Errorf("sim: switch endpoint: %w", err)
+	for r := range cfg.Workers {
+		a, sw := cfg.workerAddr(r), cfg.upstreamOf(r)
+		if err := errors.Join(nw.SetLink(a, sw, link), nw.SetLink(sw, a, link)); err != nil {
+			return Report{}, fmt.Errorf("sim: worker %d link: %w", r, err)
+		}
 	}
-	// The controller's gRPC runs over an in-memory listener: a goroutine
+	if err := cfg.setTreeLinks(nw, link); err != nil {
+		return Report{}, err
+	}
+	// The controllers' gRPC runs over in-memory listeners: a goroutine
 	// blocked on a socket would stop a bubble's clock for good.
-	lis := bufconn.Listen(1 << 20)
-	cl, err := local.Start(ctx, local.Config{
-		Switch:             swswitch.Config{Addr: switchAddr, Endpoint: swEP},
-		Controller:         control.Config{AllowAddressMismatch: true},
-		ControllerListener: lis,
-	})
-	if err != nil {
-		return Report{}, fmt.Errorf("sim: %w", err)
-	}
-	defer cl.Close()
-	ctl, err := control.Dial("passthrough:///sim",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return Report{}, fmt.Errorf("sim: %w", err)
-	}
-	defer ctl.Close()
-
-	devs := make([]*soft.Device, cfg.Workers)
-	defer func() {
-		for _, d := range devs {
-			if d != nil {
+	var (
+		devs []*soft.Device
+		lis  []*bufconn.Listener // the flat switch's controller's, or leaf i's
+	)
+	if cfg.Leaves == 0 {
+		cl, l, d, err := cfg.startFlat(ctx, nw)
+		if err != nil {
+			return Report{}, err
+		}
+		defer cl.Close()
+		defer func() {
+			for _, d := range d {
 				d.Close()
+			}
+		}()
+		devs, lis = d, []*bufconn.Listener{l}
+	} else {
+		tr, l, err := cfg.startTree(ctx, nw)
+		if err != nil {
+			return Report{}, err
+		}
+		defer tr.Close()
+		devs, lis = tr.NICs, l
+	}
+	// Rank r registers with ctls[r*len(ctls)/cfg.Workers]: its leaf's
+	// controller, or the flat switch's.
+	ctls := make([]*control.Client, len(lis))
+	defer func() {
+		for _, c := range ctls {
+			if c != nil {
+				c.Close()
 			}
 		}
 	}()
-	for r := range devs {
-		a := workerAddr(r)
-		if err := errors.Join(nw.SetLink(a, switchAddr, link), nw.SetLink(switchAddr, a, link)); err != nil {
-			return Report{}, fmt.Errorf("sim: worker %d link: %w", r, err)
-		}
-		ep, err := nw.Listen(netip.AddrPortFrom(a, 0))
-		if err != nil {
-			return Report{}, fmt.Errorf("sim: worker %d endpoint: %w", r, err)
-		}
-		if devs[r], err = soft.Open(soft.Config{Endpoint: ep}); err != nil {
-			ep.Close()
-			return Report{}, fmt.Errorf("sim: worker %d NIC: %w", r, err)
+	for i, l := range lis {
+		if ctls[i], err = dialMemory(l); err != nil {
+			return Report{}, fmt.Errorf("sim: %w", err)
 		}
 	}
 	in, err := benchmark.NewInputs(s.DType, cfg.Workers, cfg.Elements)
@@ -270,7 +341,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	}()
 	if err := local.Parallel(cfg.Workers, func(r int) error {
 		sc := s
-		sc.Device, sc.Controller, sc.Rank, sc.Workers = devs[r], ctl, r, cfg.Workers
+		sc.Device, sc.Controller, sc.Rank, sc.Workers = devs[r], ctls[r*len(ctls)/cfg.Workers], r, cfg.Workers
 		var err error
 		sessions[r], err = aggregation.Open(ctx, sc)
 		return err
@@ -313,6 +384,113 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	}
 	rep.Ring.SwitchMLSpeedup = rep.ATEPerSec / rep.Ring.ATEPerSec
 	return rep, nil
+}
+
+// startFlat starts the flat switch and its controller, serving on an
+// in-memory listener, and opens the workers' NICs; nothing is left running
+// on an error.
+func (cfg *Config) startFlat(ctx context.Context, nw *memlink.Network) (_ *local.Cluster, _ *bufconn.Listener, devs []*soft.Device, err error) {
+	swEP, err := nw.Listen(netip.AddrPortFrom(switchAddr, 0))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("sim: switch endpoint: %w", err)
+	}
+	lis := bufconn.Listen(1 << 20)
+	cl, err := local.Start(ctx, local.Config{
+		Switch:             swswitch.Config{Addr: switchAddr, Endpoint: swEP},
+		Controller:         control.Config{AllowAddressMismatch: true},
+		ControllerListener: lis,
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("sim: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			for _, d := range devs {
+				d.Close()
+			}
+			cl.Close()
+		}
+	}()
+	devs = make([]*soft.Device, 0, cfg.Workers)
+	for r := range cfg.Workers {
+		ep, err := nw.Listen(netip.AddrPortFrom(cfg.workerAddr(r), 0))
+		if err != nil {
+			return nil, nil, devs, fmt.Errorf("sim: worker %d endpoint: %w", r, err)
+		}
+		d, err := soft.Open(soft.Config{Endpoint: ep})
+		if err != nil {
+			ep.Close()
+			return nil, nil, devs, fmt.Errorf("sim: worker %d NIC: %w", r, err)
+		}
+		devs = append(devs, d)
+	}
+	return cl, lis, devs, nil
+}
+
+// startTree starts the spine, the leaves and the workers' NICs
+// (local.StartTree) with every controller on an in-memory listener and
+// each leaf dialling the spine's over it; lis[i] is leaf i's.
+func (cfg *Config) startTree(ctx context.Context, nw *memlink.Network) (*local.Tree, []*bufconn.Listener, error) {
+	spine := bufconn.Listen(1 << 20)
+	lis := make([]*bufconn.Listener, cfg.Leaves)
+	tr, err := local.StartTree(ctx, local.TreeConfig{
+		Leaves: cfg.Leaves, WorkersPerLeaf: cfg.Workers / cfg.Leaves,
+		SpineAddr: switchAddr, LeafAddr: leafAddr, Memory: nw,
+		SpineListener: spine,
+		LeafListener: func(i int) net.Listener {
+			lis[i] = bufconn.Listen(1 << 20)
+			return lis[i]
+		},
+		SpineClient: control.ClientConfig{Addr: "passthrough:///spine", DialOptions: []grpc.DialOption{memoryDialer(spine)}},
+		Controller:  control.Config{AllowAddressMismatch: true},
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("sim: %w", err)
+	}
+	return tr, lis, nil
+}
+
+// setTreeLinks gives each leaf–spine pair its links, both directions, and
+// each pair of ring neighbours on different leaves a link through the
+// spine: the slower of the two tiers' rates and the delay of the four
+// hops. A ring's flow from a leaf's last worker to the next leaf's first
+// is the only one on that leaf's uplink (its acknowledgements the only
+// ones on the downlink), so this models the ring as the flat case does
+// (Config.Ring). A flat job has none.
+func (cfg *Config) setTreeLinks(nw *memlink.Network, link memlink.LinkConfig) error {
+	if cfg.Leaves == 0 {
+		return nil
+	}
+	up := link
+	up.Rate, up.Delay, up.Queue = cfg.UplinkRate, cfg.UplinkDelay, cfg.UplinkQueue
+	for i := range cfg.Leaves {
+		if err := errors.Join(nw.SetLink(leafAddr(i), switchAddr, up), nw.SetLink(switchAddr, leafAddr(i), up)); err != nil {
+			return fmt.Errorf("sim: leaf %d uplink: %w", i, err)
+		}
+	}
+	if cfg.Leaves == 1 {
+		return nil
+	}
+	cross := link
+	cross.Rate, cross.Delay = min(cfg.Rate, cfg.UplinkRate), 2*cfg.Delay+2*cfg.UplinkDelay
+	per := cfg.Workers / cfg.Leaves
+	for i := range cfg.Leaves {
+		last, next := cfg.workerAddr((i+1)*per-1), cfg.workerAddr((i+1)*per%cfg.Workers)
+		if err := errors.Join(nw.SetLink(last, next, cross), nw.SetLink(next, last, cross)); err != nil {
+			return fmt.Errorf("sim: ring link from leaf %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// memoryDialer dials lis: grpc's dialer for an in-memory listener.
+func memoryDialer(lis *bufconn.Listener) grpc.DialOption {
+	return grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) })
+}
+
+// dialMemory is a plaintext controller client over lis.
+func dialMemory(lis *bufconn.Listener) (*control.Client, error) {
+	return control.Dial("passthrough:///sim", memoryDialer(lis), grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
 
 // runRing runs the ring all-reduce on the job's NICs and inputs; done
@@ -379,19 +557,43 @@ func (cfg *Config) report(res benchmark.Result, sessions []*aggregation.Session,
 		rep.ResendCauses.Add(benchmark.ResendCauses{Timeouts: st.Timeouts, FastRetransmissions: st.FastRetransmissions,
 			SpuriousRetransmissions: st.SpuriousRetransmissions})
 	}
+	if cfg.Leaves > 0 {
+		rep.Leaves, rep.WorkersPerLeaf = cfg.Leaves, cfg.Workers/cfg.Leaves
+		rep.UplinkRateBps, rep.UplinkDelayNs, rep.UplinkQueue = cfg.UplinkRate, int64(cfg.UplinkDelay), cfg.UplinkQueue
+	}
+	var pairs [][2]netip.Addr
 	for r := range cfg.Workers {
-		for _, ls := range []memlink.LinkStats{nw.LinkStats(workerAddr(r), switchAddr), nw.LinkStats(switchAddr, workerAddr(r))} {
+		pairs = append(pairs, [2]netip.Addr{cfg.workerAddr(r), cfg.upstreamOf(r)})
+	}
+	for i := range cfg.Leaves {
+		pairs = append(pairs, [2]netip.Addr{leafAddr(i), switchAddr})
+	}
+	for _, p := range pairs {
+		for _, ls := range []memlink.LinkStats{nw.LinkStats(p[0], p[1]), nw.LinkStats(p[1], p[0])} {
 			rep.LinkLost += ls.Lost
 			rep.QueueDrops += ls.QueueDrops
 			rep.Overflow += ls.Overflow
 		}
 	}
-	c := netlab.LinkCeilingsFramed(cfg.Rate, cfg.Workers, s.PacketSize, msg, cfg.Framing)
-	rep.CeilingATEPerSec = c.SwitchML
-	rep.Efficiency = c.SwitchML * 32 / cfg.Rate
+	rep.CeilingATEPerSec = cfg.ceiling()
+	rep.Efficiency = rep.CeilingATEPerSec * 32 / cfg.Rate
 	rep.MeasuredEfficiency = sum.ATEPerSec * 32 / cfg.Rate
-	if c.SwitchML > 0 {
-		rep.OfCeiling = sum.ATEPerSec / c.SwitchML
+	if rep.CeilingATEPerSec > 0 {
+		rep.OfCeiling = sum.ATEPerSec / rep.CeilingATEPerSec
 	}
 	return rep
+}
+
+// ceiling is SwitchML's link-rate ceiling in ATE/s
+// (netlab.LinkCeilingsFramed): the workers' links', and in a tree also
+// the uplinks', where each slot goes up, and its result comes down, as a
+// one-packet message with a RETH and an immediate (docs/switch.md "Switch
+// hierarchy"): the lower of the two.
+func (cfg *Config) ceiling() float64 {
+	s := cfg.Session
+	c := netlab.LinkCeilingsFramed(cfg.Rate, cfg.Workers, s.PacketSize, s.PacketSize*s.PacketsPerMessage, cfg.Framing).SwitchML
+	if cfg.Leaves > 0 {
+		c = min(c, netlab.LinkCeilingsFramed(cfg.UplinkRate, cfg.Workers, s.PacketSize, s.PacketSize, cfg.Framing).SwitchML)
+	}
+	return c
 }

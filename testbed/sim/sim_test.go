@@ -24,6 +24,10 @@ import (
 // points: 2 and 32 workers at 100 Gbit/s, 256 KiB each.
 var (
 	flagWorkers = flag.String("workers", "2,32", "workers per job; a list sweeps: 8,16,32,64,128,256")
+	flagLeaves  = flag.String("leaves", "0", "leaf switches under one spine, the workers split evenly (0: one flat switch); a list sweeps: 0,4")
+	flagUpRate  = flag.String("uplink-rate", "", "each leaf–spine link direction's rate, as tc writes it (default: -rate)")
+	flagUpDelay = flag.Duration("uplink-delay", 0, "each leaf–spine link direction's propagation delay (0: -delay)")
+	flagUpQueue = flag.Int("uplink-queue", 0, "packets each leaf–spine link's sender queues, drop-tail (0: the workers' links', 1024)")
 	flagRate    = flag.String("rate", "100gbit", "each link direction's rate, as tc writes it")
 	flagPayload = flag.String("payload", "1024", "payload bytes per packet; a list sweeps: 256,1024")
 	flagSize    = flag.String("size", "256KiB", "tensor bytes per worker (KiB, MiB)")
@@ -93,9 +97,19 @@ func TestSim(t *testing.T) {
 	if err != nil {
 		t.Fatalf("-loss: %v", err)
 	}
+	leaves, err := ints(*flagLeaves)
+	if err != nil {
+		t.Fatalf("-leaves: %v", err)
+	}
 	rate, err := netlab.ParseRate(*flagRate)
 	if err != nil || rate == 0 {
 		t.Fatalf("-rate: %q: give a rate such as 100gbit (%v)", *flagRate, err)
+	}
+	var upRate uint64
+	if *flagUpRate != "" {
+		if upRate, err = netlab.ParseRate(*flagUpRate); err != nil || upRate == 0 {
+			t.Fatalf("-uplink-rate: %q: give a rate such as 100gbit (%v)", *flagUpRate, err)
+		}
 	}
 	size, err := parseSize(*flagSize)
 	if err != nil || size%4 != 0 {
@@ -110,64 +124,14 @@ func TestSim(t *testing.T) {
 		Command: "go test ./testbed/sim/ -run '^TestSim$' -args " + strings.Join(ourArgs(), " ")}
 	for _, loss := range losses {
 		for _, payload := range payloads {
-			var fastest, slowest time.Duration
-			for _, n := range workers {
-				cfg := Config{Workers: n, Rate: float64(rate), Delay: *flagDelay, Loss: loss, Seed: *flagSeed,
+			for _, k := range leaves {
+				cfg := Config{Leaves: k, Rate: float64(rate), Delay: *flagDelay, Loss: loss, Seed: *flagSeed,
+					UplinkRate: float64(upRate), UplinkDelay: *flagUpDelay, UplinkQueue: *flagUpQueue,
 					Session:  aggregation.Config{PacketSize: payload, QPs: *flagQPs, DType: dtype, RetransmitTimeout: *flagRTO},
 					Elements: size / 4, Iters: *flagIters, Warmup: *flagWarmup, Ring: *flagRing}
-				name := fmt.Sprintf("%d workers, %s, %d B, loss %g", n, netlab.FormatRate(rate), payload, loss)
-				start := time.Now()
-				// Inside the bubble time.Now is virtual: a goroutine outside
-				// it stamps the progress lines with the wall time.
-				progress := make(chan string, 64)
-				printed := make(chan struct{})
-				go func() {
-					defer close(printed)
-					for line := range progress {
-						fmt.Fprintf(os.Stderr, "sim: %s: %s, %.1fs wall\n", name, line, time.Since(start).Seconds())
-					}
-				}()
-				if loud {
-					cfg.Progress = func(k, total int, d time.Duration) {
-						progress <- fmt.Sprintf("all-reduce %d of %d: %v virtual", k, total, d)
-					}
-				}
-				var rep Report
-				synctest.Test(t, func(t *testing.T) {
-					var err error
-					if rep, err = Run(t.Context(), cfg); err != nil {
-						t.Fatalf("%s: %v", name, err)
-					}
-				})
-				close(progress)
-				<-printed
-				if t.Failed() {
+				if !sweepWorkers(t, loud, &doc, workers, cfg) {
 					return
 				}
-				wall := time.Since(start)
-				doc.Runs = append(doc.Runs, runReport{Report: rep, WallNs: int64(wall)})
-				if loud {
-					fmt.Fprintf(os.Stderr, "sim: %s: %v virtual per all-reduce, %.3g ATE/s, %.3f of the ceiling %.3g (efficiency %.3f, computed %.3f), %d resends, %.1fs wall\n",
-						name, time.Duration(rep.MedianNs), rep.ATEPerSec, rep.OfCeiling, rep.CeilingATEPerSec, rep.MeasuredEfficiency, rep.Efficiency, rep.Retransmissions, wall.Seconds())
-				}
-				if r := rep.Ring; loud && r != nil {
-					fmt.Fprintf(os.Stderr, "sim: %s: ring %v virtual per all-reduce, %.3g ATE/s, %.3f of its ceiling %.3g; SwitchML %.2fx the ring\n",
-						name, time.Duration(r.MedianNs), r.ATEPerSec, r.OfCeiling, r.CeilingATEPerSec, r.SwitchMLSpeedup)
-				}
-				if !rep.Verified || rep.QueueDrops != 0 || rep.Overflow != 0 {
-					t.Errorf("%s: verified %v, %d drops at link queues, %d at receive queues: the sim's queues must hold every window", name, rep.Verified, rep.QueueDrops, rep.Overflow)
-				}
-				if loss == 0 && (rep.LinkLost != 0 || rep.Retransmissions != 0) {
-					t.Errorf("%s: %d packets lost, %d resends on loss-free links", name, rep.LinkLost, rep.Retransmissions)
-				}
-				med := time.Duration(rep.MedianNs)
-				if fastest == 0 || med < fastest {
-					fastest = med
-				}
-				slowest = max(slowest, med)
-			}
-			if loss == 0 && float64(slowest) > 1.05*float64(fastest) {
-				t.Errorf("%d B, workers %v: all-reduces took %v to %v: more than 5 %% apart", payload, workers, fastest, slowest)
 			}
 		}
 	}
@@ -188,6 +152,135 @@ func TestSim(t *testing.T) {
 		os.Stdout.Write(b)
 	} else if err := os.WriteFile(*flagJSON, b, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// sweepWorkers runs base with each worker count, each in its own bubble,
+// appends each report to doc and checks it (TestSim); false when a point
+// failed to run.
+func sweepWorkers(t *testing.T, loud bool, doc *report, workers []int, base Config) bool {
+	t.Helper()
+	var fastest, slowest time.Duration
+	loss, payload := base.Loss, base.Session.PacketSize
+	shape := "flat"
+	switch {
+	case base.Leaves == 1:
+		shape = "1 leaf"
+	case base.Leaves > 1:
+		shape = fmt.Sprintf("%d leaves", base.Leaves)
+	}
+	for _, n := range workers {
+		cfg := base
+		cfg.Workers = n
+		name := fmt.Sprintf("%d workers", n)
+		if cfg.Leaves > 0 {
+			name = fmt.Sprintf("%d workers (%s × %d)", n, shape, n/cfg.Leaves)
+		}
+		name += fmt.Sprintf(", %s, %d B, loss %g", netlab.FormatRate(uint64(cfg.Rate)), payload, loss)
+		start := time.Now()
+		// Inside the bubble time.Now is virtual: a goroutine outside
+		// it stamps the progress lines with the wall time.
+		progress := make(chan string, 64)
+		printed := make(chan struct{})
+		go func() {
+			defer close(printed)
+			for line := range progress {
+				fmt.Fprintf(os.Stderr, "sim: %s: %s, %.1fs wall\n", name, line, time.Since(start).Seconds())
+			}
+		}()
+		if loud {
+			cfg.Progress = func(k, total int, d time.Duration) {
+				progress <- fmt.Sprintf("all-reduce %d of %d: %v virtual", k, total, d)
+			}
+		}
+		var rep Report
+		synctest.Test(t, func(t *testing.T) {
+			var err error
+			if rep, err = Run(t.Context(), cfg); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		})
+		close(progress)
+		<-printed
+		if t.Failed() {
+			return false
+		}
+		wall := time.Since(start)
+		doc.Runs = append(doc.Runs, runReport{Report: rep, WallNs: int64(wall)})
+		if loud {
+			fmt.Fprintf(os.Stderr, "sim: %s: %v virtual per all-reduce, %.3g ATE/s, %.3f of the ceiling %.3g (efficiency %.3f, computed %.3f), %d resends, %.1fs wall\n",
+				name, time.Duration(rep.MedianNs), rep.ATEPerSec, rep.OfCeiling, rep.CeilingATEPerSec, rep.MeasuredEfficiency, rep.Efficiency, rep.Retransmissions, wall.Seconds())
+		}
+		if r := rep.Ring; loud && r != nil {
+			fmt.Fprintf(os.Stderr, "sim: %s: ring %v virtual per all-reduce, %.3g ATE/s, %.3f of its ceiling %.3g; SwitchML %.2fx the ring\n",
+				name, time.Duration(r.MedianNs), r.ATEPerSec, r.OfCeiling, r.CeilingATEPerSec, r.SwitchMLSpeedup)
+		}
+		if !rep.Verified || rep.QueueDrops != 0 || rep.Overflow != 0 {
+			t.Errorf("%s: verified %v, %d drops at link queues, %d at receive queues: the sim's queues must hold every window", name, rep.Verified, rep.QueueDrops, rep.Overflow)
+		}
+		if loss == 0 && (rep.LinkLost != 0 || rep.Retransmissions != 0) {
+			t.Errorf("%s: %d packets lost, %d resends on loss-free links", name, rep.LinkLost, rep.Retransmissions)
+		}
+		med := time.Duration(rep.MedianNs)
+		if fastest == 0 || med < fastest {
+			fastest = med
+		}
+		slowest = max(slowest, med)
+	}
+	if loss == 0 && float64(slowest) > 1.05*float64(fastest) {
+		t.Errorf("%d B, %s, workers %v: all-reduces took %v to %v: more than 5 %% apart", payload, shape, workers, fastest, slowest)
+	}
+	return true
+}
+
+// TestSimTree runs two-level trees in the bubble, each beside the flat
+// switch of the same workers and tensors: every result verified, nothing
+// dropped on loss-free links, and the tree's result digest the flat
+// one's — a tree's sums are the flat switch's bit for bit (docs/switch.md
+// "Switch hierarchy"), under loss too. 2 leaves × 4 workers with 1 MiB
+// each, the 32-worker point of TestSim's defaults as 2 × 16, and 2 × 4
+// with 1 % loss on every link (worker–leaf and leaf–spine, both ways).
+func TestSimTree(t *testing.T) {
+	for _, tc := range []struct {
+		leaves, perLeaf, bytes int
+		loss                   float64
+	}{{2, 4, 1 << 20, 0}, {2, 16, 256 << 10, 0}, {2, 4, 256 << 10, 0.01}} {
+		n := tc.leaves * tc.perLeaf
+		t.Run(fmt.Sprintf("%dx%d/loss%g", tc.leaves, tc.perLeaf, tc.loss), func(t *testing.T) {
+			run := func(leaves int) Report {
+				cfg := Config{Workers: n, Leaves: leaves, Rate: 100e9, Loss: tc.loss, Seed: 3, Elements: tc.bytes / 4, Iters: 1, Warmup: 1}
+				var rep Report
+				synctest.Test(t, func(t *testing.T) {
+					var err error
+					if rep, err = Run(t.Context(), cfg); err != nil {
+						t.Fatalf("%d leaves: %v", leaves, err)
+					}
+				})
+				if !rep.Verified || rep.QueueDrops+rep.Overflow != 0 {
+					t.Errorf("%d leaves: verified %v, %d drops at link queues, %d at receive queues", leaves, rep.Verified, rep.QueueDrops, rep.Overflow)
+				}
+				switch {
+				case tc.loss == 0 && rep.LinkLost+rep.Retransmissions != 0:
+					t.Errorf("%d leaves: %d lost, %d resends on loss-free links", leaves, rep.LinkLost, rep.Retransmissions)
+				case tc.loss > 0 && (rep.LinkLost == 0 || rep.Retransmissions == 0):
+					t.Errorf("%d leaves: %d lost, %d resends: the point does not exercise loss recovery", leaves, rep.LinkLost, rep.Retransmissions)
+				}
+				return rep
+			}
+			flat := run(0)
+			tree := run(tc.leaves)
+			if t.Failed() {
+				return
+			}
+			if tree.Leaves != tc.leaves || tree.WorkersPerLeaf != tc.perLeaf || tree.UplinkRateBps != 100e9 {
+				t.Errorf("tree report: %d leaves × %d, uplinks %g bit/s; want %d × %d at 1e11", tree.Leaves, tree.WorkersPerLeaf, tree.UplinkRateBps, tc.leaves, tc.perLeaf)
+			}
+			if tree.ResultSHA256 == "" || tree.ResultSHA256 != flat.ResultSHA256 {
+				t.Errorf("result digests: tree %q, flat %q: the tree's sums must be the flat switch's", tree.ResultSHA256, flat.ResultSHA256)
+			}
+			t.Logf("flat %v (%.3f of its ceiling, %d resends), tree %v (%.3f of its ceiling %.4g, %d resends) virtual per all-reduce",
+				time.Duration(flat.MedianNs), flat.OfCeiling, flat.Retransmissions, time.Duration(tree.MedianNs), tree.OfCeiling, tree.CeilingATEPerSec, tree.Retransmissions)
+		})
 	}
 }
 
@@ -282,6 +375,9 @@ func TestConfigRefused(t *testing.T) {
 		"no elements": func(c *Config) { c.Elements = 0 },
 		"no iters":    func(c *Config) { c.Iters = 0 },
 		"neg delay":   func(c *Config) { c.Delay = -1 },
+		"uneven tree": func(c *Config) { c.Workers, c.Leaves = 6, 4 },
+		"neg leaves":  func(c *Config) { c.Leaves = -1 },
+		"neg uplink":  func(c *Config) { c.Leaves, c.UplinkRate = 2, -1 },
 	} {
 		c := ok
 		mut(&c)
