@@ -143,6 +143,7 @@ const drop_reason_t DROP_INGRESS_LOSS       = 9;
 const drop_reason_t DROP_EGRESS_LOSS        = 10;
 const drop_reason_t DROP_SEND_ERROR         = 11; // never: the software switch's send failure
 const drop_reason_t DROP_STALE_PSN          = 12; // older than a packet already seen on the QP
+const drop_reason_t DROP_UPSTREAM_DUPLICATE = 13; // never: a leaf's second spine result (docs/switch.md "Switch hierarchy"; the Tofino leaf is a design, docs/p4.md)
 
 // RDMASender.results counter indices (switchmodel.Counters ResultPackets,
 // ResultsSkipped).
