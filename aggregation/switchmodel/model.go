@@ -445,29 +445,29 @@ func (p *Pipeline) drop(md *Metadata) {
 // RDMASender.Encode), or a leaf's write to its spine for a SendUp
 // decision (d 0).
 func (p *Pipeline) EncodeResult(md *Metadata, d int, b []byte) (int, netip.Addr, error) {
-	if md.Decision == SendUp {
-		if d != 0 {
-			return 0, netip.Addr{}, ErrNoResult
-		}
-		n, dst, err := p.encodeUp(md, b)
-		if err == nil && p.cfg.EgressLoss != nil && p.cfg.EgressLoss() {
-			p.Counters.Drops[DropEgressLoss]++
-			return 0, netip.Addr{}, ErrEgressLoss
-		}
-		if err == nil {
-			p.Counters.UpstreamWrites++
-		}
-		return n, dst, err
+	var (
+		n   int
+		dst netip.Addr
+		err error
+	)
+	switch {
+	case md.Decision != SendUp:
+		n, dst, err = p.Sender.Encode(&p.Processor, md, d, b)
+	case d != 0:
+		return 0, netip.Addr{}, ErrNoResult
+	default:
+		n, dst, err = p.encodeUp(md, b)
 	}
-	n, dst, err := p.Sender.Encode(&p.Processor, md, d, b)
 	if err == nil && p.cfg.EgressLoss != nil && p.cfg.EgressLoss() {
 		p.Counters.Drops[DropEgressLoss]++
 		return 0, netip.Addr{}, ErrEgressLoss
 	}
-	switch err {
-	case nil:
+	switch {
+	case err == nil && md.Decision == SendUp:
+		p.Counters.UpstreamWrites++
+	case err == nil:
 		p.Counters.ResultPackets++
-	case ErrOutOfOrder:
+	case err == ErrOutOfOrder:
 		p.Counters.ResultsSkipped++
 	}
 	return n, dst, err

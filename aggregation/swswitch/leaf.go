@@ -74,7 +74,7 @@ func (s *Switch) SetUpstream(jobID uint32, up *switchmodel.Upstream) error {
 // withUpstream returns a copy of t with a leaf's receive QPNs bound: recv[i]
 // to the core of job's QP index i.
 func (t *coreTable) withUpstream(job *wire.Job, recv []uint32) (*coreTable, error) {
-	n := t.clone()
+	n := t.clone(0)
 	if t.cores == 1 {
 		return n, nil
 	}
@@ -94,31 +94,6 @@ func (t *coreTable) withUpstream(job *wire.Job, recv []uint32) (*coreTable, erro
 		n.qpns[qpn] = e
 	}
 	return n, nil
-}
-
-// clone returns a copy of t that can be changed.
-func (t *coreTable) clone() *coreTable {
-	n := &coreTable{cores: t.cores, next: t.next, qpns: make(map[uint32]qpnCore, len(t.qpns))}
-	for q, c := range t.qpns {
-		n.qpns[q] = c
-	}
-	return n
-}
-
-// withoutQPNs returns a copy of t with one reference to each of qpns
-// dropped.
-func (t *coreTable) withoutQPNs(qpns []uint32) *coreTable {
-	n := t.clone()
-	for _, qpn := range qpns {
-		if e, ok := n.qpns[qpn]; ok {
-			if e.refs--; e.refs <= 0 {
-				delete(n.qpns, qpn)
-			} else {
-				n.qpns[qpn] = e
-			}
-		}
-	}
-	return n
 }
 
 // UpstreamConfig makes a software switch a leaf of a spine switch.

@@ -92,10 +92,7 @@ func (t *coreTable) coreOfPacket(b []byte) int {
 // make the job impossible to place (switchmodel.ErrConflict). New indices
 // take the cores in turn. The job must be valid (wire.Job.Validate).
 func (t *coreTable) withJob(job *wire.Job) (*coreTable, error) {
-	n := &coreTable{cores: t.cores, next: t.next, qpns: make(map[uint32]qpnCore, len(t.qpns)+len(job.Workers)*len(job.Workers[0].SwitchQPNs))}
-	for q, c := range t.qpns {
-		n.qpns[q] = c
-	}
+	n := t.clone(len(job.Workers) * len(job.Workers[0].SwitchQPNs))
 	if t.cores == 1 {
 		return n, nil
 	}
@@ -138,20 +135,34 @@ func (t *coreTable) withJob(job *wire.Job) (*coreTable, error) {
 
 // withoutJob returns a copy of t without job's references.
 func (t *coreTable) withoutJob(job *wire.Job) *coreTable {
-	n := &coreTable{cores: t.cores, next: t.next, qpns: make(map[uint32]qpnCore, len(t.qpns))}
-	for q, c := range t.qpns {
-		n.qpns[q] = c
-	}
+	var qpns []uint32
 	for _, w := range job.Workers {
-		for _, qpn := range w.SwitchQPNs {
-			if e, ok := n.qpns[qpn]; ok {
-				if e.refs--; e.refs <= 0 {
-					delete(n.qpns, qpn)
-				} else {
-					n.qpns[qpn] = e
-				}
+		qpns = append(qpns, w.SwitchQPNs...)
+	}
+	return t.withoutQPNs(qpns)
+}
+
+// withoutQPNs returns a copy of t with one reference to each of qpns
+// dropped.
+func (t *coreTable) withoutQPNs(qpns []uint32) *coreTable {
+	n := t.clone(0)
+	for _, qpn := range qpns {
+		if e, ok := n.qpns[qpn]; ok {
+			if e.refs--; e.refs <= 0 {
+				delete(n.qpns, qpn)
+			} else {
+				n.qpns[qpn] = e
 			}
 		}
+	}
+	return n
+}
+
+// clone returns a copy of t that can be changed, with room for more QPNs.
+func (t *coreTable) clone(more int) *coreTable {
+	n := &coreTable{cores: t.cores, next: t.next, qpns: make(map[uint32]qpnCore, len(t.qpns)+more)}
+	for q, c := range t.qpns {
+		n.qpns[q] = c
 	}
 	return n
 }

@@ -296,6 +296,18 @@ func (l *Lab) buildTree(bits int) error {
 	return nil
 }
 
+// newVeth creates a veth pair through c: name in c's namespace (cNS),
+// peer in the namespace of the file nsf (peerNS).
+func newVeth(c *rtnetlink.Conn, cNS, name string, nsf *os.File, peerNS, peer string) error {
+	p := &rtnetlink.LinkMessage{Family: unix.AF_UNSPEC,
+		Attributes: &rtnetlink.LinkAttributes{Name: peer, NetNS: rtnetlink.NetNSForFD(uint32(nsf.Fd()))}}
+	if err := c.Link.New(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Attributes: &rtnetlink.LinkAttributes{
+		Name: name, Info: &rtnetlink.LinkInfo{Kind: "veth", Data: &driver.Veth{PeerInfo: p}}}}); err != nil {
+		return fmt.Errorf("netlab: create veth %s (%s) – %s (%s): %w", name, cNS, peer, peerNS, err)
+	}
+	return nil
+}
+
 // spinePort is leaf j's link's end in the spine's namespace.
 func spinePort(j int) string { return "l" + strconv.Itoa(j) }
 
@@ -307,11 +319,8 @@ func (l *Lab) buildUplink(sp *rtnetlink.Conn, j int, ns string) error {
 	defer lf.Close()
 	defer lc.Close()
 	port := spinePort(j)
-	peer := &rtnetlink.LinkMessage{Family: unix.AF_UNSPEC,
-		Attributes: &rtnetlink.LinkAttributes{Name: UplinkIf, NetNS: rtnetlink.NetNSForFD(uint32(lf.Fd()))}}
-	if err := sp.Link.New(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Attributes: &rtnetlink.LinkAttributes{
-		Name: port, Info: &rtnetlink.LinkInfo{Kind: "veth", Data: &driver.Veth{PeerInfo: peer}}}}); err != nil {
-		return fmt.Errorf("netlab: create veth %s (%s) – %s (%s): %w", port, l.Switch, UplinkIf, ns, err)
+	if err := newVeth(sp, l.Switch, port, lf, ns, UplinkIf); err != nil {
+		return err
 	}
 	ends := []struct {
 		c        *rtnetlink.Conn
@@ -362,11 +371,8 @@ func (l *Lab) buildWorker(sw *rtnetlink.Conn, swNS string, br uint32, i int, ns 
 	defer wf.Close()
 	defer wc.Close()
 	port := switchPort(i)
-	peer := &rtnetlink.LinkMessage{Family: unix.AF_UNSPEC,
-		Attributes: &rtnetlink.LinkAttributes{Name: WorkerIf, NetNS: rtnetlink.NetNSForFD(uint32(wf.Fd()))}}
-	if err := sw.Link.New(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Attributes: &rtnetlink.LinkAttributes{
-		Name: port, Info: &rtnetlink.LinkInfo{Kind: "veth", Data: &driver.Veth{PeerInfo: peer}}}}); err != nil {
-		return fmt.Errorf("netlab: create veth %s (%s) – %s (%s): %w", port, swNS, WorkerIf, ns, err)
+	if err := newVeth(sw, swNS, port, wf, ns, WorkerIf); err != nil {
+		return err
 	}
 	idx, err := linkIndex(sw, port)
 	if err != nil {

@@ -94,6 +94,15 @@ func (r *runner) sweepWorkers(ctx context.Context, n, leaves int, rep *Report) (
 			if err := lab.SetLoss(ctx, loss); err != nil {
 				return err
 			}
+			// run runs one row and adds it to the report and to rows, the
+			// rows whose results are compared.
+			run := func(rows []*Row, row *Row) []*Row {
+				r.progress(row, false)
+				r.runSystem(ctx, lab, row)
+				r.progress(row, true)
+				rep.Rows = append(rep.Rows, row)
+				return append(rows, row)
+			}
 			for _, size := range r.cfg.Sizes {
 				var rows []*Row
 				for _, sys := range r.cfg.Systems {
@@ -116,11 +125,7 @@ func (r *runner) sweepWorkers(ctx context.Context, n, leaves int, rep *Report) (
 						if sys == SwitchML {
 							row.Jobs = r.cfg.Jobs
 						}
-						r.progress(row, false)
-						r.runSystem(ctx, lab, row)
-						r.progress(row, true)
-						rows = append(rows, row)
-						rep.Rows = append(rep.Rows, row)
+						rows = run(rows, row)
 					}
 				}
 				compareRows(rows, r.cfg.PacketSize, r.cfg.MessageSize)
@@ -131,12 +136,7 @@ func (r *runner) sweepWorkers(ctx context.Context, n, leaves int, rep *Report) (
 					if err := ctx.Err(); err != nil {
 						return err
 					}
-					row := r.ddpRow(sys, dtype, n, rate, loss)
-					r.progress(row, false)
-					r.runSystem(ctx, lab, row)
-					r.progress(row, true)
-					rows = append(rows, row)
-					rep.Rows = append(rep.Rows, row)
+					rows = run(rows, r.ddpRow(sys, dtype, n, rate, loss))
 				}
 				compareRows(rows, r.cfg.PacketSize, r.cfg.MessageSize)
 			}
