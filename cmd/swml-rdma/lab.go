@@ -103,6 +103,7 @@ func labCommand() *cli.Command {
 			&cli.StringFlag{Name: "msg-size", Value: "16KiB", Usage: "SwitchML's and the ring's message size", EnvVars: []string{"SWML_MSG_SIZE"}, Category: "protocol"},
 			&cli.StringFlag{Name: "wire", Value: "32", Usage: "SwitchML's bits per element on the wire, or a comma list to run each in every row: 32, 16 (twice the elements per packet; docs/protocol.md \"The 16-bit wire\")", EnvVars: []string{"SWML_LAB_WIRE"}, Category: "protocol"},
 			&cli.StringFlag{Name: "worker-args", Usage: "more flags for every `swml-rdma worker`, space-separated, e.g. \"--writes packet --qps 4\"", EnvVars: []string{"SWML_LAB_WORKER_ARGS"}, Category: "protocol"},
+			&cli.IntFlag{Name: "gomaxprocs", Usage: "GOMAXPROCS of every switch, worker and ddp-swml rank the lab starts (0: each its share of the host, CPUs ÷ (workers × jobs + switches), at least 1)", EnvVars: []string{"SWML_LAB_GOMAXPROCS"}, Category: "protocol"},
 			&cli.StringFlag{Name: "switch-args", Usage: "more flags for `swml-rdma switch`, space-separated", EnvVars: []string{"SWML_LAB_SWITCH_ARGS"}, Category: "protocol"},
 			&cli.StringFlag{Name: "python", Value: "/usr/bin/python3", Usage: "the Python with torch (Debian's python3-torch) that runs Gloo and DDP", EnvVars: []string{"SWML_LAB_PYTHON"}, Category: "gloo"},
 			&cli.StringFlag{Name: "ddp-dtype", Value: sweep.DTypeFloat32, Usage: "the DDP systems' gradient dtypes in the all-reduce, a row each: float32, bf16, fp16 (ddp-gloo's bf16: fp16, which Gloo can sum)", EnvVars: []string{"SWML_LAB_DDP_DTYPE"}, Category: "ddp"},
@@ -128,7 +129,7 @@ func labCommand() *cli.Command {
 var labFlagNames = map[string]string{
 	"Workers": "--workers", "Rates": "--rate", "Losses": "--loss", "Sizes": "--size", "Systems": "--systems", "Jobs": "--jobs",
 	"Iters": "--iters", "Warmup": "--warmup", "Timeout": "--timeout", "Queue": "--queue", "PacketSize": "--packet-size",
-	"MessageSize": "--msg-size", "Python": "--python", "Wires": "--wire", "Leaves": "--leaves", "SpineRate": "--spine-rate",
+	"MessageSize": "--msg-size", "Python": "--python", "GoMaxProcs": "--gomaxprocs", "Wires": "--wire", "Leaves": "--leaves", "SpineRate": "--spine-rate",
 	"DDP.DTypes": "--ddp-dtype", "DDP.Steps": "--ddp-steps", "DDP.Warmup": "--ddp-warmup", "DDP.ComputeSteps": "--ddp-compute-steps",
 	"DDP.Layers": "--ddp-layers", "DDP.Width": "--ddp-width", "DDP.Batch": "--ddp-batch",
 }
@@ -138,7 +139,7 @@ var labFlagNames = map[string]string{
 // switch and the workers).
 func labFlags(c *cli.Context, exe string) (sweep.Config, error) {
 	cfg := sweep.Config{Jobs: c.Int("jobs"), Iters: c.Int("iters"), Warmup: c.Int("warmup"), Timeout: c.Duration("timeout"), Queue: c.Duration("queue"),
-		PacketSize: c.Int("packet-size"), Python: c.String("python"), Prefix: c.String("prefix"), Exe: exe,
+		PacketSize: c.Int("packet-size"), Python: c.String("python"), Prefix: c.String("prefix"), Exe: exe, GoMaxProcs: c.Int("gomaxprocs"),
 		WorkerArgs: strings.Fields(c.String("worker-args")), SwitchArgs: strings.Fields(c.String("switch-args"))}
 	var err error
 	if cfg.Workers, err = parseWorkers(c.String("workers")); err != nil {
@@ -328,6 +329,15 @@ func printLab(out io.Writer, rep sweep.Report, asJSON bool) error {
 	}
 	if rep.WirePackets {
 		fmt.Fprint(out, "; wire packets (GSO/TSO cut before the links, for per-packet loss)")
+	}
+	var procs []string
+	for _, row := range rep.Rows {
+		if p := strconv.Itoa(row.GoMaxProcs); row.GoMaxProcs > 0 && !slices.Contains(procs, p) {
+			procs = append(procs, p)
+		}
+	}
+	if len(procs) > 0 {
+		fmt.Fprintf(out, "; GOMAXPROCS %s per SwitchML process", strings.Join(procs, ", "))
 	}
 	fmt.Fprintln(out)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)

@@ -172,6 +172,11 @@ type Config struct {
 	// Exe is the swml-rdma program whose `switch` and `worker` commands
 	// run SwitchML.
 	Exe string
+	// GoMaxProcs is GOMAXPROCS of every Go runtime the lab starts (the
+	// switch daemons, the workers, libswml in DDPSwml's ranks); 0: each
+	// gets its share of the host, the CPUs ÷ the SwitchML processes of a
+	// row (workers × Jobs + switches), at least 1 (runner.goMaxProcs).
+	GoMaxProcs int
 	// Python is the interpreter with torch that runs Gloo.
 	Python string
 	// Prefix starts every namespace name (netlab.Config.Prefix).
@@ -273,6 +278,9 @@ func (c Config) Validate() error {
 		if slices.Contains(c.Wires[:i], w) {
 			return fieldError("Wires", w, "named twice")
 		}
+	}
+	if c.GoMaxProcs < 0 {
+		return fieldError("GoMaxProcs", c.GoMaxProcs, "give 0 (each process its share of the CPUs) or a count of threads")
 	}
 	jobs := c.Jobs
 	switch {

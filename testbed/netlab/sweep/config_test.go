@@ -3,8 +3,12 @@ package sweep
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/swml-rdma/swml-rdma/testbed/netlab"
 )
 
 func validConfig() Config {
@@ -53,6 +57,7 @@ func TestValidate(t *testing.T) {
 		{"DDP on a tree", func(c *Config) { c.Leaves, c.Systems = []int{2}, []System{DDPSwml} }, "Leaves", 2},
 		{"jobs on a tree", func(c *Config) { c.Leaves, c.Systems, c.Jobs = []int{2}, []System{SwitchML}, 2 }, "Leaves", 2},
 		{"spine rate without a tree", func(c *Config) { c.Leaves, c.SpineRate = []int{0}, 100e6 }, "SpineRate", uint64(100e6)},
+		{"negative GOMAXPROCS", func(c *Config) { c.GoMaxProcs = -1 }, "GoMaxProcs", -1},
 		{"packet size", func(c *Config) { c.PacketSize = 1000 }, "PacketSize", 1000},
 		{"message size", func(c *Config) { c.MessageSize = 3000 }, "MessageSize", 3000},
 		{"no iterations", func(c *Config) { c.Iters = 0 }, "Iters", 0},
@@ -156,5 +161,29 @@ func TestRunRefusesInvalid(t *testing.T) {
 	rep, err := Run(context.Background(), c)
 	if !errors.Is(err, ErrConfig) || len(rep.Rows) != 0 {
 		t.Fatalf("Run of an invalid sweep: %v, %d rows", err, len(rep.Rows))
+	}
+}
+
+// TestGoMaxProcs: each Go process of a row gets the host's CPUs ÷ the
+// row's SwitchML processes, at least one, unless the sweep names a count.
+func TestGoMaxProcs(t *testing.T) {
+	cpus := runtime.NumCPU()
+	for _, tc := range []struct {
+		workers, jobs, leaves, set, want int
+	}{
+		{workers: cpus, jobs: 1, want: 1},                      // more processes than CPUs
+		{workers: 1, jobs: 1, want: max(1, cpus/2)},            // one worker and the switch
+		{workers: 2, jobs: 2, leaves: 0, want: max(1, cpus/5)}, // two jobs' workers
+		{workers: 4, jobs: 1, leaves: 2, want: max(1, cpus/7)}, // the spine and two leaves
+		{workers: 64, jobs: 1, set: 3, want: 3},
+	} {
+		r := &runner{cfg: Config{Jobs: tc.jobs, GoMaxProcs: tc.set}}
+		lab := &netlab.Lab{Workers: make([]string, tc.workers), Leaves: make([]string, tc.leaves)}
+		if got := r.goMaxProcs(lab); got != tc.want {
+			t.Errorf("%d workers, %d jobs, %d leaves, GoMaxProcs %d: GOMAXPROCS %d, want %d", tc.workers, tc.jobs, tc.leaves, tc.set, got, tc.want)
+		}
+		if env := r.goEnv(lab); env[len(env)-1] != "GOMAXPROCS="+strconv.Itoa(tc.want) {
+			t.Errorf("environment ends %q, want GOMAXPROCS=%d", env[len(env)-1], tc.want)
+		}
 	}
 }

@@ -131,6 +131,9 @@ func (r *runner) runDDP(ctx context.Context, lab *netlab.Lab, row *Row) error {
 			"--batch", strconv.Itoa(d.Batch), "--steps", strconv.Itoa(d.Steps), "--warmup", strconv.Itoa(d.Warmup),
 			"--compute-steps", strconv.Itoa(d.ComputeSteps), "--timeout", strconv.Itoa(int(math.Ceil(r.cfg.Timeout.Seconds()))))
 		cmd.Env = r.ddpEnv(row.System, ctl, lab.WorkerAddrs[i])
+		if row.System == DDPSwml {
+			cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(r.goMaxProcs(lab))) // libswml's runtime
+		}
 		p, err := startProc(cmd, fmt.Sprintf("%s rank %d", row.System, i))
 		if err != nil {
 			return err

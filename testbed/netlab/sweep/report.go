@@ -44,14 +44,17 @@ type Row struct {
 	// K leaves of Workers ÷ K workers each under a spine (SwitchML rows,
 	// Config.Leaves), whose leaf–spine links run at SpineRateBps (0:
 	// unshaped).
-	Leaves       int     `json:"leaves"`
-	SpineRateBps uint64  `json:"spine_rate_bps"`
-	RateBps      uint64  `json:"rate_bps"` // 0: unshaped
-	Loss         float64 `json:"loss"`
-	TensorBytes  int     `json:"tensor_bytes"`
-	Elements     int     `json:"elements"`
-	Iters        int     `json:"iters"`
-	Warmup       int     `json:"warmup"`
+	Leaves       int    `json:"leaves"`
+	SpineRateBps uint64 `json:"spine_rate_bps"`
+	// GoMaxProcs is GOMAXPROCS of the row's Go processes (SwitchML's and
+	// DDPSwml's; 0 in the other rows): Config.GoMaxProcs, or the share.
+	GoMaxProcs  int     `json:"gomaxprocs"`
+	RateBps     uint64  `json:"rate_bps"` // 0: unshaped
+	Loss        float64 `json:"loss"`
+	TensorBytes int     `json:"tensor_bytes"`
+	Elements    int     `json:"elements"`
+	Iters       int     `json:"iters"`
+	Warmup      int     `json:"warmup"`
 	// Times: the median is the slowest rank's median time per all-reduce
 	// (the ring runs in one process: the median of whole all-reduces); the
 	// minimum and maximum the extremes over ranks.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/swml-rdma/swml-rdma/testbed/netlab"
@@ -97,6 +98,9 @@ func (r *runner) sweepWorkers(ctx context.Context, n, leaves int, rep *Report) (
 			// run runs one row and adds it to the report and to rows, the
 			// rows whose results are compared.
 			run := func(rows []*Row, row *Row) []*Row {
+				if row.System == SwitchML || row.System == DDPSwml {
+					row.GoMaxProcs = r.goMaxProcs(lab)
+				}
 				r.progress(row, false)
 				r.runSystem(ctx, lab, row)
 				r.progress(row, true)
@@ -143,6 +147,26 @@ func (r *runner) sweepWorkers(ctx context.Context, n, leaves int, rep *Report) (
 		}
 	}
 	return nil
+}
+
+// goMaxProcs is GOMAXPROCS for the Go processes of a row in lab:
+// Config.GoMaxProcs, or the host's CPUs ÷ the SwitchML processes
+// (workers × Jobs, the switch, the leaf switches), at least 1. The lab
+// runs them all on one host: a runtime with more threads than its share
+// hands its goroutines between threads that compete for the same CPUs
+// (docs/benchmarks.md "One host's CPUs, shared"), as DDP's ranks get
+// OMP_NUM_THREADS=1 for the same reason.
+func (r *runner) goMaxProcs(lab *netlab.Lab) int {
+	if r.cfg.GoMaxProcs > 0 {
+		return r.cfg.GoMaxProcs
+	}
+	procs := len(lab.Workers)*r.cfg.Jobs + 1 + len(lab.Leaves)
+	return max(1, runtime.NumCPU()/procs)
+}
+
+// goEnv is the environment of a Go process of a row in lab.
+func (r *runner) goEnv(lab *netlab.Lab) []string {
+	return append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(r.goMaxProcs(lab)))
 }
 
 func (r *runner) progress(row *Row, done bool) {

@@ -90,7 +90,9 @@ func (r *runner) runSwitchMLJobs(ctx context.Context, lab *netlab.Lab, row *Row,
 			if n > 1 {
 				name = fmt.Sprintf("job %d worker rank %d", j+1, i)
 			}
-			p, err := startProc(lab.Command(ctx, ns, r.cfg.Exe, args...), name)
+			cmd := lab.Command(ctx, ns, r.cfg.Exe, args...)
+			cmd.Env = r.goEnv(lab)
+			p, err := startProc(cmd, name)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -129,8 +131,10 @@ func (r *runner) startSwitch(ctx context.Context, lab *netlab.Lab) (*proc, error
 	if len(lab.Leaves) > 0 {
 		name = "spine switch"
 	}
-	return startProc(lab.Command(ctx, lab.Switch, r.cfg.Exe, append([]string{"switch", "--addr", lab.SwitchAddr.String(), "--controller-addr", listen,
-		"--log-level", "warn", "--json"}, r.cfg.SwitchArgs...)...), name)
+	cmd := lab.Command(ctx, lab.Switch, r.cfg.Exe, append([]string{"switch", "--addr", lab.SwitchAddr.String(), "--controller-addr", listen,
+		"--log-level", "warn", "--json"}, r.cfg.SwitchArgs...)...)
+	cmd.Env = r.goEnv(lab)
+	return startProc(cmd, name)
 }
 
 // startSwitches starts the lab's switch daemons: the switch (startSwitch),
@@ -159,7 +163,9 @@ func (r *runner) startSwitches(ctx context.Context, lab *netlab.Lab) ([]*proc, e
 		args := append([]string{"switch", "--addr", lab.LeafAddrs[j].String(), "--controller-addr", fmt.Sprintf(":%d", ControllerPort),
 			"--upstream", spine, "--leaves", strconv.Itoa(len(lab.Leaves)), "--leaf-index", strconv.Itoa(j),
 			"--leaf-workers", strconv.Itoa(lab.WorkersPerLeaf()), "--log-level", "warn", "--json"}, r.cfg.SwitchArgs...)
-		p, err := startProc(lab.Command(ctx, ns, r.cfg.Exe, args...), fmt.Sprintf("leaf switch %d", j))
+		cmd := lab.Command(ctx, ns, r.cfg.Exe, args...)
+		cmd.Env = r.goEnv(lab)
+		p, err := startProc(cmd, fmt.Sprintf("leaf switch %d", j))
 		if err != nil {
 			stopAll(sws)
 			return nil, err
