@@ -108,6 +108,18 @@ type qpState struct {
 	// its own (receive.go).
 	pkts pktResults
 
+	// done is the QP's last message completed after one resend of some
+	// of its packets (per-packet recovery), while a duplicate of one of
+	// their results would still show that resend spurious (timers.go,
+	// dupResult).
+	done struct {
+		armed  bool
+		timer  bool // the resend was a timer's
+		id     uint16
+		resent uint64
+		wait   time.Duration // from its first transmission to its result
+	}
+
 	// The QPs of different lanes are written by different cores: no two
 	// qpStates share a cache line (lane.go).
 	_ [cacheLine]byte
@@ -137,6 +149,11 @@ type pktResults struct {
 	// transmission, cnt how many have since: their pace.
 	since time.Time
 	cnt   int
+	// resent are the packets (below 64) that the message's first resend
+	// sent, while it has had only one; dup is set when one of them
+	// came back twice (timers.go, dupResult).
+	resent uint64
+	dup    bool
 }
 
 // firstMissing is the lowest packet index whose result is not back (the

@@ -3,6 +3,9 @@ package aggregation
 import (
 	"testing"
 	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
+	"github.com/swml-rdma/swml-rdma/verbs"
 )
 
 // perPacketTimerSession is timerSession with per-packet recovery, as Open
@@ -165,4 +168,170 @@ func TestSilenceAfterLatePass(t *testing.T) {
 	if n := s.stats.retransmissions.Load(); n != 1 {
 		t.Fatalf("%d resends in the silence after a late pass, want 1 probe", n)
 	}
+}
+
+// TestQuietFloorPacketDuplicates: with packet writes a result answers one
+// packet, so a spurious resend shows only as a second result of a packet
+// of the resend (the switch answering a resend into a slot that the first
+// transmission completed). A stalled path (rxe under emulation): the
+// timer resends the whole message, then the first transmission's results
+// come, then the answers to the resend — before or after the message
+// completed — and the quiet floor takes the wait. A packet whose result
+// was lost is answered once: the resend was needed, and the floor goes.
+// A fast retransmission shown spurious widens RACK's window but sets no
+// floor. Under loss a duplicate proves nothing (another worker's resend
+// may have completed the slot) and sets no floor.
+func TestQuietFloorPacketDuplicates(t *testing.T) {
+	const ppm = 16
+	const stall = 5 * time.Millisecond
+	base := time.Unix(1000, 0)
+	setup := func() (*lane, *qpState) {
+		s := perPacketTimerSession(1, ppm)
+		s.pktWrites = true
+		s.eng.clock.lastPass, s.eng.clock.progress, s.eng.clock.rackProgress = base, base, base
+		st := s.qps[0]
+		if err := s.post(st, 0, base); err != nil {
+			t.Fatal(err)
+		}
+		st.queued = 0
+		return s, st
+	}
+	// result plays packet k's result of message id at now; done: the
+	// message completed.
+	result := func(s *lane, st *qpState, id uint16, k int, now time.Time) (stale, done bool) {
+		wc := verbs.Completion{WRID: wrID(st.index, wrRecv), Opcode: verbs.WCRecvRDMAWithImm, HasImm: true,
+			Imm: uint32(wire.MakeImm(wire.PacketMsgID(id, k, s.pktBits), 0, 0))}
+		r := s.match(st, &wc, now)
+		switch r {
+		case resultStale:
+			return true, false
+		case resultPacket:
+			return false, false
+		}
+		s.sampleResult(st, r, now)
+		st.msg.busy = false
+		return false, true
+	}
+	timeout := func(s *lane, st *qpState, at time.Time) {
+		st.timer.timeouts++
+		if err := s.resend(st, at); err != nil {
+			t.Fatal(err)
+		}
+		st.queued = 0
+	}
+	all := func(s *lane, st *qpState, id uint16, from, to int, at time.Time) (done bool) {
+		for k := from; k < to; k++ {
+			if stale, d := result(s, st, id, k, at); stale {
+				t.Fatalf("packet %d's first result taken for stale", k)
+			} else {
+				done = d
+			}
+		}
+		return done
+	}
+
+	t.Run("duplicates after the result", func(t *testing.T) {
+		s, st := setup()
+		id := st.msg.id
+		timeout(s, st, base.Add(time.Millisecond))
+		if !all(s, st, id, 0, ppm, base.Add(stall)) {
+			t.Fatal("the message did not complete")
+		}
+		if err := s.post(st, 0, base.Add(stall)); err != nil { // the QP's next message
+			t.Fatal(err)
+		}
+		if f := s.eng.est.quiet.get(); f != 0 {
+			t.Fatalf("quiet floor %v before any duplicate", f)
+		}
+		if stale, _ := result(s, st, id, 3, base.Add(stall+time.Millisecond)); !stale {
+			t.Fatal("a duplicate of the last message's packet was not stale")
+		}
+		if f := s.eng.est.quiet.get(); f != 2*stall {
+			t.Fatalf("quiet floor %v after the resend's duplicate, want twice the wait, %v", f, 2*stall)
+		}
+		if n := s.stats.spurious.Load(); n != 1 {
+			t.Fatalf("%d spurious resends, want 1", n)
+		}
+		result(s, st, id, 4, base.Add(stall+time.Millisecond)) // the resend's other answers count once
+		if n := s.stats.spurious.Load(); n != 1 {
+			t.Fatalf("%d spurious resends after a second duplicate, want 1", n)
+		}
+	})
+	t.Run("a duplicate before the result", func(t *testing.T) {
+		s, st := setup()
+		id := st.msg.id
+		timeout(s, st, base.Add(time.Millisecond))
+		all(s, st, id, 0, ppm-1, base.Add(stall))
+		if stale, _ := result(s, st, id, 0, base.Add(stall)); !stale {
+			t.Fatal("a second result of packet 0 was not stale")
+		}
+		if !all(s, st, id, ppm-1, ppm, base.Add(stall)) {
+			t.Fatal("the message did not complete")
+		}
+		if f := s.eng.est.quiet.get(); f != 2*stall || s.stats.spurious.Load() != 1 {
+			t.Fatalf("quiet floor %v, %d spurious resends: want %v, 1", f, s.stats.spurious.Load(), 2*stall)
+		}
+	})
+	t.Run("a needed resend", func(t *testing.T) {
+		s, st := setup()
+		s.eng.est.quiet.spurious(stall) // a floor from earlier stalls
+		id := st.msg.id
+		all(s, st, id, 0, ppm-1, base.Add(time.Millisecond)) // packet 15's result is lost
+		timeout(s, st, base.Add(3*time.Millisecond))
+		if st.pkts.resent != 1<<(ppm-1) {
+			t.Fatalf("resent packets %#x, want only the missing one, %#x", st.pkts.resent, 1<<(ppm-1))
+		}
+		if !all(s, st, id, ppm-1, ppm, base.Add(4*time.Millisecond)) {
+			t.Fatal("the message did not complete")
+		}
+		if f := s.eng.est.quiet.get(); f != 0 {
+			t.Fatalf("quiet floor %v after a needed resend, want none", f)
+		}
+		if err := s.post(st, 0, base.Add(4*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		if stale, _ := result(s, st, id, 0, base.Add(5*time.Millisecond)); !stale || s.stats.spurious.Load() != 0 {
+			t.Fatalf("a duplicate of a packet not resent: stale %v, %d spurious resends", stale, s.stats.spurious.Load())
+		}
+	})
+	t.Run("under loss", func(t *testing.T) {
+		s, st := setup()
+		s.adapt.signal.Store(true)
+		id := st.msg.id
+		timeout(s, st, base.Add(time.Millisecond))
+		all(s, st, id, 0, ppm, base.Add(stall))
+		result(s, st, id, 3, base.Add(stall+time.Millisecond))
+		if f := s.eng.est.quiet.get(); f != 0 || s.stats.spurious.Load() != 0 {
+			t.Fatalf("under loss: quiet floor %v, %d spurious resends, want none", f, s.stats.spurious.Load())
+		}
+	})
+	t.Run("a fast retransmission", func(t *testing.T) {
+		s, st := setup()
+		id := st.msg.id
+		reo := s.eng.est.rack.reoMult
+		all(s, st, id, 0, 2, base.Add(time.Millisecond))
+		if err := s.resend(st, base.Add(2*time.Millisecond)); err != nil { // evidence, not a timer
+			t.Fatal(err)
+		}
+		all(s, st, id, 2, ppm, base.Add(3*time.Millisecond))
+		result(s, st, id, 5, base.Add(4*time.Millisecond))
+		if n := s.stats.spurious.Load(); n != 1 || s.eng.est.rack.reoMult != reo+1 {
+			t.Fatalf("%d spurious resends, reordering window ×%d (×%d before): want 1, one step wider", n, s.eng.est.rack.reoMult, reo)
+		}
+		if f := s.eng.est.quiet.get(); f != 0 {
+			t.Fatalf("quiet floor %v after a spurious fast retransmission: the timer was not wrong", f)
+		}
+	})
+	t.Run("two resends", func(t *testing.T) {
+		s, st := setup()
+		id := st.msg.id
+		timeout(s, st, base.Add(time.Millisecond))
+		timeout(s, st, base.Add(3*time.Millisecond))
+		all(s, st, id, 0, ppm, base.Add(stall))
+		result(s, st, id, 3, base.Add(stall+time.Millisecond))
+		if f := s.eng.est.quiet.get(); f != 0 || s.stats.spurious.Load() != 0 {
+			t.Fatalf("after two resends (which one the duplicate answers is unknown): quiet floor %v, %d spurious resends, want none",
+				f, s.stats.spurious.Load())
+		}
+	})
 }

@@ -228,10 +228,16 @@ const (
 // match classifies wc's result for st's message in flight and records a
 // packet result.
 func (s *lane) match(st *qpState, wc *verbs.Completion, now time.Time) resultKind {
-	if !st.msg.busy || !wc.HasImm {
+	if !wc.HasImm {
 		return resultStale
 	}
 	id := wire.Imm(wc.Imm).MsgID()
+	if !st.msg.busy {
+		if id&wire.PacketMsgIDFlag != 0 && s.pktBits > 0 {
+			s.spuriousDup(st, id, wire.PacketIndex(id, s.pktBits))
+		}
+		return resultStale
+	}
 	if id&wire.PacketMsgIDFlag == 0 {
 		// A whole-message result; another id is a duplicate answer to a
 		// retransmission of a message whose result this worker used.
@@ -253,11 +259,17 @@ func (s *lane) match(st *qpState, wc *verbs.Completion, now time.Time) resultKin
 		return resultStale
 	}
 	if id != wire.PacketMsgID(st.msg.id, k, bits) {
+		s.spuriousDup(st, id, k)
 		s.overwritten(st, id>>bits, k, k+1)
 		return resultStale
 	}
 	if p.got[k>>6]&(1<<(k&63)) != 0 {
-		return resultStale // the same bytes again
+		// The same bytes again: an answer to a resend of a slot that
+		// was complete (timers.go, dupResult).
+		if k < 64 && p.resent&(1<<k) != 0 {
+			p.dup = true
+		}
+		return resultStale
 	}
 	p.record(k, now, st.timer.xmit)
 	if p.n == 1 && st.timer.resends == 0 {

@@ -158,9 +158,10 @@ func (s *lane) pathBound(m time.Duration) time.Duration {
 //
 // A QP's first message of a call is left out: its wait is for the last
 // worker to join the call, which its own estimate and the join probe cover
-// (rto, expire). So are packet writes, whose per-packet results cannot
-// tell a spurious resend from a needed one (timers.go, spurious): every
-// resend counts as needed.
+// (rto, expire). With packet writes a result answers one packet and
+// cannot tell which transmission it answers; there a second result of a
+// packet of a timer's only resend shows the timeout spurious
+// (timers.go, dupResult), and every other resend counts as needed.
 type quietFloor struct {
 	floor time.Duration
 	calls int // calls since the latest spurious timeout

@@ -94,7 +94,7 @@ func (s *lane) post(st *qpState, e0 int8, now time.Time) error {
 		clear(st.pkts.got)
 		st.pkts.n = 0
 	}
-	st.pkts.first = time.Time{}
+	st.pkts.first, st.pkts.resent, st.pkts.dup = time.Time{}, 0, false
 	st.pkts.transmitted()
 	s.startTimer(st, now)
 	s.stats.messages.Add(1)

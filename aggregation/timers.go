@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
 
 // timers runs step 3 of the timer flow for every message in flight and
@@ -126,6 +127,9 @@ func (s *lane) sampleResult(st *qpState, r resultKind, now time.Time) {
 		return
 	}
 	if t.resends > 0 {
+		if s.dupResult(st, r, now) {
+			return
+		}
 		// A resend was needed: the path loses (quietFloor).
 		s.eng.est.quiet.needed()
 	}
@@ -161,6 +165,60 @@ func (s *lane) sampleResult(st *qpState, r resultKind, now time.Time) {
 			l.xmit, l.rtt = t.xmit, now.Sub(t.xmit)
 			s.eng.clock.rackProgress = now
 		}
+	}
+}
+
+// dupResult handles st's message completed by packet results r after a
+// resend. The switch answers a packet resent into a slot that its first
+// transmission completed with a second result of the same packet, and
+// nothing else brings one: a resend into an incomplete slot is dropped,
+// and one whose first transmission or result was lost is answered once.
+// So when a packet of the message's only resend comes back twice, that
+// resend was spurious (a stalled switch, NIC or peer: rxe under
+// emulation), as a whole-message result shows one with message writes
+// (docs/protocol.md "Spurious resends"): RACK's window widens, and a
+// timer's resend sets the quiet floor. A duplicate seen before the
+// message completed is handled here (true); otherwise the message is
+// kept in st.done for spuriousDup, and the resend counts as needed
+// (false) unless its duplicate then comes. Under loss the duplicate may
+// answer a slot that waited for another worker's resend: nothing then,
+// as for every spurious resend.
+func (s *lane) dupResult(st *qpState, r resultKind, now time.Time) bool {
+	t, p := &st.timer, &st.pkts
+	st.done.armed = false
+	if r != resultPackets || t.resends != 1 || st.msg.joining || s.adapt.lossy() || p.resent == 0 {
+		return false
+	}
+	wait, timer := now.Sub(t.sent), t.timeouts > 0
+	if p.dup {
+		s.spuriousPackets(timer, wait)
+		return true
+	}
+	st.done.armed, st.done.id, st.done.resent, st.done.timer, st.done.wait = true, st.msg.id, p.resent, timer, wait
+	return false
+}
+
+// spuriousDup handles a result of packet k with packet message id id,
+// not the message in flight on st: a duplicate of a packet of st.done's
+// only resend shows that resend spurious (dupResult).
+func (s *lane) spuriousDup(st *qpState, id uint16, k int) {
+	d := &st.done
+	if !d.armed || k >= 64 || d.resent&(1<<k) == 0 || id != wire.PacketMsgID(d.id, k, s.pktBits) || s.adapt.lossy() {
+		return
+	}
+	d.armed = false
+	s.spuriousPackets(d.timer, d.wait)
+}
+
+// spuriousPackets notes a spurious resend found by a duplicate packet
+// result, as sampleResult notes one found by a whole-message result:
+// RACK's window widens, and a timer's resend (timer) sets the quiet floor
+// to outlast the message's time to result, wait.
+func (s *lane) spuriousPackets(timer bool, wait time.Duration) {
+	s.stats.spurious.Add(1)
+	s.eng.est.rack.spurious()
+	if timer {
+		s.eng.est.quiet.spurious(wait)
 	}
 }
 
@@ -227,6 +285,10 @@ func (s *lane) resendUpTo(st *qpState, now time.Time, upto int) error {
 	s.stats.retransmissions.Add(1)
 	if s.pktBits == 0 {
 		return s.transmit(st, st.msg.wr[:], s.cfg.PacketsPerMessage)
+	}
+	st.pkts.resent = 0
+	if t.resends == 1 && len(st.pkts.got) == 1 {
+		st.pkts.resent = ^st.pkts.got[0] & (1<<min(upto, s.cfg.PacketsPerMessage) - 1)
 	}
 	// Per-packet recovery: resend each packet whose result is not back as
 	// a message of its own (WRITE ONLY WITH IMMEDIATE, to the packet's own
