@@ -497,6 +497,8 @@ rxe-bench)
 			for f in $CNT/*; do [ "${f##*/}" = lifespan ] || echo "rxe.${f##*/} $(cat "$f")"; done
 			awk '/^Udp:/{if(!h){split($0,k);h=1}else{for(i=2;i<=NF;i++)print "udp-init." k[i], $i}}' /proc/net/snmp
 			$IP netns exec peer awk '/^Udp:/{if(!h){split($0,k);h=1}else{for(i=2;i<=NF;i++)print "udp-switch." k[i], $i}}' /proc/net/snmp
+			# the guest's CPU time (USER_HZ ticks): user, system, idle, softirq
+			awk '$1=="cpu"{print "cpu.user", $2+$3; print "cpu.system", $4; print "cpu.idle", $5+$6; print "cpu.softirq", $8}' /proc/stat
 		} >"$1"
 	}
 	bench_delta() { # before after: the counters that rose
@@ -547,7 +549,7 @@ rxe-bench)
 		bench_snap $LOG/$tag.after
 		say "BENCH $tag: $n workers x $BSIZE float32 (--qps ${SWML_BENCH_QPS:-8} $*, GOMAXPROCS $gmp), $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}') s for the job$([ $to = 1 ] && echo ", NOT FINISHED within ${BT} s")"
 		for r in $(seq 0 $((n - 1))); do
-			say "BENCH $tag rank $r: $(tr -d ' \n' <$LOG/$tag.$r.json | grep -o '"median_ns":[0-9]*\|"packets":[0-9]*\|"retransmissions":[0-9]*\|"writes":"[a-z]*"\|"packet_write_calls":[0-9]*\|"verified":[a-z]*' | tr '\n' ' ')"
+			say "BENCH $tag rank $r: $(tr -d ' \n' <$LOG/$tag.$r.json | grep -o '"median_ns":[0-9]*\|"packets":[0-9]*\|"retransmissions":[0-9]*\|"writes":"[a-z]*"\|"packet_write_calls":[0-9]*\|"cpu_user_ns":[0-9]*\|"cpu_sys_ns":[0-9]*\|"verified":[a-z]*' | tr '\n' ' ')"
 			say "BENCH $tag rank $r metrics: $(grep -E '^swml_worker_[a-z_]*_total|^swml_rdma_' $LOG/$tag.$r.metrics 2>/dev/null | grep -v ' 0$\|hw_counters' | sed 's/{[^}]*}//; s/^swml_//' | tr '\n' ' ')"
 		done
 		say "BENCH $tag switch: $(switch_metric_dump | grep -E '^swml_switch_[a-z_]*_total' | grep -v ' 0$' | sed 's/^swml_switch_//' | tr '\n' ' ')"
