@@ -513,12 +513,12 @@ rxe-bench)
 		gmp=$(($(grep -c ^processor /proc/cpuinfo) / (n + 1)))
 		[ $gmp -ge 1 ] || gmp=1
 		export GOMAXPROCS=$gmp
-		start_switch 4
+		start_switch 4 --cpuprofile $LOG/$tag.switch.prof
 		bench_snap $LOG/$tag.before
 		t0=$(cut -d' ' -f1 /proc/uptime)
 		for r in $(seq 0 $((n - 1))); do
 			timeout $BT $SW worker --nic ibverbs --addr $WADDR --controller $CTRL --session-id $sid --rank $r --workers $n \
-				--dtype float32 --metrics-addr 127.0.0.1:$((9500 + r)) "${JOB[@]}" "$@" >$LOG/$tag.$r.json 2>$LOG/$tag.$r.log &
+				--dtype float32 --metrics-addr 127.0.0.1:$((9500 + r)) --cpuprofile "$LOG/$tag.{rank}.prof" "${JOB[@]}" "$@" >$LOG/$tag.$r.json 2>$LOG/$tag.$r.log &
 			pids+=($!)
 		done
 		# Keep each rank's last /metrics page.
@@ -556,6 +556,14 @@ rxe-bench)
 		say "BENCH $tag counters: $(bench_delta $LOG/$tag.before $LOG/$tag.after)"
 		stop_switch
 		unset GOMAXPROCS
+		# Go CPU profiles of rank 0 and the switch, as blobs: harness.sh
+		# writes them to $SWML_ARTIFACTS (go tool pprof -top FILE).
+		for f in $LOG/$tag.0.prof $LOG/$tag.switch.prof; do
+			[ -s $f ] || continue
+			echo "SWML-BLOB-BEGIN rxe-bench-${f##*/}"
+			base64 <$f
+			echo "SWML-BLOB-END"
+		done
 	}
 	# Message writes: refused before any packet (exit 1, not a timeout).
 	start_switch 4
