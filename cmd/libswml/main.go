@@ -54,6 +54,7 @@ import "C"
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"syscall"
@@ -229,6 +230,22 @@ func swml_world_size(sess C.int64_t) (rc C.int) {
 		return fail(err)
 	}
 	return C.int(s.workers)
+}
+
+// swml_set_threads sets the OS threads that run the library's Go code at
+// once (runtime.GOMAXPROCS) to n, if n ≥ 1, and returns the setting
+// before. The runtime takes GOMAXPROCS from the environment the process
+// started with, not from one changed before the library is loaded: the
+// Python package calls this with its rank's share of the host when a
+// launcher says how many ranks share it (docs/pytorch.md "Launch").
+//
+//export swml_set_threads
+func swml_set_threads(n C.int) (rc C.int) {
+	defer guard(&rc)
+	if n < 1 {
+		return C.int(runtime.GOMAXPROCS(0))
+	}
+	return C.int(runtime.GOMAXPROCS(int(n)))
 }
 
 // swml_wire_bits returns the element width on the wire, 32 or 16, that

@@ -22,9 +22,10 @@ HANG_S = float(os.environ.get("SWML_TEST_HANG_S", "240"))
 
 def rank_env(rank, world, net, master_port, first_addr=2):
     """The environment a launcher gives (RANK, WORLD_SIZE, MASTER_ADDR,
-    MASTER_PORT), plus this rank's NIC address 127.<net>.(first_addr+rank)."""
+    MASTER_PORT; torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE: every rank
+    on this host), plus this rank's NIC address 127.<net>.(first_addr+rank)."""
     os.environ.update(
-        RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+        RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port),
         SWML_ADDR=f"127.{net}.{first_addr + rank}",
     )
