@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/swml-rdma/swml-rdma/aggregation/switchmodel"
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp/memlink"
 )
@@ -59,5 +61,28 @@ func TestSetUpstreamCores(t *testing.T) {
 		if _, bound := sw.table.Load().qpns[qpn]; bound {
 			t.Errorf("receive QPN %#x still bound after RemoveJob", qpn)
 		}
+	}
+}
+
+// TestLeafMetrics: a leaf switch's writes to its spine and the spine
+// results it took are served as swml_switch_upstream_writes_total and
+// swml_switch_spine_results_total, summed over its cores (the pipelines
+// count them: switchmodel's TestLeaf, local's TestTreeBitIdentical).
+func TestLeafMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	sw := newSwitch(t, Config{Addr: addr(31, 1), Cores: 2, Registry: reg})
+	checkMetric(t, reg, "swml_switch_upstream_writes_total", "", "", 0)
+	checkMetric(t, reg, "swml_switch_spine_results_total", "", "", 0)
+	for i, c := range sw.cores {
+		c.mu.Lock()
+		c.eng.pipe.Counters.UpstreamWrites += uint64(10 * (i + 1))
+		c.eng.pipe.Counters.SpineResults += uint64(3 * (i + 1))
+		c.mu.Unlock()
+	}
+	checkMetric(t, reg, "swml_switch_upstream_writes_total", "", "", 30)
+	checkMetric(t, reg, "swml_switch_spine_results_total", "", "", 9)
+	st := sw.Stats()
+	if tot := st.Totals(); tot.UpstreamWrites != 30 || tot.SpineResults != 9 {
+		t.Errorf("final counters: %d writes up, %d spine results; want 30, 9", tot.UpstreamWrites, tot.SpineResults)
 	}
 }

@@ -14,6 +14,7 @@ type collector struct {
 	s *Switch
 
 	packets, bytes, aggregated, retransmissions, completed, unicasts, results, skipped, drops *prometheus.Desc
+	upstreamWrites, spineResults                                                              *prometheus.Desc
 	slotsInUse, slotsAllocated, poolSize, jobs                                                *prometheus.Desc
 	corePackets, cores                                                                        *prometheus.Desc
 	coreLabels                                                                                []string // "0", "1", …
@@ -41,6 +42,8 @@ func newCollector(s *Switch) *collector {
 		results:         d("result_packets_total", "Result packets built (before egress loss)."),
 		skipped:         d("results_skipped_total", "Result packets not sent to a worker QP because they would have followed another message's packet; the worker retransmits."),
 		drops:           d("drops_total", "Packets dropped, by reason.", "reason"),
+		upstreamWrites:  d("upstream_writes_total", "A leaf switch's writes of its completed slots to its spine, first sends and resends (docs/switch.md \"Switch hierarchy\"); 0 on a flat switch."),
+		spineResults:    d("spine_results_total", "Spine results a leaf switch took into its slots, to write down to its workers."),
 		slotsInUse:      d("slots_in_use", "(slot, set) pairs holding a partial aggregation."),
 		slotsAllocated:  d("slots_allocated", "Slots owned by installed jobs."),
 		poolSize:        d("pool_slots", "Aggregation slots of the switch."),
@@ -50,7 +53,7 @@ func newCollector(s *Switch) *collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.aggregated, c.retransmissions, c.completed, c.unicasts,
-		c.results, c.skipped, c.drops, c.slotsInUse, c.slotsAllocated, c.poolSize, c.jobs, c.corePackets, c.cores} {
+		c.results, c.skipped, c.drops, c.upstreamWrites, c.spineResults, c.slotsInUse, c.slotsAllocated, c.poolSize, c.jobs, c.corePackets, c.cores} {
 		ch <- d
 	}
 }
@@ -73,6 +76,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.unicasts, st.Model.Unicasts)
 	counter(c.results, st.Model.ResultPackets)
 	counter(c.skipped, st.Model.ResultsSkipped)
+	counter(c.upstreamWrites, st.Model.UpstreamWrites)
+	counter(c.spineResults, st.Model.SpineResults)
 	for r := switchmodel.DropReason(1); r < switchmodel.NumDropReasons; r++ {
 		counter(c.drops, st.Model.Drops[r], r.String())
 	}
