@@ -61,7 +61,10 @@ func simPlot(path string, doc report) error {
 			path, errPlot, len(workers), len(losses), len(payloads), len(leaves))
 	}
 	r0 := runs[0]
-	setup := fmt.Sprintf("%s links, %s %s per worker, %d B payloads", netlab.FormatRate(uint64(r0.RateBps)), humanBytes(r0.TensorBytes), r0.DType, r0.PacketSize)
+	setup := fmt.Sprintf("%s links, %s %s per worker, %d B payloads, %d QPs", netlab.FormatRate(uint64(r0.RateBps)), humanBytes(r0.TensorBytes), r0.DType, r0.PacketSize, r0.QPs)
+	if r0.Leaves > 0 {
+		setup += fmt.Sprintf(", %d leaves under a spine", r0.Leaves)
+	}
 	sw := plot.Series{Name: "SwitchML", Color: plot.ColorSwitchML}
 	swCeil := plot.Series{Name: "SwitchML ceiling", Color: plot.ColorSwitchML, Dashed: true}
 	ring := plot.Series{Name: "ring", Color: plot.ColorRing}
