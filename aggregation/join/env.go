@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/quant"
@@ -114,4 +115,40 @@ func fromEnv(getenv func(string) string, v *int, name string, envs []string) (n 
 		return n, "$" + e, nil
 	}
 	return 0, "", nil
+}
+
+// LocalSizeEnv are the launchers' counts of a job's processes on this host,
+// in order of precedence: Open MPI's, then torchrun's.
+var LocalSizeEnv = []string{"OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"}
+
+// HostShare is how many threads a rank's Go runtime should run on
+// (runtime.GOMAXPROCS) when a launcher says how many of the job's ranks
+// share this host: the CPUs this process may use ÷ that count, at least 1.
+// 0 — leave the runtime as it is — when GOMAXPROCS is set (the user's
+// choice), when no launcher says, or when what it says is not a count.
+// Each runtime on all of the host's CPUs wakes a second thread whenever a
+// NIC's receive goroutine hands its engine a batch, and with several
+// ranks on one host those threads compete for the same cores
+// (docs/benchmarks.md "One host's CPUs, shared"). getenv is as
+// Explicit.Getenv; nil is os.Getenv. The CLI's worker and libswml follow
+// this one rule.
+func HostShare(getenv func(string) string) int {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if getenv("GOMAXPROCS") != "" {
+		return 0
+	}
+	for _, e := range LocalSizeEnv {
+		s := getenv(e)
+		if s == "" {
+			continue
+		}
+		k, err := strconv.Atoi(s)
+		if err != nil || k < 1 {
+			return 0
+		}
+		return max(1, runtime.NumCPU()/k)
+	}
+	return 0
 }

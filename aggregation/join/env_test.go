@@ -2,6 +2,8 @@ package join
 
 import (
 	"errors"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -54,5 +56,28 @@ func TestMember(t *testing.T) {
 				t.Fatalf("got %+v, want rank %d (%s) of %d (%s), local %d", m, c.rank, c.rankFrom, c.n, c.sizeFrom, c.local)
 			}
 		})
+	}
+}
+
+// TestHostShare: a launcher's count of the ranks on this host gives each
+// its share of the CPUs, at least one thread; GOMAXPROCS, a count that is
+// not one, or no launcher leave the runtime alone.
+func TestHostShare(t *testing.T) {
+	cpus := runtime.NumCPU()
+	for _, tc := range []struct {
+		env  map[string]string
+		want int
+	}{
+		{nil, 0},
+		{map[string]string{"LOCAL_WORLD_SIZE": "2"}, max(1, cpus/2)},
+		{map[string]string{"OMPI_COMM_WORLD_LOCAL_SIZE": strconv.Itoa(4 * cpus)}, 1},
+		{map[string]string{"OMPI_COMM_WORLD_LOCAL_SIZE": "1", "LOCAL_WORLD_SIZE": strconv.Itoa(4 * cpus)}, cpus}, // Open MPI's first
+		{map[string]string{"LOCAL_WORLD_SIZE": "2", "GOMAXPROCS": "3"}, 0},
+		{map[string]string{"LOCAL_WORLD_SIZE": "two"}, 0},
+		{map[string]string{"LOCAL_WORLD_SIZE": "0"}, 0},
+	} {
+		if got := HostShare(func(k string) string { return tc.env[k] }); got != tc.want {
+			t.Errorf("%v: %d threads, want %d", tc.env, got, tc.want)
+		}
 	}
 }

@@ -60,11 +60,20 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/swml-rdma/swml-rdma/aggregation/join"
 )
 
 func main() {}
 
-func init() { getenv = cGetenv }
+func init() {
+	getenv = cGetenv
+	// A launcher's count of the ranks on this host, read when the library
+	// loads (C's environment: what the host program set by then counts).
+	if n := join.HostShare(getenv); n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
+}
 
 // cGetenv reads the C library's current environment (see glue.go getenv).
 func cGetenv(name string) string {
@@ -234,10 +243,10 @@ func swml_world_size(sess C.int64_t) (rc C.int) {
 
 // swml_set_threads sets the OS threads that run the library's Go code at
 // once (runtime.GOMAXPROCS) to n, if n ≥ 1, and returns the setting
-// before. The runtime takes GOMAXPROCS from the environment the process
-// started with, not from one changed before the library is loaded: the
-// Python package calls this with its rank's share of the host when a
-// launcher says how many ranks share it (docs/pytorch.md "Launch").
+// before; n < 1 only reads it. The runtime takes GOMAXPROCS from the
+// environment the process started with; the library sets its rank's
+// share of the host itself when it loads, if a launcher says how many
+// ranks share it (join.HostShare, docs/pytorch.md "Launch").
 //
 //export swml_set_threads
 func swml_set_threads(n C.int) (rc C.int) {

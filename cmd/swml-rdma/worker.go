@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -148,6 +149,10 @@ func runWorker(c *cli.Context) error {
 		return cli.Exit(err.Error(), 2)
 	}
 	log := newLogger(c.App.ErrWriter, level).With("rank", cfg.rank)
+	if n := join.HostShare(nil); n > 0 {
+		runtime.GOMAXPROCS(n) // ranks sharing this host, as a launcher says
+		log.Debug("threads: this rank's share of the host", "gomaxprocs", n)
+	}
 	if path := c.String("cpuprofile"); path != "" {
 		stopProfile, err := startCPUProfile(strings.ReplaceAll(path, "{rank}", strconv.Itoa(cfg.rank)))
 		if err != nil {

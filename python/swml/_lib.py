@@ -138,34 +138,8 @@ def load(path=None):
         for f in ("swml_last_error", "swml_open", "swml_allreduce_async", "swml_wait", "swml_test",
                   "swml_close", "swml_abort", "swml_rank", "swml_world_size", "swml_wire_bits", "swml_set_threads"):
             getattr(lib, f).restype = ctypes.c_int
-        threads = share_of_host()
-        if threads:
-            lib.swml_set_threads(threads)
         _lib, _lib_pid = lib, os.getpid()
         return lib
-
-
-# Launchers' count of the ranks on this host: torchrun's, Open MPI's.
-_LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
-
-
-def share_of_host():
-    """The threads this rank's Go runtime should run on: the CPUs it may
-    use divided by the ranks a launcher says share the host, at least 1;
-    None when GOMAXPROCS is set (the runtime took it at start) or no
-    launcher says. With more ranks than that share each runtime would wake
-    threads that compete for the same cores (docs/pytorch.md "Launch")."""
-    if os.environ.get("GOMAXPROCS"):
-        return None
-    for var in _LOCAL_SIZE_VARS:
-        try:
-            k = int(os.environ.get(var, ""))
-        except ValueError:
-            continue
-        if k >= 1:
-            cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-            return max(1, cpus // k)
-    return None
 
 
 def lib():

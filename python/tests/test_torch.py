@@ -79,19 +79,21 @@ def test_import_registers_backend(tmp_path):
 def test_share_of_host():
     """A launcher's count of the ranks on this host (torchrun's
     LOCAL_WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE) sets the
-    library's Go threads to this rank's share of the CPUs, at least 1;
-    GOMAXPROCS, which the runtime reads at start, wins; without either the
-    runtime keeps its default, every CPU."""
-    code = "import swml; print(swml.load().swml_set_threads(0))"
+    library's Go threads to this rank's share of the CPUs, at least 1, when
+    it loads — also when the count was set in the process before the load
+    (the library reads C's environment); GOMAXPROCS, which the runtime
+    reads at start, wins; without either the runtime keeps every CPU."""
+    query = "import swml; print(swml.load().swml_set_threads(0))"
     cpus = len(os.sched_getaffinity(0))
-    for add, want in (({}, cpus), ({"LOCAL_WORLD_SIZE": "2"}, max(1, cpus // 2)),
-                      ({"OMPI_COMM_WORLD_LOCAL_SIZE": str(4 * cpus)}, 1),
-                      ({"LOCAL_WORLD_SIZE": "2", "GOMAXPROCS": "3"}, 3)):
+    for add, code, want in (({}, query, cpus), ({"LOCAL_WORLD_SIZE": "2"}, query, max(1, cpus // 2)),
+                            ({"OMPI_COMM_WORLD_LOCAL_SIZE": str(4 * cpus)}, query, 1),
+                            ({"LOCAL_WORLD_SIZE": "2", "GOMAXPROCS": "3"}, query, 3),
+                            ({}, "import os; os.environ['LOCAL_WORLD_SIZE'] = '2'; " + query, max(1, cpus // 2))):
         env = {k: v for k, v in os.environ.items() if k not in ("GOMAXPROCS", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")}
         env.update(add)
         r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
-        assert int(r.stdout.strip()) == want, f"{add}: {r.stdout.strip()} threads, want {want}"
+        assert int(r.stdout.strip()) == want, f"{add} {code}: {r.stdout.strip()} threads, want {want}"
 
 
 def test_signal_path_gated_on_torch_version():
