@@ -148,7 +148,14 @@ func HostShare(getenv func(string) string) int {
 		if err != nil || k < 1 {
 			return 0
 		}
-		return max(1, runtime.NumCPU()/k)
+		return ShareOf(k)
 	}
 	return 0
+}
+
+// ShareOf is one of procs processes' share of the CPUs this process may
+// use: the CPUs ÷ procs, at least 1 (HostShare; the network lab gives its
+// processes the same).
+func ShareOf(procs int) int {
+	return max(1, runtime.NumCPU()/max(procs, 1))
 }

@@ -132,7 +132,7 @@ func (r *runner) runDDP(ctx context.Context, lab *netlab.Lab, row *Row) error {
 			"--compute-steps", strconv.Itoa(d.ComputeSteps), "--timeout", strconv.Itoa(int(math.Ceil(r.cfg.Timeout.Seconds()))))
 		cmd.Env = r.ddpEnv(row.System, ctl, lab.WorkerAddrs[i])
 		if row.System == DDPSwml {
-			cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(r.goMaxProcs(lab))) // libswml's runtime
+			cmd.Env = append(cmd.Env, r.goMaxProcsVar(lab)) // libswml's runtime
 		}
 		p, err := startProc(cmd, fmt.Sprintf("%s rank %d", row.System, i))
 		if err != nil {

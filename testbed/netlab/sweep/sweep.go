@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/swml-rdma/swml-rdma/aggregation/join"
 	"github.com/swml-rdma/swml-rdma/testbed/netlab"
 )
 
@@ -160,13 +161,17 @@ func (r *runner) goMaxProcs(lab *netlab.Lab) int {
 	if r.cfg.GoMaxProcs > 0 {
 		return r.cfg.GoMaxProcs
 	}
-	procs := len(lab.Workers)*r.cfg.Jobs + 1 + len(lab.Leaves)
-	return max(1, runtime.NumCPU()/procs)
+	return join.ShareOf(len(lab.Workers)*r.cfg.Jobs + 1 + len(lab.Leaves))
+}
+
+// goMaxProcsVar is the GOMAXPROCS variable of a Go process of a row in lab.
+func (r *runner) goMaxProcsVar(lab *netlab.Lab) string {
+	return "GOMAXPROCS=" + strconv.Itoa(r.goMaxProcs(lab))
 }
 
 // goEnv is the environment of a Go process of a row in lab.
 func (r *runner) goEnv(lab *netlab.Lab) []string {
-	return append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(r.goMaxProcs(lab)))
+	return append(os.Environ(), r.goMaxProcsVar(lab))
 }
 
 func (r *runner) progress(row *Row, done bool) {

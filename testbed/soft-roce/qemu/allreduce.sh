@@ -557,7 +557,9 @@ rxe-bench)
 		stop_switch
 		unset GOMAXPROCS
 		# Go CPU profiles of rank 0 and the switch, as blobs: harness.sh
-		# writes them to $SWML_ARTIFACTS (go tool pprof -top FILE).
+		# writes them to $SWML_ARTIFACTS (go tool pprof -top FILE). The
+		# format of guest-init.sh's blob, whose busybox sh cannot export
+		# the function to this bash.
 		for f in $LOG/$tag.0.prof $LOG/$tag.switch.prof; do
 			[ -s $f ] || continue
 			echo "SWML-BLOB-BEGIN rxe-bench-${f##*/}"
