@@ -32,9 +32,11 @@ type engine struct {
 	shifts   []*rdma.CRCShift // by payload size, for sealing broadcasts
 
 	// sched orders out[:nout] for GSO (schedule); qpns[i] is the
-	// destination QP of out[i], its stream.
+	// destination QP of out[i], its stream, and ends[i] whether out[i]
+	// ends its message.
 	sched udp.Scheduler
 	qpns  []uint32
+	ends  []bool
 }
 
 // maxFlows bounds each flow cache; packets of further flows (only possible
@@ -113,6 +115,7 @@ func (e *engine) grow(n int) {
 	}
 	e.out = out
 	e.qpns = append(e.qpns, make([]uint32, n-len(e.qpns))...)
+	e.ends = append(e.ends, make([]bool, n-len(e.ends))...)
 	e.sched.Reserve(n)
 }
 
@@ -279,15 +282,19 @@ func (e *engine) seal(m *udp.Msg, pl int, shift *rdma.CRCShift, payloadCRC uint3
 // datagrams as possible (udp.Scheduler): grouped by destination, and within
 // a destination the packets of its QPs merged in rounds of equal size
 // (every QP's FIRSTs, then every QP's MIDDLEs, then its LASTs, …), each
-// round the size at the head of the first QP with packets left. Each
-// (destination, QP) keeps its own order, which is all UC needs: its PSNs
-// stay in sequence. The result is out itself or the scheduler's copy (the
-// Msgs share buffers with out), valid until the next call.
+// round the size most QPs have at their head. Each (destination, QP) keeps
+// its own order, which is all UC needs: its PSNs stay in sequence; and the
+// packets that end a result message (LAST, ONLY) keep the order in which
+// their slots completed, so a worker's results complete in the order the
+// switch completed them (its RACK takes a result that overtakes another
+// for evidence of loss). The result is out itself or the scheduler's copy
+// (the Msgs share buffers with out), valid until the next call.
 func (e *engine) schedule() []udp.Msg {
 	out := e.out[:e.nout]
-	qpns := e.qpns[:e.nout]
+	qpns, ends := e.qpns[:e.nout], e.ends[:e.nout]
 	for i := range out {
-		qpns[i] = rdma.BTH(out[i].Bytes()).DestQP()
+		bth := rdma.BTH(out[i].Bytes())
+		qpns[i], ends[i] = bth.DestQP(), bth.Opcode().IsLast()
 	}
-	return e.sched.Order(out, qpns)
+	return e.sched.Order(out, qpns, ends)
 }

@@ -174,7 +174,7 @@ func New(cfg Config) (*Switch, error) {
 		if cfg.Endpoint != nil {
 			cfg.Endpoint.Close()
 		}
-		return nil, fmt.Errorf("swswitch: Config.Cores %d: use 1 to %d (0: GOMAXPROCS up to %d)", cfg.Cores, MaxCores, DefaultMaxCores)
+		return nil, fmt.Errorf("swswitch: Config.Cores %d: use 1 to %d (0: one; more than %d is rarely useful)", cfg.Cores, MaxCores, DefaultMaxCores)
 	}
 	conns, err := newSwitchEndpoints(&cfg)
 	if err != nil {

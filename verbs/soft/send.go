@@ -19,6 +19,7 @@ type txQueue struct {
 	bufLen  int       // the size new buffers get
 	msgs    []udp.Msg // msgs[:n] are queued
 	streams []uint32  // the sending QPN of each queued packet
+	ends    []bool    // whether each queued packet ends its message
 	n       int
 	done    []sendDone // signaled work requests completed by the next flush
 	sched   udp.Scheduler
@@ -40,6 +41,7 @@ func (t *txQueue) init(batch int) {
 	t.bufs = make([][]byte, n)
 	t.msgs = make([]udp.Msg, n)
 	t.streams = make([]uint32, n)
+	t.ends = make([]bool, n)
 }
 
 // reserve makes sure the queue's buffers hold packets of n bytes; the
@@ -166,6 +168,7 @@ func (q *QP) sendOne(wr *verbs.SendWR) error {
 		}
 		t.msgs[t.n] = udp.Msg{Buf: pkt, N: len(pkt), Addr: q.remote}
 		t.streams[t.n] = q.qpn
+		t.ends[t.n] = k == npk-1
 		t.n++
 		bytes += uint64(len(pkt))
 	}
@@ -184,7 +187,7 @@ func (d *Device) flushLocked() error {
 	t := &d.tx
 	var err error
 	if t.n > 0 {
-		out := t.sched.Order(t.msgs[:t.n], t.streams[:t.n])
+		out := t.sched.Order(t.msgs[:t.n], t.streams[:t.n], t.ends[:t.n])
 		_, err = d.conn.WriteBatch(out)
 		t.n = 0
 	}

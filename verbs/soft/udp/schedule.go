@@ -12,6 +12,17 @@ import "net/netip"
 // about three datagrams whatever the number of streams. Each stream keeps
 // its own order, which is all UC needs: its PSNs stay in sequence.
 //
+// The packets that end a message (LAST or ONLY) also keep their order
+// across a destination's streams, so the receiver sees messages complete
+// in the order they were posted. A merged round may otherwise send one
+// stream's LAST before an older message's: a batch that begins in the
+// middle of one QP's message and holds another QP's whole message sends the
+// younger message's FIRST first (the larger size wins the vote), its QP
+// then heads the round of LASTs, and the younger message completes first.
+// A worker's RACK takes a result that overtakes another for evidence of
+// loss (results of one ordering group come back in order), so such a swap
+// costs a spurious resend.
+//
 // The zero value is ready to use; it allocates only when a batch is larger,
 // or has more destinations or streams, than any before. Not safe for
 // concurrent use.
@@ -23,6 +34,7 @@ type Scheduler struct {
 	addrs  []netip.AddrPort // dests[i]'s address
 	queues []schedList      // a destination's streams' packets, through next
 	ids    []uint32         // queues[i]'s stream
+	endAt  []int            // the indexes of a destination's message ends, in order
 }
 
 // schedList is a list of packets of a batch, linked through one of
@@ -41,11 +53,12 @@ func (s *Scheduler) Reserve(n int) {
 }
 
 // Order returns msgs reordered as described for Scheduler; streams[i] names
-// the ordered stream msgs[i] belongs to (with its destination). The result
-// is msgs itself when no reordering can help, otherwise the Scheduler's own
-// slice, valid until the next call; the Msgs are copied and share their
-// buffers with msgs.
-func (s *Scheduler) Order(msgs []Msg, streams []uint32) []Msg {
+// the ordered stream msgs[i] belongs to (with its destination), and ends[i]
+// says whether msgs[i] ends a message (nil: none does). The result is msgs
+// itself when no reordering can help, otherwise the Scheduler's own slice,
+// valid until the next call; the Msgs are copied and share their buffers
+// with msgs.
+func (s *Scheduler) Order(msgs []Msg, streams []uint32, ends []bool) []Msg {
 	n := len(msgs)
 	if n <= 2 {
 		return msgs
@@ -78,7 +91,7 @@ func (s *Scheduler) Order(msgs []Msg, streams []uint32) []Msg {
 	for _, d := range s.dests {
 		// The destination's per-stream queues, in order of first
 		// appearance.
-		s.queues, s.ids = s.queues[:0], s.ids[:0]
+		s.queues, s.ids, s.endAt = s.queues[:0], s.ids[:0], s.endAt[:0]
 		left := 0
 		q := 0
 		for i := d.head; i >= 0; i = s.dnext[i] {
@@ -90,17 +103,50 @@ func (s *Scheduler) Order(msgs []Msg, streams []uint32) []Msg {
 			} else {
 				s.next[s.queues[q].tail], s.queues[q].tail = i, i
 			}
+			if ends != nil && ends[i] {
+				s.endAt = append(s.endAt, i)
+			}
 		}
+		// oldest: s.endAt[oldest] is the destination's oldest message end
+		// not sent yet; an end goes only when it is the oldest.
+		oldest := 0
+		size := -1
 		for left > 0 {
-			size := s.roundSize(msgs)
-			for qi := range s.queues {
-				q := &s.queues[qi]
-				for q.head >= 0 && msgs[q.head].N == size {
-					s.sorted[k] = msgs[q.head]
-					k++
-					left--
-					q.head = s.next[q.head]
+			if size < 0 {
+				size = s.roundSize(msgs)
+			}
+			sent := 0
+			// A stream held at an end may go once another's older end
+			// went: pass over the streams again.
+			for again := true; again; {
+				held, endSent := false, false
+				for qi := range s.queues {
+					q := &s.queues[qi]
+					for q.head >= 0 && msgs[q.head].N == size {
+						if ends != nil && ends[q.head] {
+							if q.head != s.endAt[oldest] {
+								held = true
+								break
+							}
+							oldest++
+							endSent = true
+						}
+						s.sorted[k] = msgs[q.head]
+						k++
+						sent++
+						q.head = s.next[q.head]
+					}
 				}
+				again = held && endSent
+			}
+			left -= sent
+			size = -1
+			if sent == 0 {
+				// Every head of the voted size is an end that waits for
+				// an older one: the stream that holds the oldest end
+				// sends what comes before it (or the end itself).
+				q := schedFind(s.ids, streams[s.endAt[oldest]], 0)
+				size = msgs[s.queues[q].head].N
 			}
 		}
 	}
