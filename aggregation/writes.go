@@ -36,6 +36,11 @@ type adaptState struct {
 	signal  atomic.Bool // this worker has seen loss in the call: e1 = 1 from now on
 	heard   atomic.Bool // a result of the call carried e1 ≠ 0
 	pktRuns int         // calls in a row that sent packet writes
+	// probeEvery is how many packet-write calls come before a probe with
+	// message writes (0: probeMessageWrites); probing: the call running
+	// (or the last one) is such a probe.
+	probeEvery int
+	probing    bool
 	// lastHeard: a result of the call before carried e1 ≠ 0.
 	lastHeard bool
 }
@@ -50,9 +55,20 @@ const (
 	// above what reordering alone makes RACK find without loss, so that
 	// only loss switches the job to packet writes.
 	lossyFastRetransmits = 64
-	// probeMessageWrites: in a run of packet-write calls, every this many
-	// calls goes back to message writes to see whether the loss is over.
+	// probeMessageWrites: in a run of packet-write calls, after this many
+	// calls one goes back to message writes to see whether the loss is
+	// over. Each probe that hears loss doubles the run before the next,
+	// up to maxProbeInterval calls; a clean one ends the run.
 	probeMessageWrites = 16
+	// maxProbeInterval bounds the run of packet-write calls between
+	// probes. Under lasting loss a probe costs far more than a call with
+	// packet writes — with message writes a slot's result comes back only
+	// if none of its n+1 messages lost a packet of its 16, so at 32
+	// workers and 1 % loss a probe took 60–250× a packet-write call
+	// (docs/benchmarks.md "Loss at 64 workers") — and at this interval the
+	// probes cost a few percent; a network whose loss has ended goes back
+	// to message writes within this many calls.
+	maxProbeInterval = 1024
 	// e1Loss is the immediate's e1 of a message sent after its worker saw
 	// loss in the call (0 otherwise, as p4app-switchML's workers send).
 	e1Loss int8 = 1
@@ -62,9 +78,11 @@ const (
 // (Config.Writes) and starts the call's loss signal (adaptState).
 // AdaptiveWrites: message writes cost the least CPU and are the right
 // choice without loss; after a call whose results said some worker saw
-// loss, the next ones send packet writes, and every probeMessageWrites-th
-// of them tries message writes again. Every worker of the job hears the
-// same results and counts the same calls, so all decide alike.
+// loss, the next ones send packet writes, and after probeMessageWrites of
+// them one tries message writes again; a probe that hears loss doubles
+// the run before the next (up to maxProbeInterval). Every worker of the
+// job hears the same results and counts the same calls, so all decide
+// alike.
 func (s *Session) chooseWrites(msgs int) bool {
 	a := &s.adapt
 	lossy := a.heard.Load()
@@ -83,14 +101,26 @@ func (s *Session) chooseWrites(msgs int) bool {
 	case MessageWrites:
 		return false
 	}
+	if a.probeEvery == 0 {
+		a.probeEvery = probeMessageWrites
+	}
 	if !s.pktWrites {
-		a.pktRuns = 0
+		// The last call sent message writes: a probe, or a call of a
+		// loss-free run.
+		switch {
+		case !lossy:
+			a.probeEvery = probeMessageWrites
+		case a.probing:
+			a.probeEvery = min(2*a.probeEvery, maxProbeInterval)
+		}
+		a.probing, a.pktRuns = false, 0
 		return lossy
 	}
 	// Packet writes lose little to loss, and RACK's count under them
 	// says little about it: probe with message writes now and then.
 	a.pktRuns++
-	return a.pktRuns%probeMessageWrites != 0
+	a.probing = a.pktRuns >= a.probeEvery
+	return !a.probing
 }
 
 // lossSignal is the e1 of a message sent now (adaptState): e1Loss once

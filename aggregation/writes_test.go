@@ -83,8 +83,10 @@ func TestMixedWrites(t *testing.T) {
 
 // TestChooseWrites walks AdaptiveWrites' decisions: message writes while no
 // result of the last call carried the loss signal, packet writes after a
-// call one of whose results did, a probe with message writes every 16th
-// packet-write call, and back to packet writes if the probe heard loss. A
+// call one of whose results did, a probe with message writes after 16
+// packet-write calls, back to packet writes if the probe heard loss, with
+// twice as many calls before the next probe (up to 1024), and the next
+// run of packet writes after a clean probe probing after 16 again. A
 // worker signals loss (e1) once RACK found one in 64 of the call's
 // messages lost.
 func TestChooseWrites(t *testing.T) {
@@ -133,7 +135,44 @@ func TestChooseWrites(t *testing.T) {
 	if !call(true) { // the probe heard loss
 		t.Fatal("message writes after a probe that heard loss")
 	}
+	// Each probe that hears loss doubles the run before the next, up to
+	// maxProbeInterval.
+	for every := 2 * probeMessageWrites; ; every = min(2*every, maxProbeInterval) {
+		for i := 1; i < every; i++ {
+			if !call(false) {
+				t.Fatalf("packet-write call %d of a run of %d: message writes before the probe", i, every)
+			}
+		}
+		if call(false) {
+			t.Fatalf("no probe with message writes after %d packet-write calls", every)
+		}
+		if every == maxProbeInterval {
+			break
+		}
+		if !call(true) {
+			t.Fatal("message writes after a probe that heard loss")
+		}
+	}
+	// That probe was clean: message writes from here on, and the next
+	// run of packet writes probes after probeMessageWrites calls again.
+	for i := range 2 {
+		if call(false) {
+			t.Fatalf("call %d after a clean probe sends packet writes", i)
+		}
+	}
+	if !call(true) {
+		t.Fatal("message writes after a call whose results carried the loss signal")
+	}
 	for i := 1; i < probeMessageWrites; i++ {
+		call(false)
+	}
+	if call(false) {
+		t.Fatalf("after a clean probe, no probe after %d packet-write calls", probeMessageWrites)
+	}
+	if !call(true) {
+		t.Fatal("message writes after a probe that heard loss")
+	}
+	for i := 1; i < 2*probeMessageWrites; i++ {
 		call(false)
 	}
 	for i := range 2 {

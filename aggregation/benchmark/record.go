@@ -8,19 +8,22 @@ import "time"
 // workers' records and writes its rows (docs/netlab.md "Output").
 
 // Times are a measurement's times as the reports write them: the median,
-// minimum and maximum time per all-reduce, and the tensor elements and bits
-// per second at the median.
+// minimum, maximum and mean time per all-reduce, and the tensor elements
+// and bits per second at the median. The mean is what a job of many calls
+// pays on average, rare slow calls included (absent where the times of
+// different ranks were combined: TimesOf).
 type Times struct {
 	MedianNs  int64   `json:"median_ns"`
 	MinNs     int64   `json:"min_ns"`
 	MaxNs     int64   `json:"max_ns"`
+	MeanNs    int64   `json:"mean_ns,omitempty"`
 	ATEPerSec float64 `json:"ate_per_s"`
 	Gbps      float64 `json:"gbit_per_s"`
 }
 
 // Times is s as a record.
 func (s Summary) Times() Times {
-	return Times{MedianNs: int64(s.Median), MinNs: int64(s.Min), MaxNs: int64(s.Max), ATEPerSec: s.ATEPerSec, Gbps: s.Gbps}
+	return Times{MedianNs: int64(s.Median), MinNs: int64(s.Min), MaxNs: int64(s.Max), MeanNs: int64(s.Mean), ATEPerSec: s.ATEPerSec, Gbps: s.Gbps}
 }
 
 // TimesOf is the record of an all-reduce of elements 4-byte elements taking

@@ -270,7 +270,7 @@ func Run(ctx context.Context, reducers []AllReducer, cfg Config) (Result, error)
 
 // Summary is what a benchmark reports of a run's times.
 type Summary struct {
-	Median, Min, Max time.Duration
+	Median, Min, Max, Mean time.Duration
 	// ATEPerSec is all-reduced tensor elements per second at the median
 	// time, Gbps the tensor's bits per second (4-byte elements).
 	ATEPerSec, Gbps float64
@@ -285,6 +285,11 @@ func Summarize(times []time.Duration, elements int) Summary {
 	}
 	t := slices.Sorted(slices.Values(times))
 	s := Summary{Min: t[0], Max: t[len(t)-1], Median: t[len(t)/2]}
+	var sum time.Duration
+	for _, d := range t {
+		sum += d
+	}
+	s.Mean = sum / time.Duration(len(t))
 	med := s.Median.Seconds()
 	s.ATEPerSec = float64(elements) / med
 	s.Gbps = float64(elements) * 4 * 8 / med / 1e9

@@ -208,8 +208,8 @@ func sweepWorkers(t *testing.T, loud bool, doc *report, workers []int, base Conf
 		wall := time.Since(start)
 		doc.Runs = append(doc.Runs, runReport{Report: rep, WallNs: int64(wall)})
 		if loud {
-			fmt.Fprintf(os.Stderr, "sim: %s: %v virtual per all-reduce, %.3g ATE/s, %.3f of the ceiling %.3g (efficiency %.3f, computed %.3f), %d resends, %.1fs wall\n",
-				name, time.Duration(rep.MedianNs), rep.ATEPerSec, rep.OfCeiling, rep.CeilingATEPerSec, rep.MeasuredEfficiency, rep.Efficiency, rep.Retransmissions, wall.Seconds())
+			fmt.Fprintf(os.Stderr, "sim: %s: %v virtual per all-reduce (mean %v), %.3g ATE/s, %.3f of the ceiling %.3g (efficiency %.3f, computed %.3f), %d resends, %.1fs wall\n",
+				name, time.Duration(rep.MedianNs), time.Duration(rep.MeanNs), rep.ATEPerSec, rep.OfCeiling, rep.CeilingATEPerSec, rep.MeasuredEfficiency, rep.Efficiency, rep.Retransmissions, wall.Seconds())
 		}
 		if r := rep.Ring; loud && r != nil {
 			fmt.Fprintf(os.Stderr, "sim: %s: ring %v virtual per all-reduce, %.3g ATE/s, %.3f of its ceiling %.3g; SwitchML %.2fx the ring\n",
