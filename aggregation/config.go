@@ -176,11 +176,13 @@ type Config struct {
 type Writes int
 
 const (
-	// AdaptiveWrites sends message writes until a call shows loss (a
-	// worker's RACK found at least one message in 64 lost, and it told
-	// the others through the switch in e1), then packet writes, trying
-	// message writes again every 16th call; every worker of the job
-	// decides alike (docs/protocol.md). Without per-packet recovery
+	// AdaptiveWrites sends packet writes in the session's first call,
+	// then message writes until a call shows loss (a worker's RACK found
+	// at least one message in 64 lost, and it told the others through
+	// the switch in e1), then packet writes, trying message writes again
+	// after 16 calls, and after twice as many each time the try still
+	// shows loss (up to 1024); every worker of the job decides alike
+	// (docs/protocol.md). Without per-packet recovery
 	// (WholeMessageResend, or more than 64 packets per message) it is
 	// MessageWrites.
 	AdaptiveWrites Writes = iota

@@ -236,9 +236,9 @@ type engine struct {
 	// doorbell is set when messages are staged on a QP and not yet sent
 	// (send.go: transmit, ringDoorbell).
 	doorbell verbs.StagedSender
-	// fastAtCall is the lane's fast retransmissions when the call started
-	// (writes.go, lossSignal).
-	fastAtCall uint64
+	// lossFound counts the call's fast retransmissions on evidence that
+	// only loss makes (rack.go, fastRetransmit; writes.go, lossSignal).
+	lossFound uint64
 }
 
 // scratch is the memory a lane's passes fill and reuse: sized once at

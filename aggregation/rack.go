@@ -177,10 +177,24 @@ func (s *lane) evidenceUpTo(st *qpState) int {
 // (st.queued): another copy would only queue behind them, and its send
 // completion wakes the engine to look again (docs/protocol.md "Loss
 // recovery, step by step").
+//
+// Evidence that only loss makes counts toward the call's loss signal
+// (lossSignal): a later message's result back first, with message
+// writes, or a gap among a message's packet results. A tail late by the
+// pace of its message's first results does not: a queue that carries
+// several messages' results interleaves them (their slots complete as
+// the slowest worker's packets arrive, and its messages may be in another
+// order than this worker's), which holds a tail back without any loss,
+// and a session's first call, with every QP in flight, does that behind
+// a shaped link's queue.
 func (s *lane) fastRetransmit(st *qpState, now time.Time) error {
 	if st.queued > 0 {
 		return nil // as retransmit; its send completion wakes the engine
 	}
 	s.stats.fastRetransmissions.Add(1)
-	return s.resendUpTo(st, now, s.evidenceUpTo(st))
+	upto := s.evidenceUpTo(st)
+	if p := &st.pkts; !s.pktWrites || !p.above.IsZero() && p.firstMissing() < p.hi {
+		s.eng.lossFound++
+	}
+	return s.resendUpTo(st, now, upto)
 }

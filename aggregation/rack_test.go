@@ -50,7 +50,10 @@ func TestRACKOrderGroups(t *testing.T) {
 // results of QPs of different cores overtake each other; the controller
 // tells the workers which QPs share a core, and RACK takes no evidence
 // across cores, so a loss-free job resends nothing on evidence and its
-// adaptive writes stay message writes. (Taking every QP for one group, as
+// adaptive writes stay message writes after the session's first call
+// (packet writes, judged by their own packets; a tail held back behind
+// another core's results may be resent there, and is no evidence of
+// loss: fastRetransmit). (Taking every QP for one group, as
 // before the groups, such jobs resent on false evidence and turned to
 // packet writes without any loss.)
 func TestCoresOrderGroups(t *testing.T) {
@@ -72,10 +75,16 @@ func TestCoresOrderGroups(t *testing.T) {
 				t.Fatalf("order groups %v: want %d QPs in %d groups", groups, q, cores)
 			}
 			in := gradients(uint64(net), n, 64*ppm*1024/4)
-			for range 6 {
+			first := make([]uint64, n) // fast retransmissions in the first call
+			for call := range 6 {
 				out := clone2(in)
 				noErrors(t, j.allReduce(context.Background(), out))
 				checkSums(t, in, out, ppm*1024/4)
+				if call == 0 {
+					for r, w := range j.workers {
+						first[r] = w.sess.Stats().FastRetransmissions
+					}
+				}
 			}
 			busy := 0
 			for _, p := range c.sw.Stats().CorePackets {
@@ -88,9 +97,9 @@ func TestCoresOrderGroups(t *testing.T) {
 			}
 			for r, w := range j.workers {
 				st := w.sess.Stats()
-				if st.FastRetransmissions != 0 || st.PacketWriteCalls != 0 {
-					t.Errorf("rank %d, no loss: %d resends on evidence, %d calls of packet writes; want none: %+v",
-						r, st.FastRetransmissions, st.PacketWriteCalls, st)
+				if fast := st.FastRetransmissions - first[r]; fast != 0 || st.PacketWriteCalls != 1 {
+					t.Errorf("rank %d, no loss: %d resends on evidence after the first call, %d calls of packet writes; want none, and packet writes in the session's first call only: %+v",
+						r, fast, st.PacketWriteCalls, st)
 				}
 			}
 		})

@@ -41,6 +41,8 @@ type adaptState struct {
 	// (or the last one) is such a probe.
 	probeEvery int
 	probing    bool
+	// opening: the session's first call, which sends packet writes.
+	opening bool
 	// lastHeard: a result of the call before carried e1 ≠ 0.
 	lastHeard bool
 }
@@ -51,7 +53,8 @@ func (a *adaptState) lossy() bool { return a.signal.Load() || a.heard.Load() || 
 
 const (
 	// lossyFastRetransmits: a worker has seen loss in a call once RACK
-	// found one message in this many of the call's messages lost. Far
+	// found one message in this many of the call's messages lost, on
+	// evidence only loss makes (fastRetransmit). Far
 	// above what reordering alone makes RACK find without loss, so that
 	// only loss switches the job to packet writes.
 	lossyFastRetransmits = 64
@@ -77,18 +80,19 @@ const (
 // chooseWrites decides whether the call starting now sends packet writes
 // (Config.Writes) and starts the call's loss signal (adaptState).
 // AdaptiveWrites: message writes cost the least CPU and are the right
-// choice without loss; after a call whose results said some worker saw
-// loss, the next ones send packet writes, and after probeMessageWrites of
-// them one tries message writes again; a probe that hears loss doubles
-// the run before the next (up to maxProbeInterval). Every worker of the
-// job hears the same results and counts the same calls, so all decide
-// alike.
+// choice without loss; the session's first call sends packet writes (it
+// knows nothing of the loss yet); after a call whose results said some
+// worker saw loss, the next ones send packet writes, and after
+// probeMessageWrites of them one tries message writes again; a probe that
+// hears loss doubles the run before the next (up to maxProbeInterval).
+// Every worker of the job hears the same results and counts the same
+// calls, so all decide alike.
 func (s *Session) chooseWrites(msgs int) bool {
 	a := &s.adapt
 	lossy := a.heard.Load()
 	a.msgs, a.lastHeard = msgs, lossy
 	for _, l := range s.lanes {
-		l.eng.fastAtCall = l.stats.fastRetransmissions.Load()
+		l.eng.lossFound = 0
 	}
 	a.signal.Store(false)
 	a.heard.Store(false)
@@ -102,7 +106,24 @@ func (s *Session) chooseWrites(msgs int) bool {
 		return false
 	}
 	if a.probeEvery == 0 {
-		a.probeEvery = probeMessageWrites
+		// The session's first call: packet writes, whatever the network.
+		// Nothing is known of its loss yet, and message writes are the
+		// costly guess: under loss a slot's result comes back only if
+		// none of the n+1 messages that carry it lost a packet, so the
+		// first call of 32 workers at 1 % loss took seconds where the
+		// calls after it took a millisecond (docs/benchmarks.md "Loss at
+		// 64 workers"); packet writes cost a loss-free network a few
+		// percent, once.
+		a.probeEvery, a.opening = probeMessageWrites, true
+		return true
+	}
+	if a.opening {
+		// After the first call: message writes unless it heard loss,
+		// then the run of packet writes goes on as after any lossy call.
+		a.opening = false
+		if !lossy {
+			return false
+		}
 	}
 	if !s.pktWrites {
 		// The last call sent message writes: a probe, or a call of a
@@ -131,7 +152,7 @@ func (s *Session) chooseWrites(msgs int) bool {
 // cores write. Any lane's finding is the worker's (a.signal).
 func (s *lane) lossSignal() int8 {
 	a := &s.adapt
-	found := (s.stats.fastRetransmissions.Load() - s.eng.fastAtCall) * lossyFastRetransmits * uint64(len(s.lanes))
+	found := s.eng.lossFound * lossyFastRetransmits * uint64(len(s.lanes))
 	if !a.signal.Load() && found >= uint64(max(a.msgs, 1)) {
 		a.signal.Store(true)
 	}

@@ -81,8 +81,9 @@ func TestMixedWrites(t *testing.T) {
 	b.check(t, j, 3, fmt.Sprintf("mixed job (%v writes)", writes))
 }
 
-// TestChooseWrites walks AdaptiveWrites' decisions: message writes while no
-// result of the last call carried the loss signal, packet writes after a
+// TestChooseWrites walks AdaptiveWrites' decisions: packet writes in the
+// session's first call, then message writes while no result of the last
+// call carried the loss signal (a lossy first call: below), packet writes after a
 // call one of whose results did, a probe with message writes after 16
 // packet-write calls, back to packet writes if the probe heard loss, with
 // twice as many calls before the next probe (up to 1024), and the next
@@ -102,16 +103,19 @@ func TestChooseWrites(t *testing.T) {
 		s.pktWrites = s.chooseWrites(640)
 		return s.pktWrites
 	}
+	if !call(false) {
+		t.Fatal("the session's first call sends message writes")
+	}
 	if call(false) {
-		t.Fatal("the first call sends packet writes")
+		t.Fatal("packet writes after a first call whose results carried no loss signal")
 	}
 	for i := range 9 {
-		s.stats.fastRetransmissions.Add(1)
+		s.eng.lossFound++ // a fast retransmission on evidence of loss (fastRetransmit)
 		if e1 := s.lossSignal(); e1 != 0 {
 			t.Fatalf("loss signal e1 = %d after %d fast retransmissions in a call of 640 messages", e1, i+1)
 		}
 	}
-	s.stats.fastRetransmissions.Add(1)
+	s.eng.lossFound++
 	if e1 := s.lossSignal(); e1 != e1Loss {
 		t.Fatalf("loss signal e1 = %d after 10 fast retransmissions in a call of 640 messages, want %d", e1, e1Loss)
 	}
@@ -179,6 +183,20 @@ func TestChooseWrites(t *testing.T) {
 		if call(false) {
 			t.Fatalf("call %d after a clean probe sends packet writes", i)
 		}
+	}
+
+	// A first call that heard loss goes on with packet writes, and its
+	// run probes after 16 of them, as after any lossy call.
+	s = oneLane(&Session{})
+	s.pktBits = 4
+	s.pktWrites = s.chooseWrites(640)
+	for i := 1; i < probeMessageWrites; i++ {
+		if !call(i == 1) {
+			t.Fatalf("call %d after a first call that heard loss: message writes", i)
+		}
+	}
+	if call(false) {
+		t.Fatalf("no probe after a lossy first call and %d packet-write calls", probeMessageWrites-1)
 	}
 
 	for _, tc := range []struct {
@@ -407,9 +425,10 @@ func TestPacketWriteLossEvidence(t *testing.T) {
 // TestAgreedWrites (adaptState): AdaptiveWrites workers choose the same
 // writes in every call, though only one of them sees loss, and the
 // switch's result streams never break while the mode changes. In the
-// first call every multi-packet result to rank 1 on QP 0 loses a packet
+// first call with message writes (the second: the session's first sends
+// packet writes) every multi-packet result to rank 1 on QP 0 loses a packet
 // (RACK finds it, rank 1 signals loss in e1); the other ranks see no loss
-// of their own, yet every rank sends packet writes from the second call
+// of their own, yet every rank sends packet writes from the next call
 // on, message writes again at the probe, and stays with them once the
 // probe is clean. Deciding alone, rank 1 would send packet writes into
 // the others' message writes.
@@ -428,20 +447,25 @@ func TestAgreedWrites(t *testing.T) {
 	cfg.SessionID = 45
 	cfg.Writes = AdaptiveWrites
 	j := openJob(t, c.ctlAddr, lossBenchWorkers, cfg, c.device(10))
-	calls := probeMessageWrites + 3
+	calls := probeMessageWrites + 4
 	wantRuns := 0 // packet-write calls so far, on every rank
 	for call := range calls {
 		b.check(t, j, 1, fmt.Sprintf("call %d", call))
-		lossy.Store(false)
-		if call >= 1 && call <= probeMessageWrites {
-			wantRuns++ // the lossy first call's packet writes, up to the probe
+		if call == 1 {
+			lossy.Store(false)
+		}
+		if call == 0 || call >= 2 && call <= probeMessageWrites+1 {
+			// The session's first call (one-packet messages: nothing
+			// lost), then the lossy second call's packet writes, up
+			// to the probe.
+			wantRuns++
 		}
 		for r, w := range j.workers {
 			st := w.sess.Stats()
 			if st.PacketWriteCalls != uint64(wantRuns) {
 				t.Fatalf("after call %d rank %d sent packet writes in %d calls, want %d (every rank alike): %+v", call, r, st.PacketWriteCalls, wantRuns, st)
 			}
-			if call == 0 {
+			if call == 1 {
 				t.Logf("rank %d after the lossy call: %+v", r, st)
 			}
 		}

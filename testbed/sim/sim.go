@@ -250,8 +250,11 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	// Every packet in flight towards an endpoint holds a slot of its
 	// receive queue: the switch's must hold every worker's window, a
 	// leaf's its workers' and the spine's results, and a datagram is at
-	// most a packet with its RoCE headers.
-	window := s.QPs * s.PacketsPerMessage
+	// most a packet with its RoCE headers. A window counts twice: under
+	// loss, packet writes may resend a packet whose first copy is still
+	// on its way (a tail resent when its results stopped coming at their
+	// pace).
+	window := 2 * s.QPs * s.PacketsPerMessage
 	link := memlink.LinkConfig{Rate: cfg.Rate, Overhead: udpFrame + cfg.Framing, Queue: cfg.Queue, Delay: cfg.Delay, Loss: cfg.Loss}
 	// Links between workers (the ring's) pass the switch: twice the delay.
 	peer := link
