@@ -506,7 +506,7 @@ func TestSwitchGone(t *testing.T) {
 // (switchmodel.RDMASender, docs/protocol.md): rank 1's packets 2 and 3 reach
 // the switch only after the first packet of rank 0's resend, so rank 0's
 // resend arrives while the broadcast of the message to rank 0 is open at
-// packet 1. The switch must not cut into it (issue 24): the unicast answers
+// packet 1. The switch must not cut into it (switchmodel.RDMASender): the unicast answers
 // FIRST(0) and MIDDLE(1) are skipped for rank 0, the broadcast MIDDLE(2),
 // LAST(3) complete the message rank 0 already holds the start of, and the
 // unicast answers to the rest of its resend (behind a closed stream) are

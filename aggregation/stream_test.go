@@ -9,7 +9,7 @@ import (
 	"github.com/swml-rdma/swml-rdma/verbs/soft/udp/memlink"
 )
 
-// TestSoftResultStream (issue 24) runs the real NICs and the real switch
+// TestSoftResultStream runs the real NICs and the real switch
 // over in-memory links that lose nothing but make the workers' timers fire
 // while the switch is still sending a message — a slow peer, or links
 // shaped to 200 Mbit/s whose queues hold a whole round — and checks every

@@ -297,7 +297,7 @@ func TestClientPoolShare(t *testing.T) {
 	}
 }
 
-// Issue #22: p4app workers never end their session; a new p4app job's
+// p4app workers never end their session; a new p4app job's
 // rank 0 ends the p4app jobs in its way, as p4app's controller does, and
 // never a job of swml-rdma workers.
 func TestP4AppBackToBack(t *testing.T) {

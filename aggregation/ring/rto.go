@@ -19,7 +19,7 @@ import (
 // repaired by the fast retransmit as acknowledgements arrive), except that
 // an item whose own timer has expired rtoRestarts times is resent too.
 //
-// Why the exception (issue 10, found with `bench --loss 0.05`): when the
+// Why the exception (found with `bench --loss 0.05`): when the
 // window has stalled, no new item is sent, so no clean sample comes and the
 // timeout stays at its maximum; resending one item per expiry then needed
 // a second per lost item and a rank went its whole PeerTimeout without

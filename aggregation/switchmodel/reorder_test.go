@@ -15,7 +15,7 @@ import (
 // round k that overtook nothing but was itself overtaken by the worker's
 // round k+1 packet is counted into round k+2 of the same set (and clears
 // the worker's bit of round k+1), which gives wrong sums or a slot that
-// never completes (seen as both under TCG, issue 14).
+// never completes (seen as both under QEMU's TCG).
 func TestReorderedPacketsNeverCorrupt(t *testing.T) {
 	const n, rounds = 3, 300
 	for _, window := range []int{1, 2, 4} {

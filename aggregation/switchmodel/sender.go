@@ -38,7 +38,7 @@ var (
 // the completed slots replay the whole message in order (unicast).
 //
 // And a worker's stream never leaves a message mid-way unless loss forced
-// it (issue 24): a worker whose timer fires while the message's slots are
+// it: a worker whose timer fires while the message's slots are
 // still completing (a slow peer, a busy host) resends it, and the unicast
 // answers for the slots already complete — the FIRST among them — would cut
 // into the broadcast still under way; a UC receiver drops both messages.

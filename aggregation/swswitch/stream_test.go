@@ -89,7 +89,7 @@ func (sw *simWorker) finished() bool {
 // stream to every worker QP must never leave a message mid-way: a FIRST is
 // never followed by another FIRST/ONLY before its LAST (ucstream.Checker). Before the rule
 // that a unicast answer waits for an open message (switchmodel.RDMASender)
-// the unicast replay's FIRST cut into the broadcast (issue 24), and the
+// the unicast replay's FIRST cut into the broadcast, and the
 // strict UC receivers here then never complete.
 func TestResultStream(t *testing.T) {
 	const workers, qps, ppm, rounds = 4, 2, 4, 12

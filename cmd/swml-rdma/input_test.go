@@ -63,7 +63,7 @@ func wantUsageError(t *testing.T, args []string, want ...string) {
 
 // TestSizeOverflow: sizes whose byte count overflows int64 (or exceeds the
 // limit) are refused naming --size, in every command that takes one; they
-// used to panic, run a 1 GiB tensor or become 0 (issue 12).
+// used to panic, run a 1 GiB tensor or become 0.
 func TestSizeOverflow(t *testing.T) {
 	clearLaunchEnv(t)
 	for _, size := range []string{"8589934592GiB", "17179869185G", "17179869184GiB", "9223372036854775807", "99999999999999999999", "1025GiB", "2TiB"} {
@@ -91,7 +91,7 @@ func TestParseSize(t *testing.T) {
 	}
 }
 
-// TestFlagErrors: one case per bad input of issue 12 (and its neighbours);
+// TestFlagErrors: one case per bad input that once slipped through (and its neighbours);
 // each is refused before anything is opened, in one line that names the
 // flag and the fix, with exit status 2.
 func TestFlagErrors(t *testing.T) {
@@ -168,7 +168,7 @@ func TestMemoryRefused(t *testing.T) {
 	}
 }
 
-// TestMemoryModel: with the available memory pinned, the issue's cases
+// TestMemoryModel: with the available memory pinned, the cases that once ran out of memory
 // (bench --size 64GiB, switch --pool-size 100000000) are refused naming
 // what they need, and a run that fits is let through.
 func TestMemoryModel(t *testing.T) {
@@ -245,7 +245,7 @@ func TestSessionTimeoutNamesFlags(t *testing.T) {
 }
 
 // TestSizeMismatchNamed: two workers of a job with different --size are
-// both refused at registration, naming the tensor lengths (issue #23; the
+// both refused at registration, naming the tensor lengths (the
 // job used to run and end in RESULT MISMATCH). Addresses: 127.13.52.x.
 func TestSizeMismatchNamed(t *testing.T) {
 	clearLaunchEnv(t)

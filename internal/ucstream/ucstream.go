@@ -5,7 +5,7 @@
 // or LAST with none open, a PSN gap — makes the responder drop what it
 // holds (rxe wedges the QP). Tests feed it every packet a sender emits
 // (e.g. the software switch's results) and, where nothing was lost, want
-// no break (issue 24).
+// no break.
 //
 // Not safe for concurrent use; the zero Checker is ready.
 package ucstream

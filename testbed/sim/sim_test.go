@@ -65,7 +65,7 @@ type runReport struct {
 // each: every result verified, no drop but the links' Loss; and, without
 // loss, the paper's claim that an all-reduce's time does not depend on the
 // number of workers: every worker count of one payload within 5 % of the
-// fastest (issue 32's target; virtual times are exact, so the check cannot
+// fastest (the simulation's target; virtual times are exact, so the check cannot
 // flake). With -v or -json it prints one line per all-reduce and per
 // point.
 func TestSim(t *testing.T) {

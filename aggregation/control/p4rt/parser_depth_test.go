@@ -118,8 +118,8 @@ func checkParserDepth(t *testing.T, src *p4Source, documented map[string]int) {
 	}
 }
 
-// TestParserDepthReader checks the reader itself on the sizes the issue
-// quotes from bf-p4c: the old egress parser (bridged, Ethernet, IPv4, UDP,
+// TestParserDepthReader checks the reader itself on sizes bf-p4c
+// reported: the old egress parser (bridged, Ethernet, IPv4, UDP,
 // BTH, RETH, ImmDt, payload) measured 371 B.
 func TestParserDepthReader(t *testing.T) {
 	src := readP4Source(t)

@@ -310,8 +310,8 @@ type p4Sender struct {
 // tx_step with eg_md.tx_next (pool index + 2, TX_CLOSED after a LAST/ONLY).
 // A broadcast uses tx_start (FIRST/ONLY) / tx_continue (MIDDLE/LAST); a
 // unicast (the answer to a retransmission) tx_start_unicast /
-// tx_continue_unicast, which leave an open stream alone (issue 24;
-// switchmodel.RDMASender). TestSenderRegisterActions checks the .p4 has
+// tx_continue_unicast, which leave an open stream alone
+// (switchmodel.RDMASender). TestSenderRegisterActions checks the .p4 has
 // these four.
 func (s *p4Sender) send(idx int, unicast, first, last bool, poolIndex uint32) (bool, uint32) {
 	txNext := poolIndex + 2

@@ -120,7 +120,7 @@ const (
 	MaxJobs    = 4
 )
 
-// ShareTolerance is issue 24's bound on each of N jobs sharing the switch
+// ShareTolerance is the fairness bound on each of N jobs sharing the switch
 // and the links: within 20 % of an equal share (Shared.EqualShare).
 const ShareTolerance = 0.2
 

@@ -418,7 +418,7 @@ allreduce-p4app)
 	[ $rc = 0 ] || fail "p4app job p4-float32 ($([ $rc = 1 ] && echo "refused: $p4why" || echo "see above"))"
 	# The second job on the same switch: p4app's workers never end their
 	# session, so this needs the switch to end the finished p4app job when
-	# a new p4app rank 0 registers (issue #22 item 1).
+	# a new p4app rank 0 registers.
 	p4app_job p4-int32 int32 0
 	second=$?
 	[ $second = 2 ] && fail "p4app job p4-int32 (the second job on the switch)"
@@ -436,7 +436,7 @@ allreduce-p4app)
 	# p4app's jobs (64 KiB, 32 QPs, one 1 KiB packet per message), while a
 	# finished p4app job may still hold slots [0, 32): they register
 	# elsewhere in the pool. Their retransmissions are printed beside the
-	# switch's counters (issue #22 saw ~85 % of packets resent in this lab).
+	# switch's counters (~85 % of packets were once resent in this lab).
 	JOB=(--size 64KiB --iters 3 --warmup 1 --packet-size 1024 --msg-size 1KiB --qps 32 --connect-timeout 30s --json)
 	sid=$((sid + 1))
 	run_job own-int32 $sid 2 int32 ibverbs ibverbs
