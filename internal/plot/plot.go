@@ -154,12 +154,24 @@ func (d *Drawing) text(x, y float64, s, anchor string, size int) {
 	d.shapes = append(d.shapes, shape{kind: shapeText, x1: x, y1: y, text: s, anchor: anchor, size: size, color: colorText})
 }
 
+// titleSize is the title's font size: 15 px, smaller for a title that
+// would not fit the width at about 8 px a character (a simulation's title
+// names its links, tensor, payload, QPs and loss), but not below 10 px.
+func titleSize(title string) int {
+	const fits = 112 // characters at 15 px in Width less two margins
+	n := len([]rune(title))
+	if n <= fits {
+		return 15
+	}
+	return max(10, 15*fits/n)
+}
+
 // Layout places the title, the legend, the two panels, their axes and the
 // series.
 func Layout(title string, ax Axes, series []Series) *Drawing {
 	d := &Drawing{w: Width, h: Height}
 	d.rect(0, 0, Width, Height, color.RGBA{0xff, 0xff, 0xff, 0xff})
-	d.text(Width/2, 24, title, "middle", 15)
+	d.text(Width/2, 24, title, "middle", titleSize(title))
 	// Legend, centred under the title: each entry as wide as its name
 	// (about 7 px a character at 13 px), at least 140 px.
 	entry := func(s Series) float64 { return max(140, 30+7*float64(len([]rune(s.Name)))+20) }

@@ -39,6 +39,16 @@ func TestBound(t *testing.T) {
 // TestWriteFile: a worker sweep with a measured series and its bound is a
 // well-formed SVG document with the title, the legend, one tick per
 // worker count, a dot per measurement and the bound dashed.
+// TestTitleSize: a title up to the width keeps 15 px; a longer one
+// shrinks to fit, down to 10 px.
+func TestTitleSize(t *testing.T) {
+	for _, tc := range []struct{ n, want int }{{60, 15}, {112, 15}, {132, 12}, {168, 10}, {400, 10}} {
+		if got := titleSize(strings.Repeat("x", tc.n)); got != tc.want {
+			t.Errorf("a title of %d characters: %d px, want %d", tc.n, got, tc.want)
+		}
+	}
+}
+
 func TestWriteFile(t *testing.T) {
 	sw := Series{Name: "SwitchML", Color: ColorSwitchML}
 	ceil := Series{Name: "SwitchML ceiling", Color: ColorSwitchML, Dashed: true}
