@@ -184,11 +184,11 @@ func (s *lane) evidenceUpTo(st *qpState) int {
 // pace of its message's first results does not: a busy host delivers a
 // message's results in bursts, and a tail that comes a burst later is
 // late without any loss — a session's first call, with every QP in flight
-// behind a shaped link's queue and four processes' goroutines on two
+// behind a shaped link's queue and three workers and a switch on two
 // CPUs, made 10 to 17 such resends in 96 messages
-// (TestWindowKeepsTheQueueShort; the switch had sent the tails a
-// fraction of a millisecond after the first results, and nothing else to
-// that worker in between).
+// (TestWindowKeepsTheQueueShort; the switch had sent the tails a fraction
+// of a millisecond after the first results, and nothing else to that
+// worker in between).
 func (s *lane) fastRetransmit(st *qpState, now time.Time) error {
 	if st.queued > 0 {
 		return nil // as retransmit; its send completion wakes the engine
