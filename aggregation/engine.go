@@ -167,6 +167,10 @@ func (p *pktResults) firstMissing() int {
 	return len(p.got) * 64
 }
 
+// gap reports the in-message evidence of loss: a result came back after
+// the latest transmission while a packet below it is still missing.
+func (p *pktResults) gap() bool { return !p.above.IsZero() && p.firstMissing() < p.hi }
+
 // record notes packet k's result, back at now; xmit is the message's
 // latest transmission.
 func (p *pktResults) record(k int, now, xmit time.Time) {

@@ -140,7 +140,7 @@ func (s *lane) lostAt(st *qpState) (time.Time, bool) {
 	reo := rack.reoWnd(s.eng.est.rtt.SRTT())
 	p := &st.pkts
 	if s.pktWrites {
-		if !p.above.IsZero() && p.firstMissing() < p.hi {
+		if p.gap() {
 			return p.above.Add(reo), true
 		}
 		if p.n > 0 && p.cnt > 0 && rack.minRTT() > 0 {
@@ -165,7 +165,7 @@ func (s *lane) lostAt(st *qpState) (time.Time, bool) {
 // otherwise every missing one.
 func (s *lane) evidenceUpTo(st *qpState) int {
 	p := &st.pkts
-	if s.pktWrites && p.n > 0 && p.hi >= 0 && !p.above.IsZero() && p.firstMissing() < p.hi {
+	if s.pktWrites && p.gap() {
 		return p.hi
 	}
 	return s.cfg.PacketsPerMessage
@@ -195,7 +195,7 @@ func (s *lane) fastRetransmit(st *qpState, now time.Time) error {
 	}
 	s.stats.fastRetransmissions.Add(1)
 	upto := s.evidenceUpTo(st)
-	if p := &st.pkts; !s.pktWrites || !p.above.IsZero() && p.firstMissing() < p.hi {
+	if !s.pktWrites || st.pkts.gap() {
 		s.eng.lossFound++
 	}
 	return s.resendUpTo(st, now, upto)
