@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/quant"
 	"github.com/swml-rdma/swml-rdma/aggregation/wire"
@@ -28,7 +27,7 @@ var ErrLengthMismatch = errors.New("length mismatch")
 type codec struct {
 	// float: block floating point (float32 or a 16-bit format). Its
 	// tensor is read once for the block exponents before anything is
-	// sent (blockExponents), and each message is quantized with the
+	// sent (lane.exponents), and each message is quantized with the
 	// scale of the switch's maximum exponent for it and carries the next
 	// one's exponent as its look-ahead. int32 is summed as it is.
 	float bool
@@ -139,54 +138,59 @@ var int32Codec = codec{
 	},
 }
 
-// blockExponents reads a float call's tensor once, before anything is
-// sent: each message's block exponent, which the message before it on its
-// QP carries as the look-ahead (send.go, sendNext), and so, without
-// Config.PropagateNonFinite, the check that every element is finite: a
-// NaN or ±Inf fails the call with nothing sent. The lanes' goroutines
-// split the pass as they split the call (exponents are a read of the
-// whole tensor, as much memory traffic as quantizing it).
-func (s *Session) blockExponents(c *call) error {
-	if cap(s.exps) < c.msgs {
-		s.exps = make([]int8, c.msgs)
+// exponents reads the lane's messages of a float call once, before
+// anything of the call is sent: each message's block exponent, which the
+// message before it on its QP carries as the look-ahead (send.go,
+// sendNext), and so, without Config.PropagateNonFinite, the check that
+// every element is finite: a NaN or ±Inf fails the call with nothing sent
+// (driveLanes). Each lane reads its own messages on its own goroutine,
+// the core that quantizes and dequantizes them next: with the pass split
+// by halves of the tensor instead, two lanes were no faster than one
+// (docs/benchmarks.md "Lanes: two cores for one worker"). A non-finite
+// element's error names its index in the tensor (the lane's first).
+func (s *lane) exponents(c *call) error {
+	if !c.codec.float {
+		return nil
 	}
-	c.exps = s.exps[:c.msgs]
-	parts := min(len(s.lanes), c.msgs/minExponentPart+1)
-	if parts == 1 {
-		return inputError(s.exponentsOf(c, 0, 1)) // no goroutine, no allocation
-	}
-	errs := make([]error, parts)
-	var wg sync.WaitGroup
-	for p := 1; p < parts; p++ {
-		wg.Go(func() { errs[p] = s.exponentsOf(c, p, parts) })
-	}
-	errs[0] = s.exponentsOf(c, 0, parts)
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return inputError(err) // the lowest part's: the first bad element
+	first, last := s.qps[0].index, s.qps[len(s.qps)-1].index
+	for base := 0; base+first < c.msgs; base += s.cfg.QPs {
+		for j := base + first; j <= min(base+last, c.msgs-1); j++ {
+			lo, hi := c.span(j)
+			e, err := c.codec.exponent(c, lo, hi, s.cfg.PropagateNonFinite)
+			if err != nil {
+				var nf *quant.NonFiniteError
+				if errors.As(err, &nf) {
+					err = &quant.NonFiniteError{Index: lo + nf.Index, Value: nf.Value}
+				}
+				return err
+			}
+			c.exps[j] = e
 		}
 	}
 	return nil
 }
 
-// exponentsOf computes the exponents of part p of parts of c's messages;
-// a non-finite element's error names its index in the tensor.
-func (s *Session) exponentsOf(c *call, p, parts int) error {
-	for j := p * c.msgs / parts; j < (p+1)*c.msgs/parts; j++ {
-		lo, hi := c.span(j)
-		e, err := c.codec.exponent(c, lo, hi, s.cfg.PropagateNonFinite)
-		if err != nil {
-			var nf *quant.NonFiniteError
-			if errors.As(err, &nf) {
-				err = &quant.NonFiniteError{Index: lo + nf.Index, Value: nf.Value}
-			}
+// firstBadElement is, of the lanes' exponents errors, the one of the
+// lowest element of the tensor; nil if there is none.
+func firstBadElement(errs []error) error {
+	var first error
+	at := -1
+	for _, err := range errs {
+		var nf *quant.NonFiniteError
+		switch {
+		case err == nil:
+		case !errors.As(err, &nf):
 			return err
+		case at < 0 || nf.Index < at:
+			first, at = err, nf.Index
 		}
-		c.exps[j] = e
 	}
-	return nil
+	return first
 }
+
+// badInput is an error of the caller's tensor, found before anything of
+// the call was sent (exponents): the call fails and the session goes on.
+type badInput struct{ error }
 
 // inputError is AllReduce's error for a tensor blockExponents refused.
 func inputError(err error) error {
@@ -201,11 +205,7 @@ func inputError(err error) error {
 	return fmt.Errorf("aggregation: AllReduce: %w", err)
 }
 
-// minExponentPart is the fewest messages worth a goroutine of their own in
-// blockExponents.
-const minExponentPart = 64
-
-// exponent is the block exponent of tensor message j (blockExponents), or
+// exponent is the block exponent of tensor message j (lane.exponents), or
 // MinExponent (the identity of the switch's max) if there is no such
 // message.
 func (c *call) exponent(j int) int8 {

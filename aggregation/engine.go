@@ -331,10 +331,19 @@ const recvRegions = 8
 // low bits; a packet id's message bits serve as well).
 func recvRegion(msgID uint16) int { return int(msgID) & (recvRegions - 1) }
 
-// recvOff is where the switch writes the result of message msgID: the
-// RETH va the worker sends and the switch echoes.
+// recvOff is where the switch writes the result of QP qp's message msgID:
+// the RETH va the worker sends and the switch echoes. Each QP's regions
+// are one block, its receive regions then its send staging region
+// (sendOff; docs/protocol.md "Buffer layout"), so a lane's QPs, a block
+// of neighbours (laneOf), own one stretch of the MR that no other core
+// writes.
 func (s *Session) recvOff(msgID uint16, qp int) uint64 {
-	return uint64((recvRegion(msgID)*s.cfg.QPs + qp) * s.msgBytes)
+	return uint64((qp*(recvRegions+1) + recvRegion(msgID)) * s.msgBytes)
+}
+
+// sendOff is QP qp's send staging region (recvOff).
+func (s *Session) sendOff(qp int) uint64 {
+	return uint64((qp*(recvRegions+1) + recvRegions) * s.msgBytes)
 }
 
 // AllReduce replaces x, on every worker of the job, by the element-wise sum
@@ -412,10 +421,10 @@ func (s *Session) runCall(ctx context.Context, arg call) error {
 	c.vals = s.msgBytes / s.cfg.elementBytes()
 	c.msgs = (c.n + c.vals - 1) / c.vals
 	if c.codec.float {
-		// Bad input fails here, with nothing sent: the session goes on.
-		if err := s.blockExponents(c); err != nil {
-			return err
+		if cap(s.exps) < c.msgs {
+			s.exps = make([]int8, c.msgs)
 		}
+		c.exps = s.exps[:c.msgs]
 	}
 	for _, l := range s.lanes {
 		l.wake.Reset()
@@ -426,11 +435,10 @@ func (s *Session) runCall(ctx context.Context, arg call) error {
 		stop := context.AfterFunc(ctx, s.fireAll)
 		defer stop()
 	}
-	s.pktWrites = s.chooseWrites(c.msgs)
-	if s.pktWrites {
-		s.stats.packetWriteCalls.Add(1)
-	}
 	if err := s.driveLanes(ctx, c); err != nil {
+		if bad, ok := err.(badInput); ok {
+			return bad.error // nothing was sent: the session goes on
+		}
 		err = s.askWaitingFor(err)
 		s.broken = err
 		return err
@@ -515,6 +523,15 @@ func (s *lane) drive(ctx context.Context, c *call) error {
 		}
 	}
 	return nil
+}
+
+// beginCall decides how the call sends, once its input is known good
+// (driveLanes): packet or message writes (writes.go).
+func (s *Session) beginCall(c *call) {
+	s.pktWrites = s.chooseWrites(c.msgs)
+	if s.pktWrites {
+		s.stats.packetWriteCalls.Add(1)
+	}
 }
 
 // start sends the first message of every QP that has a tensor message in

@@ -3,7 +3,9 @@ package aggregation
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
 	"github.com/swml-rdma/swml-rdma/verbs"
@@ -67,7 +69,11 @@ func (s *lane) gotWords(n int) []uint64 {
 var errLaneStopped = errors.New("aggregation: another lane of the call failed")
 
 // driveLanes runs the call on every lane that has a message in it, lane 0
-// on the calling goroutine, and returns the first lane's error.
+// on the calling goroutine. Each lane first reads the block exponents of
+// its own messages (exponents); once every lane has, lane 0 checks them
+// and begins the call (beginCall) and the lanes send. A bad element fails
+// the call with nothing sent, as a badInput naming the tensor's first;
+// otherwise driveLanes returns the first lane's error.
 func (s *Session) driveLanes(ctx context.Context, c *call) error {
 	lanes := s.lanes
 	for len(lanes) > 1 && lanes[len(lanes)-1].qps[0].index >= c.msgs {
@@ -75,6 +81,10 @@ func (s *Session) driveLanes(ctx context.Context, c *call) error {
 		lanes = lanes[:len(lanes)-1]
 	}
 	if len(lanes) == 1 {
+		if err := lanes[0].exponents(c); err != nil {
+			return badInput{inputError(err)}
+		}
+		s.beginCall(c)
 		return lanes[0].drive(ctx, c)
 	}
 	s.laneStop.Store(false)
@@ -82,8 +92,34 @@ func (s *Session) driveLanes(ctx context.Context, c *call) error {
 		wg    sync.WaitGroup
 		mu    sync.Mutex
 		first error
+		// The lanes meet once their exponents are read: ready counts
+		// them, and lane 0 opens or shuts the gate. They wait without
+		// parking, which could move a lane to another core (exponents).
+		ready atomic.Int32
+		gate  atomic.Int32
+		bad   = make([]error, len(lanes))
+	)
+	const (
+		gateOpen = 1
+		gateShut = 2
 	)
 	run := func(l *lane) {
+		bad[l.index] = l.exponents(c)
+		ready.Add(1)
+		if l.index == 0 {
+			spinUntil(func() bool { return int(ready.Load()) == len(lanes) })
+			if err := firstBadElement(bad); err != nil {
+				mu.Lock()
+				first = badInput{inputError(err)}
+				mu.Unlock()
+				gate.Store(gateShut)
+				return
+			}
+			s.beginCall(c)
+			gate.Store(gateOpen)
+		} else if spinUntil(func() bool { return gate.Load() != 0 }); gate.Load() == gateShut {
+			return
+		}
 		err := l.drive(ctx, c)
 		if err == nil || errors.Is(err, errLaneStopped) {
 			return
@@ -97,15 +133,19 @@ func (s *Session) driveLanes(ctx context.Context, c *call) error {
 		s.fire()
 	}
 	for _, l := range lanes[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			run(l)
-		}()
+		wg.Go(func() { run(l) })
 	}
 	run(lanes[0])
 	wg.Wait()
 	return first
+}
+
+// spinUntil yields until done: a wait of the lanes for each other, as
+// long as a lane's pass over its share of the tensor.
+func spinUntil(done func() bool) {
+	for !done() {
+		runtime.Gosched()
+	}
 }
 
 // fire wakes every lane's wait: Close, Abort, the controller or a

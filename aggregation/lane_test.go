@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -194,6 +195,37 @@ func TestSoftThreadsFail(t *testing.T) {
 			t.Fatal("Close did not interrupt a call with three lanes")
 		}
 	})
+}
+
+// TestSoftThreadsNonFinite: each lane reads its own messages' exponents,
+// and a non-finite element in any of them fails the call before any lane
+// sends, naming the tensor's first bad element (not the first lane's);
+// the session goes on.
+func TestSoftThreadsNonFinite(t *testing.T) {
+	c := newSoftCluster(t, inMemory, 27, 0, 0)
+	cfg := softConfig(1, 256, 2, 6)
+	cfg.Threads = 3
+	j := openJob(t, c.ctlAddr, 1, cfg, c.device(2))
+	s := j.workers[0].sess
+	const vals = 256 * 2 / 4 // elements per message
+	in := gradients(3, 1, 40*vals)
+	// Message 3 is lane 1's (QPs 2 and 3), message 6 lane 0's (QP 0):
+	// the lower element is lane 1's.
+	x := clone2(in)[0]
+	x[6*vals+1] = float32(math.Inf(1))
+	x[3*vals+5] = float32(math.NaN())
+	before := s.Stats()
+	err := s.AllReduce(context.Background(), x)
+	var nf *quant.NonFiniteError
+	if !errors.As(err, &nf) || nf.Index != 3*vals+5 || errors.Is(err, ErrBroken) {
+		t.Fatalf("non-finite input on two lanes: %v, want element %d named", err, 3*vals+5)
+	}
+	if after := s.Stats(); after.Messages != before.Messages || after.Packets != before.Packets {
+		t.Fatalf("a refused call sent %d messages", after.Messages-before.Messages)
+	}
+	out := clone2(in)
+	noErrors(t, j.allReduce(context.Background(), out))
+	checkSums(t, in, out, vals)
 }
 
 // spinDevice gives its CQs a busy poll (verbs.BusyPoller), as libibverbs'

@@ -154,8 +154,8 @@ func (s *Session) open(ctx context.Context) error {
 }
 
 // allocate makes the worker's side of the job: its PD, its registered
-// buffer (docs/protocol.md "Buffer layout": the recvRegions receive
-// regions of every QP, then the send staging region of every QP), each
+// buffer (docs/protocol.md "Buffer layout": per QP, its recvRegions
+// receive regions and its send staging region, QP after QP), each
 // lane's CQ and scratch, and the QPs in INIT with the PSN each receives
 // from.
 func (s *Session) allocate() (qpns, psns []uint32, err error) {
@@ -234,7 +234,7 @@ func (s *Session) createQPs(sendDepth int) (qpns, psns []uint32, err error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("aggregation: create UC QP %d of %d on %s: %w", i, q, cfg.Device.Name(), err)
 		}
-		st := &qpState{qp: qp, index: i, sendOff: uint64((recvRegions*q + i) * s.msgBytes)}
+		st := &qpState{qp: qp, index: i, sendOff: s.sendOff(i)}
 		// The first message goes in set 0 with id 0.
 		st.msg.set, st.msg.id = 1, wire.MsgIDMask
 		st.pkts.got = l.gotWords((cfg.PacketsPerMessage + 63) / 64)

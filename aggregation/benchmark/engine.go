@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation"
@@ -47,8 +48,9 @@ type EngineAloneResult struct {
 	// CopyLimit is the memory-bandwidth limit of the work, measured in the
 	// same run (CopyTime): quantizing reads 4 bytes and writes 4 per
 	// element, dequantizing the same, so the engine can be no faster than
-	// copy() of the tensor twice. LimitRatio is the median call's time ÷
-	// CopyLimit: 1 would be an engine bound by memory alone.
+	// copy() of the tensor twice, on as many cores as the session has
+	// lanes. LimitRatio is the median call's time ÷ CopyLimit: 1 would be
+	// an engine bound by memory alone.
 	CopyLimit  time.Duration
 	LimitRatio float64
 	// Session is the session's counters at the end, warm-up included;
@@ -140,7 +142,7 @@ func EngineAlone(ctx context.Context, cfg EngineAloneConfig) (EngineAloneResult,
 	if res.CPU > 0 {
 		res.GbpsPerCore = float64(cfg.Elements) * 4 * 8 * float64(cfg.Iters) / res.CPU.Seconds() / 1e9
 	}
-	res.CopyLimit = CopyTime(4*cfg.Elements, copyReps)
+	res.CopyLimit = CopyTime(4*cfg.Elements, copyReps, cfg.Session.Threads)
 	res.LimitRatio = float64(res.Median) / float64(res.CopyLimit)
 	return res, nil
 }
@@ -152,8 +154,11 @@ const copyReps = 9
 // CopyTime is the time copy() takes to copy bytes bytes twice, the
 // fastest of reps runs (at least one), in buffers faulted in beforehand:
 // the memory-bandwidth limit of quantizing and dequantizing a tensor of
-// that size (EngineAloneResult.CopyLimit).
-func CopyTime(bytes, reps int) time.Duration {
+// that size (EngineAloneResult.CopyLimit). With cores > 1 as many
+// goroutines copy a contiguous share each, as the lanes of a session
+// (Config.Threads) split a tensor: the limit of that many cores, which a
+// host's memory may hold well below cores times one core's.
+func CopyTime(bytes, reps, cores int) time.Duration {
 	src, dst := make([]byte, bytes), make([]byte, bytes)
 	for i := range src {
 		src[i] = byte(i)
@@ -162,11 +167,27 @@ func CopyTime(bytes, reps int) time.Duration {
 	best := time.Duration(1<<63 - 1)
 	for range max(reps, 1) {
 		start := time.Now()
-		copy(dst, src)
-		copy(src, dst)
+		copyTwice(dst, src, cores)
 		best = min(best, time.Since(start))
 	}
 	return best
+}
+
+// copyTwice copies src to dst and back, on cores goroutines (at least
+// one, the caller's) that take a contiguous share each.
+func copyTwice(dst, src []byte, cores int) {
+	cores = max(cores, 1)
+	twice := func(k int) {
+		lo, hi := k*len(src)/cores, (k+1)*len(src)/cores
+		copy(dst[lo:hi], src[lo:hi])
+		copy(src[lo:hi], dst[lo:hi])
+	}
+	var wg sync.WaitGroup
+	for k := 1; k < cores; k++ {
+		wg.Go(func() { twice(k) })
+	}
+	twice(0)
+	wg.Wait()
 }
 
 // mallocs is the heap objects the process has allocated so far.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,7 +94,7 @@ func benchEngine(b *testing.B, w aggregation.Writes, elements int) {
 	// CQ behind a full poll batch when the timers ran (docs/benchmarks.md
 	// "Engine alone").
 	b.ReportMetric(float64(st1.Retransmissions-st0.Retransmissions)/float64(b.N), "resends/op")
-	b.ReportMetric(float64(perOp)/float64(CopyTime(4*elements, copyReps)), "x_copy_limit")
+	b.ReportMetric(float64(perOp)/float64(CopyTime(4*elements, copyReps, 1)), "x_copy_limit")
 	// The last result is the input quantized and dequantized b.N+1 times:
 	// still the input within the quantizer's bound, compounded.
 	e, err := quant.BlockExponent(in)
@@ -148,5 +149,82 @@ func TestEngineAlone(t *testing.T) {
 	}
 	if _, err := EngineAlone(context.Background(), EngineAloneConfig{Elements: 10, Iters: 0}); err == nil {
 		t.Error("0 iterations accepted")
+	}
+}
+
+// BenchmarkEngineCores is the engine alone on two cores, 16 MiB of
+// float32 with message writes: one session with one lane and with two
+// (Config.Threads), two one-lane sessions each all-reducing half the
+// tensor on its own goroutine (what two cores give two engines that
+// share nothing but the instant switch), and copy() of the tensor twice
+// on one and on two cores (CopyTime), the memory-bandwidth limit.
+//
+//	go test -run '^$' -bench EngineCores -count 5 ./aggregation/benchmark/
+func BenchmarkEngineCores(b *testing.B) {
+	const elements = 4 << 20
+	in := InputFloat32(0, elements)
+	open := func(b *testing.B, cl *instant.Cluster, id uint32, threads int) *aggregation.Session {
+		s, err := aggregation.Open(context.Background(), aggregation.Config{Device: cl.Device, ControllerAddr: cl.ControllerAddr, SessionID: id, Workers: 1, Threads: threads, Writes: aggregation.MessageWrites})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		return s
+	}
+	run := func(b *testing.B, sessions []*aggregation.Session) {
+		ctx := context.Background()
+		x := make([]float32, elements)
+		copy(x, in)
+		part := elements / len(sessions)
+		call := func() {
+			var wg sync.WaitGroup
+			for k := 1; k < len(sessions); k++ {
+				wg.Go(func() {
+					if err := sessions[k].AllReduce(ctx, x[k*part:(k+1)*part]); err != nil {
+						b.Error(err)
+					}
+				})
+			}
+			if err := sessions[0].AllReduce(ctx, x[:part]); err != nil {
+				b.Error(err)
+			}
+			wg.Wait()
+		}
+		call() // warm-up
+		b.SetBytes(4 * elements)
+		b.ResetTimer()
+		for range b.N {
+			call()
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.Elapsed()/time.Duration(b.N))/float64(CopyTime(4*elements, copyReps, 2)), "x_copy2_limit")
+	}
+	for _, c := range []struct {
+		name              string
+		sessions, threads int
+	}{{"lanes=1", 1, 1}, {"lanes=2", 1, 2}, {"sessions=2", 2, 1}} {
+		b.Run(c.name, func(b *testing.B) {
+			cl, err := instant.Start(context.Background(), instant.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cl.Close()
+			var ss []*aggregation.Session
+			for k := range c.sessions {
+				ss = append(ss, open(b, cl, uint32(k+1), c.threads))
+			}
+			run(b, ss)
+		})
+	}
+	for _, cores := range []int{1, 2} {
+		b.Run(fmt.Sprintf("copy/cores=%d", cores), func(b *testing.B) {
+			src, dst := make([]byte, 4*elements), make([]byte, 4*elements)
+			copyTwice(dst, src, cores)
+			b.SetBytes(4 * elements)
+			b.ResetTimer()
+			for range b.N {
+				copyTwice(dst, src, cores)
+			}
+		})
 	}
 }

@@ -809,6 +809,7 @@ func printEngineAlone(out io.Writer, r benchRun) error {
 		return err
 	}
 	fmt.Fprintln(out, "Gbit/s per core: the tensor per second of this process's CPU time. vs 2 × copy: the median ÷ copy() of the tensor twice,")
-	fmt.Fprintln(out, "timed in the same run — quantizing and dequantizing each read and write 4 B per element, so 1.00× is the memory-bandwidth limit.")
+	fmt.Fprintln(out, "timed in the same run on as many goroutines as --threads, each its share — quantizing and dequantizing each read and write")
+	fmt.Fprintln(out, "4 B per element, so 1.00× is the memory-bandwidth limit.")
 	return nil
 }
