@@ -62,6 +62,11 @@ type leafSlot struct {
 	done    bool // the spine's result is in the slot
 	sent    bool // the result was broadcast down
 	held    bool // done, not broadcast: its predecessor's result is not down yet
+	// upAt is the clock (SetClock) when the slot last went up, resent
+	// whether it went up more than once (its spine result then gives no
+	// round-trip sample: upState.rtt).
+	upAt   int64
+	resent bool
 }
 
 // upState is a job's upstream: the spine's side and the leaf's receive
@@ -74,6 +79,10 @@ type upState struct {
 	recv     []qpKey // (spine address, leaf QPN) per QP
 	high     []uint32
 	seen     []bool
+	// rtt is the shortest time from a slot's one write up to its spine
+	// result (clock units; 0: none measured): a worker's resend of a slot
+	// whose write up is younger goes no further (leafStep).
+	rtt int64
 }
 
 // downRef is where a spine result lands: the job and its QP index.
@@ -164,9 +173,10 @@ func (p *Pipeline) leafStep(md *Metadata) {
 	if md.FirstContribution {
 		*s = leafSlot{}
 	}
+	now := p.Receiver.clock
 	switch md.Decision {
 	case Broadcast:
-		*s = leafSlot{va: md.VA, len: md.Len, msgID: md.Imm.MsgID(), first: md.First, last: md.Last, pending: true}
+		*s = leafSlot{va: md.VA, len: md.Len, msgID: md.Imm.MsgID(), first: md.First, last: md.Last, pending: true, upAt: now}
 		// Every worker contributed to this set, so every worker has the
 		// other set's result (docs/protocol.md "Sets and bitmaps"): its
 		// state is done with, and cleared now, the other set's next round
@@ -175,7 +185,18 @@ func (p *Pipeline) leafStep(md *Metadata) {
 		p.leaf[md.slot*2+uint32(md.set^1)] = leafSlot{}
 		md.Decision = SendUp
 	case Unicast:
-		if !s.done {
+		switch u := md.job.up; {
+		case s.done:
+		case u.rtt > 0 && now-s.upAt < u.rtt:
+			// The slot's last write up is younger than the spine's
+			// round trip: its answer, or its loss, is still to show.
+			// The leaf's workers resend a missing result at about the
+			// same time, and each resend sent up would put the slot on
+			// the leaf–spine link once per worker; the first of them
+			// goes, and the result comes down to all.
+			md.Decision, md.Reason = Drop, DropRetransmitIncomplete
+		default:
+			s.upAt, s.resent = now, true
 			md.Decision = SendUp
 		}
 	}
@@ -253,6 +274,9 @@ func (p *Pipeline) fromSpine(ref downRef, pkt *rdma.Packet, md *Metadata) {
 		return
 	}
 	s.pending, s.done = false, true
+	if rtt := p.Receiver.clock - s.upAt; !s.resent && rtt > 0 && (u.rtt == 0 || rtt < u.rtt) {
+		u.rtt = rtt
+	}
 	load(p.Processor.vector(md.slot, md.set, j.payload), pkt.Payload)
 	// The spine's exponent maxima; the message id stays the leaf's: the
 	// spine's is that of whichever leaf's write completed its slot, which

@@ -284,6 +284,87 @@ func TestLeafResends(t *testing.T) {
 	}
 }
 
+// TestLeafResendsOncePerRoundTrip: once the leaf has timed a slot's way
+// to the spine and back, a worker's resend of a slot whose write up is
+// younger than that goes no further (the workers of a leaf resend a
+// missing result at about the same time: one write up answers them all);
+// an older one goes up. A slot written up more than once gives no time.
+func TestLeafResendsOncePerRoundTrip(t *testing.T) {
+	tr := newTree(t, 1)
+	leaf := tr.leaves[0]
+	psn := [2][2]uint32{{10, 20}, {1, 1}} // next PSN by leaf and worker
+	send := func(l, r, m int, at int64) (Metadata, [][]byte) {
+		t.Helper()
+		tr.leaves[l].SetClock(at)
+		md, out, _ := deliver(t, tr.leaves[l], tr.jobs[l].Workers[r].Addr, workerPacket(t, tr.jobs[l], r, m, 0, 1, psn[l][r], []int32{1, 2, 3, 4}, 5))
+		psn[l][r]++
+		return md, out
+	}
+	// round completes leaf 1's slot of message m and brings the spine's
+	// result down to leaf 0 at clock at.
+	round := func(m int, at int64) {
+		t.Helper()
+		send(1, 0, m, 0)
+		_, ups := send(1, 1, m, 0)
+		leaf.SetClock(at)
+		if got := tr.up(t, 1, ups); len(got[0]) != 2 {
+			t.Fatalf("message %d: %d results down at leaf 0", m, len(got[0]))
+		}
+	}
+	up := func(md Metadata, out [][]byte) bool {
+		t.Helper()
+		switch {
+		case md.Decision == SendUp && len(out) == 1:
+			return true
+		case md.Decision == Drop && md.Reason == DropRetransmitIncomplete && len(out) == 0:
+			return false
+		}
+		t.Fatalf("%v %v, %d packets", md.Decision, md.Reason, len(out))
+		return false
+	}
+
+	// Message 0: written up at 100, its result down at 150: 50 there
+	// and back.
+	send(0, 0, 0, 100)
+	md, ups := send(0, 1, 0, 100)
+	if !up(md, ups) {
+		t.Fatal("a completed slot did not go up")
+	}
+	tr.up(t, 0, ups)
+	round(0, 150)
+
+	// Message 1's write up at 1000 is lost. Resends within 50 of it stay
+	// at the leaf; the first after goes up, and the next 50 stay again.
+	send(0, 0, 1, 1000)
+	if md, ups := send(0, 1, 1, 1000); !up(md, ups) {
+		t.Fatal("message 1 did not go up")
+	}
+	for _, c := range []struct {
+		r    int
+		at   int64
+		goes bool
+	}{{0, 1020, false}, {1, 1049, false}, {0, 1050, true}, {1, 1055, false}, {1, 1099, false}, {1, 1100, true}} {
+		md, out := send(0, c.r, 1, c.at)
+		if got := up(md, out); got != c.goes {
+			t.Fatalf("worker %d's resend at %d: up %v, want %v", c.r, c.at, got, c.goes)
+		}
+		if c.goes {
+			ups = out
+		}
+	}
+	// The last write up's result comes back 2 after it: no time, for it
+	// was the slot's third.
+	tr.up(t, 0, ups)
+	round(1, 1102)
+
+	// Message 2: a resend 30 after its write up still stays.
+	send(0, 0, 2, 2000)
+	send(0, 1, 2, 2000)
+	if md, out := send(0, 0, 2, 2030); up(md, out) {
+		t.Fatal("a resend 30 after the write up went up: the leaf took the time of a slot written up three times")
+	}
+}
+
 // TestLeafStaleSpineResult: a spine result with a PSN older than one
 // already taken on its QP is dropped before it touches a slot.
 func TestLeafStaleSpineResult(t *testing.T) {
