@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/swml-rdma/swml-rdma/aggregation/benchmark"
 	"github.com/swml-rdma/swml-rdma/internal/plot"
 	"github.com/swml-rdma/swml-rdma/testbed/netlab"
 )
@@ -44,21 +45,21 @@ func simPlot(path string, doc report) error {
 	if len(runs) == 0 {
 		return fmt.Errorf("sim: plot %s: %w: the report has no runs", path, errPlot)
 	}
-	var workers, losses, payloads, leaves []float64
+	var workers, losses, payloads, leaves, jobs []float64
 	for _, r := range runs {
 		for _, v := range []struct {
 			list *[]float64
 			x    float64
-		}{{&workers, float64(r.Workers)}, {&losses, r.Loss}, {&payloads, float64(r.PacketSize)}, {&leaves, float64(r.Leaves)}} {
+		}{{&workers, float64(r.Workers)}, {&losses, r.Loss}, {&payloads, float64(r.PacketSize)}, {&leaves, float64(r.Leaves)}, {&jobs, float64(max(r.Jobs, 1))}} {
 			if !slices.Contains(*v.list, v.x) {
 				*v.list = append(*v.list, v.x)
 			}
 		}
 	}
 	byLoss := len(losses) > 1
-	if len(payloads) > 1 || len(leaves) > 1 || (byLoss && len(workers) > 1) {
-		return fmt.Errorf("sim: plot %s: %w: %d worker counts, %d loss rates, %d payloads, %d tree shapes: draw one sweep, of workers or of loss, at one payload and shape",
-			path, errPlot, len(workers), len(losses), len(payloads), len(leaves))
+	if len(payloads) > 1 || len(leaves) > 1 || (byLoss && (len(workers) > 1 || len(jobs) > 1)) {
+		return fmt.Errorf("sim: plot %s: %w: %d worker counts, %d loss rates, %d payloads, %d tree shapes, %d job counts: draw one sweep, of workers (at one or more job counts) or of loss, at one payload and shape",
+			path, errPlot, len(workers), len(losses), len(payloads), len(leaves), len(jobs))
 	}
 	r0 := runs[0]
 	setup := fmt.Sprintf("%s links, %s %s per worker, %d B payloads, %d QPs", netlab.FormatRate(uint64(r0.RateBps)), humanBytes(r0.TensorBytes), r0.DType, r0.PacketSize, r0.QPs)
@@ -99,16 +100,40 @@ func simPlot(path string, doc report) error {
 			RightFormat: func(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }}
 		return plot.WriteFile(path, title, ax, series)
 	}
+	// Runs of several jobs at once draw a series of their own: the
+	// slowest job's median, the range over every job's calls.
+	var shared []plot.Series
 	for _, r := range runs {
 		x := float64(r.Workers)
-		sw.Points = append(sw.Points, plot.Point{X: x, MS: ms(r.MedianNs), MSLow: ms(r.MinNs), MSHigh: ms(r.MaxNs), Y: r.ATEPerSec})
-		swCeil.Points = append(swCeil.Points, plot.Bound(x, r.Elements, r.CeilingATEPerSec))
+		s, c := &sw, &swCeil
+		if r.Jobs > 1 {
+			i := slices.IndexFunc(shared, func(s plot.Series) bool { return s.Name == jobsName(r.Jobs) })
+			if i < 0 {
+				shared = append(shared, plot.Series{Name: jobsName(r.Jobs), Color: plot.ColorSharedJobs},
+					plot.Series{Name: fmt.Sprintf("each of %d jobs ceiling", r.Jobs), Color: plot.ColorSharedJobs, Dashed: true})
+				i = len(shared) - 2
+			}
+			s, c = &shared[i], &shared[i+1]
+		}
+		med, low, high := r.MedianNs, r.MinNs, r.MaxNs
+		for _, jt := range r.JobTimes {
+			med, low, high = max(med, jt.MedianNs), min(low, jt.MinNs), max(high, jt.MaxNs)
+		}
+		s.Points = append(s.Points, plot.Point{X: x, MS: ms(med), MSLow: ms(low), MSHigh: ms(high), Y: float64(r.Elements) / (float64(med) / 1e9)})
+		c.Points = append(c.Points, plot.Bound(x, r.Elements, r.CeilingATEPerSec))
 		if rr := r.Ring; rr != nil {
 			ring.Points = append(ring.Points, plot.Point{X: x, MS: ms(rr.MedianNs), MSLow: ms(rr.MinNs), MSHigh: ms(rr.MaxNs), Y: rr.ATEPerSec})
 			ringCeil.Points = append(ringCeil.Points, plot.Bound(x, r.Elements, rr.CeilingATEPerSec))
 		}
 	}
-	series := []plot.Series{sw, swCeil}
+	var series []plot.Series
+	if len(sw.Points) > 0 {
+		if len(shared) > 0 {
+			sw.Name, swCeil.Name = "SwitchML one job", "one job ceiling"
+		}
+		series = append(series, sw, swCeil)
+	}
+	series = append(series, shared...)
 	if len(ring.Points) > 0 {
 		series = append(series, ring, ringCeil)
 	}
@@ -116,6 +141,9 @@ func simPlot(path string, doc report) error {
 	title := fmt.Sprintf("simulation (virtual time): %s, loss %g", setup, r0.Loss)
 	return plot.WriteFile(path, title, plot.ATEAxes(), series)
 }
+
+// jobsName is the series of n jobs at once: each job's.
+func jobsName(n int) string { return fmt.Sprintf("SwitchML each of %d jobs", n) }
 
 // humanBytes writes a tensor size as the flags take it: 4MiB, 256KiB.
 func humanBytes(n int) string {
@@ -145,12 +173,22 @@ func TestSimPlot(t *testing.T) {
 	dir := t.TempDir()
 	workers := report{Runs: []runReport{point(8, 0, 377_720), point(256, 0, 377_720), point(64, 0, 377_720)}}
 	losses := report{Runs: []runReport{point(32, 0, 377_720), point(32, 0.01, 420_000), point(32, 0.001, 390_000)}}
+	shared := func(workers int, medianNs int64) runReport {
+		r := point(workers, 0, medianNs)
+		r.Ring, r.Jobs = nil, 2
+		r.JobTimes = []benchmark.Times{r.Times, r.Times}
+		r.JobTimes[1].MedianNs += 1000
+		return r
+	}
+	jobs := report{Runs: []runReport{point(8, 0, 377_720), point(64, 0, 377_720), shared(8, 755_440), shared(64, 755_440)}}
+	jobs.Runs[0].Ring, jobs.Runs[1].Ring = nil, nil
 	for name, tc := range map[string]struct {
 		doc  report
 		want []string
 	}{
 		"workers": {workers, []string{"ATE/s (tensor elements reduced per second)", ">256<", "series-ring-ceiling", "stroke-dasharray", "100gbit links, 4 MiB float32 per worker, 1024 B payloads"}},
 		"loss":    {losses, []string{"time / loss-free time (x)", ">0.001<", ">0.01<", "32 workers", "series-ring"}},
+		"jobs":    {jobs, []string{">SwitchML one job<", ">SwitchML each of 2 jobs<", ">each of 2 jobs ceiling<", "series-SwitchML-each-of-2-jobs"}},
 	} {
 		path := filepath.Join(dir, name+".svg")
 		if err := simPlot(path, tc.doc); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -47,6 +48,12 @@ const udpFrame = 14 + 20 + 8
 type Config struct {
 	// Workers is the job's size (2 … 256, the software switch's bitmap).
 	Workers int
+	// Jobs is how many such jobs run at once (1 if 0; at most MaxJobs),
+	// each with Workers workers of its own, on links of their own, sharing
+	// the switches and, in a tree, the leaf–spine links: job k's rank r
+	// sits beside job 0's rank r, under the same switch. Report is job 0's;
+	// JobTimes every job's.
+	Jobs int
 	// Leaves, when set, puts the workers under Leaves leaf switches below
 	// one spine switch (docs/switch.md "Switch hierarchy"), Workers ÷
 	// Leaves each (Workers a multiple of Leaves): rank r on leaf r ÷
@@ -98,6 +105,9 @@ type Config struct {
 	Progress func(n, total int, d time.Duration)
 }
 
+// MaxJobs bounds Config.Jobs.
+const MaxJobs = 4
+
 // Report is what Run measured: the bench's record (benchmark.Record; its
 // times are virtual) and the network's side.
 type Report struct {
@@ -127,8 +137,9 @@ type Report struct {
 	// ResultSHA256 is the last result's digest (benchmark.Result): the same
 	// for the same inputs, whatever the loss.
 	ResultSHA256 string `json:"result_sha256"`
-	// LinkLost, QueueDrops and Overflow are the links' drops (uplinks
-	// included): by Loss, at a full link queue, at a full receive queue.
+	// LinkLost, QueueDrops and Overflow are the links' drops (uplinks and
+	// every job's included): by Loss, at a full link queue, at a full
+	// receive queue.
 	LinkLost   uint64 `json:"link_lost"`
 	QueueDrops uint64 `json:"queue_drops"`
 	Overflow   uint64 `json:"overflow"`
@@ -138,6 +149,10 @@ type Report struct {
 	CPUSysNs  int64 `json:"cpu_sys_ns"`
 	// Ring is the ring's measurement (Config.Ring), nil without.
 	Ring *RingReport `json:"ring,omitempty"`
+	// Jobs is Config.Jobs when above 1, and JobTimes then each job's
+	// times, job 0's (the Record's) first; absent for one job.
+	Jobs     int               `json:"jobs,omitempty"`
+	JobTimes []benchmark.Times `json:"job_times,omitempty"`
 }
 
 // RingReport is the ring all-reduce's part of a Report: its virtual
@@ -164,14 +179,18 @@ func flatWorkerAddr(r int) netip.Addr {
 
 func leafAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 2, byte(i), 1}) }
 
-// workerAddr is rank r's address.
-func (cfg *Config) workerAddr(r int) netip.Addr {
+// workerAddr is rank r's address (job 0's).
+func (cfg *Config) workerAddr(r int) netip.Addr { return cfg.jobWorkerAddr(0, r) }
+
+// jobWorkerAddr is job k's rank r's address: after job k−1's workers, in
+// the flat job's range or in its leaf's.
+func (cfg *Config) jobWorkerAddr(k, r int) netip.Addr {
 	if cfg.Leaves == 0 {
-		return flatWorkerAddr(r)
+		return flatWorkerAddr(k*cfg.Workers + r)
 	}
 	per := cfg.Workers / cfg.Leaves
 	a := leafAddr(r / per)
-	for range r%per + 1 {
+	for range k*per + r%per + 1 {
 		a = a.Next()
 	}
 	return a
@@ -220,7 +239,16 @@ func (cfg *Config) withDefaults() error {
 	if s.SessionID == 0 {
 		s.SessionID = 1
 	}
+	if cfg.Jobs == 0 {
+		cfg.Jobs = 1
+	}
 	switch {
+	case cfg.Jobs < 1 || cfg.Jobs > MaxJobs:
+		return fmt.Errorf("sim: %d jobs, not 1 to %d: %w", cfg.Jobs, MaxJobs, ErrConfig)
+	case cfg.Jobs > 1 && cfg.Ring:
+		return fmt.Errorf("sim: the ring runs one job: %d jobs with Ring: %w", cfg.Jobs, ErrConfig)
+	case cfg.Jobs > 1 && cfg.Leaves > 0 && cfg.Jobs*(cfg.Workers/max(cfg.Leaves, 1)) > 127:
+		return fmt.Errorf("sim: %d jobs of %d workers a leaf: a leaf's range holds 127 workers: %w", cfg.Jobs, cfg.Workers/cfg.Leaves, ErrConfig)
 	case cfg.Workers < 2 || cfg.Workers > 256:
 		return fmt.Errorf("sim: %d workers, not 2 to 256: %w", cfg.Workers, ErrConfig)
 	case cfg.Rate <= 0:
@@ -259,9 +287,9 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	// Links between workers (the ring's) pass the switch: twice the delay.
 	peer := link
 	peer.Delay *= 2
-	recvQueue := cfg.Workers*window + cfg.Queue
+	recvQueue := cfg.Jobs*cfg.Workers*window + cfg.Queue
 	if cfg.Leaves > 0 {
-		recvQueue = (cfg.Workers+1)*window + max(cfg.Queue, cfg.UplinkQueue)
+		recvQueue = cfg.Jobs*(cfg.Workers+1)*window + max(cfg.Queue, cfg.UplinkQueue)
 	}
 	nw, err := memlink.New(memlink.Config{
 		Link:        peer,
@@ -273,10 +301,12 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	if err != nil {
 		return Report{}, fmt.Errorf("sim: network: %w", err)
 	}
-	for r := range cfg.Workers {
-		a, sw := cfg.workerAddr(r), cfg.upstreamOf(r)
-		if err := errors.Join(nw.SetLink(a, sw, link), nw.SetLink(sw, a, link)); err != nil {
-			return Report{}, fmt.Errorf("sim: worker %d link: %w", r, err)
+	for k := range cfg.Jobs {
+		for r := range cfg.Workers {
+			a, sw := cfg.jobWorkerAddr(k, r), cfg.upstreamOf(r)
+			if err := errors.Join(nw.SetLink(a, sw, link), nw.SetLink(sw, a, link)); err != nil {
+				return Report{}, fmt.Errorf("sim: job %d worker %d link: %w", k, r, err)
+			}
 		}
 	}
 	if err := cfg.setTreeLinks(nw, link); err != nil {
@@ -306,7 +336,17 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 			return Report{}, err
 		}
 		defer tr.Close()
-		devs, lis = tr.NICs, l
+		// The tree opened job 0's NICs; the other jobs' sit beside them.
+		more, err := cfg.openNICs(nw, 1, nil)
+		defer func() {
+			for _, d := range more {
+				d.Close()
+			}
+		}()
+		if err != nil {
+			return Report{}, err
+		}
+		devs, lis = append(slices.Clip(tr.NICs), more...), l
 	}
 	// Rank r registers with ctls[r*len(ctls)/cfg.Workers]: its leaf's
 	// controller, or the flat switch's.
@@ -323,13 +363,18 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 			return Report{}, fmt.Errorf("sim: %w", err)
 		}
 	}
-	in, err := benchmark.NewInputs(s.DType, cfg.Workers, cfg.Elements)
-	if err != nil {
-		return Report{}, err
+	ins := make([]*benchmark.Inputs, cfg.Jobs)
+	for k := range ins {
+		if ins[k], err = benchmark.NewInputs(s.DType, cfg.Workers, cfg.Elements); err != nil {
+			return Report{}, err
+		}
 	}
-	sessions := make([]*aggregation.Session, cfg.Workers)
+	in := ins[0]
+	// all[k·Workers + r] is job k's rank r; job 0's are sessions.
+	all := make([]*aggregation.Session, cfg.Jobs*cfg.Workers)
+	sessions := all[:cfg.Workers]
 	defer func() {
-		for _, ss := range sessions {
+		for _, ss := range all {
 			if ss == nil {
 				continue
 			}
@@ -342,39 +387,59 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 			ss.Close()
 		}
 	}()
-	if err := local.Parallel(cfg.Workers, func(r int) error {
+	if err := local.Parallel(len(all), func(i int) error {
+		k, r := i/cfg.Workers, i%cfg.Workers
 		sc := s
-		sc.Device, sc.Controller, sc.Rank, sc.Workers = devs[r], ctls[r*len(ctls)/cfg.Workers], r, cfg.Workers
+		sc.SessionID += uint32(k)
+		sc.Device, sc.Controller, sc.Rank, sc.Workers = devs[i], ctls[r*len(ctls)/cfg.Workers], r, cfg.Workers
 		var err error
-		sessions[r], err = aggregation.Open(ctx, sc)
+		all[i], err = aggregation.Open(ctx, sc)
 		return err
 	}); err != nil {
 		return Report{}, fmt.Errorf("sim: open: %w", err)
-	}
-	reducers := make([]benchmark.AllReducer, cfg.Workers)
-	for r, ss := range sessions {
-		reducers[r] = ss
 	}
 	total, done := cfg.Warmup+cfg.Iters, 0
 	if cfg.Ring {
 		total *= 2
 	}
-	var last time.Duration
-	res, err := benchmark.Run(ctx, reducers, benchmark.Config{
-		Inputs: in, Warmup: cfg.Warmup, Iters: cfg.Iters, Bound: benchmark.QuantizationBound,
-		Label:   fmt.Sprintf("%d workers", cfg.Workers),
-		Observe: func(d time.Duration) { last = d },
-		Step: func() {
-			done++
-			if cfg.Progress != nil {
-				cfg.Progress(done, total, last)
+	// Every job runs its calls at once; job 0's give the progress.
+	results := make([]benchmark.Result, cfg.Jobs)
+	if err := local.Parallel(cfg.Jobs, func(k int) error {
+		reducers := make([]benchmark.AllReducer, cfg.Workers)
+		for r := range reducers {
+			reducers[r] = all[k*cfg.Workers+r]
+		}
+		var last time.Duration
+		bc := benchmark.Config{
+			Inputs: ins[k], Warmup: cfg.Warmup, Iters: cfg.Iters, Bound: benchmark.QuantizationBound,
+			Label: fmt.Sprintf("%d workers", cfg.Workers),
+		}
+		if cfg.Jobs > 1 {
+			bc.Label = fmt.Sprintf("job %d of %d, %d workers", k+1, cfg.Jobs, cfg.Workers)
+		}
+		if k == 0 {
+			bc.Observe = func(d time.Duration) { last = d }
+			bc.Step = func() {
+				done++
+				if cfg.Progress != nil {
+					cfg.Progress(done, total, last)
+				}
 			}
-		},
-	})
-	if err != nil {
+		}
+		var err error
+		results[k], err = benchmark.Run(ctx, reducers, bc)
+		return err
+	}); err != nil {
 		return Report{}, fmt.Errorf("sim: %w", err)
 	}
+	res := results[0]
 	rep = cfg.report(res, sessions, nw)
+	if cfg.Jobs > 1 {
+		rep.Jobs = cfg.Jobs
+		for _, r := range results {
+			rep.JobTimes = append(rep.JobTimes, benchmark.Summarize(r.Times, cfg.Elements).Times())
+		}
+	}
 	if !cfg.Ring {
 		return rep, nil
 	}
@@ -414,20 +479,31 @@ func (cfg *Config) startFlat(ctx context.Context, nw *memlink.Network) (_ *local
 			cl.Close()
 		}
 	}()
-	devs = make([]*soft.Device, 0, cfg.Workers)
-	for r := range cfg.Workers {
-		ep, err := nw.Listen(netip.AddrPortFrom(cfg.workerAddr(r), 0))
-		if err != nil {
-			return nil, nil, devs, fmt.Errorf("sim: worker %d endpoint: %w", r, err)
-		}
-		d, err := soft.Open(soft.Config{Endpoint: ep})
-		if err != nil {
-			ep.Close()
-			return nil, nil, devs, fmt.Errorf("sim: worker %d NIC: %w", r, err)
-		}
-		devs = append(devs, d)
+	if devs, err = cfg.openNICs(nw, 0, devs); err != nil {
+		return nil, nil, devs, err
 	}
 	return cl, lis, devs, nil
+}
+
+// openNICs appends to devs the NICs of the workers of jobs from, from+1, …
+// (job k's rank r at k·Workers + r of the whole); on an error devs holds
+// those it opened.
+func (cfg *Config) openNICs(nw *memlink.Network, from int, devs []*soft.Device) ([]*soft.Device, error) {
+	for k := from; k < cfg.Jobs; k++ {
+		for r := range cfg.Workers {
+			ep, err := nw.Listen(netip.AddrPortFrom(cfg.jobWorkerAddr(k, r), 0))
+			if err != nil {
+				return devs, fmt.Errorf("sim: job %d worker %d endpoint: %w", k, r, err)
+			}
+			d, err := soft.Open(soft.Config{Endpoint: ep})
+			if err != nil {
+				ep.Close()
+				return devs, fmt.Errorf("sim: job %d worker %d NIC: %w", k, r, err)
+			}
+			devs = append(devs, d)
+		}
+	}
+	return devs, nil
 }
 
 // startTree starts the spine, the leaves and the workers' NICs
@@ -565,8 +641,9 @@ func (cfg *Config) report(res benchmark.Result, sessions []*aggregation.Session,
 		rep.UplinkRateBps, rep.UplinkDelayNs, rep.UplinkQueue = cfg.UplinkRate, int64(cfg.UplinkDelay), cfg.UplinkQueue
 	}
 	var pairs [][2]netip.Addr
-	for r := range cfg.Workers {
-		pairs = append(pairs, [2]netip.Addr{cfg.workerAddr(r), cfg.upstreamOf(r)})
+	for i := range cfg.Jobs * cfg.Workers {
+		k, r := i/cfg.Workers, i%cfg.Workers
+		pairs = append(pairs, [2]netip.Addr{cfg.jobWorkerAddr(k, r), cfg.upstreamOf(r)})
 	}
 	for i := range cfg.Leaves {
 		pairs = append(pairs, [2]netip.Addr{leafAddr(i), switchAddr})
@@ -596,7 +673,8 @@ func (cfg *Config) ceiling() float64 {
 	s := cfg.Session
 	c := netlab.LinkCeilingsFramed(cfg.Rate, cfg.Workers, s.PacketSize, s.PacketSize*s.PacketsPerMessage, cfg.Framing).SwitchML
 	if cfg.Leaves > 0 {
-		c = min(c, netlab.LinkCeilingsFramed(cfg.UplinkRate, cfg.Workers, s.PacketSize, s.PacketSize, cfg.Framing).SwitchML)
+		// The jobs share the uplinks: each has its share of their rate.
+		c = min(c, netlab.LinkCeilingsFramed(cfg.UplinkRate/float64(cfg.Jobs), cfg.Workers, s.PacketSize, s.PacketSize, cfg.Framing).SwitchML)
 	}
 	return c
 }

@@ -34,6 +34,7 @@ var (
 	flagLoss    = flag.String("loss", "0", "fraction of packets every link drops; a list sweeps: 0,0.01")
 	flagSeed    = flag.Uint64("seed", 1, "seed of the links' loss")
 	flagQPs     = flag.Int("qps", 0, "queue pairs per worker (0: the engine's default)")
+	flagJobs    = flag.String("jobs", "1", "jobs at once, each of -workers workers on links of their own, sharing the switches (and a tree's leaf–spine links); a list sweeps: 1,2")
 	flagIters   = flag.Int("iters", 3, "measured all-reduces per point")
 	flagWarmup  = flag.Int("warmup", 1, "unmeasured all-reduces per point")
 	flagDelay   = flag.Duration("delay", DefaultDelay, "each link direction's propagation delay")
@@ -101,6 +102,10 @@ func TestSim(t *testing.T) {
 	if err != nil {
 		t.Fatalf("-leaves: %v", err)
 	}
+	jobs, err := ints(*flagJobs)
+	if err != nil {
+		t.Fatalf("-jobs: %v", err)
+	}
 	rate, err := netlab.ParseRate(*flagRate)
 	if err != nil || rate == 0 {
 		t.Fatalf("-rate: %q: give a rate such as 100gbit (%v)", *flagRate, err)
@@ -125,12 +130,14 @@ func TestSim(t *testing.T) {
 	for _, loss := range losses {
 		for _, payload := range payloads {
 			for _, k := range leaves {
-				cfg := Config{Leaves: k, Rate: float64(rate), Delay: *flagDelay, Loss: loss, Seed: *flagSeed,
-					UplinkRate: float64(upRate), UplinkDelay: *flagUpDelay, UplinkQueue: *flagUpQueue,
-					Session:  aggregation.Config{PacketSize: payload, QPs: *flagQPs, DType: dtype, RetransmitTimeout: *flagRTO},
-					Elements: size / 4, Iters: *flagIters, Warmup: *flagWarmup, Ring: *flagRing}
-				if !sweepWorkers(t, loud, &doc, workers, cfg) {
-					return
+				for _, nj := range jobs {
+					cfg := Config{Leaves: k, Jobs: nj, Rate: float64(rate), Delay: *flagDelay, Loss: loss, Seed: *flagSeed,
+						UplinkRate: float64(upRate), UplinkDelay: *flagUpDelay, UplinkQueue: *flagUpQueue,
+						Session:  aggregation.Config{PacketSize: payload, QPs: *flagQPs, DType: dtype, RetransmitTimeout: *flagRTO},
+						Elements: size / 4, Iters: *flagIters, Warmup: *flagWarmup, Ring: *flagRing}
+					if !sweepWorkers(t, loud, &doc, workers, cfg) {
+						return
+					}
 				}
 			}
 		}
@@ -177,6 +184,9 @@ func sweepWorkers(t *testing.T, loud bool, doc *report, workers []int, base Conf
 			name = fmt.Sprintf("%d workers (%s × %d)", n, shape, n/cfg.Leaves)
 		}
 		name += fmt.Sprintf(", %s, %d B, loss %g", netlab.FormatRate(uint64(cfg.Rate)), payload, loss)
+		if cfg.Jobs > 1 {
+			name = fmt.Sprintf("%d jobs of %s", cfg.Jobs, name)
+		}
 		start := time.Now()
 		// Inside the bubble time.Now is virtual: a goroutine outside
 		// it stamps the progress lines with the wall time.
@@ -210,6 +220,13 @@ func sweepWorkers(t *testing.T, loud bool, doc *report, workers []int, base Conf
 		if loud {
 			fmt.Fprintf(os.Stderr, "sim: %s: %v virtual per all-reduce (mean %v), %.3g ATE/s, %.3f of the ceiling %.3g (efficiency %.3f, computed %.3f), %d resends, %.1fs wall\n",
 				name, time.Duration(rep.MedianNs), time.Duration(rep.MeanNs), rep.ATEPerSec, rep.OfCeiling, rep.CeilingATEPerSec, rep.MeasuredEfficiency, rep.Efficiency, rep.Retransmissions, wall.Seconds())
+		}
+		if loud && len(rep.JobTimes) > 1 {
+			meds := make([]string, len(rep.JobTimes))
+			for k, jt := range rep.JobTimes {
+				meds[k] = time.Duration(jt.MedianNs).String()
+			}
+			fmt.Fprintf(os.Stderr, "sim: %s: every job's median: %s\n", name, strings.Join(meds, ", "))
 		}
 		if r := rep.Ring; loud && r != nil {
 			fmt.Fprintf(os.Stderr, "sim: %s: ring %v virtual per all-reduce, %.3g ATE/s, %.3f of its ceiling %.3g; SwitchML %.2fx the ring\n",
@@ -281,6 +298,46 @@ func TestSimTree(t *testing.T) {
 			t.Logf("flat %v (%.3f of its ceiling, %d resends), tree %v (%.3f of its ceiling %.4g, %d resends) virtual per all-reduce",
 				time.Duration(flat.MedianNs), flat.OfCeiling, flat.Retransmissions, time.Duration(tree.MedianNs), tree.OfCeiling, tree.CeilingATEPerSec, tree.Retransmissions)
 		})
+	}
+}
+
+// TestSimJobs runs two jobs at once: on one switch each job has its own
+// links and takes exactly the time it takes alone; under two leaves whose
+// leaf–spine links carry both jobs' slots at one link's rate, each takes
+// about twice that; every result verified, nothing dropped.
+func TestSimJobs(t *testing.T) {
+	run := func(leaves, jobs int) Report {
+		t.Helper()
+		cfg := Config{Workers: 4, Leaves: leaves, Jobs: jobs, Rate: 100e9, Elements: 64 << 10, Iters: 2, Warmup: 1}
+		var rep Report
+		synctest.Test(t, func(t *testing.T) {
+			var err error
+			if rep, err = Run(t.Context(), cfg); err != nil {
+				t.Fatalf("%d leaves, %d jobs: %v", leaves, jobs, err)
+			}
+		})
+		if !rep.Verified || rep.QueueDrops+rep.Overflow+rep.LinkLost+rep.Retransmissions != 0 {
+			t.Errorf("%d leaves, %d jobs: verified %v, %d+%d dropped, %d lost, %d resends", leaves, jobs, rep.Verified, rep.QueueDrops, rep.Overflow, rep.LinkLost, rep.Retransmissions)
+		}
+		if jobs > 1 && (rep.Jobs != jobs || len(rep.JobTimes) != jobs || rep.JobTimes[0] != rep.Times) {
+			t.Errorf("%d leaves, %d jobs: report of %d jobs, %d times", leaves, jobs, rep.Jobs, len(rep.JobTimes))
+		}
+		return rep
+	}
+	alone, shared := run(0, 1), run(0, 2)
+	for k, jt := range shared.JobTimes {
+		if jt.MedianNs != alone.MedianNs {
+			t.Errorf("one switch: job %d took %v, %v alone: the jobs share no link", k, time.Duration(jt.MedianNs), time.Duration(alone.MedianNs))
+		}
+	}
+	alone, shared = run(2, 1), run(2, 2)
+	for k, jt := range shared.JobTimes {
+		if r := float64(jt.MedianNs) / float64(alone.MedianNs); r < 1.6 || r > 2.4 {
+			t.Errorf("two leaves: job %d took %v, %.2f× its %v alone: the uplinks carry both jobs", k, time.Duration(jt.MedianNs), r, time.Duration(alone.MedianNs))
+		}
+	}
+	if shared.CeilingATEPerSec >= alone.CeilingATEPerSec {
+		t.Errorf("ceilings: %.4g with two jobs, %.4g alone: each job has half the uplinks", shared.CeilingATEPerSec, alone.CeilingATEPerSec)
 	}
 }
 
