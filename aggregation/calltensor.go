@@ -176,9 +176,11 @@ func firstBadElement(errs []error) error {
 	var first error
 	at := -1
 	for _, err := range errs {
+		if err == nil {
+			continue
+		}
 		var nf *quant.NonFiniteError
 		switch {
-		case err == nil:
 		case !errors.As(err, &nf):
 			return err
 		case at < 0 || nf.Index < at:
@@ -192,7 +194,7 @@ func firstBadElement(errs []error) error {
 // the call was sent (exponents): the call fails and the session goes on.
 type badInput struct{ error }
 
-// inputError is AllReduce's error for a tensor blockExponents refused.
+// inputError is AllReduce's error for a tensor exponents refused.
 func inputError(err error) error {
 	if err == nil {
 		return nil

@@ -166,10 +166,11 @@ type RingReport struct {
 	SwitchMLSpeedup  float64 `json:"switchml_speedup"`
 }
 
-// Addresses: the switch (or the spine) at 10.0.0.1; in a flat job worker
-// r at 10.1.r/256.r%256; in a tree leaf i at 10.2.i.1 and its workers at
-// the addresses after it (local.StartTree), at most 256 of them when it is
-// the only leaf and 128 otherwise, so that they never reach the next
+// Addresses: the switch (or the spine) at 10.0.0.1; on a flat switch
+// worker w at 10.1.w/256.w%256, w = k·Workers + r for job k's rank r; in a
+// tree leaf i at 10.2.i.1 and its workers at the addresses after it
+// (local.StartTree), job 0's then job 1's …, at most 256 of them when it
+// is the only leaf and 128 otherwise, so that they never reach the next
 // leaf's. Never on a socket: memlink's addresses are its own.
 var switchAddr = netip.AddrFrom4([4]byte{10, 0, 0, 1})
 
