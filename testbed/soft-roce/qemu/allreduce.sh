@@ -492,6 +492,11 @@ rxe-bench)
 	BT=${SWML_BENCH_TIMEOUT:-300}
 	BSIZE=${SWML_BENCH_SIZE:-4MiB}
 	JOB=(--size $BSIZE --iters ${SWML_BENCH_ITERS:-3} --warmup 1 --qps ${SWML_BENCH_QPS:-8} --connect-timeout 30s --json)
+	# The guest's clock: every process reads it (Go's scheduler and the
+	# engine often), and under emulation a clock the vDSO cannot read is a
+	# system call and a device access per read.
+	CS=/sys/devices/system/clocksource/clocksource0
+	say "BENCH guest clocksource: $(cat $CS/current_clocksource 2>/dev/null) (available: $(cat $CS/available_clocksource 2>/dev/null))"
 	bench_snap() { # file: rxe0 hw_counters and UDP counters of both netns
 		{
 			for f in $CNT/*; do [ "${f##*/}" = lifespan ] || echo "rxe.${f##*/} $(cat "$f")"; done

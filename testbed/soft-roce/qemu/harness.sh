@@ -30,6 +30,8 @@
 #                       rxe-bench's tensor size (default 4MiB), measured
 #                       all-reduces (3), bound per job in s (300) and
 #                       worker QPs (8)
+#   SWML_GUEST_APPEND   more kernel parameters for the guest (e.g.
+#                       "clocksource=tsc tsc=reliable")
 #   SWML_ARTIFACTS      directory where blobs printed by the guest
 #                       (e.g. the captured sysfs tree) are written
 #   SWML_P4APP_DIR      p4app-switchML's client sources and build.sh for
@@ -316,7 +318,7 @@ timeout --foreground -k 10 "$QEMU_TIMEOUT" qemu-system-x86_64 \
 	-accel tcg,thread=multi -cpu max -smp 2 -m 1024 \
 	-nographic -no-reboot -nic none \
 	-kernel "$kdir/vmlinux" -initrd "$work/initramfs.cpio" \
-	-append "console=ttyS0 panic=-1 quiet swml.scenarios=$list swml.timeout=$SCENARIO_TIMEOUT swml.msgsize=${SWML_TEST_MSG_SIZE:-1KiB} swml.bench=${SWML_BENCH_SIZE:-4MiB},${SWML_BENCH_ITERS:-3},${SWML_BENCH_TIMEOUT:-300},${SWML_BENCH_QPS:-8}" \
+	-append "console=ttyS0 panic=-1 quiet swml.scenarios=$list swml.timeout=$SCENARIO_TIMEOUT swml.msgsize=${SWML_TEST_MSG_SIZE:-1KiB} swml.bench=${SWML_BENCH_SIZE:-4MiB},${SWML_BENCH_ITERS:-3},${SWML_BENCH_TIMEOUT:-300},${SWML_BENCH_QPS:-8} ${SWML_GUEST_APPEND:-}" \
 	</dev/null >"$work/console.log" 2>&1
 qrc=$?
 set -e
