@@ -135,18 +135,28 @@ type pktResults struct {
 	n     int      // how many
 	resE0 int8     // the result exponent of its last packet
 	resE1 int8     // and its loss signal (adaptState)
+	// sent is the bitmap of the packets the latest transmission sent
+	// (all of them, or a resend's missing ones), in packet order: a
+	// result is evidence only against packets sent before it.
+	sent []uint64
+	ppm  int // the message's packets
+	// evFrom is when results of the latest transmission start to be
+	// evidence: a resent packet's result back sooner than the minimum
+	// time to result answers an earlier transmission (RFC 8985 section
+	// 6.2, step 2).
+	evFrom time.Time
 	// first is when the first one came back, if that was before any
 	// resend (so it answers the first transmission); zero otherwise.
 	first time.Time
-	last  time.Time // when the latest one came back
-	// hi is the highest packet index whose result came back after
-	// the latest transmission (-1: none), above when the first
-	// result came back after it with a packet still missing below:
+	last  time.Time // when the latest one of the latest transmission came back
+	// hi is the highest packet index of the latest transmission whose
+	// result came back as its answer (-1: none), above when the first
+	// such result came back with a packet sent before it still missing:
 	// the in-message evidence of loss (lostAt).
 	hi    int
 	above time.Time
-	// since is when the first result came back after the latest
-	// transmission, cnt how many have since: their pace.
+	// since is when the first result of the latest transmission came
+	// back after it, cnt how many have since: their pace.
 	since time.Time
 	cnt   int
 	// resent are the packets (below 64) that the message's first resend
@@ -154,6 +164,34 @@ type pktResults struct {
 	// came back twice (timers.go, dupResult).
 	resent uint64
 	dup    bool
+}
+
+// alloc gives p its bitmaps for ppm packets, from words (n words each), as
+// a message's first transmission leaves them: nothing back, every packet
+// sent.
+func (p *pktResults) alloc(ppm int, words func(n int) []uint64) {
+	n := (ppm + 63) / 64
+	p.got, p.sent, p.ppm = words(n), words(n), ppm
+	p.sendAll()
+}
+
+// retransmit makes a resend the latest transmission: the packets sent
+// before packet upto of the one before whose result is missing
+// (missedBefore; upto = the packet count: every missing one). Its results
+// are evidence of loss from evFrom on.
+func (p *pktResults) retransmit(upto int, evFrom time.Time) {
+	for i := range p.sent {
+		p.sent[i] = p.missedBefore(i, upto)
+	}
+	p.evFrom = evFrom
+	p.transmitted()
+}
+
+// sendAll marks every packet sent by the latest transmission.
+func (p *pktResults) sendAll() {
+	for i := range p.sent {
+		p.sent[i] = p.mask(i)
+	}
 }
 
 // firstMissing is the lowest packet index whose result is not back (the
@@ -167,25 +205,64 @@ func (p *pktResults) firstMissing() int {
 	return len(p.got) * 64
 }
 
-// gap reports the in-message evidence of loss: a result came back after
-// the latest transmission while a packet below it is still missing.
-func (p *pktResults) gap() bool { return !p.above.IsZero() && p.firstMissing() < p.hi }
+// gap reports the in-message evidence of loss: a result of the latest
+// transmission came back while a packet sent before it is still missing.
+func (p *pktResults) gap() bool { return !p.above.IsZero() && p.missingBefore(p.hi) }
+
+// missingBefore reports whether a packet sent before packet k of the
+// latest transmission has no result (missedBefore).
+func (p *pktResults) missingBefore(k int) bool {
+	for i := range p.got {
+		if p.missedBefore(i, k) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// missedBefore is word i of the bitmap of the packets sent before packet k
+// of the latest transmission whose result is missing: those of the
+// transmission below k, and those it did not send (an earlier one did, so
+// they left before all of its packets).
+func (p *pktResults) missedBefore(i, k int) uint64 {
+	below := ^uint64(0)
+	if k < (i+1)*64 {
+		below = 0
+		if k > i*64 {
+			below = 1<<(k-i*64) - 1
+		}
+	}
+	return ^p.got[i] & p.mask(i) & (below | ^p.sent[i])
+}
+
+// mask is word i of the bitmap of all the message's packets.
+func (p *pktResults) mask(i int) uint64 {
+	if n := p.ppm - i*64; n < 64 {
+		return 1<<n - 1
+	}
+	return ^uint64(0)
+}
+
+// inSent reports whether the latest transmission sent packet k.
+func (p *pktResults) inSent(k int) bool { return p.sent[k>>6]&(1<<(k&63)) != 0 }
 
 // record notes packet k's result, back at now; xmit is the message's
-// latest transmission.
+// latest transmission. Only a result of a packet that transmission sent,
+// back after it, counts toward the pace; and as evidence against the
+// packets sent before it only from evFrom on.
 func (p *pktResults) record(k int, now, xmit time.Time) {
 	p.got[k>>6] |= 1 << (k & 63)
 	p.n++
-	p.last = now
-	if !now.After(xmit) {
+	if !now.After(xmit) || !p.inSent(k) {
 		return
 	}
+	p.last = now
 	if p.cnt++; p.cnt == 1 {
 		p.since = now
 	}
-	if k > p.hi {
+	if k > p.hi && !now.Before(p.evFrom) {
 		p.hi = k
-		if p.above.IsZero() && p.firstMissing() < k {
+		if p.above.IsZero() && p.missingBefore(k) {
 			p.above = now
 		}
 	}

@@ -14,7 +14,7 @@ func perPacketTimerSession(q, ppm int) *lane {
 	s := timerSession(q, ppm)
 	s.pktBits = 4
 	for _, st := range s.qps {
-		st.pkts.got = make([]uint64, 1)
+		st.pkts.alloc(ppm, testWords)
 		st.msg.joining = false
 	}
 	return s
@@ -335,3 +335,6 @@ func TestQuietFloorPacketDuplicates(t *testing.T) {
 		}
 	})
 }
+
+// testWords allocates a test's bitmaps (pktResults.alloc).
+func testWords(n int) []uint64 { return make([]uint64, n) }

@@ -143,15 +143,29 @@ func (s *lane) lostAt(st *qpState) (time.Time, bool) {
 		if p.gap() {
 			return p.above.Add(reo), true
 		}
-		if p.n > 0 && p.cnt > 0 && rack.minRTT() > 0 {
-			// No gap: the rest are overdue once the results stop
-			// coming at their pace. Not before a time to result is
-			// measured (RFC 8985 needs one): with neither a reordering
-			// window nor a path pace, a tail would be overdue as soon
-			// as a batch of first results was read.
-			return p.tailDue(s.cfg.PacketsPerMessage-p.n, reo, s.eng.est.delivery.PerPacket()), true
+		if p.n == 0 || rack.minRTT() <= 0 {
+			// Not before a time to result is measured (RFC 8985 needs
+			// one): with neither a reordering window nor a path pace,
+			// a tail would be overdue as soon as a batch of first
+			// results was read.
+			return time.Time{}, false
 		}
-		return time.Time{}, false
+		var due time.Time
+		if st.timer.resends > 0 {
+			// A resend's packets are not overdue before a time to
+			// result has passed since it left: until then the results
+			// of the earlier transmissions that are still coming are
+			// no sign that its own were lost.
+			due = xmit.Add(max(s.eng.est.rtt.SRTT(), rack.minRTT()) + reo)
+		} else if p.cnt == 0 {
+			return time.Time{}, false
+		}
+		if p.cnt > 0 {
+			// No gap: the rest are overdue once the results stop
+			// coming at their pace.
+			due = later(due, p.tailDue(s.cfg.PacketsPerMessage-p.n, reo, s.eng.est.delivery.PerPacket()))
+		}
+		return due, true
 	}
 	if l := rack.at(st.group); xmit.Before(l.xmit) {
 		return xmit.Add(l.rtt + reo), true
@@ -199,4 +213,12 @@ func (s *lane) fastRetransmit(st *qpState, now time.Time) error {
 		s.eng.lossFound++
 	}
 	return s.resendUpTo(st, now, upto)
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -94,12 +94,13 @@ func (s *lane) post(st *qpState, e0 int8, now time.Time) error {
 		clear(st.pkts.got)
 		st.pkts.n = 0
 	}
-	st.pkts.first, st.pkts.resent, st.pkts.dup = time.Time{}, 0, false
+	st.pkts.first, st.pkts.resent, st.pkts.dup, st.pkts.evFrom = time.Time{}, 0, false, time.Time{}
+	st.pkts.sendAll()
 	st.pkts.transmitted()
 	s.startTimer(st, now)
 	s.stats.messages.Add(1)
 	if s.pktWrites {
-		return s.transmitPackets(st, s.cfg.PacketsPerMessage)
+		return s.transmitPackets(st)
 	}
 	return s.transmit(st, m.wr[:], s.cfg.PacketsPerMessage)
 }
@@ -137,19 +138,20 @@ func (s *lane) transmit(st *qpState, wrs []verbs.SendWR, packets int) error {
 	return nil
 }
 
-// transmitPackets sends each packet below upto of st's message whose
-// result is not back as a one-packet WRITE ONLY WITH IMMEDIATE: packet k goes to pool
-// index pool+2k with the packet message id of k, lands at its own offset of
-// the receive region, and is answered by a one-packet result. Only the
-// last work request is signaled: its completion stands for all of them
-// (st.queued counts one).
-func (s *lane) transmitPackets(st *qpState, upto int) error {
+// transmitPackets sends the packets of st's latest transmission
+// (pktResults.sent: all of them, or a resend's) each as a one-packet WRITE
+// ONLY WITH IMMEDIATE: packet k goes to pool index pool+2k with the packet
+// message id of k, lands at its own offset of the receive region, and is
+// answered by a one-packet result. Only the last work request is
+// signaled: its completion stands for all of them (st.queued counts one).
+func (s *lane) transmitPackets(st *qpState) error {
 	ps := s.cfg.PacketSize
 	m := &st.msg
 	recv := s.recvOff(m.id, st.index)
+	p := &st.pkts
 	wrs := s.eng.scratch.pktWRs[:0]
-	for k := range min(upto, s.cfg.PacketsPerMessage) {
-		if st.pkts.got[k>>6]&(1<<(k&63)) != 0 {
+	for k := range s.cfg.PacketsPerMessage {
+		if !p.inSent(k) {
 			continue
 		}
 		off := uint64(k * ps)

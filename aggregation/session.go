@@ -237,7 +237,7 @@ func (s *Session) createQPs(sendDepth int) (qpns, psns []uint32, err error) {
 		st := &qpState{qp: qp, index: i, sendOff: s.sendOff(i)}
 		// The first message goes in set 0 with id 0.
 		st.msg.set, st.msg.id = 1, wire.MsgIDMask
-		st.pkts.got = l.gotWords((cfg.PacketsPerMessage + 63) / 64)
+		st.pkts.alloc(cfg.PacketsPerMessage, l.gotWords)
 		s.qps = append(s.qps, st)
 		l.qps = append(l.qps, st)
 		if err := qp.Init(verbs.AccessRemoteWrite); err != nil {

@@ -272,7 +272,8 @@ func (s *lane) resend(st *qpState, now time.Time) error {
 }
 
 // resendUpTo resends st's message: with per-packet recovery the packets
-// below upto whose result is not back, otherwise all of it, unchanged so
+// whose result is not back that left before packet upto of its latest
+// transmission (pktResults.retransmit), otherwise all of it, unchanged so
 // that the switch sees an identical message (docs/protocol.md "Loss
 // recovery, step by step", mechanism 2). The timer restarts with the
 // message's current timeout (RFC 6298 section 5.6).
@@ -281,15 +282,12 @@ func (s *lane) resendUpTo(st *qpState, now time.Time, upto int) error {
 	t.resends++
 	t.xmit, t.deferred, t.polled, t.delivered = now, false, false, s.eng.est.delivery.Delivered()
 	t.deadline = now.Add(t.rto)
-	st.pkts.transmitted()
 	s.stats.retransmissions.Add(1)
 	if s.pktBits == 0 {
+		st.pkts.transmitted()
 		return s.transmit(st, st.msg.wr[:], s.cfg.PacketsPerMessage)
 	}
-	st.pkts.resent = 0
-	if t.resends == 1 && len(st.pkts.got) == 1 {
-		st.pkts.resent = ^st.pkts.got[0] & (1<<min(upto, s.cfg.PacketsPerMessage) - 1)
-	}
+	st.pkts.retransmit(upto, now.Add(s.eng.est.rack.minRTT()))
 	// Per-packet recovery: resend each packet whose result is not back as
 	// a message of its own (WRITE ONLY WITH IMMEDIATE, to the packet's own
 	// slot and buffer offset). With UC, one lost packet loses its whole
@@ -298,5 +296,12 @@ func (s *lane) resendUpTo(st *qpState, now time.Time, upto int) error {
 	// tries of a 16-packet message do; packet by packet, each try repairs
 	// most of what is missing. The switch treats each as a one-packet
 	// message.
-	return s.transmitPackets(st, upto)
+	if err := s.transmitPackets(st); err != nil {
+		return err
+	}
+	st.pkts.resent = 0
+	if t.resends == 1 && len(st.pkts.got) == 1 {
+		st.pkts.resent = st.pkts.sent[0]
+	}
+	return nil
 }

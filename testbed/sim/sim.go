@@ -143,6 +143,12 @@ type Report struct {
 	LinkLost   uint64 `json:"link_lost"`
 	QueueDrops uint64 `json:"queue_drops"`
 	Overflow   uint64 `json:"overflow"`
+	// UpPackets are the packets the workers sent into their links to the
+	// switch (a tree's: to their leaf), every call, warm-up included;
+	// UpWaitNs is their mean wait behind the link's wire: the worker's
+	// own queue (memlink.LinkStats).
+	UpPackets uint64  `json:"worker_up_packets"`
+	UpWaitNs  float64 `json:"worker_up_wait_ns"`
 	// CPUUserNs and CPUSysNs are the process's real CPU time inside the
 	// measured all-reduces (benchmark.Result).
 	CPUUserNs int64 `json:"cpu_user_ns"`
@@ -649,12 +655,21 @@ func (cfg *Config) report(res benchmark.Result, sessions []*aggregation.Session,
 	for i := range cfg.Leaves {
 		pairs = append(pairs, [2]netip.Addr{leafAddr(i), switchAddr})
 	}
-	for _, p := range pairs {
+	var upWait time.Duration
+	for i, p := range pairs {
+		if i < cfg.Jobs*cfg.Workers {
+			up := nw.LinkStats(p[0], p[1])
+			rep.UpPackets += up.Packets
+			upWait += up.Wait
+		}
 		for _, ls := range []memlink.LinkStats{nw.LinkStats(p[0], p[1]), nw.LinkStats(p[1], p[0])} {
 			rep.LinkLost += ls.Lost
 			rep.QueueDrops += ls.QueueDrops
 			rep.Overflow += ls.Overflow
 		}
+	}
+	if rep.UpPackets > 0 {
+		rep.UpWaitNs = float64(upWait) / float64(rep.UpPackets)
 	}
 	rep.CeilingATEPerSec = cfg.ceiling()
 	rep.Efficiency = rep.CeilingATEPerSec * 32 / cfg.Rate

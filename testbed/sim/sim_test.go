@@ -218,8 +218,9 @@ func sweepWorkers(t *testing.T, loud bool, doc *report, workers []int, base Conf
 		wall := time.Since(start)
 		doc.Runs = append(doc.Runs, runReport{Report: rep, WallNs: int64(wall)})
 		if loud {
-			fmt.Fprintf(os.Stderr, "sim: %s: %v virtual per all-reduce (mean %v), %.3g ATE/s, %.3f of the ceiling %.3g (efficiency %.3f, computed %.3f), %d resends, %.1fs wall\n",
-				name, time.Duration(rep.MedianNs), time.Duration(rep.MeanNs), rep.ATEPerSec, rep.OfCeiling, rep.CeilingATEPerSec, rep.MeasuredEfficiency, rep.Efficiency, rep.Retransmissions, wall.Seconds())
+			fmt.Fprintf(os.Stderr, "sim: %s: %v virtual per all-reduce (mean %v), %.3g ATE/s, %.3f of the ceiling %.3g (efficiency %.3f, computed %.3f), %d resends, %.0f packets up per worker and call, %.1fs wall\n",
+				name, time.Duration(rep.MedianNs), time.Duration(rep.MeanNs), rep.ATEPerSec, rep.OfCeiling, rep.CeilingATEPerSec, rep.MeasuredEfficiency, rep.Efficiency, rep.Retransmissions,
+				float64(rep.UpPackets)/float64(cfg.Jobs*cfg.Workers*(cfg.Iters+cfg.Warmup)), wall.Seconds())
 		}
 		if loud && len(rep.JobTimes) > 1 {
 			meds := make([]string, len(rep.JobTimes))

@@ -137,6 +137,9 @@ type LinkStats struct {
 	NoEndpoint     uint64 // no endpoint at the destination
 	TooBig         uint64 // longer than MaxDatagram
 	MaxQueue       int    // the most packets waiting behind the wire (with Rate and Queue set)
+	// Busy is the packets' time on the wire, Wait the time they spent
+	// waiting behind it, summed (with Rate set).
+	Busy, Wait time.Duration
 }
 
 type pair struct{ src, dst netip.Addr }
@@ -353,6 +356,7 @@ func (n *Network) carry(l *link, src, dst netip.AddrPort, b []byte, now time.Dur
 			}
 		}
 		start := max(now, l.busy)
+		l.st.Wait += start - now
 		// A packet's time on the wire is rarely whole nanoseconds (88.48 ns
 		// for 1106 bytes at 100 Gbit/s): the fraction is carried to the
 		// next packet, or a fast link would run 0.5 % above its rate.
@@ -360,6 +364,7 @@ func (n *Network) carry(l *link, src, dst netip.AddrPort, b []byte, now time.Dur
 		whole := math.Floor(wire)
 		l.frac = wire - whole
 		l.busy = start + time.Duration(whole)
+		l.st.Busy += time.Duration(whole)
 		due = l.busy
 		if l.hasDeps {
 			l.deps[(l.dhead+l.dn)%len(l.deps)] = l.busy

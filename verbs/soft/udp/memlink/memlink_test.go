@@ -81,7 +81,8 @@ func equal(a, b []int) bool {
 // sends five 1000-byte datagrams of one batch as: one on the wire, two
 // waiting, two dropped at the tail; they arrive 1, 2 and 3 ms (+ 500 µs of
 // delay) after the send, and a datagram sent once the queue has drained is
-// served at once.
+// served at once. The three carried spent 3 ms on the wire and 3 ms
+// waiting behind it.
 func TestRateAndQueue(t *testing.T) {
 	clk := &ManualClock{}
 	n := newNet(t, Config{Clock: clk})
@@ -95,6 +96,10 @@ func TestRateAndQueue(t *testing.T) {
 	st := n.LinkStats(addrA.Addr(), addrB.Addr())
 	if st.Packets != 5 || st.QueueDrops != 2 || st.Delivered != 3 || st.MaxQueue != 2 {
 		t.Fatalf("link stats %+v, want 5 packets, 2 queue drops, 3 delivered, queue peak 2", st)
+	}
+	// 1 ms on the wire each; the second waited 1 ms behind it, the third 2.
+	if st.Busy != 3*time.Millisecond || st.Wait != 3*time.Millisecond {
+		t.Fatalf("link stats %+v, want 3 ms busy and 3 ms waited", st)
 	}
 	in := recvBufs(8)
 	for _, step := range []struct {
