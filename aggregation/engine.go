@@ -31,7 +31,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/bits"
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/control"
@@ -192,17 +191,6 @@ func (p *pktResults) sendAll() {
 	for i := range p.sent {
 		p.sent[i] = p.mask(i)
 	}
-}
-
-// firstMissing is the lowest packet index whose result is not back (the
-// message's packet count if none is missing).
-func (p *pktResults) firstMissing() int {
-	for i, w := range p.got {
-		if w != ^uint64(0) {
-			return i*64 + bits.TrailingZeros64(^w)
-		}
-	}
-	return len(p.got) * 64
 }
 
 // gap reports the in-message evidence of loss: a result of the latest
