@@ -42,6 +42,11 @@ type NICConfig struct {
 	// Device is an ibverbs device name (rxe0, mlx5_0); "" picks the one
 	// holding Addr's GID. Soft ignores it.
 	Device string
+	// BusyPoll is how long the engine polls an empty CQ of an ibverbs
+	// device before it blocks on the completion channel
+	// (ibverbs.Device.SetBusyPoll): 0 keeps the device's default (20 µs,
+	// none on Soft-RoCE), negative turns it off. Soft ignores it.
+	BusyPoll time.Duration
 	// Offload is the soft NIC's UDP GSO/GRO setting.
 	Offload udp.Offload
 	// Registry, if set, gets the soft NIC's swml_nic_… metrics.
@@ -61,6 +66,9 @@ func OpenNIC(cfg NICConfig) (verbs.Device, error) {
 		d, err := ibverbs.Open(cfg.Device, cfg.Addr.Unmap())
 		if err != nil {
 			return nil, fmt.Errorf("join: ibverbs NIC %q at %v: %w", cfg.Device, cfg.Addr, err)
+		}
+		if cfg.BusyPoll != 0 {
+			d.SetBusyPoll(cfg.BusyPoll)
 		}
 		return d, nil
 	case NICSoft:

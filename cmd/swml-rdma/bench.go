@@ -272,7 +272,7 @@ func runBench(c *cli.Context) error {
 		}
 		return runWorker(c)
 	}
-	for _, f := range []string{"rank", "session-id", "nic", "device", "addr", "gid-index", "connect-timeout", "metrics-addr"} {
+	for _, f := range []string{"rank", "session-id", "nic", "device", "addr", "gid-index", "busy-poll", "connect-timeout", "metrics-addr"} {
 		if c.IsSet(f) {
 			return cli.Exit(fmt.Sprintf("--%s%s applies to one worker of a distributed job: pass --controller ADDR too, or drop it (unset the variable) for the embedded bench", f, envSource(f, c.String(f))), 2)
 		}

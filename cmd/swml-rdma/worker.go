@@ -75,6 +75,7 @@ func jobMemberFlags(category string) []cli.Flag {
 		&cli.IntFlag{Name: "rank", Usage: "this worker's rank, 0 … workers-1", DefaultText: "$SWML_RANK, else $OMPI_COMM_WORLD_RANK, else $RANK", Category: cat("job")},
 		&cli.StringFlag{Name: "nic", Value: "soft", Usage: "soft (userspace RoCEv2 NIC over UDP) or ibverbs (an RDMA device through libibverbs)", EnvVars: []string{"SWML_NIC"}, Category: cat("nic")},
 		&cli.StringFlag{Name: "device", Usage: "ibverbs device `NAME`, e.g. rxe0 or mlx5_0 (default: the one whose GID is --addr; ignored by soft)", EnvVars: []string{"SWML_DEVICE"}, Category: cat("nic")},
+		&cli.StringFlag{Name: "busy-poll", Value: "auto", Usage: "ibverbs: how long to poll an empty completion queue before blocking on its channel: a `DURATION`, off, or auto (20µs; off on Soft-RoCE)", EnvVars: []string{"SWML_BUSY_POLL"}, Category: cat("nic")},
 		&cli.StringFlag{Name: "addr", Usage: "the worker's RoCE `IP`: soft binds it (default 127.0.0.<2+rank>); ibverbs uses the GID of this address", EnvVars: []string{"SWML_ADDR"}, Category: cat("nic")},
 		&cli.StringFlag{Name: "gid-index", Value: "auto", Usage: "RoCE v2 GID index: auto = the GID of --addr (the only choice today)", EnvVars: []string{"SWML_GID_INDEX"}, Category: cat("nic")},
 		&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics at http://`ADDR`/metrics while the job runs (host:port; empty: off)", EnvVars: []string{"SWML_METRICS_ADDR"}, Category: cat("output")},
@@ -124,10 +125,11 @@ type workerConfig struct {
 	sessionID         uint32
 	rank, workers     int
 
-	nic     string      // "soft" or "ibverbs"
-	device  string      // ibverbs device name; "" = the one holding addr's GID
-	addr    netip.Addr  // soft: bound; ibverbs: whose GID to use
-	offload udp.Offload // soft: UDP GSO/GRO
+	nic      string        // "soft" or "ibverbs"
+	device   string        // ibverbs device name; "" = the one holding addr's GID
+	addr     netip.Addr    // soft: bound; ibverbs: whose GID to use
+	offload  udp.Offload   // soft: UDP GSO/GRO
+	busyPoll time.Duration // ibverbs: join.NICConfig.BusyPoll
 
 	jobSpec // tensor and protocol
 
@@ -228,7 +230,26 @@ func workerFlags(c *cli.Context) (workerConfig, error) {
 	if cfg.offload, err = parseOffload(c); err != nil {
 		return cfg, err
 	}
+	if cfg.busyPoll, err = parseBusyPoll(c.String("busy-poll")); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
+}
+
+// parseBusyPoll reads --busy-poll: auto (0: the device's default), off
+// (negative) or a positive duration.
+func parseBusyPoll(s string) (time.Duration, error) {
+	switch s {
+	case "auto", "":
+		return 0, nil
+	case "off", "0":
+		return -1, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("--busy-poll %q: give a positive duration (e.g. 20us), off, or auto", s)
+	}
+	return d, nil
 }
 
 // rankAndSize resolves rank and worker count: the flags win, then
@@ -311,7 +332,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 	scfg.Rank, scfg.Workers, scfg.RetransmitTimeout = cfg.rank, cfg.workers, cfg.retransmitTimeout
 	log.Info("joining", "controller", cfg.controller, "session", cfg.sessionID, "workers", cfg.workers, "nic", cfg.nic, "addr", cfg.addr)
 	j, err := join.Join(ctx, join.Options{
-		NIC:        join.NICConfig{Kind: cfg.nic, Addr: cfg.addr, Device: cfg.device, Offload: cfg.offload, Registry: cfg.registry},
+		NIC:        join.NICConfig{Kind: cfg.nic, Addr: cfg.addr, Device: cfg.device, BusyPoll: cfg.busyPoll, Offload: cfg.offload, Registry: cfg.registry},
 		Controller: cfg.controller, ConnectTimeout: cfg.connectTimeout, TLS: cfg.tls, RegistrationToken: cfg.registrationToken, Log: log,
 		Session:  scfg,
 		Sessions: []join.Session{{ID: cfg.sessionID, DType: cfg.dtype, Wire: cfg.wire, Name: cfg.dtype.String()}},

@@ -260,19 +260,12 @@ func wcOpcode(op uint32) verbs.WCOpcode {
 	return verbs.WCOpcode(op)
 }
 
-// BusyPoll is how long verbs.Await polls this CQ before it arms it:
-// busyPoll, but not at all on Soft-RoCE. rxe's NIC is the host's CPU (the
-// kernel's rxe tasks complete the work), and a spinning worker takes it
-// from them: in the QEMU guest of docs/testbed.md (2 vCPUs), rxe-bench's
-// jobs with the worker's defaults were no faster with a 5 or 20 µs spin
-// than without (medians of 7 boots alternating, 512 KiB: 2 workers 412 ms
-// with 20 µs, 315 ms without; 4 workers 1.42 s, 1.36 s).
-func (c *CQ) BusyPoll() time.Duration {
-	if c.dev.vendor == RxeVendorID {
-		return 0
-	}
-	return busyPoll
-}
+// BusyPoll is how long verbs.Await polls this CQ before it arms it: the
+// device's (Device.SetBusyPoll). By default busyPoll, but not at all on
+// Soft-RoCE: rxe's NIC is the host's CPU (the kernel's rxe tasks complete
+// the work), and a spinning worker takes it from them
+// (docs/benchmarks.md "libibverbs: busy poll").
+func (c *CQ) BusyPoll() time.Duration { return time.Duration(c.dev.spin.Load()) }
 
 // RequestNotify arms the CQ (ibv_req_notify_cq): the next completion
 // sends an event on Notifications.

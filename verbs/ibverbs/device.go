@@ -46,7 +46,9 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/swml-rdma/swml-rdma/rdma"
@@ -106,6 +108,9 @@ type Device struct {
 	gidIndex int
 	mtu      verbs.MTU
 	vendor   uint32 // ibv_device_attr.vendor_id
+	// spin is how long verbs.Await polls each of the device's empty CQs
+	// before it arms it (CQ.BusyPoll; SetBusyPoll).
+	spin atomic.Int64
 }
 
 var (
@@ -219,6 +224,9 @@ func (d *Device) query(want rdma.GID, port rdmadev.Port) error {
 		return fmt.Errorf("verbs/ibverbs: query device %s: %w", d.name, rcErr(rc, errno))
 	}
 	d.vendor = uint32(vendor)
+	if d.vendor != RxeVendorID {
+		d.spin.Store(int64(busyPoll))
+	}
 	var raw [16]byte
 	rc, errno := C.swml_query_gid(d.ctx, C.int(d.port), C.int(d.gidIndex), (*C.uint8_t)(unsafe.Pointer(&raw[0])))
 	if rc != 0 {
@@ -229,6 +237,11 @@ func (d *Device) query(want rdma.GID, port rdmadev.Port) error {
 	}
 	return nil
 }
+
+// SetBusyPoll sets how long verbs.Await polls the device's empty CQs
+// before it arms them (CQ.BusyPoll): by default busyPoll (20 µs), and none
+// on Soft-RoCE; 0 turns it off.
+func (d *Device) SetBusyPoll(spin time.Duration) { d.spin.Store(int64(max(spin, 0))) }
 
 // Name is the libibverbs device name.
 func (d *Device) Name() string { return d.name }

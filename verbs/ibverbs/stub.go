@@ -5,6 +5,7 @@ package ibverbs
 import (
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/swml-rdma/swml-rdma/verbs"
 )
@@ -31,6 +32,7 @@ func (d *Device) CreateCQ(int) (verbs.CQ, error) { return nil, errNotBuilt }
 func (d *Device) Close() error                   { return nil }
 func (d *Device) VendorID() uint32               { return 0 }
 func (d *Device) UCTruncatedWriteWedges() bool   { return false }
+func (d *Device) SetBusyPoll(time.Duration)      {}
 
 // RxeVendorID is the vendor id Linux Soft-RoCE (rdma_rxe) reports.
 const RxeVendorID = 0xFFFFFF
