@@ -583,9 +583,10 @@ rxe-bench)
 	for n in 2 4; do
 		bench_job rxe-1pkt-${n}w $n --msg-size 1KiB
 		bench_job rxe-defaults-${n}w $n
-		# SWML_GUEST_APPEND=swml.benchspin=DURATION: the defaults again,
-		# polling an empty CQ that long before blocking (--busy-poll).
-		[ -z "${SWML_BENCH_SPIN:-}" ] || bench_job rxe-spin-${n}w $n --busy-poll $SWML_BENCH_SPIN
+		# The defaults again, polling an empty CQ for $SWML_BENCH_SPIN
+		# (default 1ms, off: not) before blocking on its channel
+		# (--busy-poll; by default the worker does not on rxe).
+		[ "${SWML_BENCH_SPIN:-1ms}" = off ] || bench_job rxe-spin-${n}w $n --busy-poll ${SWML_BENCH_SPIN:-1ms}
 	done
 	if [ -e $P4/unavailable ] || [ ! -x $P4/allreduce_benchmark ]; then
 		say "BENCH p4app: not measured: $(cat $P4/unavailable 2>/dev/null || echo "$P4/allreduce_benchmark is not in the guest")"

@@ -27,7 +27,7 @@ for kv in $(cat /proc/cmdline); do
 	swml.scenarios=*) scenarios=${kv#swml.scenarios=} ;;
 	swml.timeout=*) timeout_s=${kv#swml.timeout=} ;;
 	swml.msgsize=*) export SWML_TEST_MSG_SIZE=${kv#swml.msgsize=} ;;
-	swml.benchspin=*) export SWML_BENCH_SPIN=${kv#swml.benchspin=} ;; # rxe-bench: also with --busy-poll
+	swml.benchspin=*) export SWML_BENCH_SPIN=${kv#swml.benchspin=} ;; # rxe-bench: the defaults also with --busy-poll (off: not)
 	swml.bench=*) # size,iters,timeout,qps of rxe-bench
 		IFS=, read -r SWML_BENCH_SIZE SWML_BENCH_ITERS SWML_BENCH_TIMEOUT SWML_BENCH_QPS <<EOF
 ${kv#swml.bench=}

@@ -30,6 +30,8 @@
 #                       rxe-bench's tensor size (default 4MiB), measured
 #                       all-reduces (3), bound per job in s (300) and
 #                       worker QPs (8)
+#   SWML_BENCH_SPIN     rxe-bench also runs the defaults with --busy-poll
+#                       this long (default 1ms; off: not)
 #   SWML_GUEST_APPEND   more kernel parameters for the guest (e.g.
 #                       "clocksource=tsc tsc=reliable")
 #   SWML_ARTIFACTS      directory where blobs printed by the guest
@@ -318,7 +320,7 @@ timeout --foreground -k 10 "$QEMU_TIMEOUT" qemu-system-x86_64 \
 	-accel tcg,thread=multi -cpu max -smp 2 -m 1024 \
 	-nographic -no-reboot -nic none \
 	-kernel "$kdir/vmlinux" -initrd "$work/initramfs.cpio" \
-	-append "console=ttyS0 panic=-1 quiet swml.scenarios=$list swml.timeout=$SCENARIO_TIMEOUT swml.msgsize=${SWML_TEST_MSG_SIZE:-1KiB} swml.bench=${SWML_BENCH_SIZE:-4MiB},${SWML_BENCH_ITERS:-3},${SWML_BENCH_TIMEOUT:-300},${SWML_BENCH_QPS:-8} ${SWML_GUEST_APPEND:-}" \
+	-append "console=ttyS0 panic=-1 quiet swml.scenarios=$list swml.timeout=$SCENARIO_TIMEOUT swml.msgsize=${SWML_TEST_MSG_SIZE:-1KiB} swml.bench=${SWML_BENCH_SIZE:-4MiB},${SWML_BENCH_ITERS:-3},${SWML_BENCH_TIMEOUT:-300},${SWML_BENCH_QPS:-8} swml.benchspin=${SWML_BENCH_SPIN:-1ms} ${SWML_GUEST_APPEND:-}" \
 	</dev/null >"$work/console.log" 2>&1
 qrc=$?
 set -e
