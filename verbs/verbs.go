@@ -425,15 +425,15 @@ func Wait(ctx context.Context, cq CQ, wcs []Completion) (int, error) {
 }
 
 // busyPoll polls cq until it yields completions, wake is ready (woken) or
-// spin has passed. Between polls it yields the processor to runnable
+// spin has passed. Every few polls it yields the processor to runnable
 // goroutines (which may be the ones that complete the work: a userspace
-// NIC's), and it stops at once when wake is ready, so a bounded spin
-// neither starves the producer nor delays a timer or an abort. It reads
-// the clock once every clockEvery polls: where the clock is not in the
-// vDSO (a guest on an emulated HPET) each read is a system call, dearer
-// than a poll.
+// NIC's) and reads the clock, and it stops at once when wake is ready, so
+// a bounded spin neither starves the producer nor delays a timer or an
+// abort. Not at every poll: where the clock is not in the vDSO (a guest on
+// an emulated HPET) a read is a system call, dearer than a poll, and the
+// scheduler reads it whenever the goroutine yields (its timers).
 func busyPoll(cq CQ, wcs []Completion, wake <-chan struct{}, spin time.Duration) (n int, woken bool, err error) {
-	const clockEvery = 16
+	const every = 16
 	deadline := time.Now().Add(spin)
 	for i := 1; ; i++ {
 		select {
@@ -441,12 +441,14 @@ func busyPoll(cq CQ, wcs []Completion, wake <-chan struct{}, spin time.Duration)
 			return 0, true, nil
 		default:
 		}
-		runtime.Gosched()
 		if n, err := cq.Poll(wcs); n > 0 || err != nil {
 			return n, false, err
 		}
-		if i%clockEvery == 0 && !time.Now().Before(deadline) {
-			return 0, false, nil
+		if i%every == 0 {
+			if !time.Now().Before(deadline) {
+				return 0, false, nil
+			}
+			runtime.Gosched()
 		}
 	}
 }
