@@ -173,3 +173,30 @@ func TestWorkerAddrInUse(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// TestParseBusyPoll: --busy-poll takes auto (the device's default), off,
+// or a positive duration, and names the choices for anything else.
+func TestParseBusyPoll(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want time.Duration
+		err  bool
+	}{
+		{"auto", 0, false},
+		{"", 0, false},
+		{"off", -1, false},
+		{"0", -1, false},
+		{"1ms", time.Millisecond, false},
+		{"20us", 20 * time.Microsecond, false},
+		{"-5us", 0, true},
+		{"fast", 0, true},
+	} {
+		got, err := parseBusyPoll(tt.in)
+		if (err != nil) != tt.err || got != tt.want {
+			t.Errorf("parseBusyPoll(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "off, or auto") {
+			t.Errorf("parseBusyPoll(%q): %v does not name the choices", tt.in, err)
+		}
+	}
+}
