@@ -161,6 +161,15 @@ type Config struct {
 	// Per-packet recovery also needs PacketsPerMessage ≤ 64.
 	WholeMessageResend bool
 
+	// NoGapNotices tells the controller this worker does not take gap
+	// notices: zero-length writes from the switch naming packet writes it
+	// lost on the way up (docs/protocol.md "Gap notices"). By default it
+	// takes them, and a job whose workers all do gets them from a switch
+	// that sends them (the software switch); the lost packets are then
+	// resent at once, and a worker waits a round trip longer before it
+	// resends packets whose slots wait for another worker's.
+	NoGapNotices bool
+
 	// Writes chooses how a message goes on the wire: AdaptiveWrites (the
 	// default), MessageWrites or PacketWrites. Give every worker of a job
 	// the same value; mixed jobs give correct results, more slowly. The

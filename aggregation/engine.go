@@ -144,6 +144,10 @@ type pktResults struct {
 	// time to result answers an earlier transmission (RFC 8985 section
 	// 6.2, step 2).
 	evFrom time.Time
+	// noticeFrom is when gap notices start to answer the latest
+	// transmission: one back sooner than half a minimum time to result
+	// after a resend answers an earlier transmission (notice.go).
+	noticeFrom time.Time
 	// first is when the first one came back, if that was before any
 	// resend (so it answers the first transmission); zero otherwise.
 	first time.Time
@@ -178,11 +182,17 @@ func (p *pktResults) alloc(ppm int, words func(n int) []uint64) {
 // before packet upto of the one before whose result is missing
 // (missedBefore; upto = the packet count: every missing one). Its results
 // are evidence of loss from evFrom on.
-func (p *pktResults) retransmit(upto int, evFrom time.Time) {
+func (p *pktResults) retransmit(upto int, xmit time.Time, minRTT time.Duration) {
 	for i := range p.sent {
 		p.sent[i] = p.missedBefore(i, upto)
 	}
-	p.evFrom = evFrom
+	p.resendAt(xmit, minRTT)
+}
+
+// resendAt starts the evidence of a resend sent at xmit: its results from a
+// minimum time to result on, its gap notices from half of one (notice.go).
+func (p *pktResults) resendAt(xmit time.Time, minRTT time.Duration) {
+	p.evFrom, p.noticeFrom = xmit.Add(minRTT), xmit.Add(minRTT/2)
 	p.transmitted()
 }
 

@@ -78,6 +78,12 @@ var statFields = []statField{
 		"bytes_total", bytesHelp, "in"},
 	{func(s *Stats) *uint64 { return &s.PacketWriteCalls }, func(c *counters) *atomic.Uint64 { return &c.packetWriteCalls },
 		"packet_write_calls_total", "All-reduce calls that sent one RDMA WRITE per packet instead of one per message (Config.Writes).", ""},
+	{func(s *Stats) *uint64 { return &s.GapNotices }, func(c *counters) *atomic.Uint64 { return &c.gapNotices },
+		"gap_notices_total", "Gap notices from the switch: a packet write of this worker arrived after a PSN gap.", ""},
+	{func(s *Stats) *uint64 { return &s.NoticeResends }, func(c *counters) *atomic.Uint64 { return &c.noticeResends },
+		"notice_resends_total", "Packets resent because a gap notice named them lost.", ""},
+	{func(s *Stats) *uint64 { return &s.TailProbes }, func(c *counters) *atomic.Uint64 { return &c.tailProbes },
+		"tail_probes_total", "Tail probes sent: packet writes without payload after a transmission's last packet, so that the switch sees its PSN and names a lost last packet.", ""},
 }
 
 const bytesHelp = "RDMA payload bytes sent (out) to and received (in) from the switch."

@@ -132,7 +132,7 @@ func (s *lane) dropOverwritten(wcs []verbs.Completion) {
 // resultQP is the QP of wc when wc is a result with an immediate for the
 // lane's message in flight on it, or nil.
 func (s *lane) resultQP(wc *verbs.Completion) *qpState {
-	if wc.Opcode != verbs.WCRecvRDMAWithImm || !wc.HasImm || wc.Status != verbs.WCSuccess {
+	if wc.Opcode != verbs.WCRecvRDMAWithImm || !wc.HasImm || wc.Status != verbs.WCSuccess || s.isNotice(wc) {
 		return nil
 	}
 	qi := int(wc.WRID >> 32)
@@ -165,6 +165,9 @@ func (s *lane) complete(c *call, wc *verbs.Completion, now time.Time) (done bool
 	}
 	st.recvs--
 	s.eng.clock.lastResult = now
+	if s.isNotice(wc) {
+		return false, s.gapNotice(st, wire.Imm(wc.Imm), now)
+	}
 	r := s.match(st, wc, now)
 	if r == resultStale {
 		s.stats.stale.Add(1)

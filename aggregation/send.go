@@ -94,7 +94,7 @@ func (s *lane) post(st *qpState, e0 int8, now time.Time) error {
 		clear(st.pkts.got)
 		st.pkts.n = 0
 	}
-	st.pkts.first, st.pkts.resent, st.pkts.dup, st.pkts.evFrom = time.Time{}, 0, false, time.Time{}
+	st.pkts.first, st.pkts.resent, st.pkts.dup, st.pkts.evFrom, st.pkts.noticeFrom = time.Time{}, 0, false, time.Time{}, time.Time{}
 	st.pkts.sendAll()
 	st.pkts.transmitted()
 	s.startTimer(st, now)
@@ -102,13 +102,13 @@ func (s *lane) post(st *qpState, e0 int8, now time.Time) error {
 	if s.pktWrites {
 		return s.transmitPackets(st)
 	}
-	return s.transmit(st, m.wr[:], s.cfg.PacketsPerMessage)
+	return s.transmit(st, m.wr[:], s.cfg.PacketsPerMessage, s.msgBytes)
 }
 
-// transmit posts wrs (packets packets in all) on st's QP: staged, if the
-// QP can (verbs.StagedSender), for the pass's doorbell. The receives for
-// the answers it can bring are posted first.
-func (s *lane) transmit(st *qpState, wrs []verbs.SendWR, packets int) error {
+// transmit posts wrs (packets packets, bytes bytes of payload in all) on
+// st's QP: staged, if the QP can (verbs.StagedSender), for the pass's
+// doorbell. The receives for the answers it can bring are posted first.
+func (s *lane) transmit(st *qpState, wrs []verbs.SendWR, packets, bytes int) error {
 	answers := len(wrs)
 	if s.pktBits > 0 {
 		// With per-packet recovery every packet's slot can complete on
@@ -134,7 +134,7 @@ func (s *lane) transmit(st *qpState, wrs []verbs.SendWR, packets int) error {
 		}
 	}
 	s.stats.packets.Add(uint64(packets))
-	s.stats.bytesSent.Add(uint64(packets * s.cfg.PacketSize))
+	s.stats.bytesSent.Add(uint64(bytes))
 	return nil
 }
 
@@ -142,34 +142,53 @@ func (s *lane) transmit(st *qpState, wrs []verbs.SendWR, packets int) error {
 // (pktResults.sent: all of them, or a resend's) each as a one-packet WRITE
 // ONLY WITH IMMEDIATE: packet k goes to pool index pool+2k with the packet
 // message id of k, lands at its own offset of the receive region, and is
-// answered by a one-packet result. Only the last work request is
-// signaled: its completion stands for all of them (st.queued counts one).
+// answered by a one-packet result. While the job sees loss and takes gap
+// notices, a tail probe follows them (notice.go). Only the last work
+// request is signaled: its completion stands for all of them (st.queued
+// counts one).
 func (s *lane) transmitPackets(st *qpState) error {
 	ps := s.cfg.PacketSize
 	m := &st.msg
 	recv := s.recvOff(m.id, st.index)
 	p := &st.pkts
 	wrs := s.eng.scratch.pktWRs[:0]
+	last := -1
 	for k := range s.cfg.PacketsPerMessage {
 		if !p.inSent(k) {
 			continue
 		}
-		off := uint64(k * ps)
-		wrs = append(wrs, verbs.SendWR{
-			ID:         wrID(st.index, wrSend),
-			Opcode:     verbs.WRRDMAWriteWithImm,
-			Local:      verbs.SGE{Addr: st.sendOff + off, Length: uint32(ps), LKey: s.mr.LKey()},
-			RemoteAddr: recv + off,
-			RKey:       uint32(st.pool.Add(k) | wire.PoolIndex(m.set)),
-			Imm:        uint32(wire.MakeImm(wire.PacketMsgID(m.id, k, s.pktBits), m.e0, m.e1)),
-		})
+		wrs = append(wrs, s.packetWR(st, recv, k, ps))
+		last = k
+	}
+	n := len(wrs)
+	if last >= 0 && s.notices && s.pktWrites && s.adapt.lossy() {
+		// The switch sees the tail probe's PSN: the loss of the last
+		// packet, or of any before it, comes back as a notice. Without
+		// loss it would only cost a packet per message.
+		wrs = append(wrs, s.packetWR(st, recv, last, 0))
+		s.stats.tailProbes.Add(1)
 	}
 	s.eng.scratch.pktWRs = wrs
 	if len(wrs) == 0 {
 		return nil
 	}
 	wrs[len(wrs)-1].Signaled = true
-	return s.transmit(st, wrs, len(wrs))
+	return s.transmit(st, wrs, len(wrs), n*ps)
+}
+
+// packetWR is the work request of packet k of st's message in flight, n
+// bytes of it (0: a tail probe), its receive region at recv.
+func (s *lane) packetWR(st *qpState, recv uint64, k, n int) verbs.SendWR {
+	m := &st.msg
+	off := uint64(k * s.cfg.PacketSize)
+	return verbs.SendWR{
+		ID:         wrID(st.index, wrSend),
+		Opcode:     verbs.WRRDMAWriteWithImm,
+		Local:      verbs.SGE{Addr: st.sendOff + off, Length: uint32(n), LKey: s.mr.LKey()},
+		RemoteAddr: recv + off,
+		RKey:       uint32(st.pool.Add(k) | wire.PoolIndex(m.set)),
+		Imm:        uint32(wire.MakeImm(wire.PacketMsgID(m.id, k, s.pktBits), m.e0, m.e1)),
+	}
 }
 
 // ringDoorbell sends the messages staged since the last call.

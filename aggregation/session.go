@@ -100,6 +100,9 @@ type Session struct {
 	// adapt's atomics, which the lanes set.
 	pktWrites bool
 	adapt     adaptState
+	// notices: the switch sends this job's workers gap notices
+	// (control.Assignment.GapNotices; notice.go).
+	notices bool
 	// pktBits > 0 enables per-packet recovery (timers.go, resend): the
 	// packet index bits of wire.PacketMsgID.
 	pktBits uint
@@ -282,6 +285,9 @@ func (s *Session) register(ctx context.Context, qpns, psns []uint32, needsPacket
 		// A NIC that wedges on a truncated multi-packet WRITE gets only
 		// one-packet results if every worker sends packet writes.
 		NeedsPacketWrites: needsPacketWrites,
+		// Gap notices: this engine takes them (notice.go) unless told not
+		// to; the job gets them if every worker asked.
+		GapNotices: !cfg.NoGapNotices,
 		// The element width of the job's lanes: the controller refuses
 		// ranks that differ, and a switch that cannot sum it.
 		WireBits: cfg.Wire,
@@ -328,6 +334,7 @@ func (s *Session) connect(psns []uint32) error {
 	}
 	for _, l := range s.lanes {
 		l.eng.est.rack.groups(l.qps, a.OrderGroups)
+		s.notices = a.GapNotices
 	}
 	for i, st := range s.qps {
 		st.pool = a.QPPoolIndices[i]
@@ -496,11 +503,19 @@ type Stats struct {
 	// PacketWriteCalls counts the calls that sent packet writes
 	// (Config.Writes).
 	PacketWriteCalls uint64
+	// GapNotices counts the switch's gap notices received, and
+	// NoticeResends the packets resent on them (docs/protocol.md "Gap
+	// notices").
+	GapNotices    uint64
+	NoticeResends uint64
+	// TailProbes counts the tail probes sent: packet writes without
+	// payload that follow a transmission's last packet under loss.
+	TailProbes uint64
 }
 
 type counters struct {
-	allReduces, messages, packets, retransmissions, timeouts, fastRetransmissions, spurious, results, stale, bytesSent, bytesReceived, packetWriteCalls atomic.Uint64
-	callTimes                                                                                                                                           callHistogram // completed calls (metrics.go)
+	allReduces, messages, packets, retransmissions, timeouts, fastRetransmissions, spurious, results, stale, bytesSent, bytesReceived, packetWriteCalls, gapNotices, noticeResends, tailProbes atomic.Uint64
+	callTimes                                                                                                                                                                                  callHistogram // completed calls (metrics.go)
 }
 
 // Stats returns the session's counters. Safe for concurrent use.

@@ -265,6 +265,16 @@ func (s *lane) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 	}
 }
 
+// restartTimer makes now st's latest transmission, a resend, and restarts
+// its timer with the message's current timeout (RFC 6298 section 5.6).
+func (s *lane) restartTimer(st *qpState, now time.Time) {
+	t := &st.timer
+	t.resends++
+	t.xmit, t.deferred, t.polled, t.delivered = now, false, false, s.eng.est.delivery.Delivered()
+	t.deadline = now.Add(t.rto)
+	s.stats.retransmissions.Add(1)
+}
+
 // resend resends st's message after a timeout (retransmit): all of it, or
 // with per-packet recovery every packet whose result is missing.
 func (s *lane) resend(st *qpState, now time.Time) error {
@@ -278,16 +288,12 @@ func (s *lane) resend(st *qpState, now time.Time) error {
 // recovery, step by step", mechanism 2). The timer restarts with the
 // message's current timeout (RFC 6298 section 5.6).
 func (s *lane) resendUpTo(st *qpState, now time.Time, upto int) error {
-	t := &st.timer
-	t.resends++
-	t.xmit, t.deferred, t.polled, t.delivered = now, false, false, s.eng.est.delivery.Delivered()
-	t.deadline = now.Add(t.rto)
-	s.stats.retransmissions.Add(1)
+	s.restartTimer(st, now)
 	if s.pktBits == 0 {
 		st.pkts.transmitted()
-		return s.transmit(st, st.msg.wr[:], s.cfg.PacketsPerMessage)
+		return s.transmit(st, st.msg.wr[:], s.cfg.PacketsPerMessage, s.msgBytes)
 	}
-	st.pkts.retransmit(upto, now.Add(s.eng.est.rack.minRTT()))
+	st.pkts.retransmit(upto, now, s.eng.est.rack.minRTT())
 	// Per-packet recovery: resend each packet whose result is not back as
 	// a message of its own (WRITE ONLY WITH IMMEDIATE, to the packet's own
 	// slot and buffer offset). With UC, one lost packet loses its whole
@@ -300,7 +306,7 @@ func (s *lane) resendUpTo(st *qpState, now time.Time, upto int) error {
 		return err
 	}
 	st.pkts.resent = 0
-	if t.resends == 1 && len(st.pkts.got) == 1 {
+	if st.timer.resends == 1 && len(st.pkts.got) == 1 {
 		st.pkts.resent = st.pkts.sent[0]
 	}
 	return nil

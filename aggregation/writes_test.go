@@ -50,6 +50,30 @@ func TestPacketWrites(t *testing.T) {
 		if (r == 0 || r == 1) && st.Retransmissions == 0 {
 			t.Errorf("rank %d resent nothing: %+v", r, st)
 		}
+		// Only rank 0 loses requests: the switch's gap notices name
+		// them to it, and to nobody else.
+		if r == 0 && (st.GapNotices == 0 || st.NoticeResends == 0) {
+			t.Errorf("rank 0 lost requests but got %d gap notices and resent %d packets on them", st.GapNotices, st.NoticeResends)
+		}
+		if r != 0 && st.GapNotices != 0 {
+			t.Errorf("rank %d lost no request but got %d gap notices", r, st.GapNotices)
+		}
+	}
+	lossy.close(t)
+
+	// A worker that takes no notices: the job gets none, and recovers
+	// by its own evidence alone.
+	cfg.SessionID = 42
+	quiet := openJobWith(t, c.ctlAddr, lossBenchWorkers, func(r int) Config {
+		c := cfg
+		c.NoGapNotices = r == 2
+		return c
+	}, c.device(10))
+	b.check(t, quiet, 1, "packet writes under loss, no gap notices")
+	for r, w := range quiet.workers {
+		if st := w.sess.Stats(); st.GapNotices != 0 {
+			t.Errorf("rank %d of a job with a worker that takes no notices got %d", r, st.GapNotices)
+		}
 	}
 }
 
@@ -465,7 +489,7 @@ func TestResendEvidence(t *testing.T) {
 	resend := func(at time.Duration, upto int) {
 		st.timer.xmit = now.Add(at)
 		st.timer.resends++
-		st.pkts.retransmit(upto, st.timer.xmit.Add(s.eng.est.rack.minRTT()))
+		st.pkts.retransmit(upto, st.timer.xmit, s.eng.est.rack.minRTT())
 	}
 	resend(5*ms, 9)
 	if want := uint64(1<<3 | 1<<7 | 1<<8); st.pkts.sent[0] != want {

@@ -72,10 +72,9 @@ type EmbeddedResult struct {
 	// were verified, warm-up included.
 	SwitchMLCalls, RingCalls int
 	// Packets, Retransmissions and Messages sum the workers' session
-	// counters (aggregation.Stats); Timeouts, FastRetransmissions and
-	// SpuriousRetransmissions say why they resent.
-	Packets, Retransmissions, Messages                     uint64
-	Timeouts, FastRetransmissions, SpuriousRetransmissions uint64
+	// counters (aggregation.Stats); ResendCauses say why they resent.
+	Packets, Retransmissions, Messages uint64
+	ResendCauses
 	// PacketWriteCalls sums the workers' calls (warm-up included) that
 	// sent packet writes (aggregation.Config.Writes).
 	PacketWriteCalls uint64
@@ -228,9 +227,7 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 		res.Packets += st.Packets
 		res.Retransmissions += st.Retransmissions
 		res.Messages += st.Messages
-		res.Timeouts += st.Timeouts
-		res.FastRetransmissions += st.FastRetransmissions
-		res.SpuriousRetransmissions += st.SpuriousRetransmissions
+		res.ResendCauses.Add(CausesOf(&st))
 		res.PacketWriteCalls += st.PacketWriteCalls
 	}
 	sws := cl.Switch.Stats()

@@ -1,6 +1,10 @@
 package benchmark
 
-import "time"
+import (
+	"time"
+
+	"github.com/swml-rdma/swml-rdma/aggregation"
+)
 
 // The JSON records of a measurement, declared once for every report that
 // writes them: `swml-rdma bench` (docs/bench.md "JSON"), `swml-rdma
@@ -41,11 +45,21 @@ func TimesOf(median, lo, hi time.Duration, elements int) Times {
 
 // ResendCauses say why SwitchML workers resent (aggregation.Stats): timer
 // expiries, resends on evidence of loss (RACK, docs/protocol.md), and
-// resends whose result turned out to answer an earlier transmission.
+// resends whose result turned out to answer an earlier transmission; and
+// the switch's gap notices and the packets resent on them.
 type ResendCauses struct {
 	Timeouts                uint64 `json:"timeouts"`
 	FastRetransmissions     uint64 `json:"fast_retransmissions"`
 	SpuriousRetransmissions uint64 `json:"spurious_retransmissions"`
+	GapNotices              uint64 `json:"gap_notices"`
+	NoticeResends           uint64 `json:"notice_resends"`
+	TailProbes              uint64 `json:"tail_probes"`
+}
+
+// CausesOf is st's resend causes.
+func CausesOf(st *aggregation.Stats) ResendCauses {
+	return ResendCauses{Timeouts: st.Timeouts, FastRetransmissions: st.FastRetransmissions, SpuriousRetransmissions: st.SpuriousRetransmissions,
+		GapNotices: st.GapNotices, NoticeResends: st.NoticeResends, TailProbes: st.TailProbes}
 }
 
 // Add adds o's counts to c's.
@@ -53,6 +67,9 @@ func (c *ResendCauses) Add(o ResendCauses) {
 	c.Timeouts += o.Timeouts
 	c.FastRetransmissions += o.FastRetransmissions
 	c.SpuriousRetransmissions += o.SpuriousRetransmissions
+	c.GapNotices += o.GapNotices
+	c.NoticeResends += o.NoticeResends
+	c.TailProbes += o.TailProbes
 }
 
 // Record is one SwitchML measurement: the flat part of a run object of

@@ -189,8 +189,11 @@ func (c *Controller) allocJob(p *pendingSession) (*job, error) {
 		Workers:      make([]wire.Worker, prm.numWorkers),
 	}
 	c.nextJobID++
+	gn, _ := c.cfg.Programmer.(GapNoticer)
+	j.spec.GapNotices = gn != nil && gn.SendsGapNotices()
 	for r := range prm.numWorkers {
 		reg := p.regs[r]
+		j.spec.GapNotices = j.spec.GapNotices && reg.gapNotices
 		sq, psns := reg.switchQPNs, reg.switchPSNs
 		if sq == nil {
 			sq, psns = c.drawSwitchQPs(r, prm.qps)
@@ -294,6 +297,7 @@ func (c *Controller) response(j *job, rank int) *pb.RdmaSessionResponse {
 	resp.JobId = j.id()
 	resp.JobToken = slices.Clone(j.token)
 	resp.PacketWrites = j.packetWrites
+	resp.GapNotices = j.spec.GapNotices
 	resp.QpOrderGroups = slices.Clone(j.orderGroups)
 	return resp
 }

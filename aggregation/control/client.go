@@ -261,6 +261,9 @@ type Registration struct {
 	// worker of the job must send packet writes
 	// (RdmaSessionRequest.needs_packet_writes, Assignment.PacketWrites).
 	NeedsPacketWrites bool
+	// GapNotices says the worker takes gap notices (wire.GapNotice;
+	// RdmaSessionRequest.gap_notices).
+	GapNotices bool
 	// WireBits is the element width on the wire, 32 (or 0) or 16
 	// (RdmaSessionRequest.wire_bits); every worker of a job registers the
 	// same. A switch that cannot sum 16-bit elements refuses the job with an
@@ -295,6 +298,9 @@ type Assignment struct {
 	// PacketWrites: a worker of the job registered NeedsPacketWrites, so
 	// every worker sends packet writes (the same answer for every rank).
 	PacketWrites bool
+	// GapNotices: every worker of the job registered GapNotices and the
+	// switch sends them (RdmaSessionResponse.gap_notices).
+	GapNotices bool
 	// WireBits is the job's element width on the wire, 32 or 16: what the
 	// worker registered, as the controller echoed it.
 	WireBits int
@@ -352,6 +358,7 @@ func (c *Client) RegisterRDMA(ctx context.Context, r Registration) (*Assignment,
 		TensorBytes:       r.TensorBytes,
 		IgnoresIpv4Id:     r.IgnoresIPv4ID,
 		NeedsPacketWrites: r.NeedsPacketWrites,
+		GapNotices:        r.GapNotices,
 		WireBits:          uint32(r.WireBits),
 	}
 	switch r.PacketSize { // for p4app controllers, which know only the enum
@@ -387,6 +394,7 @@ func (c *Client) RegisterRDMA(ctx context.Context, r Registration) (*Assignment,
 		PacketSize:        int(resp.GetPacketSizeBytes()),
 		PacketsPerMessage: int(resp.GetPacketsPerMessage()),
 		PacketWrites:      resp.GetPacketWrites(),
+		GapNotices:        resp.GetGapNotices(),
 		WireBits:          int(resp.GetWireBits()),
 		token:             resp.GetJobToken(),
 		done:              make(chan struct{}),

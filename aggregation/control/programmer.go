@@ -20,6 +20,14 @@ type Programmer interface {
 	RemoveJob(ctx context.Context, jobID uint32) error
 }
 
+// GapNoticer is implemented by a Programmer that can send gap notices
+// (wire.GapNotice: the software switch). A job gets them when every rank
+// registered gap_notices and the switch sends them
+// (RdmaSessionResponse.gap_notices); the Tofino program does not.
+type GapNoticer interface {
+	SendsGapNotices() bool
+}
+
 // ActivityReporter is implemented by a Programmer that can count a job's
 // packets (the software switch). The controller uses it to supervise jobs
 // whose workers hold no KeepAlive stream (p4app-switchML workers): such a

@@ -70,6 +70,7 @@ func (c *Controller) parseRegistration(req *pb.RdmaSessionRequest) (*registratio
 
 		ignoresIPv4ID:     req.GetIgnoresIpv4Id(),
 		needsPacketWrites: req.GetNeedsPacketWrites(),
+		gapNotices:        req.GetGapNotices(),
 	}
 	return reg, sessionParams{numWorkers: n, packetSize: size, messageSize: msg, qps: q, dtype: dt, elementBytes: eb, v6: addr.Is6(),
 		tensorBytes: req.GetTensorBytes(), p4app: req.GetPacketSizeBytes() == 0}, nil

@@ -82,6 +82,8 @@ type registration struct {
 	ignoresIPv4ID bool
 	// needsPacketWrites: RdmaSessionRequest.needs_packet_writes.
 	needsPacketWrites bool
+	// gapNotices: RdmaSessionRequest.gap_notices.
+	gapNotices bool
 	// switchQPNs and switchPSNs are drawn at registration for p4app
 	// sessions (the answer cannot wait for the job); nil otherwise.
 	switchQPNs []uint32

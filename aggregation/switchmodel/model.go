@@ -149,6 +149,11 @@ const (
 	// not wait for one (a second answer to the leaf's resends, or a late
 	// one): the slot already holds it, or has moved on.
 	DropUpstreamDuplicate
+	// DropTailProbe: a tail probe (wire.GapNotice) whose sender's
+	// contribution is in its slot; DropTailProbeMissing: one whose
+	// sender's contribution its slot lacks, and the sender gets a notice.
+	DropTailProbe
+	DropTailProbeMissing
 
 	NumDropReasons = iota
 )
@@ -168,6 +173,8 @@ var dropReasonNames = [NumDropReasons]string{
 	DropSendError:            "send_error",
 	DropStalePSN:             "stale_psn",
 	DropUpstreamDuplicate:    "upstream_duplicate",
+	DropTailProbe:            "tail_probe",
+	DropTailProbeMissing:     "tail_probe_missing",
 }
 
 // String is the reason's metric label value ("unknown_qp").
@@ -190,6 +197,8 @@ type Counters struct {
 	ResultsSkipped  uint64 // result packets not sent to a worker QP: out of order (ErrOutOfOrder)
 	UpstreamWrites  uint64 // a leaf's writes to its spine (SendUp decisions encoded)
 	SpineResults    uint64 // a leaf's slots completed by a spine's result
+	GapNotices      uint64 // gap notices written (EncodeNotice)
+	TailProbes      uint64 // tail probes received (wire.GapNotice)
 	Drops           [NumDropReasons]uint64
 }
 
@@ -213,6 +222,15 @@ type Metadata struct {
 	Len       uint32
 	HasImm    bool
 	Imm       wire.Imm // request immediate; after Exponents the result's
+	// Notice: the packet is a packet write that arrived after a PSN gap
+	// of Gap packets on its QP, or a tail probe whose sender's
+	// contribution the slot lacks (Missing), and its job takes gap
+	// notices: besides its decision, a notice goes to its sender
+	// (EncodeNotice).
+	Notice    bool
+	Gap       uint32
+	TailProbe bool // a packet write without payload (wire.GapNotice)
+	Missing   bool
 
 	// BitmapChecker
 	Retransmission bool
@@ -402,6 +420,19 @@ func (p *Pipeline) Process(src netip.Addr, pkt *rdma.Packet, md *Metadata) {
 		p.drop(md)
 		return
 	}
+	if md.TailProbe {
+		// A tail probe adds nothing and wants no result: its PSN has
+		// done its work (RDMAReceiver), and its sender hears whether its
+		// contribution is missing.
+		p.Counters.TailProbes++
+		md.Reason = DropTailProbe
+		if p.Bitmap.Bitmap(md.slot, md.set, md.Rank)&(1<<(md.Rank&63)) == 0 {
+			md.Notice, md.Missing = true, true
+			md.Reason = DropTailProbeMissing
+		}
+		p.drop(md)
+		return
+	}
 	p.Bitmap.Check(md)
 	p.Counter.Count(md)
 	p.Exponents.Update(md)
@@ -468,6 +499,24 @@ func (p *Pipeline) EncodeResult(md *Metadata, d int, b []byte) (int, netip.Addr,
 	case err == nil:
 		p.Counters.ResultPackets++
 	case err == ErrOutOfOrder:
+		p.Counters.ResultsSkipped++
+	}
+	return n, dst, err
+}
+
+// EncodeNotice writes the gap notice of md (md.Notice) to the packet's
+// sender into b and returns its length and destination (see
+// RDMASender.EncodeNotice). ErrNoResult when md asks for none.
+func (p *Pipeline) EncodeNotice(md *Metadata, b []byte) (int, netip.Addr, error) {
+	n, dst, err := p.Sender.EncodeNotice(md, b)
+	if err == nil && p.cfg.EgressLoss != nil && p.cfg.EgressLoss() {
+		p.Counters.Drops[DropEgressLoss]++
+		return 0, netip.Addr{}, ErrEgressLoss
+	}
+	switch err {
+	case nil:
+		p.Counters.GapNotices++
+	case ErrOutOfOrder:
 		p.Counters.ResultsSkipped++
 	}
 	return n, dst, err

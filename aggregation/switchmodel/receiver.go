@@ -16,6 +16,7 @@ type jobEntry struct {
 	n, q      int
 	payload   int  // bytes per packet
 	lanes16   bool // int16 lanes (wire.Job.ElementBytes 2), else int32
+	notices   bool // wire.Job.GapNotices
 	poolBase  uint32
 	poolSlots uint32
 	workers   []workerEntry // by rank
@@ -171,6 +172,7 @@ func newJobEntry(job *wire.Job, cfg *Config) (*jobEntry, error) {
 		q:         q,
 		payload:   job.PacketSize,
 		lanes16:   job.LaneBytes() == 2,
+		notices:   job.GapNotices,
 		poolBase:  job.PoolBase,
 		poolSlots: job.PoolSlots,
 		workers:   make([]workerEntry, n),
@@ -287,7 +289,11 @@ func (r *RDMAReceiver) Receive(src netip.Addr, pkt *rdma.Packet, md *Metadata) b
 	// stale packet still moves the state below, and is dropped after it
 	// unless another rule dropped it first.
 	stale := st.seen && rdma.PSNLess(psn, st.highPSN)
+	var gap uint32
 	if !stale {
+		if st.seen {
+			gap = (psn - st.highPSN) & rdma.PSNMask
+		}
 		st.seen, st.highPSN = true, (psn+1)&rdma.PSNMask
 	}
 	if md.First {
@@ -306,10 +312,16 @@ func (r *RDMAReceiver) Receive(src netip.Addr, pkt *rdma.Packet, md *Metadata) b
 	}
 	st.nextPSN = (psn + 1) & rdma.PSNMask
 	if len(pkt.Payload) != j.payload {
-		// The message cannot be aggregated slot for slot any more.
-		st.valid = false
-		md.Reason = DropLength
-		return false
+		if !j.notices || !md.First || !md.Last || len(pkt.Payload) != 0 || pkt.ImmDt == nil ||
+			wire.Imm(pkt.ImmDt.Imm()).MsgID()&wire.PacketMsgIDFlag == 0 {
+			// The message cannot be aggregated slot for slot any more.
+			st.valid = false
+			md.Reason = DropLength
+			return false
+		}
+		// A tail probe (wire.GapNotice): it shows its PSN, and its
+		// worker's contribution or its absence (Pipeline.Process).
+		md.TailProbe = true
 	}
 	pi := st.poolIndex
 	slot := pi.Slot()
@@ -326,6 +338,13 @@ func (r *RDMAReceiver) Receive(src netip.Addr, pkt *rdma.Packet, md *Metadata) b
 	if pkt.ImmDt != nil {
 		md.HasImm = true
 		md.Imm = wire.Imm(pkt.ImmDt.Imm())
+		// A packet write after a PSN gap: the packets in between were
+		// lost on the way here, and the job's workers take gap notices
+		// (wire.GapNotice). Only for packet writes, whose results are
+		// one-packet writes too: a notice never cuts into a multi-packet
+		// result message (RDMASender.EncodeNotice checks that as well).
+		md.Notice = gap != 0 && j.notices && md.First && md.Last && md.Imm.MsgID()&wire.PacketMsgIDFlag != 0
+		md.Gap = gap
 	}
 	return true
 }

@@ -136,3 +136,44 @@ func (RDMASender) Encode(proc *Processor, md *Metadata, d int, b []byte) (n int,
 	clear(b[off:n])
 	return n, w.addr, nil
 }
+
+// NoticeLen is the UDP payload length (BTH to ICRC) of a gap notice.
+var NoticeLen = rdma.PacketLen(resultOpcode(true, true), 0)
+
+// EncodeNotice writes md's gap notice (wire.GapNotice) into b[:n] and
+// returns n and the sender's address: a zero-length WRITE ONLY WITH
+// IMMEDIATE to the worker QP that sent the packet, on that QP's result
+// stream (its PSN counter), the RETH echoing the packet's address with the
+// worker's rkey and length 0. Not while a multi-packet result message is
+// open to that QP (ErrOutOfOrder): a one-packet write would cut into it,
+// and a UC receiver drops both.
+func (RDMASender) EncodeNotice(md *Metadata, b []byte) (n int, dst netip.Addr, err error) {
+	if !md.Notice || md.job == nil {
+		return 0, dst, ErrNoResult
+	}
+	if len(b) < NoticeLen {
+		return 0, dst, ErrShortBuffer
+	}
+	j := md.job
+	w := &j.workers[md.Rank]
+	k := md.Rank*j.q + md.QP
+	if j.tx[k].open {
+		return 0, dst, ErrOutOfOrder
+	}
+	psn := j.psn[k]
+	j.psn[k] = (psn + 1) & rdma.PSNMask
+	rdma.BTH(b).Encode(&rdma.BTHFields{
+		Opcode: resultOpcode(true, true),
+		MigReq: true,
+		PKey:   rdma.DefaultPKey,
+		DestQP: w.qpns[md.QP],
+		PSN:    psn,
+	})
+	off := rdma.BTHSize
+	rdma.RETH(b[off:]).Encode(&rdma.RETHFields{VA: md.VA, RKey: w.rkey})
+	off += rdma.RETHSize
+	rdma.ImmDt(b[off:]).Encode(uint32(wire.GapNotice(md.Imm.MsgID(), md.Gap, md.Missing)))
+	off += rdma.ImmDtSize
+	clear(b[off:NoticeLen])
+	return NoticeLen, w.addr, nil
+}

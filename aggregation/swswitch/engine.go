@@ -184,6 +184,27 @@ func (e *engine) results(md *switchmodel.Metadata) {
 		}
 		e.nout++
 	}
+	if md.Notice {
+		e.notice(md)
+	}
+}
+
+// notice appends md's gap notice to the packet's sender
+// (switchmodel.Pipeline.EncodeNotice).
+func (e *engine) notice(md *switchmodel.Metadata) {
+	p := e.pipe
+	m := &e.out[e.nout]
+	n, dst, err := p.EncodeNotice(md, m.Buf[m.Off:])
+	if err != nil {
+		return // skipped (counted by the model), or lost on purpose
+	}
+	m.N = n
+	m.Addr = netip.AddrPortFrom(dst, rdma.UDPPort)
+	if err := e.seal(m, n, nil, 0); err != nil {
+		p.Counters.Drops[switchmodel.DropSendError]++
+		return
+	}
+	e.nout++
 }
 
 // verifier checks the ICRC of requests, with per-flow state for each

@@ -14,7 +14,7 @@ type collector struct {
 	s *Switch
 
 	packets, bytes, aggregated, retransmissions, completed, unicasts, results, skipped, drops *prometheus.Desc
-	upstreamWrites, spineResults                                                              *prometheus.Desc
+	upstreamWrites, spineResults, gapNotices                                                  *prometheus.Desc
 	slotsInUse, slotsAllocated, poolSize, jobs                                                *prometheus.Desc
 	corePackets, cores                                                                        *prometheus.Desc
 	coreLabels                                                                                []string // "0", "1", …
@@ -44,6 +44,7 @@ func newCollector(s *Switch) *collector {
 		drops:           d("drops_total", "Packets dropped, by reason.", "reason"),
 		upstreamWrites:  d("upstream_writes_total", "A leaf switch's writes of its completed slots to its spine, first sends and resends (docs/switch.md \"Switch hierarchy\"); 0 on a flat switch."),
 		spineResults:    d("spine_results_total", "Spine results a leaf switch took into its slots, to write down to its workers."),
+		gapNotices:      d("gap_notices_total", "Gap notices sent: a worker's packet write arrived after a PSN gap, and the worker was told which packets it lost."),
 		slotsInUse:      d("slots_in_use", "(slot, set) pairs holding a partial aggregation."),
 		slotsAllocated:  d("slots_allocated", "Slots owned by installed jobs."),
 		poolSize:        d("pool_slots", "Aggregation slots of the switch."),
@@ -53,7 +54,7 @@ func newCollector(s *Switch) *collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.aggregated, c.retransmissions, c.completed, c.unicasts,
-		c.results, c.skipped, c.drops, c.upstreamWrites, c.spineResults, c.slotsInUse, c.slotsAllocated, c.poolSize, c.jobs, c.corePackets, c.cores} {
+		c.results, c.skipped, c.drops, c.upstreamWrites, c.spineResults, c.gapNotices, c.slotsInUse, c.slotsAllocated, c.poolSize, c.jobs, c.corePackets, c.cores} {
 		ch <- d
 	}
 }
@@ -78,6 +79,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.skipped, st.Model.ResultsSkipped)
 	counter(c.upstreamWrites, st.Model.UpstreamWrites)
 	counter(c.spineResults, st.Model.SpineResults)
+	counter(c.gapNotices, st.Model.GapNotices)
 	for r := switchmodel.DropReason(1); r < switchmodel.NumDropReasons; r++ {
 		counter(c.drops, st.Model.Drops[r], r.String())
 	}

@@ -220,7 +220,7 @@ func New(cfg Config) (*Switch, error) {
 			return nil, fmt.Errorf("swswitch: %w", err)
 		}
 		s.cfg.Model = pipe.Config()
-		s.cores = append(s.cores, &core{eng: newEngine(conns[0].LocalAddr(), cfg.ICRC, pipe, max(4*batchSize, s.cfg.Model.MaxWorkers))})
+		s.cores = append(s.cores, &core{eng: newEngine(conns[0].LocalAddr(), cfg.ICRC, pipe, max(4*batchSize, pipe.Config().MaxWorkers+1))})
 	}
 	s.table.Store(&coreTable{cores: cfg.Cores, qpns: map[uint32]qpnCore{}})
 	if cfg.Registry != nil {
@@ -462,7 +462,8 @@ func (s *Switch) AddJob(ctx context.Context, job *wire.Job) error {
 		c.mu.Lock()
 		err := c.eng.pipe.AddJob(job)
 		if err == nil {
-			c.eng.maxN = max(c.eng.maxN, len(job.Workers))
+			// A broadcast and, with gap notices, a notice to the sender.
+			c.eng.maxN = max(c.eng.maxN, len(job.Workers)+1)
 		}
 		c.mu.Unlock()
 		if err != nil {
@@ -542,6 +543,11 @@ func (s *Switch) JobPackets(jobID uint32) (uint64, bool) {
 	}
 	return sum, true
 }
+
+// SendsGapNotices says the software switch sends gap notices to the
+// workers of a job that asked for them (control.GapNoticer,
+// wire.GapNotice).
+func (s *Switch) SendsGapNotices() bool { return true }
 
 // JobOrderGroups is the core that completes the slots of each of job id's
 // QP indices (control.OrderReporter): results of one core's QPs leave in
@@ -645,6 +651,9 @@ type Totals struct {
 	// and the spine's results it took (docs/switch.md "Switch hierarchy").
 	UpstreamWrites uint64 `json:"upstream_writes,omitempty"`
 	SpineResults   uint64 `json:"spine_results,omitempty"`
+	// GapNotices counts the gap notices sent (docs/protocol.md "Gap
+	// notices").
+	GapNotices uint64 `json:"gap_notices"`
 	// Drops is DropsByReason.
 	Drops map[string]uint64 `json:"drops"`
 }
@@ -654,7 +663,7 @@ func (s *Stats) Totals() Totals {
 	return Totals{PacketsIn: s.PacketsIn, BytesIn: s.BytesIn, PacketsOut: s.PacketsOut, BytesOut: s.BytesOut,
 		Aggregated: s.Model.Aggregated, SlotsCompleted: s.Model.Completed, Retransmissions: s.Model.Retransmissions,
 		Unicasts: s.Model.Unicasts, ResultsSkipped: s.Model.ResultsSkipped,
-		UpstreamWrites: s.Model.UpstreamWrites, SpineResults: s.Model.SpineResults, Drops: s.DropsByReason()}
+		UpstreamWrites: s.Model.UpstreamWrites, SpineResults: s.Model.SpineResults, GapNotices: s.Model.GapNotices, Drops: s.DropsByReason()}
 }
 
 // Stats returns a snapshot of the counters.
@@ -674,6 +683,7 @@ func (s *Switch) Stats() Stats {
 		st.Model.ResultsSkipped += m.ResultsSkipped
 		st.Model.UpstreamWrites += m.UpstreamWrites
 		st.Model.SpineResults += m.SpineResults
+		st.Model.GapNotices += m.GapNotices
 		for r := range m.Drops {
 			st.Model.Drops[r] += m.Drops[r]
 		}

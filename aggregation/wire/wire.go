@@ -77,6 +77,41 @@ func PacketMsgID(msgID uint16, k int, bits uint) uint16 {
 // PacketIndex is the packet index of a PacketMsgID with the same bits.
 func PacketIndex(id uint16, bits uint) int { return int(id & (1<<bits - 1)) }
 
+// Gap notices and tail probes (ext, opt-in per job: Job.GapNotices;
+// docs/protocol.md "Gap notices"). A switch that sees a worker's packet
+// write arrive with a PSN beyond the next one it expected on that QP knows
+// the packets in between were lost on the way up, and tells that worker at
+// once with a zero-length UC RDMA WRITE ONLY WITH IMMEDIATE on the QP's
+// result stream: the immediate echoes the arriving packet's message id, e0
+// holds how many packets were lost just before it (at most MaxNoticeGap),
+// e1 is 1 when the arriving packet was a tail probe whose worker's
+// contribution is missing from its slot, else 0. A tail probe is a packet
+// write without payload after the last packet of a transmission, so that
+// the switch sees its PSN; it adds nothing and is never answered with a
+// result. A zero-length write moves no bytes (the responder checks no rkey
+// for it, IBA C9-88) and one with an immediate consumes one posted
+// receive; a notice's completion carries byte length 0, which no result
+// has.
+const MaxNoticeGap = 127
+
+// GapNotice is the immediate of a gap notice: gap packets were lost just
+// before the packet with message id msgID, and missing says that packet
+// was a tail probe whose worker's contribution its slot lacks.
+func GapNotice(msgID uint16, gap uint32, missing bool) Imm {
+	var e1 int8
+	if missing {
+		e1 = 1
+	}
+	return MakeImm(msgID, int8(min(gap, MaxNoticeGap)), e1)
+}
+
+// Gap is the lost packets a gap notice's immediate counts.
+func (i Imm) Gap() int { return int(uint8(i.E0())) }
+
+// Missing says a gap notice answers a tail probe whose worker's
+// contribution its slot lacks.
+func (i Imm) Missing() bool { return i.E1() == 1 }
+
 // P4AppQPN is the switch QPN p4app-switchML (and our Tofino program) assigns
 // to QP i of worker rank: 0x800000 | rank<<16 | i, 5 rank bits and 9 QP bits.
 func P4AppQPN(rank, i int) (uint32, error) {
@@ -175,6 +210,10 @@ type Job struct {
 	PoolBase  uint32
 	PoolSlots uint32
 	Workers   []Worker // index = rank
+	// GapNotices: every worker of the job takes gap notices (see
+	// GapNotice); a switch that can sends one to a worker whose packet
+	// write arrives after a PSN gap. The Tofino program sends none.
+	GapNotices bool
 }
 
 // Clone returns a deep copy of j: no slice of the copy shares memory with

@@ -506,7 +506,7 @@ func runEmbeddedBench(ctx context.Context, cfg benchConfig, prog *progress) (run
 		Iters: max(res.SwitchMLCalls-cfg.warmup, 0), Warmup: cfg.warmup,
 		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Loss: cfg.loss, Verified: true,
 		Packets: res.Packets, Retransmissions: res.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: res.PacketWriteCalls,
-		ResendCauses: benchmark.ResendCauses{Timeouts: res.Timeouts, FastRetransmissions: res.FastRetransmissions, SpuriousRetransmissions: res.SpuriousRetransmissions}},
+		ResendCauses: res.ResendCauses},
 		SwitchDrops: res.SwitchDrops, CPUUserNs: int64(res.CPUUser), CPUSysNs: int64(res.CPUSys)}
 	run.Times = res.SwitchML.Times()
 	if res.Messages > 0 {
@@ -776,7 +776,7 @@ func runEngineAlone(ctx context.Context, c *cli.Context, cfg benchConfig) error 
 	run := benchRun{Switch: switchInstant, Record: benchmark.Record{Workers: 1, DType: cfg.dtype.String(), WireBits: cfg.wire, TensorBytes: cfg.size, Elements: cfg.elements(), Iters: cfg.iters, Warmup: cfg.warmup,
 		PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Verified: true,
 		Packets: st.Packets, Retransmissions: st.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: st.PacketWriteCalls,
-		ResendCauses: benchmark.ResendCauses{Timeouts: st.Timeouts, FastRetransmissions: st.FastRetransmissions, SpuriousRetransmissions: st.SpuriousRetransmissions}},
+		ResendCauses: benchmark.CausesOf(&st)},
 		SwitchDrops: make(map[string]uint64),
 		Engine: &engineResult{CPUNs: int64(res.CPU), GbpsPerCore: res.GbpsPerCore, Messages: res.Messages, Allocs: res.Allocs, AllocsPerMessage: res.AllocsPerMessage,
 			CopyLimitNs: int64(res.CopyLimit), CopyLimitRatio: res.LimitRatio},

@@ -388,7 +388,7 @@ func runWorkerBench(ctx context.Context, cfg workerConfig, log *slog.Logger) (_ 
 		Record: benchmark.Record{Workers: cfg.workers, DType: cfg.dtype.String(), WireBits: cfg.wire, TensorBytes: cfg.size, Elements: n, Iters: cfg.iters, Warmup: cfg.warmup,
 			PacketSize: cfg.packetSize, MessageSize: cfg.msgSize, QPs: cfg.qps, Verified: true,
 			Packets: st.Packets, Retransmissions: st.Retransmissions, Writes: cfg.writes.String(), PacketWriteCalls: st.PacketWriteCalls,
-			ResendCauses: benchmark.ResendCauses{Timeouts: st.Timeouts, FastRetransmissions: st.FastRetransmissions, SpuriousRetransmissions: st.SpuriousRetransmissions}},
+			ResendCauses: benchmark.CausesOf(&st)},
 		Rank: cfg.rank, JobID: jobID, SessionID: cfg.sessionID, Device: j.Device.Name(), Controller: cfg.controller,
 		ResultSHA256: run.ResultSHA256, CPUUserNs: int64(run.CPUUser), CPUSysNs: int64(run.CPUSys),
 	}

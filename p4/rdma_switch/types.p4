@@ -144,6 +144,8 @@ const drop_reason_t DROP_EGRESS_LOSS        = 10;
 const drop_reason_t DROP_SEND_ERROR         = 11; // never: the software switch's send failure
 const drop_reason_t DROP_STALE_PSN          = 12; // older than a packet already seen on the QP
 const drop_reason_t DROP_UPSTREAM_DUPLICATE = 13; // never: a leaf's second spine result (docs/switch.md "Switch hierarchy"; the Tofino leaf is a design, docs/p4.md)
+const drop_reason_t DROP_TAIL_PROBE         = 14; // never: a tail probe (docs/protocol.md "Gap notices": software switch only, docs/p4.md)
+const drop_reason_t DROP_TAIL_PROBE_MISSING = 15; // never: a tail probe whose contribution is missing (likewise)
 
 // RDMASender.results counter indices (switchmodel.Counters ResultPackets,
 // ResultsSkipped).

@@ -640,8 +640,7 @@ func (cfg *Config) report(res benchmark.Result, sessions []*aggregation.Session,
 		rep.Packets += st.Packets
 		rep.Retransmissions += st.Retransmissions
 		rep.PacketWriteCalls += st.PacketWriteCalls
-		rep.ResendCauses.Add(benchmark.ResendCauses{Timeouts: st.Timeouts, FastRetransmissions: st.FastRetransmissions,
-			SpuriousRetransmissions: st.SpuriousRetransmissions})
+		rep.ResendCauses.Add(benchmark.CausesOf(&st))
 	}
 	if cfg.Leaves > 0 {
 		rep.Leaves, rep.WorkersPerLeaf = cfg.Leaves, cfg.Workers/cfg.Leaves

@@ -154,6 +154,14 @@ func (q *QP) receiveWrite(p *rdma.Packet, op rdma.Opcode) {
 		// FIRST/ONLY start a message at any PSN, abandoning a partial one.
 		rx.inMessage = false
 		reth := p.RETH
+		if op.IsLast() && n == 0 && reth.DMALen() == 0 {
+			// A zero-length write moves nothing: no rkey or range is
+			// checked (IBA C9-88, as rxe does); with an immediate it
+			// still consumes a receive (a switch's gap notice).
+			*rx = rxState{expectPSN: rdma.PSNAdd(psn, 1)}
+			q.completeWrite(p, op, 0)
+			return
+		}
 		mr := d.lookupMR(reth.RKey())
 		if mr == nil || mr.access&verbs.AccessRemoteWrite == 0 || q.access&verbs.AccessRemoteWrite == 0 {
 			c.rxBadRKey.Add(1)
@@ -190,10 +198,18 @@ func (q *QP) receiveWrite(p *rdma.Packet, op rdma.Opcode) {
 			rx.inMessage = false
 		}
 	}
-	// A packet with an immediate consumes a posted receive, and one that
-	// finds none is dropped before its payload is placed, as rxe does
-	// (its responder checks the receive queue before it writes): a late
-	// result no receive waits for must not overwrite memory unseen.
+	q.completeWrite(p, op, n)
+}
+
+// completeWrite places the n payload bytes of p at the receive state's
+// address and, for the last packet of a message, counts it and completes a
+// receive for its immediate. A packet with an immediate consumes a posted
+// receive, and one that finds none is dropped before its payload is
+// placed, as rxe does (its responder checks the receive queue before it
+// writes): a late result no receive waits for must not overwrite memory
+// unseen.
+func (q *QP) completeWrite(p *rdma.Packet, op rdma.Opcode, n uint32) {
+	c, rx := &q.dev.cnt, &q.rx
 	var wr verbs.RecvWR
 	if op.IsLast() && op.HasImm() {
 		var ok bool
@@ -203,9 +219,11 @@ func (q *QP) receiveWrite(p *rdma.Packet, op rdma.Opcode) {
 			return
 		}
 	}
-	copy(rx.mr.buf[rx.va:], p.Payload)
-	rx.va += uint64(n)
-	rx.remaining -= n
+	if n > 0 {
+		copy(rx.mr.buf[rx.va:], p.Payload)
+		rx.va += uint64(n)
+		rx.remaining -= n
+	}
 	if !op.IsLast() {
 		return
 	}

@@ -290,6 +290,17 @@ func TestUCRulesAndProtection(t *testing.T) {
 		if wc := waitOne(t, b.rcq); wc.Imm != 0x4444 || !bytes.Equal(mem[:4], []byte{1, 2, 3, 4}) {
 			t.Fatalf("completion after drops %+v", wc)
 		}
+		// A zero-length WRITE ONLY WITH IMMEDIATE (a switch's gap
+		// notice) checks no rkey or address (IBA C9-88), moves nothing
+		// and completes a receive with byte length 0.
+		before = append(before[:0], mem...)
+		send(pkt(rdma.UCRDMAWriteOnlyWithImm, 81, 1<<40, 0xBAD00, 0, 0x5555), nil, false)
+		if wc := waitOne(t, b.rcq); wc.Imm != 0x5555 || !wc.HasImm || wc.ByteLen != 0 {
+			t.Fatalf("zero-length write: completion %+v, want imm 0x5555 and byte length 0", wc)
+		}
+		if !bytes.Equal(before, mem) {
+			t.Fatal("a zero-length write modified memory")
+		}
 		// No receive WR posted: drained queue, then one more message.
 		b2 := newEndpoint(t, "127.11.0.4", 4096, verbs.AccessRemoteWrite, fb.config(t, "127.11.0.4", Config{}))
 		peer2 := newRawPeer(t, fb, "127.11.0.5", b2.dev)

@@ -288,7 +288,13 @@ type RdmaSessionRequest struct {
 	// rank of a session must send the same width. A 16-bit job must reduce
 	// DATA_TYPE_FLOAT32 (int32 needs 32-bit lanes), and a switch that cannot
 	// add int16 lanes refuses it with FAILED_PRECONDITION.
-	WireBits      uint32 `protobuf:"varint,107,opt,name=wire_bits,json=wireBits,proto3" json:"wire_bits,omitempty"`
+	WireBits uint32 `protobuf:"varint,107,opt,name=wire_bits,json=wireBits,proto3" json:"wire_bits,omitempty"`
+	// gap_notices: the worker takes gap notices, zero-length UC WRITE ONLY
+	// WITH IMMEDIATE writes from the switch on a QP's result stream that say
+	// which of its packet writes were lost on the way up (docs/protocol.md
+	// "Gap notices"). p4app's workers never send it: a job gets notices only
+	// when every rank asked (RdmaSessionResponse.gap_notices).
+	GapNotices    bool `protobuf:"varint,108,opt,name=gap_notices,json=gapNotices,proto3" json:"gap_notices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -449,6 +455,13 @@ func (x *RdmaSessionRequest) GetWireBits() uint32 {
 	return 0
 }
 
+func (x *RdmaSessionRequest) GetGapNotices() bool {
+	if x != nil {
+		return x.GapNotices
+	}
+	return false
+}
+
 type RdmaSessionResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -495,6 +508,10 @@ type RdmaSessionResponse struct {
 	// worker takes a result as evidence of another message's loss only
 	// within a group (docs/protocol.md "Loss recovery, step by step").
 	QpOrderGroups []uint32 `protobuf:"varint,111,rep,packed,name=qp_order_groups,json=qpOrderGroups,proto3" json:"qp_order_groups,omitempty"`
+	// gap_notices: every rank registered gap_notices and the switch sends
+	// them, so every rank of the job gets one for each PSN gap in its packet
+	// writes (the same for every rank).
+	GapNotices    bool `protobuf:"varint,112,opt,name=gap_notices,json=gapNotices,proto3" json:"gap_notices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -653,6 +670,13 @@ func (x *RdmaSessionResponse) GetQpOrderGroups() []uint32 {
 		return x.QpOrderGroups
 	}
 	return nil
+}
+
+func (x *RdmaSessionResponse) GetGapNotices() bool {
+	if x != nil {
+		return x.GapNotices
+	}
+	return false
 }
 
 // UdpSession messages: present so the service matches p4app's; unused.
@@ -1786,7 +1810,7 @@ var File_switchml_proto protoreflect.FileDescriptor
 
 const file_switchml_proto_rawDesc = "" +
 	"\n" +
-	"\x0eswitchml.proto\x12\x0eswitchml_proto\"\xda\x04\n" +
+	"\x0eswitchml.proto\x12\x0eswitchml_proto\"\xfb\x04\n" +
 	"\x12RdmaSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\rR\tsessionId\x12\x12\n" +
@@ -1809,7 +1833,9 @@ const file_switchml_proto_rawDesc = "" +
 	"\ftensor_bytes\x18h \x01(\x04R\vtensorBytes\x12&\n" +
 	"\x0fignores_ipv4_id\x18i \x01(\bR\rignoresIpv4Id\x12.\n" +
 	"\x13needs_packet_writes\x18j \x01(\bR\x11needsPacketWrites\x12\x1b\n" +
-	"\twire_bits\x18k \x01(\rR\bwireBits\"\xa7\x04\n" +
+	"\twire_bits\x18k \x01(\rR\bwireBits\x12\x1f\n" +
+	"\vgap_notices\x18l \x01(\bR\n" +
+	"gapNotices\"\xc8\x04\n" +
 	"\x13RdmaSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x10\n" +
@@ -1831,7 +1857,9 @@ const file_switchml_proto_rawDesc = "" +
 	"\tjob_token\x18l \x01(\fR\bjobToken\x12#\n" +
 	"\rpacket_writes\x18m \x01(\bR\fpacketWrites\x12\x1b\n" +
 	"\twire_bits\x18n \x01(\rR\bwireBits\x12&\n" +
-	"\x0fqp_order_groups\x18o \x03(\rR\rqpOrderGroups\"\xca\x01\n" +
+	"\x0fqp_order_groups\x18o \x03(\rR\rqpOrderGroups\x12\x1f\n" +
+	"\vgap_notices\x18p \x01(\bR\n" +
+	"gapNotices\"\xca\x01\n" +
 	"\x11UdpSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x12\n" +

@@ -345,6 +345,17 @@ allreduce-packet-writes)
 		done
 		say "$dt: 16-packet messages as packet writes, with 1% loss bit-identical to the loss-free run"
 		grep -h '"retransmissions"' $LOG/pw-lossy-$dt.*.json | tr -d ' ,' | sed 's/^/allreduce: lossy /'
+		# The switch's gap notices (zero-length WRITE ONLY WITH
+		# IMMEDIATE, docs/protocol.md "Gap notices") reached the
+		# workers through rxe: a notice counts only once rxe completed
+		# it, and the packets it named were resent; rxe sent the
+		# workers' tail probes (zero-length writes too) to the switch.
+		notices=$(grep -ho '"gap_notices": *[0-9]*' $LOG/pw-lossy-$dt.*.json | awk -F: '{s += $2} END {print s + 0}')
+		resent=$(grep -ho '"notice_resends": *[0-9]*' $LOG/pw-lossy-$dt.*.json | awk -F: '{s += $2} END {print s + 0}')
+		probes=$(grep -ho '"tail_probes": *[0-9]*' $LOG/pw-lossy-$dt.*.json | awk -F: '{s += $2} END {print s + 0}')
+		[ "$notices" -gt 0 ] && [ "$resent" -gt 0 ] && [ "$probes" -gt 0 ] ||
+			fail "$dt: with 1% loss the workers got $notices gap notices, resent $resent packets on them and sent $probes tail probes; rxe must send and complete zero-length writes"
+		say "$dt: $notices gap notices completed by rxe, $resent packets resent on them, $probes tail probes sent"
 	done
 	sid=$((sid + 1))
 	start_switch 4
