@@ -103,6 +103,7 @@ type openArgs struct {
 	threads       int                // 0: $SWML_THREADS, else 1
 	msgSize       int                // 0: $SWML_MSG_SIZE, else 16 packets
 	writes        aggregation.Writes // from $SWML_WRITES (resolve), else auto
+	noGapNotices  bool               // $SWML_GAP_NOTICES false
 	// wire is $SWML_WIRE (resolve): wireAuto (unset: bfloat16 and float16
 	// on the 16-bit wire where the switch has one, float32 on the 32-bit
 	// wire), wire16 (every float type on the 16-bit wire, or fail) or
@@ -363,8 +364,8 @@ func (o *openArgs) nicAddr() error {
 }
 
 // protocol resolves the protocol's parameters (SWML_QPS, SWML_THREADS, SWML_PACKET_SIZE,
-// SWML_MSG_SIZE, SWML_PEER_TIMEOUT, SWML_WRITES) and checks them as Open
-// will, naming the variable.
+// SWML_MSG_SIZE, SWML_PEER_TIMEOUT, SWML_WRITES, SWML_GAP_NOTICES) and
+// checks them as Open will, naming the variable.
 func (o *openArgs) protocol() error {
 	var err error
 	if o.peerTimeout == 0 {
@@ -399,6 +400,13 @@ func (o *openArgs) protocol() error {
 			return inval("swml: SWML_WRITES: %v", err)
 		}
 	}
+	if g := getenv("SWML_GAP_NOTICES"); g != "" {
+		on, err := strconv.ParseBool(g)
+		if err != nil {
+			return inval("swml: SWML_GAP_NOTICES %q: give true or false", g)
+		}
+		o.noGapNotices = !on
+	}
 	cfg := o.config()
 	if o.wire == wire16 {
 		cfg.Wire = 16 // the float sessions'
@@ -416,7 +424,7 @@ func (o *openArgs) protocol() error {
 // config is the part of the sessions' aggregation.Config o sets.
 func (o *openArgs) config() aggregation.Config {
 	return aggregation.Config{ControllerAddr: o.controller, Rank: o.rank, Workers: o.workers,
-		QPs: o.qps, Threads: o.threads, PacketSize: o.packet, PacketsPerMessage: o.msgSize / o.packet, PeerTimeout: o.peerTimeout, Writes: o.writes}
+		QPs: o.qps, Threads: o.threads, PacketSize: o.packet, PacketsPerMessage: o.msgSize / o.packet, PeerTimeout: o.peerTimeout, Writes: o.writes, NoGapNotices: o.noGapNotices}
 }
 
 // open joins the job (join.Join); it returns the session's id.

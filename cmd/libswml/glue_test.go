@@ -17,7 +17,7 @@ import (
 
 func TestResolve(t *testing.T) {
 	for _, e := range []string{"SWML_CONTROLLER", "SWML_SESSION_ID", "SWML_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SWML_WORKERS", "WORLD_SIZE",
-		"OMPI_COMM_WORLD_SIZE", "SWML_NIC", "SWML_ADDR", "SWML_DEVICE", "SWML_PEER_TIMEOUT", "SWML_QPS", "SWML_THREADS", "SWML_PACKET_SIZE", "SWML_MSG_SIZE", "SWML_WRITES", "SWML_WIRE"} {
+		"OMPI_COMM_WORLD_SIZE", "SWML_NIC", "SWML_ADDR", "SWML_DEVICE", "SWML_PEER_TIMEOUT", "SWML_QPS", "SWML_THREADS", "SWML_PACKET_SIZE", "SWML_MSG_SIZE", "SWML_WRITES", "SWML_WIRE", "SWML_GAP_NOTICES"} {
 		t.Setenv(e, "")
 	}
 	// torchrun's environment fills rank and size; the address follows the rank.
@@ -47,6 +47,14 @@ func TestResolve(t *testing.T) {
 		t.Errorf("SWML_WRITES=packet resolved to %v", o.writes)
 	}
 	t.Setenv("SWML_WRITES", "")
+	if o := (openArgs{sessionID: 1, rank: 0, workers: 1}); o.resolve() != nil || o.config().NoGapNotices {
+		t.Error("gap notices off by default")
+	}
+	t.Setenv("SWML_GAP_NOTICES", "false")
+	if o := (openArgs{sessionID: 1, rank: 0, workers: 1}); o.resolve() != nil || !o.config().NoGapNotices {
+		t.Error("SWML_GAP_NOTICES=false left gap notices on")
+	}
+	t.Setenv("SWML_GAP_NOTICES", "")
 	bad := []struct {
 		env  [2]string
 		o    openArgs
@@ -69,6 +77,7 @@ func TestResolve(t *testing.T) {
 		{[2]string{"SWML_PACKET_SIZE", "1000"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "packet size"},
 		{[2]string{"SWML_PEER_TIMEOUT", "soon"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "SWML_PEER_TIMEOUT"},
 		{[2]string{"SWML_WRITES", "whole"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "SWML_WRITES"},
+		{[2]string{"SWML_GAP_NOTICES", "maybe"}, openArgs{sessionID: 1, rank: 0, workers: 1}, `SWML_GAP_NOTICES "maybe": give true or false`},
 		{[2]string{"SWML_WIRE", "8"}, openArgs{sessionID: 1, rank: 0, workers: 1}, `SWML_WIRE="8": use auto`},
 		{[2]string{"SWML_WIRE", "16"}, openArgs{sessionID: 1, rank: 0, workers: 1 << 15}, "SWML_WORKERS: Workers is 32768: the 16-bit wire holds at most 16384"},
 		{[2]string{}, openArgs{sessionID: 1 << 30, rank: 0, workers: 1}, "session id"},

@@ -75,6 +75,7 @@ func allReduceFlags(category string) []cli.Flag {
 		&cli.DurationFlag{Name: "queue-delay", Value: aggregation.DefaultQueueDelay, Usage: "the worker's window: two messages in flight plus this long at the measured delivery rate, at most one per QP (a link's queue stays short); negative: every QP keeps a message in flight", EnvVars: []string{"SWML_QUEUE_DELAY"}, Category: "protocol"},
 		&cli.DurationFlag{Name: "peer-timeout", Value: aggregation.DefaultPeerTimeout, Usage: "fail an all-reduce when a message has had no result for this long: the switch or another worker is taken for dead", EnvVars: []string{"SWML_PEER_TIMEOUT"}, Category: "protocol"},
 		&cli.StringFlag{Name: "writes", Value: aggregation.AdaptiveWrites.String(), Usage: "how a message goes on the wire: auto (one WRITE per packet in the session's first call, then one multi-packet WRITE per message until loss is seen, then one WRITE per packet), message or packet; a job with a worker on rxe sends packet writes on every worker; docs/protocol.md", EnvVars: []string{"SWML_WRITES"}, Category: "protocol"},
+		&cli.BoolFlag{Name: "gap-notices", Value: true, Usage: "ask the switch to name the packet writes this worker lost on the way up, and send a tail probe after each transmission under loss; a job gets them when every worker asks and the switch sends them (the software switch); docs/protocol.md \"Gap notices\"", EnvVars: []string{"SWML_GAP_NOTICES"}, Category: "protocol"},
 	}
 }
 

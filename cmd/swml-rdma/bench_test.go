@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -410,6 +411,33 @@ func TestProgress(t *testing.T) {
 	// 100 ms) does not.
 	if n := strings.Count(s, "\r["); n != 2 {
 		t.Fatalf("%d redraws for 3 quick steps, want 2: %q", n, s)
+	}
+}
+
+// TestBenchGapNotices: under loss with packet writes the switch's gap
+// notices reach the workers and they send tail probes; --gap-notices=false
+// turns both off, and the sums are right either way.
+func TestBenchGapNotices(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		out, _, err := run(t, "bench", "--link", "none", "--workers", "2", "--size", "256KiB", "--iters", "2", "--warmup", "1", "--loss", "0.1",
+			"--msg-size", "4KiB", "--writes", "packet", "--baseline", "none", "--switch-addr", "127.13.36.1", "--gap-notices="+strconv.FormatBool(on), "--json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep benchReport
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		r := rep.Runs[0]
+		if !r.Verified || r.Retransmissions == 0 {
+			t.Fatalf("--gap-notices=%v: verified %v, %d resends", on, r.Verified, r.Retransmissions)
+		}
+		if got := r.GapNotices > 0 && r.NoticeResends > 0 && r.TailProbes > 0; got != on {
+			t.Errorf("--gap-notices=%v: %d notices, %d packets resent on them, %d tail probes", on, r.GapNotices, r.NoticeResends, r.TailProbes)
+		}
+		if !on && (r.GapNotices != 0 || r.TailProbes != 0) {
+			t.Errorf("--gap-notices=false: %d notices, %d tail probes", r.GapNotices, r.TailProbes)
+		}
 	}
 }
 

@@ -29,6 +29,7 @@ type jobSpec struct {
 	wire                    int
 	wires                   []int
 	writes                  aggregation.Writes
+	noGapNotices            bool // --gap-notices=false
 	peerTimeout, queueDelay time.Duration
 }
 
@@ -37,14 +38,14 @@ func (j jobSpec) elements() int { return j.size / 4 }
 
 // session is the part of a worker's aggregation.Config the job flags set.
 func (j jobSpec) session() aggregation.Config {
-	return aggregation.Config{QPs: j.qps, Threads: j.threads, PacketSize: j.packetSize, PacketsPerMessage: j.msgSize / j.packetSize, DType: j.dtype, Wire: j.wire, Writes: j.writes, PeerTimeout: j.peerTimeout, QueueDelay: j.queueDelay, TensorBytes: j.size}
+	return aggregation.Config{QPs: j.qps, Threads: j.threads, PacketSize: j.packetSize, PacketsPerMessage: j.msgSize / j.packetSize, DType: j.dtype, Wire: j.wire, Writes: j.writes, NoGapNotices: j.noGapNotices, PeerTimeout: j.peerTimeout, QueueDelay: j.queueDelay, TensorBytes: j.size}
 }
 
 // configFlags name the flag that sets each aggregation.Config field, for
 // the errors of Config.Validate (aggregation.FieldError).
 var configFlags = map[string]string{
 	"Workers": "--workers", "Rank": "--rank", "QPs": "--qps", "Threads": "--threads", "PacketSize": "--packet-size",
-	"PacketsPerMessage": "--msg-size", "DType": "--dtype", "Wire": "--wire", "Writes": "--writes", "PeerTimeout": "--peer-timeout", "TensorBytes": "--size",
+	"PacketsPerMessage": "--msg-size", "DType": "--dtype", "Wire": "--wire", "Writes": "--writes", "NoGapNotices": "--gap-notices", "PeerTimeout": "--peer-timeout", "TensorBytes": "--size",
 }
 
 // flagError renders a Config error in the terms of the flags: the flag of
@@ -96,7 +97,8 @@ func (j jobSpec) qpsRange() string {
 // whose errors name the flag), so that what the flags accept is what Open
 // accepts.
 func parseJobFlags(c *cli.Context, workers int) (jobSpec, error) {
-	j := jobSpec{iters: c.Int("iters"), warmup: c.Int("warmup"), packetSize: c.Int("packet-size"), qps: c.Int("qps"), threads: c.Int("threads"), peerTimeout: c.Duration("peer-timeout"), queueDelay: c.Duration("queue-delay")}
+	j := jobSpec{iters: c.Int("iters"), warmup: c.Int("warmup"), packetSize: c.Int("packet-size"), qps: c.Int("qps"), threads: c.Int("threads"), peerTimeout: c.Duration("peer-timeout"), queueDelay: c.Duration("queue-delay"),
+		noGapNotices: !c.Bool("gap-notices")}
 	var err error
 	if j.size, err = parseSize(c.String("size")); err != nil {
 		return j, fmt.Errorf("--size: %v", err)
