@@ -143,11 +143,14 @@ type Report struct {
 	LinkLost   uint64 `json:"link_lost"`
 	QueueDrops uint64 `json:"queue_drops"`
 	Overflow   uint64 `json:"overflow"`
-	// UpPackets are the packets the workers sent into their links to the
-	// switch (a tree's: to their leaf), every call, warm-up included;
-	// UpWaitNs is their mean wait behind the link's wire: the worker's
-	// own queue (memlink.LinkStats).
+	// UpPackets and UpBytes are the packets the workers sent into their
+	// links to the switch (a tree's: to their leaf), every call, warm-up
+	// included, and their datagrams' bytes (a tail probe counts as a
+	// packet, with a tenth of a data packet's bytes); UpWaitNs is their
+	// mean wait behind the link's wire: the worker's own queue
+	// (memlink.LinkStats).
 	UpPackets uint64  `json:"worker_up_packets"`
+	UpBytes   uint64  `json:"worker_up_bytes"`
 	UpWaitNs  float64 `json:"worker_up_wait_ns"`
 	// CPUUserNs and CPUSysNs are the process's real CPU time inside the
 	// measured all-reduces (benchmark.Result).
@@ -659,6 +662,7 @@ func (cfg *Config) report(res benchmark.Result, sessions []*aggregation.Session,
 		if i < cfg.Jobs*cfg.Workers {
 			up := nw.LinkStats(p[0], p[1])
 			rep.UpPackets += up.Packets
+			rep.UpBytes += up.Bytes
 			upWait += up.Wait
 		}
 		for _, ls := range []memlink.LinkStats{nw.LinkStats(p[0], p[1]), nw.LinkStats(p[1], p[0])} {
