@@ -93,16 +93,8 @@ func (s *lane) noticeLost(st *qpState, imm wire.Imm, now time.Time) uint64 {
 // transmission, and restarts its timer.
 func (s *lane) resendPackets(st *qpState, now time.Time, lost uint64) error {
 	s.restartTimer(st, now)
-	p := &st.pkts
-	p.sent[0] = lost
-	p.resendAt(now, s.eng.est.rack.minRTT())
-	if err := s.transmitPackets(st); err != nil {
-		return err
-	}
+	st.pkts.sent[0] = lost
+	st.pkts.resendAt(now, s.eng.est.rack.minRTT())
 	s.stats.noticeResends.Add(uint64(bits.OnesCount64(lost)))
-	p.resent = 0
-	if st.timer.resends == 1 {
-		p.resent = lost
-	}
-	return nil
+	return s.transmitResend(st)
 }

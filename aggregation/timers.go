@@ -302,6 +302,13 @@ func (s *lane) resendUpTo(st *qpState, now time.Time, upto int) error {
 	// tries of a 16-packet message do; packet by packet, each try repairs
 	// most of what is missing. The switch treats each as a one-packet
 	// message.
+	return s.transmitResend(st)
+}
+
+// transmitResend sends the packets of st's resend (pktResults.sent, its
+// latest transmission) and, when it is the message's first resend, keeps
+// them for dupResult.
+func (s *lane) transmitResend(st *qpState) error {
 	if err := s.transmitPackets(st); err != nil {
 		return err
 	}
