@@ -16,13 +16,15 @@ import (
 
 // TestStartClose: a cluster binds its switch and NICs at the addresses it
 // was given, serves gRPC at ControllerAddr, and frees every address on
-// Close (a second cluster binds them again). Addresses: 127.14.3.x.
+// Close (a second cluster binds them again). Addresses: 127.14.3.x; the
+// controller listens on one of them too, since a freed port of
+// 127.0.0.1 may be any concurrently running test's next ephemeral port.
 func TestStartClose(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sw := netip.MustParseAddr("127.14.3.1")
 	for round := range 2 {
-		c, err := Start(ctx, Config{Switch: swswitch.Config{Addr: sw}, Workers: 3})
+		c, err := Start(ctx, Config{Switch: swswitch.Config{Addr: sw}, Workers: 3, ControllerListen: "127.14.3.100:0"})
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
