@@ -21,6 +21,15 @@ const (
 	DefaultQPs               = 8
 	DefaultPacketSize        = 1024
 	DefaultPacketsPerMessage = 16
+	// LargeJobWorkers is where the default geometry changes
+	// (DefaultGeometry): more workers than one Tofino pipe aggregates.
+	LargeJobWorkers = 32
+	// LargeJobQPs and LargeJobPacketsPerMessage are the geometry of a job
+	// of more than LargeJobWorkers workers: the same 128 packets in flight
+	// per worker as DefaultQPs × DefaultPacketsPerMessage, in messages a
+	// quarter as long.
+	LargeJobQPs               = 32
+	LargeJobPacketsPerMessage = 4
 	// DefaultRetransmitTimeout is the floor of the adaptive retransmission
 	// timeout: 1 ms, tens of round trips of a data-centre link. The timer
 	// is the last resort: most losses are repaired by RACK about one round
@@ -42,6 +51,26 @@ const (
 	// before AllReduce gives up on the switch or a peer.
 	DefaultPeerTimeout = 10 * time.Second
 )
+
+// DefaultGeometry is the QPs and packets per message of a job of workers
+// workers whose Config leaves them zero. Up to LargeJobWorkers workers:
+// DefaultQPs messages of DefaultPacketsPerMessage packets. Beyond that,
+// LargeJobQPs messages of LargeJobPacketsPerMessage packets: the same
+// packets in flight, in shorter messages. A QP's next message waits until
+// all of its last one's results are back, so a message is held up by a
+// repair round trip whenever one of the 2·n·k packets that carry it (k
+// packets of each of n workers, up and down) is lost; at 1 % loss and 64
+// workers every 16-packet message was, and a call took 1.71× its
+// loss-free time, against 1.29–1.34× with 4-packet messages (the simulation,
+// docs/benchmarks.md "Message geometry at scale"). Up to 32 workers — one
+// Tofino's jobs, and every job one host can run — fewer, longer messages
+// cost the host less per byte.
+func DefaultGeometry(workers int) (qps, packetsPerMessage int) {
+	if workers > LargeJobWorkers {
+		return LargeJobQPs, LargeJobPacketsPerMessage
+	}
+	return DefaultQPs, DefaultPacketsPerMessage
+}
 
 // Limits of Config.
 const (
@@ -73,7 +102,8 @@ type Config struct {
 	// Workers is the number of workers of the job (at least 1).
 	Workers int
 
-	// QPs is the number of UC queue pairs to the switch (DefaultQPs if 0).
+	// QPs is the number of UC queue pairs to the switch (if 0,
+	// DefaultGeometry's for Workers).
 	// With at most one message in flight per QP, the window is at most
 	// QPs × PacketsPerMessage packets (QueueDelay trims it to what the
 	// path needs): size it to the bandwidth-delay product.
@@ -91,7 +121,8 @@ type Config struct {
 	// 1024, 2048 or 4096 (the Tofino program: 256, or 1024 with
 	// recirculation). DefaultPacketSize if 0.
 	PacketSize int
-	// PacketsPerMessage is a power of two (DefaultPacketsPerMessage if 0).
+	// PacketsPerMessage is a power of two (if 0, DefaultGeometry's for
+	// Workers).
 	PacketsPerMessage int
 	// DType is the element type: wire.Float32 (block floating point) or
 	// wire.Int32 (exact). AllReduce serves Float32 sessions,
@@ -309,8 +340,9 @@ func (c Config) defaults() (Config, error) {
 	if c.TensorBytes < 0 || c.TensorBytes%4 != 0 {
 		return c, fieldError("TensorBytes", c.TensorBytes, "give the tensor's length in bytes (4 per element), or 0 when it varies")
 	}
+	qps, ppm := DefaultGeometry(c.Workers)
 	if c.QPs == 0 {
-		c.QPs = DefaultQPs
+		c.QPs = qps
 	}
 	if c.QPs < 0 || c.QPs > MaxQPs {
 		return c, &FieldError{Field: "QPs", Value: c.QPs, Max: MaxQPs, Reason: fmt.Sprintf("use 1 to %d queue pairs", MaxQPs)}
@@ -328,7 +360,7 @@ func (c Config) defaults() (Config, error) {
 		return c, fieldError("PacketSize", c.PacketSize, "use %s bytes", packetSizeList())
 	}
 	if c.PacketsPerMessage == 0 {
-		c.PacketsPerMessage = DefaultPacketsPerMessage
+		c.PacketsPerMessage = ppm
 	}
 	if !wire.IsPowerOfTwo(c.PacketsPerMessage) || c.PacketsPerMessage > MaxPacketsPerMessage {
 		return c, &FieldError{Field: "PacketsPerMessage", Value: c.PacketsPerMessage, Max: MaxPacketsPerMessage,
@@ -400,14 +432,15 @@ func (c *Config) perPacketRecovery() bool {
 // opens a session.
 func (c Config) RegisteredBytes() int {
 	qps, pkt, ppm := c.QPs, c.PacketSize, c.PacketsPerMessage
+	dq, dp := DefaultGeometry(c.Workers)
 	if qps == 0 {
-		qps = DefaultQPs
+		qps = dq
 	}
 	if pkt == 0 {
 		pkt = DefaultPacketSize
 	}
 	if ppm == 0 {
-		ppm = DefaultPacketsPerMessage
+		ppm = dp
 	}
 	return (recvRegions + 1) * qps * pkt * ppm
 }

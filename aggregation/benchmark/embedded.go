@@ -118,7 +118,7 @@ func Embedded(ctx context.Context, cfg EmbeddedConfig) (EmbeddedResult, error) {
 	}
 	ppm := cfg.Session.PacketsPerMessage
 	if ppm == 0 {
-		ppm = aggregation.DefaultPacketsPerMessage
+		_, ppm = aggregation.DefaultGeometry(cfg.Workers)
 	}
 	packetSize := cfg.Session.PacketSize
 	if packetSize == 0 {

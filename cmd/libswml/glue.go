@@ -101,7 +101,7 @@ type openArgs struct {
 	peerTimeout   time.Duration      // 0: $SWML_PEER_TIMEOUT, else the default
 	qps, packet   int                // 0: $SWML_QPS / $SWML_PACKET_SIZE, else the defaults
 	threads       int                // 0: $SWML_THREADS, else 1
-	msgSize       int                // 0: $SWML_MSG_SIZE, else 16 packets
+	msgSize       int                // 0: $SWML_MSG_SIZE, else the job's default (aggregation.DefaultGeometry)
 	writes        aggregation.Writes // from $SWML_WRITES (resolve), else auto
 	noGapNotices  bool               // $SWML_GAP_NOTICES false
 	// wire is $SWML_WIRE (resolve): wireAuto (unset: bfloat16 and float16
@@ -390,7 +390,8 @@ func (o *openArgs) protocol() error {
 		return inval("swml: SWML_PACKET_SIZE: %v", err)
 	}
 	if o.msgSize == 0 {
-		o.msgSize = o.packet * aggregation.DefaultPacketsPerMessage
+		_, ppm := aggregation.DefaultGeometry(o.workers)
+		o.msgSize = o.packet * ppm
 	}
 	if _, err := wire.MessagePackets(o.msgSize, o.packet); err != nil {
 		return inval("swml: SWML_MSG_SIZE: %v", err)

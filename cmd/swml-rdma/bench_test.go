@@ -733,3 +733,33 @@ func TestBenchLink(t *testing.T) {
 		}
 	}
 }
+
+// TestJobGeometry: --qps and --msg-size not given take
+// aggregation.DefaultGeometry's values for the job's size (a bench sweep:
+// its largest), each flag on its own; given, they stay as given.
+func TestJobGeometry(t *testing.T) {
+	for _, tc := range []struct {
+		args             []string
+		workers          int
+		wantQPs, wantMsg int
+	}{
+		{nil, 32, 8, 16 << 10},
+		{nil, 33, 32, 4 << 10},
+		{[]string{"--qps", "8"}, 64, 8, 4 << 10},
+		{[]string{"--msg-size", "16KiB"}, 64, 32, 16 << 10},
+		{[]string{"--packet-size", "256"}, 64, 32, 1 << 10},
+		{[]string{"--qps", "16"}, 4, 16, 16 << 10},
+	} {
+		var j jobSpec
+		app := &cli.App{Flags: allReduceFlags("job"), Action: func(c *cli.Context) (err error) {
+			j, err = parseJobFlags(c, tc.workers)
+			return err
+		}}
+		if err := app.Run(append([]string{"swml-rdma"}, tc.args...)); err != nil {
+			t.Fatalf("%v at %d workers: %v", tc.args, tc.workers, err)
+		}
+		if j.qps != tc.wantQPs || j.msgSize != tc.wantMsg {
+			t.Errorf("%v at %d workers: --qps %d, --msg-size %d; want %d and %d", tc.args, tc.workers, j.qps, j.msgSize, tc.wantQPs, tc.wantMsg)
+		}
+	}
+}

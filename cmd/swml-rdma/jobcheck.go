@@ -109,6 +109,17 @@ func parseJobFlags(c *cli.Context, workers int) (jobSpec, error) {
 	if j.msgSize, err = parseSize(c.String("msg-size")); err != nil {
 		return j, fmt.Errorf("--msg-size: %v", err)
 	}
+	// A job of more than aggregation.LargeJobWorkers workers (a bench
+	// sweep: its largest) takes aggregation.DefaultGeometry's shorter
+	// messages where the flags were not given.
+	if qps, ppm := aggregation.DefaultGeometry(workers); workers > aggregation.LargeJobWorkers {
+		if !c.IsSet("qps") {
+			j.qps = qps
+		}
+		if !c.IsSet("msg-size") {
+			j.msgSize = ppm * j.packetSize
+		}
+	}
 	if j.dtype, err = wire.ParseDType(c.String("dtype")); err != nil {
 		return j, fmt.Errorf("--dtype: %v", err)
 	}

@@ -240,11 +240,12 @@ func (cfg *Config) withDefaults() error {
 	if s.PacketSize == 0 {
 		s.PacketSize = aggregation.DefaultPacketSize
 	}
+	qps, ppm := aggregation.DefaultGeometry(cfg.Workers)
 	if s.PacketsPerMessage == 0 {
-		s.PacketsPerMessage = aggregation.DefaultPacketsPerMessage
+		s.PacketsPerMessage = ppm
 	}
 	if s.QPs == 0 {
-		s.QPs = aggregation.DefaultQPs
+		s.QPs = qps
 	}
 	if s.SessionID == 0 {
 		s.SessionID = 1

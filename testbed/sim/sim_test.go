@@ -34,6 +34,7 @@ var (
 	flagLoss    = flag.String("loss", "0", "fraction of packets every link drops; a list sweeps: 0,0.01")
 	flagSeed    = flag.Uint64("seed", 1, "seed of the links' loss")
 	flagQPs     = flag.Int("qps", 0, "queue pairs per worker (0: the engine's default)")
+	flagPkts    = flag.Int("packets", 0, "packets per message, a power of two (0: the engine's default, 16)")
 	flagJobs    = flag.String("jobs", "1", "jobs at once, each of -workers workers on links of their own, sharing the switches (and a tree's leaf–spine links); a list sweeps: 1,2")
 	flagIters   = flag.Int("iters", 3, "measured all-reduces per point")
 	flagWarmup  = flag.Int("warmup", 1, "unmeasured all-reduces per point")
@@ -133,7 +134,7 @@ func TestSim(t *testing.T) {
 				for _, nj := range jobs {
 					cfg := Config{Leaves: k, Jobs: nj, Rate: float64(rate), Delay: *flagDelay, Loss: loss, Seed: *flagSeed,
 						UplinkRate: float64(upRate), UplinkDelay: *flagUpDelay, UplinkQueue: *flagUpQueue,
-						Session:  aggregation.Config{PacketSize: payload, QPs: *flagQPs, DType: dtype, RetransmitTimeout: *flagRTO},
+						Session:  aggregation.Config{PacketSize: payload, QPs: *flagQPs, PacketsPerMessage: *flagPkts, DType: dtype, RetransmitTimeout: *flagRTO},
 						Elements: size / 4, Iters: *flagIters, Warmup: *flagWarmup, Ring: *flagRing}
 					if !sweepWorkers(t, loud, &doc, workers, cfg) {
 						return
