@@ -84,6 +84,8 @@ var statFields = []statField{
 		"notice_resends_total", "Packets resent because a gap notice named them lost.", ""},
 	{func(s *Stats) *uint64 { return &s.TailProbes }, func(c *counters) *atomic.Uint64 { return &c.tailProbes },
 		"tail_probes_total", "Tail probes sent: packet writes without payload after a transmission's last packet, so that the switch sees its PSN and names a lost last packet.", ""},
+	{func(s *Stats) *uint64 { return &s.ResultProbes }, func(c *counters) *atomic.Uint64 { return &c.resultProbes },
+		"result_probes_total", "Result probes sent: packet writes without payload that ask the switch for a late result instead of resending the packet (jobs of more than 32 workers).", ""},
 }
 
 const bytesHelp = "RDMA payload bytes sent (out) to and received (in) from the switch."

@@ -93,6 +93,7 @@ func (s *lane) noticeLost(st *qpState, imm wire.Imm, now time.Time) uint64 {
 // transmission, and restarts its timer.
 func (s *lane) resendPackets(st *qpState, now time.Time, lost uint64) error {
 	s.restartTimer(st, now)
+	s.stats.retransmissions.Add(1)
 	st.pkts.sent[0] = lost
 	st.pkts.resendAt(now, s.eng.est.rack.minRTT())
 	s.stats.noticeResends.Add(uint64(bits.OnesCount64(lost)))

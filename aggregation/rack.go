@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
+	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
 
 // rackState is RACK's view of the session's QPs (RFC 8985 section 6.2,
@@ -207,12 +208,49 @@ func (s *lane) fastRetransmit(st *qpState, now time.Time) error {
 	if st.queued > 0 {
 		return nil // as retransmit; its send completion wakes the engine
 	}
-	s.stats.fastRetransmissions.Add(1)
 	upto := s.evidenceUpTo(st)
 	if !s.pktWrites || st.pkts.gap() {
 		s.eng.lossFound++
 	}
+	if s.resultProbes && s.pktWrites {
+		return s.probeUpTo(st, now, upto)
+	}
+	s.stats.fastRetransmissions.Add(1)
 	return s.resendUpTo(st, now, upto)
+}
+
+// probeUpTo sends a result probe (wire.ResultProbe) for each packet that
+// resendUpTo would resend, instead of the packet: the switch answers it
+// with the slot's result when the slot is complete (the result was lost
+// on the way down), with a gap notice when this worker's contribution is
+// missing (the packet and its notice were lost), and with nothing while
+// the slot waits for another worker, which in a large job is what a late
+// result mostly means (docs/protocol.md "Result probes"). A probe is a
+// transmission of the packets for the timer and RACK (restartTimer), not
+// a resend (Stats.ResultProbes).
+func (s *lane) probeUpTo(st *qpState, now time.Time, upto int) error {
+	s.restartTimer(st, now)
+	st.pkts.retransmit(upto, now, s.eng.est.rack.minRTT())
+	m := &st.msg
+	recv := s.recvOff(m.id, st.index)
+	p := &st.pkts
+	wrs := s.eng.scratch.pktWRs[:0]
+	for k := range s.cfg.PacketsPerMessage {
+		if !p.inSent(k) {
+			continue
+		}
+		wr := s.packetWR(st, recv, k, 0)
+		wr.Imm = uint32(wire.MakeImm(wire.PacketMsgID(m.id, k, s.pktBits), m.e0, wire.ResultProbe))
+		wrs = append(wrs, wr)
+	}
+	s.eng.scratch.pktWRs = wrs
+	st.pkts.resent = 0
+	if len(wrs) == 0 {
+		return nil
+	}
+	wrs[len(wrs)-1].Signaled = true
+	s.stats.resultProbes.Add(uint64(len(wrs)))
+	return s.transmit(st, wrs, len(wrs), 0)
 }
 
 // later is the later of a and b.

@@ -101,8 +101,10 @@ type Session struct {
 	pktWrites bool
 	adapt     adaptState
 	// notices: the switch sends this job's workers gap notices
-	// (control.Assignment.GapNotices; notice.go).
-	notices bool
+	// (control.Assignment.GapNotices; notice.go). resultProbes: and the
+	// job is large enough that a late result is mostly another worker's
+	// repair, so RACK's evidence sends result probes (rack.go, probeUpTo).
+	notices, resultProbes bool
 	// pktBits > 0 enables per-packet recovery (timers.go, resend): the
 	// packet index bits of wire.PacketMsgID.
 	pktBits uint
@@ -336,6 +338,7 @@ func (s *Session) connect(psns []uint32) error {
 		l.eng.est.rack.groups(l.qps, a.OrderGroups)
 		s.notices = a.GapNotices
 	}
+	s.resultProbes = s.notices && s.cfg.Workers > LargeJobWorkers
 	for i, st := range s.qps {
 		st.pool = a.QPPoolIndices[i]
 		err := st.qp.ReadyToReceive(verbs.RTRAttr{RemoteQPN: a.SwitchQPNs[i], RemoteAddr: a.SwitchAddr, RecvPSN: psns[i], MTU: verbs.MTU(cfg.PacketSize)})
@@ -511,11 +514,16 @@ type Stats struct {
 	// TailProbes counts the tail probes sent: packet writes without
 	// payload that follow a transmission's last packet under loss.
 	TailProbes uint64
+	// ResultProbes counts the result probes sent: packet writes without
+	// payload that ask the switch for a late result instead of resending
+	// the packet (jobs of more than LargeJobWorkers workers with gap
+	// notices; docs/protocol.md "Result probes").
+	ResultProbes uint64
 }
 
 type counters struct {
-	allReduces, messages, packets, retransmissions, timeouts, fastRetransmissions, spurious, results, stale, bytesSent, bytesReceived, packetWriteCalls, gapNotices, noticeResends, tailProbes atomic.Uint64
-	callTimes                                                                                                                                                                                  callHistogram // completed calls (metrics.go)
+	allReduces, messages, packets, retransmissions, timeouts, fastRetransmissions, spurious, results, stale, bytesSent, bytesReceived, packetWriteCalls, gapNotices, noticeResends, tailProbes, resultProbes atomic.Uint64
+	callTimes                                                                                                                                                                                                callHistogram // completed calls (metrics.go)
 }
 
 // Stats returns the session's counters. Safe for concurrent use.

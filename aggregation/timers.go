@@ -265,14 +265,14 @@ func (s *lane) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 	}
 }
 
-// restartTimer makes now st's latest transmission, a resend, and restarts
-// its timer with the message's current timeout (RFC 6298 section 5.6).
+// restartTimer makes now st's latest transmission, a resend or result
+// probes, and restarts its timer with the message's current timeout (RFC
+// 6298 section 5.6).
 func (s *lane) restartTimer(st *qpState, now time.Time) {
 	t := &st.timer
 	t.resends++
 	t.xmit, t.deferred, t.polled, t.delivered = now, false, false, s.eng.est.delivery.Delivered()
 	t.deadline = now.Add(t.rto)
-	s.stats.retransmissions.Add(1)
 }
 
 // resend resends st's message after a timeout (retransmit): all of it, or
@@ -289,6 +289,7 @@ func (s *lane) resend(st *qpState, now time.Time) error {
 // message's current timeout (RFC 6298 section 5.6).
 func (s *lane) resendUpTo(st *qpState, now time.Time, upto int) error {
 	s.restartTimer(st, now)
+	s.stats.retransmissions.Add(1)
 	if s.pktBits == 0 {
 		st.pkts.transmitted()
 		return s.transmit(st, st.msg.wr[:], s.cfg.PacketsPerMessage, s.msgBytes)

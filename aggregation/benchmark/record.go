@@ -46,7 +46,8 @@ func TimesOf(median, lo, hi time.Duration, elements int) Times {
 // ResendCauses say why SwitchML workers resent (aggregation.Stats): timer
 // expiries, resends on evidence of loss (RACK, docs/protocol.md), and
 // resends whose result turned out to answer an earlier transmission; and
-// the switch's gap notices and the packets resent on them.
+// the switch's gap notices and the packets resent on them; and the
+// probes, tail and result probes, sent in their place.
 type ResendCauses struct {
 	Timeouts                uint64 `json:"timeouts"`
 	FastRetransmissions     uint64 `json:"fast_retransmissions"`
@@ -54,12 +55,13 @@ type ResendCauses struct {
 	GapNotices              uint64 `json:"gap_notices"`
 	NoticeResends           uint64 `json:"notice_resends"`
 	TailProbes              uint64 `json:"tail_probes"`
+	ResultProbes            uint64 `json:"result_probes"`
 }
 
 // CausesOf is st's resend causes.
 func CausesOf(st *aggregation.Stats) ResendCauses {
 	return ResendCauses{Timeouts: st.Timeouts, FastRetransmissions: st.FastRetransmissions, SpuriousRetransmissions: st.SpuriousRetransmissions,
-		GapNotices: st.GapNotices, NoticeResends: st.NoticeResends, TailProbes: st.TailProbes}
+		GapNotices: st.GapNotices, NoticeResends: st.NoticeResends, TailProbes: st.TailProbes, ResultProbes: st.ResultProbes}
 }
 
 // Add adds o's counts to c's.
@@ -70,6 +72,7 @@ func (c *ResendCauses) Add(o ResendCauses) {
 	c.GapNotices += o.GapNotices
 	c.NoticeResends += o.NoticeResends
 	c.TailProbes += o.TailProbes
+	c.ResultProbes += o.ResultProbes
 }
 
 // Record is one SwitchML measurement: the flat part of a run object of

@@ -25,9 +25,9 @@ func TestTimes(t *testing.T) {
 	if got := TimesOf(0, 0, 0, 4e6); got != (Times{}) {
 		t.Errorf("TimesOf a zero median: %+v, want no rates", got)
 	}
-	c := ResendCauses{Timeouts: 1, FastRetransmissions: 2, SpuriousRetransmissions: 3, GapNotices: 4, NoticeResends: 5, TailProbes: 6}
-	c.Add(ResendCauses{Timeouts: 10, FastRetransmissions: 20, SpuriousRetransmissions: 30, GapNotices: 40, NoticeResends: 50, TailProbes: 60})
-	if c != (ResendCauses{11, 22, 33, 44, 55, 66}) {
+	c := ResendCauses{Timeouts: 1, FastRetransmissions: 2, SpuriousRetransmissions: 3, GapNotices: 4, NoticeResends: 5, TailProbes: 6, ResultProbes: 7}
+	c.Add(ResendCauses{Timeouts: 10, FastRetransmissions: 20, SpuriousRetransmissions: 30, GapNotices: 40, NoticeResends: 50, TailProbes: 60, ResultProbes: 70})
+	if c != (ResendCauses{11, 22, 33, 44, 55, 66, 77}) {
 		t.Errorf("ResendCauses.Add: %+v", c)
 	}
 }

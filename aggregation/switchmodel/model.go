@@ -199,6 +199,7 @@ type Counters struct {
 	SpineResults    uint64 // a leaf's slots completed by a spine's result
 	GapNotices      uint64 // gap notices written (EncodeNotice)
 	TailProbes      uint64 // tail probes received (wire.GapNotice)
+	ResultProbes    uint64 // tail probes among them that asked for the result (wire.ResultProbe)
 	Drops           [NumDropReasons]uint64
 }
 
@@ -424,14 +425,28 @@ func (p *Pipeline) Process(src netip.Addr, pkt *rdma.Packet, md *Metadata) {
 		// A tail probe adds nothing and wants no result: its PSN has
 		// done its work (RDMAReceiver), and its sender hears whether its
 		// contribution is missing.
+		// A result probe (wire.ResultProbe) asks for its slot's result
+		// as well.
 		p.Counters.TailProbes++
+		asks := md.HasImm && md.Imm.E1() == wire.ResultProbe
+		if asks {
+			p.Counters.ResultProbes++
+		}
 		md.Reason = DropTailProbe
 		if p.Bitmap.Bitmap(md.slot, md.set, md.Rank)&(1<<(md.Rank&63)) == 0 {
 			md.Notice, md.Missing = true, true
 			md.Reason = DropTailProbeMissing
+			p.drop(md)
+			return
 		}
-		p.drop(md)
-		return
+		if !asks {
+			p.drop(md)
+			return
+		}
+		// The worker's bit is set, so the controls below see a
+		// retransmission: answered with a whole packet's result when
+		// the slot is complete, dropped while it is not.
+		md.Reason, md.Len = NotDropped, uint32(md.job.payload)
 	}
 	p.Bitmap.Check(md)
 	p.Counter.Count(md)

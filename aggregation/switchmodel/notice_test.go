@@ -1,6 +1,7 @@
 package switchmodel
 
 import (
+	"encoding/binary"
 	"errors"
 	"testing"
 
@@ -175,4 +176,67 @@ func TestTailProbe(t *testing.T) {
 	job = testJob(2, n, 1, tBase, tSlots, 4*tVals)
 	p = mustPipeline(t, job)
 	check("a tail probe, no notices", send(p, job, 0, 10, nil), Drop, DropLength, false, false, 0)
+}
+
+// TestResultProbe: a tail probe with e1 = wire.ResultProbe is answered as a
+// resend of its packet would be — nothing while the slot waits for another
+// worker, a whole packet's result to its sender alone once the slot is
+// complete — and, like any tail probe, with a notice when its sender's
+// contribution is missing; it adds nothing to the slot.
+func TestResultProbe(t *testing.T) {
+	const n = 3
+	job := testJob(1, n, 1, tBase, tSlots, 4*tVals)
+	job.GapNotices = true
+	p := mustPipeline(t, job)
+	id := wire.PacketMsgID(0x21, 0, 4)
+	send := func(rank int, psn uint32, payload []int32, e1 int8) *Metadata {
+		t.Helper()
+		r := req{op: rdma.UCRDMAWriteOnlyWithImm, qpn: job.Workers[rank].SwitchQPNs[0], psn: psn, rkey: pi(tBase, 1), va: 0x3000,
+			msgLen: uint32(4 * len(payload)), imm: wire.MakeImm(id, int8(rank), e1), payload: payload}
+		var md Metadata
+		p.Process(job.Workers[rank].Addr, r.parsed(t), &md)
+		return &md
+	}
+	check := func(what string, md *Metadata, d Decision, r DropReason, notice bool) {
+		t.Helper()
+		if md.Decision != d || md.Reason != r || md.Notice != notice {
+			t.Errorf("%s: %v (%v), notice %v; want %v (%v), notice %v", what, md.Decision, md.Reason, md.Notice, d, r, notice)
+		}
+	}
+	check("rank 0's packet", send(0, 10, fill(tVals, 1), 0), Consume, NotDropped, false)
+	check("rank 0's result probe, slot incomplete", send(0, 11, nil, wire.ResultProbe), Drop, DropRetransmitIncomplete, false)
+	check("rank 2's result probe, its packet lost", send(2, 30, nil, wire.ResultProbe), Drop, DropTailProbeMissing, true)
+	check("rank 1's packet", send(1, 20, fill(tVals, 2), 0), Consume, NotDropped, false)
+	check("rank 2's resend", send(2, 31, fill(tVals, 4), 0), Broadcast, NotDropped, false)
+	md := send(0, 12, nil, wire.ResultProbe)
+	check("rank 0's result probe, slot complete", md, Unicast, NotDropped, false)
+	if md.Dests() != 1 {
+		t.Fatalf("the answer goes to %d workers, want its sender alone", md.Dests())
+	}
+	b := make([]byte, 4096)
+	nb, dst, err := p.EncodeResult(md, 0, b)
+	if err != nil || dst != job.Workers[0].Addr {
+		t.Fatalf("EncodeResult: %v to %v", err, dst)
+	}
+	off := rdma.BTHSize + rdma.RETHSize
+	if l := rdma.RETH(b[rdma.BTHSize:]).DMALen(); l != 4*tVals {
+		t.Errorf("the answer's RETH length %d, want a whole packet's %d", l, 4*tVals)
+	}
+	if imm := wire.Imm(rdma.ImmDt(b[off:]).Imm()); imm.MsgID() != id {
+		t.Errorf("the answer's message id %#x, want the probe's %#x", imm.MsgID(), id)
+	}
+	off += rdma.ImmDtSize
+	if nb < off+4*tVals {
+		t.Fatalf("the answer is %d bytes, want a payload of %d", nb, 4*tVals)
+	}
+	for i := range tVals {
+		if v := int32(binary.BigEndian.Uint32(b[off+4*i:])); v != 7 {
+			t.Fatalf("the answer's element %d is %d, want the sum 7", i, v)
+		}
+	}
+	if p.Counters.ResultProbes != 3 || p.Counters.TailProbes != 3 {
+		t.Errorf("ResultProbes %d, TailProbes %d; want 3 and 3", p.Counters.ResultProbes, p.Counters.TailProbes)
+	}
+	// A plain tail probe into the complete slot still brings nothing.
+	check("rank 1's tail probe, slot complete", send(1, 21, nil, 0), Drop, DropTailProbe, false)
 }

@@ -105,6 +105,15 @@ func GapNotice(msgID uint16, gap uint32, missing bool) Imm {
 	return MakeImm(msgID, int8(min(gap, MaxNoticeGap)), e1)
 }
 
+// ResultProbe is e1 of a result probe: a tail probe (a packet write
+// without payload) that asks for its slot's result. The switch answers it
+// like a resend of the packet — with the result when the slot is complete,
+// with nothing while it is not — and, like any tail probe, with a notice
+// when the worker's contribution is missing. A worker sends one instead of
+// a resend when its only evidence is a result that is late, which at scale
+// is mostly another worker's repair delaying the slot.
+const ResultProbe int8 = 2
+
 // Gap is the lost packets a gap notice's immediate counts.
 func (i Imm) Gap() int { return int(uint8(i.E0())) }
 

@@ -445,3 +445,36 @@ func TestConfigRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestSimLargeJob: a job of more than aggregation.LargeJobWorkers workers
+// takes the large-job geometry (32 QPs of 4-packet messages) and, under
+// loss, sends result probes where a smaller job resends on RACK's
+// evidence; its results verified either way, a flat switch and a tree
+// alike.
+func TestSimLargeJob(t *testing.T) {
+	for _, tc := range []struct{ workers, leaves int }{{aggregation.LargeJobWorkers, 0}, {aggregation.LargeJobWorkers + 8, 0}, {aggregation.LargeJobWorkers + 8, 4}} {
+		t.Run(fmt.Sprintf("%dw/leaves%d", tc.workers, tc.leaves), func(t *testing.T) {
+			cfg := Config{Workers: tc.workers, Leaves: tc.leaves, Rate: 100e9, Loss: 0.01, Seed: 5, Elements: 256 << 10 / 4, Iters: 2, Warmup: 1}
+			var rep Report
+			synctest.Test(t, func(t *testing.T) {
+				var err error
+				if rep, err = Run(t.Context(), cfg); err != nil {
+					t.Fatal(err)
+				}
+			})
+			large := tc.workers > aggregation.LargeJobWorkers
+			wantQPs, wantPPM := aggregation.DefaultGeometry(tc.workers)
+			switch {
+			case !rep.Verified || rep.QueueDrops+rep.Overflow != 0:
+				t.Errorf("verified %v, %d drops at link queues, %d at receive queues", rep.Verified, rep.QueueDrops, rep.Overflow)
+			case rep.QPs != wantQPs || rep.MessageSize != wantPPM*rep.PacketSize:
+				t.Errorf("%d QPs of %d-byte messages, want %d of %d packets", rep.QPs, rep.MessageSize, wantQPs, wantPPM)
+			case rep.LinkLost == 0 || rep.GapNotices == 0:
+				t.Errorf("%d lost, %d notices: the point does not exercise loss recovery", rep.LinkLost, rep.GapNotices)
+			case large && rep.ResultProbes == 0, !large && rep.ResultProbes != 0:
+				t.Errorf("%d workers: %d result probes (%d fast resends)", tc.workers, rep.ResultProbes, rep.FastRetransmissions)
+			}
+			t.Logf("%v virtual per all-reduce, %d resends, %d fast, %d result probes", time.Duration(rep.MedianNs), rep.Retransmissions, rep.FastRetransmissions, rep.ResultProbes)
+		})
+	}
+}
