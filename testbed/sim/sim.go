@@ -81,9 +81,13 @@ type Config struct {
 	// negative: none, as a shaped veth counts).
 	Framing int
 	// Loss drops that fraction of the packets on every link, both
-	// directions, from a generator seeded with Seed.
-	Loss float64
-	Seed uint64
+	// directions, from a generator seeded with Seed. LossOnly "up" or
+	// "down" keeps it to one direction of the workers' links (worker →
+	// switch or switch → worker; a tree's leaf–spine links still lose
+	// both ways), to tell the repairs of the two apart.
+	Loss     float64
+	LossOnly string
+	Seed     uint64
 	// Session is the workers' configuration: PacketSize, PacketsPerMessage,
 	// QPs, DType and the timers (the engine's defaults where zero). Device,
 	// Controller, Rank and Workers are set per worker.
@@ -117,6 +121,9 @@ type Report struct {
 	Queue   int     `json:"queue"`
 	Framing int     `json:"framing"`
 	Seed    uint64  `json:"seed"`
+	// LossOnly is Config.LossOnly: the one direction of the workers'
+	// links that lost, absent when both did.
+	LossOnly string `json:"loss_only,omitempty"`
 	// Leaves and WorkersPerLeaf are the tree's shape (Config.Leaves), the
 	// Uplink fields its leaf–spine links'; absent for a flat switch.
 	Leaves         int     `json:"leaves,omitempty"`
@@ -270,6 +277,8 @@ func (cfg *Config) withDefaults() error {
 		return fmt.Errorf("sim: delay %v, queue %d, negative: %w", cfg.Delay, cfg.Queue, ErrConfig)
 	case cfg.Leaves < 0 || cfg.Leaves > 0 && cfg.Workers%cfg.Leaves != 0:
 		return fmt.Errorf("sim: %d workers under %d leaves: not a whole number per leaf: %w", cfg.Workers, cfg.Leaves, ErrConfig)
+	case cfg.LossOnly != "" && cfg.LossOnly != "up" && cfg.LossOnly != "down":
+		return fmt.Errorf("sim: loss only %q: give up (worker to switch), down (switch to worker) or nothing (both): %w", cfg.LossOnly, ErrConfig)
 	case cfg.UplinkRate < 0 || cfg.UplinkDelay < 0 || cfg.UplinkQueue < 0:
 		return fmt.Errorf("sim: uplink rate %g bit/s, delay %v, queue %d, negative: %w", cfg.UplinkRate, cfg.UplinkDelay, cfg.UplinkQueue, ErrConfig)
 	}
@@ -312,10 +321,17 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	if err != nil {
 		return Report{}, fmt.Errorf("sim: network: %w", err)
 	}
+	up, down := link, link
+	switch cfg.LossOnly {
+	case "up":
+		down.Loss = 0
+	case "down":
+		up.Loss = 0
+	}
 	for k := range cfg.Jobs {
 		for r := range cfg.Workers {
 			a, sw := cfg.jobWorkerAddr(k, r), cfg.upstreamOf(r)
-			if err := errors.Join(nw.SetLink(a, sw, link), nw.SetLink(sw, a, link)); err != nil {
+			if err := errors.Join(nw.SetLink(a, sw, up), nw.SetLink(sw, a, down)); err != nil {
 				return Report{}, fmt.Errorf("sim: job %d worker %d link: %w", k, r, err)
 			}
 		}
@@ -636,7 +652,7 @@ func (cfg *Config) report(res benchmark.Result, sessions []*aggregation.Session,
 			Iters: cfg.Iters, Warmup: cfg.Warmup, PacketSize: s.PacketSize, MessageSize: msg, QPs: s.QPs,
 			Loss: cfg.Loss, Times: sum.Times(), Verified: true, Writes: s.Writes.String(),
 		},
-		RateBps: cfg.Rate, DelayNs: int64(cfg.Delay), Queue: cfg.Queue, Framing: cfg.Framing, Seed: cfg.Seed,
+		RateBps: cfg.Rate, DelayNs: int64(cfg.Delay), Queue: cfg.Queue, Framing: cfg.Framing, Seed: cfg.Seed, LossOnly: cfg.LossOnly,
 		ResultSHA256: res.ResultSHA256, CPUUserNs: int64(res.CPUUser), CPUSysNs: int64(res.CPUSys),
 	}
 	for _, ss := range sessions {

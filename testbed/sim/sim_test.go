@@ -33,6 +33,7 @@ var (
 	flagSize    = flag.String("size", "256KiB", "tensor bytes per worker (KiB, MiB)")
 	flagLoss    = flag.String("loss", "0", "fraction of packets every link drops; a list sweeps: 0,0.01")
 	flagSeed    = flag.Uint64("seed", 1, "seed of the links' loss")
+	flagLossDir = flag.String("loss-only", "", "up or down: -loss on one direction of the workers' links only (worker to switch, switch to worker)")
 	flagQPs     = flag.Int("qps", 0, "queue pairs per worker (0: the engine's default)")
 	flagPkts    = flag.Int("packets", 0, "packets per message, a power of two (0: the engine's default, 16)")
 	flagJobs    = flag.String("jobs", "1", "jobs at once, each of -workers workers on links of their own, sharing the switches (and a tree's leaf–spine links); a list sweeps: 1,2")
@@ -132,7 +133,7 @@ func TestSim(t *testing.T) {
 		for _, payload := range payloads {
 			for _, k := range leaves {
 				for _, nj := range jobs {
-					cfg := Config{Leaves: k, Jobs: nj, Rate: float64(rate), Delay: *flagDelay, Loss: loss, Seed: *flagSeed,
+					cfg := Config{Leaves: k, Jobs: nj, Rate: float64(rate), Delay: *flagDelay, Loss: loss, LossOnly: *flagLossDir, Seed: *flagSeed,
 						UplinkRate: float64(upRate), UplinkDelay: *flagUpDelay, UplinkQueue: *flagUpQueue,
 						Session:  aggregation.Config{PacketSize: payload, QPs: *flagQPs, PacketsPerMessage: *flagPkts, DType: dtype, RetransmitTimeout: *flagRTO},
 						Elements: size / 4, Iters: *flagIters, Warmup: *flagWarmup, Ring: *flagRing}
@@ -436,6 +437,7 @@ func TestConfigRefused(t *testing.T) {
 		"neg delay":   func(c *Config) { c.Delay = -1 },
 		"uneven tree": func(c *Config) { c.Workers, c.Leaves = 6, 4 },
 		"neg leaves":  func(c *Config) { c.Leaves = -1 },
+		"loss only":   func(c *Config) { c.LossOnly = "sideways" },
 		"neg uplink":  func(c *Config) { c.Leaves, c.UplinkRate = 2, -1 },
 	} {
 		c := ok
@@ -475,6 +477,33 @@ func TestSimLargeJob(t *testing.T) {
 				t.Errorf("%d workers: %d result probes (%d fast resends)", tc.workers, rep.ResultProbes, rep.FastRetransmissions)
 			}
 			t.Logf("%v virtual per all-reduce, %d resends, %d fast, %d result probes", time.Duration(rep.MedianNs), rep.Retransmissions, rep.FastRetransmissions, rep.ResultProbes)
+		})
+	}
+}
+
+// TestSimLossOnly: -loss-only keeps the loss to one direction of the
+// workers' links. Lost on the way up, a packet write leaves a PSN gap the
+// switch names in a gap notice; lost on the way down, a result leaves the
+// switch nothing to see, so no notice comes and the workers' own evidence
+// repairs it.
+func TestSimLossOnly(t *testing.T) {
+	for _, dir := range []string{"up", "down"} {
+		t.Run(dir, func(t *testing.T) {
+			cfg := Config{Workers: 4, Rate: 10e9, Loss: 0.03, LossOnly: dir, Seed: 11, Session: aggregation.Config{Writes: aggregation.PacketWrites},
+				Elements: 64 << 10, Iters: 2, Warmup: 1}
+			var rep Report
+			synctest.Test(t, func(t *testing.T) {
+				var err error
+				if rep, err = Run(t.Context(), cfg); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if !rep.Verified || rep.LinkLost == 0 || rep.Retransmissions == 0 || rep.LossOnly != dir {
+				t.Fatalf("verified %v, %d lost, %d resends, loss_only %q", rep.Verified, rep.LinkLost, rep.Retransmissions, rep.LossOnly)
+			}
+			if got := rep.GapNotices > 0; got != (dir == "up") {
+				t.Errorf("loss only %s: %d gap notices", dir, rep.GapNotices)
+			}
 		})
 	}
 }
