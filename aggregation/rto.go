@@ -43,14 +43,19 @@ func (s *lane) rto(st *qpState) time.Duration {
 		// resends.
 		est = &e.est.joinRTT
 	}
-	if est.Samples() == 0 && e.est.backedOff > 0 {
+	if e.est.rtt.Samples() == 0 && e.est.backedOff > 0 && !st.msg.joining {
 		// Karn's algorithm (RFC 6298 sections 3 and 5.5–5.7): until a
 		// round trip is measured, a timeout backed off is kept for new
 		// messages. Otherwise, on a path slower than the floor (a link
 		// behind a queue, rxe under emulation), every new message times
 		// out before its first result, is resent, and so never gives
-		// the unambiguous sample that would set the timeout. Once there
-		// are samples the estimate leads: carried over, the backoff of a
+		// the unambiguous sample that would set the timeout — neither
+		// does the joining estimate, whose round-0 messages of one
+		// packet are measured: on a 20 Mbit/s link it kept every
+		// message's timeout at a third of its time to result, and
+		// no message ever came back unresent (docs/benchmarks.md
+		// "Linked bench: the default", slow links). Once there are
+		// samples the estimate leads: carried over, the backoff of a
 		// QP whose every first transmission is lost would grow from
 		// message to message up to the peer timeout.
 		floor = min(max(floor, e.est.backedOff), s.cfg.MaxRetransmitTimeout)

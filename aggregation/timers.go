@@ -244,7 +244,6 @@ func (s *lane) spurious(st *qpState, r resultKind, now time.Time) bool {
 // transmission.
 func (s *lane) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 	e := &s.eng
-	e.est.backedOff = 0
 	e.clock.rackProgress = timing.Later(e.clock.rackProgress, xmit.Add(r))
 	if st.msg.joining {
 		// A QP's first message of a call is round 0, one packet: on an
@@ -256,6 +255,10 @@ func (s *lane) sampleRTT(st *qpState, r time.Duration, xmit time.Time) {
 		// by step", the QP's first message of a call).
 		e.est.joinRTT.Sample(r)
 	} else {
+		// Only a whole message's time to result ends Karn's backoff
+		// (rto): a round 0's, one packet, says nothing of a message
+		// behind a queue.
+		e.est.backedOff = 0
 		e.est.rtt.Sample(r)
 		e.est.rack.min.Sample(r)
 		e.est.standing.Sample(xmit.Add(r), r, e.est.rtt.SRTT())
