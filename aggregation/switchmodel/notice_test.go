@@ -127,9 +127,7 @@ func TestGapNotice(t *testing.T) {
 // says so. A job without notices drops it as the wrong length.
 func TestTailProbe(t *testing.T) {
 	const n = 3
-	job := testJob(1, n, 1, tBase, tSlots, 4*tVals)
-	job.GapNotices = true
-	p := mustPipeline(t, job)
+	job, p := noticeJob(t, n)
 	id := wire.PacketMsgID(0x11, 0, 4)
 	slot := uint32(tBase)
 	send := func(p *Pipeline, job *wire.Job, rank int, psn uint32, payload []int32) *Metadata {
@@ -184,10 +182,7 @@ func TestTailProbe(t *testing.T) {
 // complete — and, like any tail probe, with a notice when its sender's
 // contribution is missing; it adds nothing to the slot.
 func TestResultProbe(t *testing.T) {
-	const n = 3
-	job := testJob(1, n, 1, tBase, tSlots, 4*tVals)
-	job.GapNotices = true
-	p := mustPipeline(t, job)
+	job, p := noticeJob(t, 3)
 	id := wire.PacketMsgID(0x21, 0, 4)
 	send := func(rank int, psn uint32, payload []int32, e1 int8) *Metadata {
 		t.Helper()
@@ -239,4 +234,13 @@ func TestResultProbe(t *testing.T) {
 	}
 	// A plain tail probe into the complete slot still brings nothing.
 	check("rank 1's tail probe, slot complete", send(1, 21, nil, 0), Drop, DropTailProbe, false)
+}
+
+// noticeJob is a job of n workers, one QP each, that takes gap notices,
+// and a pipeline that runs it.
+func noticeJob(t *testing.T, n int) (*wire.Job, *Pipeline) {
+	t.Helper()
+	job := testJob(1, n, 1, tBase, tSlots, 4*tVals)
+	job.GapNotices = true
+	return job, mustPipeline(t, job)
 }
