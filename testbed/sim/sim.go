@@ -277,6 +277,8 @@ func (cfg *Config) withDefaults() error {
 		return fmt.Errorf("sim: delay %v, queue %d, negative: %w", cfg.Delay, cfg.Queue, ErrConfig)
 	case cfg.Leaves < 0 || cfg.Leaves > 0 && cfg.Workers%cfg.Leaves != 0:
 		return fmt.Errorf("sim: %d workers under %d leaves: not a whole number per leaf: %w", cfg.Workers, cfg.Leaves, ErrConfig)
+	case cfg.Session.Wire != 0 && cfg.Session.Wire != 32:
+		return fmt.Errorf("sim: a %d-bit wire: the simulator's ceilings and result check are the 32-bit wire's (the bench runs the 16-bit wire): %w", cfg.Session.Wire, ErrConfig)
 	case cfg.LossOnly != "" && cfg.LossOnly != "up" && cfg.LossOnly != "down":
 		return fmt.Errorf("sim: loss only %q: give up (worker to switch), down (switch to worker) or nothing (both): %w", cfg.LossOnly, ErrConfig)
 	case cfg.UplinkRate < 0 || cfg.UplinkDelay < 0 || cfg.UplinkQueue < 0:

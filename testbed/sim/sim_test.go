@@ -438,6 +438,7 @@ func TestConfigRefused(t *testing.T) {
 		"uneven tree": func(c *Config) { c.Workers, c.Leaves = 6, 4 },
 		"neg leaves":  func(c *Config) { c.Leaves = -1 },
 		"loss only":   func(c *Config) { c.LossOnly = "sideways" },
+		"16-bit wire": func(c *Config) { c.Session.Wire = 16 },
 		"neg uplink":  func(c *Config) { c.Leaves, c.UplinkRate = 2, -1 },
 	} {
 		c := ok
