@@ -212,7 +212,13 @@ func TestWirePacketsLoss(t *testing.T) {
 	if partial == 0 {
 		t.Fatalf("packets arrived per datagram %v: the loss rules dropped whole GSO datagrams", per)
 	}
-	if c.LossDrops+uint64(got.Load()) != run*dgrams {
-		t.Fatalf("%d packets arrived and %d dropped by the loss rules, of %d sent", got.Load(), c.LossDrops, run*dgrams)
+	// Every packet sent arrived or was dropped by the loss rules. The
+	// rules drop any IPv4 packet on the links, so a packet of the lab's
+	// own (an IGMP report when a link comes up, say) may add to the drops: a
+	// few more than the test's are not a miscount (one such run: 228
+	// arrived, 253 dropped, of 480).
+	const others = 4
+	if n := uint64(got.Load()); n > run*dgrams || c.LossDrops+n < run*dgrams || c.LossDrops+n > run*dgrams+others {
+		t.Fatalf("%d packets arrived and %d dropped by the loss rules, of %d sent", n, c.LossDrops, run*dgrams)
 	}
 }
