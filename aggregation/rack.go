@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/swml-rdma/swml-rdma/aggregation/internal/timing"
-	"github.com/swml-rdma/swml-rdma/aggregation/wire"
 )
 
 // rackState is RACK's view of the session's QPs (RFC 8985 section 6.2,
@@ -231,26 +230,8 @@ func (s *lane) fastRetransmit(st *qpState, now time.Time) error {
 func (s *lane) probeUpTo(st *qpState, now time.Time, upto int) error {
 	s.restartTimer(st, now)
 	st.pkts.retransmit(upto, now, s.eng.est.rack.minRTT())
-	m := &st.msg
-	recv := s.recvOff(m.id, st.index)
-	p := &st.pkts
-	wrs := s.eng.scratch.pktWRs[:0]
-	for k := range s.cfg.PacketsPerMessage {
-		if !p.inSent(k) {
-			continue
-		}
-		wr := s.packetWR(st, recv, k, 0)
-		wr.Imm = uint32(wire.MakeImm(wire.PacketMsgID(m.id, k, s.pktBits), m.e0, wire.ResultProbe))
-		wrs = append(wrs, wr)
-	}
-	s.eng.scratch.pktWRs = wrs
-	st.pkts.resent = 0
-	if len(wrs) == 0 {
-		return nil
-	}
-	wrs[len(wrs)-1].Signaled = true
-	s.stats.resultProbes.Add(uint64(len(wrs)))
-	return s.transmit(st, wrs, len(wrs), 0)
+	st.pkts.resent = 0 // a probe's answer is no second result (dupResult)
+	return s.transmitPackets(st, true)
 }
 
 // later is the later of a and b.

@@ -100,7 +100,7 @@ func (s *lane) post(st *qpState, e0 int8, now time.Time) error {
 	s.startTimer(st, now)
 	s.stats.messages.Add(1)
 	if s.pktWrites {
-		return s.transmitPackets(st)
+		return s.transmitPackets(st, false)
 	}
 	return s.transmit(st, m.wr[:], s.cfg.PacketsPerMessage, s.msgBytes)
 }
@@ -143,11 +143,15 @@ func (s *lane) transmit(st *qpState, wrs []verbs.SendWR, packets, bytes int) err
 // ONLY WITH IMMEDIATE: packet k goes to pool index pool+2k with the packet
 // message id of k, lands at its own offset of the receive region, and is
 // answered by a one-packet result. While the job sees loss and takes gap
-// notices, a tail probe follows them (notice.go). Only the last work
-// request is signaled: its completion stands for all of them (st.queued
-// counts one).
-func (s *lane) transmitPackets(st *qpState) error {
-	ps := s.cfg.PacketSize
+// notices, a tail probe follows them (notice.go). With probes, each packet
+// goes as a result probe instead, without its payload (rack.go,
+// probeUpTo), and no tail probe follows. Only the last work request is
+// signaled: its completion stands for all of them (st.queued counts one).
+func (s *lane) transmitPackets(st *qpState, probes bool) error {
+	ps, e1 := s.cfg.PacketSize, st.msg.e1
+	if probes {
+		ps, e1 = 0, wire.ResultProbe
+	}
 	m := &st.msg
 	recv := s.recvOff(m.id, st.index)
 	p := &st.pkts
@@ -157,15 +161,18 @@ func (s *lane) transmitPackets(st *qpState) error {
 		if !p.inSent(k) {
 			continue
 		}
-		wrs = append(wrs, s.packetWR(st, recv, k, ps))
+		wrs = append(wrs, s.packetWR(st, recv, k, ps, e1))
 		last = k
 	}
 	n := len(wrs)
-	if last >= 0 && s.notices && s.pktWrites && s.adapt.lossy() {
+	switch {
+	case probes:
+		s.stats.resultProbes.Add(uint64(n))
+	case last >= 0 && s.notices && s.pktWrites && s.adapt.lossy():
 		// The switch sees the tail probe's PSN: the loss of the last
 		// packet, or of any before it, comes back as a notice. Without
 		// loss it would only cost a packet per message.
-		wrs = append(wrs, s.packetWR(st, recv, last, 0))
+		wrs = append(wrs, s.packetWR(st, recv, last, 0, e1))
 		s.stats.tailProbes.Add(1)
 	}
 	s.eng.scratch.pktWRs = wrs
@@ -177,8 +184,9 @@ func (s *lane) transmitPackets(st *qpState) error {
 }
 
 // packetWR is the work request of packet k of st's message in flight, n
-// bytes of it (0: a tail probe), its receive region at recv.
-func (s *lane) packetWR(st *qpState, recv uint64, k, n int) verbs.SendWR {
+// bytes of it (0: a tail or result probe), its receive region at recv,
+// with e1 in its immediate.
+func (s *lane) packetWR(st *qpState, recv uint64, k, n int, e1 int8) verbs.SendWR {
 	m := &st.msg
 	off := uint64(k * s.cfg.PacketSize)
 	return verbs.SendWR{
@@ -187,7 +195,7 @@ func (s *lane) packetWR(st *qpState, recv uint64, k, n int) verbs.SendWR {
 		Local:      verbs.SGE{Addr: st.sendOff + off, Length: uint32(n), LKey: s.mr.LKey()},
 		RemoteAddr: recv + off,
 		RKey:       uint32(st.pool.Add(k) | wire.PoolIndex(m.set)),
-		Imm:        uint32(wire.MakeImm(wire.PacketMsgID(m.id, k, s.pktBits), m.e0, m.e1)),
+		Imm:        uint32(wire.MakeImm(wire.PacketMsgID(m.id, k, s.pktBits), m.e0, e1)),
 	}
 }
 

@@ -313,7 +313,7 @@ func (s *lane) resendUpTo(st *qpState, now time.Time, upto int) error {
 // latest transmission) and, when it is the message's first resend, keeps
 // them for dupResult.
 func (s *lane) transmitResend(st *qpState) error {
-	if err := s.transmitPackets(st); err != nil {
+	if err := s.transmitPackets(st, false); err != nil {
 		return err
 	}
 	st.pkts.resent = 0
