@@ -42,10 +42,12 @@ type NICConfig struct {
 	// Device is an ibverbs device name (rxe0, mlx5_0); "" picks the one
 	// holding Addr's GID. Soft ignores it.
 	Device string
-	// BusyPoll is how long the engine polls an empty CQ of an ibverbs
-	// device before it blocks on the completion channel
-	// (ibverbs.Device.SetBusyPoll): 0 keeps the device's default (20 µs,
-	// none on Soft-RoCE), negative turns it off. Soft ignores it.
+	// BusyPoll is how long a worker polls before it sleeps: the engine an
+	// empty CQ of an ibverbs device before it blocks on the completion
+	// channel (ibverbs.Device.SetBusyPoll; by default 20 µs, none on
+	// Soft-RoCE), the soft NIC's receive goroutine an empty socket
+	// (soft.Config.BusyPoll; by default udp.DefaultBusyPoll). 0 keeps the
+	// default, negative turns it off.
 	BusyPoll time.Duration
 	// Offload is the soft NIC's UDP GSO/GRO setting.
 	Offload udp.Offload
@@ -72,7 +74,11 @@ func OpenNIC(cfg NICConfig) (verbs.Device, error) {
 		}
 		return d, nil
 	case NICSoft:
-		d, err := soft.Open(soft.Config{Addr: cfg.Addr.Unmap(), Offload: cfg.Offload})
+		spin := cfg.BusyPoll
+		if spin == 0 {
+			spin = udp.DefaultBusyPoll
+		}
+		d, err := soft.Open(soft.Config{Addr: cfg.Addr.Unmap(), Offload: cfg.Offload, BusyPoll: spin})
 		if err != nil {
 			return nil, fmt.Errorf("join: soft NIC at %v: %w", cfg.Addr, err)
 		}
@@ -86,6 +92,24 @@ func OpenNIC(cfg NICConfig) (verbs.Device, error) {
 	default:
 		return nil, fmt.Errorf("join: NIC kind %q: %w (%s or %s)", cfg.Kind, ErrNICKind, NICSoft, NICIbverbs)
 	}
+}
+
+// ParseBusyPoll reads a busy-poll setting (NICConfig.BusyPoll; the
+// worker's and the switch's --busy-poll, libswml's SWML_BUSY_POLL): auto or
+// empty (0: the default), off or 0 (negative: none), or a positive
+// duration.
+func ParseBusyPoll(s string) (time.Duration, error) {
+	switch s {
+	case "auto", "":
+		return 0, nil
+	case "off", "0":
+		return -1, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q: give a positive duration (e.g. 20us), off, or auto", s)
+	}
+	return d, nil
 }
 
 // WaitForController polls the controller's TCP port until it accepts, ctx

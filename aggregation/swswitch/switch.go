@@ -64,6 +64,10 @@ type Config struct {
 	// Offload selects UDP GSO/GRO (default udp.OffloadAuto). Results are
 	// ordered so that each worker's packets form runs GSO can send whole.
 	Offload udp.Offload
+	// BusyPoll is how long each reader polls its empty socket before it
+	// sleeps (udp.Config.BusyPoll; 0: it does not): udp.DefaultBusyPoll
+	// for the switch daemon, a process of its own.
+	BusyPoll time.Duration
 	// ICRC selects which requests are verified (default ICRCVerify).
 	ICRC ICRCPolicy
 	// IngressLoss and EgressLoss drop that fraction of requests and of
@@ -287,6 +291,7 @@ func newSwitchEndpoints(cfg *Config) ([]udp.Endpoint, error) {
 	ucfg := udp.Config{
 		Addr: cfg.Addr, Port: cfg.Port, BatchSize: cfg.BatchSize, SocketBuffer: cfg.SocketBuffer,
 		Capture: cfg.Capture, RecvLoss: cfg.IngressLoss, SendLoss: cfg.EgressLoss, Seed: cfg.Seed, Offload: cfg.Offload,
+		BusyPoll: cfg.BusyPoll,
 	}
 	if cfg.Cores > 1 && udp.ReusePortSteering() {
 		prog, err := bpf.Assemble(readerProgram(cfg.Cores, cfg.Addr.Is6(), skfNetOff))

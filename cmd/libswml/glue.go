@@ -104,6 +104,11 @@ type openArgs struct {
 	msgSize       int                // 0: $SWML_MSG_SIZE, else the job's default (aggregation.DefaultGeometry)
 	writes        aggregation.Writes // from $SWML_WRITES (resolve), else auto
 	noGapNotices  bool               // $SWML_GAP_NOTICES false
+	// busyPoll is $SWML_BUSY_POLL (join.ParseBusyPoll); unset, the
+	// userspace NIC does not busy-poll: the process is a training
+	// program's, whose CPUs its model needs (docs/benchmarks.md
+	// "Busy-polling the sockets").
+	busyPoll time.Duration
 	// wire is $SWML_WIRE (resolve): wireAuto (unset: bfloat16 and float16
 	// on the 16-bit wire where the switch has one, float32 on the 32-bit
 	// wire), wire16 (every float type on the 16-bit wire, or fail) or
@@ -233,6 +238,15 @@ func (o *openArgs) resolve() error {
 	}
 	if o.timeout <= 0 {
 		o.timeout = 60 * time.Second
+	}
+	if v := getenv("SWML_BUSY_POLL"); v != "" {
+		d, err := join.ParseBusyPoll(v)
+		if err != nil {
+			return inval("swml: SWML_BUSY_POLL=%v", err)
+		}
+		o.busyPoll = d
+	} else if o.nic == join.NICSoft {
+		o.busyPoll = -1
 	}
 	return o.protocol()
 }
@@ -468,7 +482,7 @@ func open(o openArgs) (int64, error) {
 		list = append(list, join.Session{ID: i32ID, DType: wire.Int32, Wire: 32, Name: "int32"})
 	}
 	j, err := join.Join(ctx, join.Options{
-		NIC:        join.NICConfig{Kind: o.nic, Addr: netip.MustParseAddr(o.addr).Unmap(), Device: o.device},
+		NIC:        join.NICConfig{Kind: o.nic, Addr: netip.MustParseAddr(o.addr).Unmap(), Device: o.device, BusyPoll: o.busyPoll},
 		Controller: o.controller, ConnectTimeout: timeout, TLS: o.tls, RegistrationToken: o.registrationToken,
 		Log:     slog.New(slog.NewTextHandler(os.Stderr, nil)).With("rank", o.rank),
 		Session: cfg, Sessions: list,

@@ -17,7 +17,7 @@ import (
 
 func TestResolve(t *testing.T) {
 	for _, e := range []string{"SWML_CONTROLLER", "SWML_SESSION_ID", "SWML_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SWML_WORKERS", "WORLD_SIZE",
-		"OMPI_COMM_WORLD_SIZE", "SWML_NIC", "SWML_ADDR", "SWML_DEVICE", "SWML_PEER_TIMEOUT", "SWML_QPS", "SWML_THREADS", "SWML_PACKET_SIZE", "SWML_MSG_SIZE", "SWML_WRITES", "SWML_WIRE", "SWML_GAP_NOTICES"} {
+		"OMPI_COMM_WORLD_SIZE", "SWML_NIC", "SWML_ADDR", "SWML_DEVICE", "SWML_PEER_TIMEOUT", "SWML_QPS", "SWML_THREADS", "SWML_PACKET_SIZE", "SWML_MSG_SIZE", "SWML_WRITES", "SWML_WIRE", "SWML_GAP_NOTICES", "SWML_BUSY_POLL"} {
 		t.Setenv(e, "")
 	}
 	// torchrun's environment fills rank and size; the address follows the rank.
@@ -55,6 +55,19 @@ func TestResolve(t *testing.T) {
 		t.Error("SWML_GAP_NOTICES=false left gap notices on")
 	}
 	t.Setenv("SWML_GAP_NOTICES", "")
+	// The userspace NIC of a training process does not busy-poll unless
+	// asked; an ibverbs device keeps its own default.
+	if o := (openArgs{sessionID: 1, rank: 0, workers: 1}); o.resolve() != nil || o.busyPoll >= 0 {
+		t.Errorf("soft NIC busy-polls %v by default, want off (negative)", o.busyPoll)
+	}
+	if o := (openArgs{sessionID: 1, rank: 0, workers: 1, nic: "ibverbs", addr: "10.0.0.1"}); o.resolve() != nil || o.busyPoll != 0 {
+		t.Errorf("ibverbs busy-poll %v by default, want 0 (the device's default)", o.busyPoll)
+	}
+	t.Setenv("SWML_BUSY_POLL", "50us")
+	if o := (openArgs{sessionID: 1, rank: 0, workers: 1}); o.resolve() != nil || o.busyPoll != 50*time.Microsecond {
+		t.Errorf("SWML_BUSY_POLL=50us resolved to %v", o.busyPoll)
+	}
+	t.Setenv("SWML_BUSY_POLL", "")
 	bad := []struct {
 		env  [2]string
 		o    openArgs
@@ -78,6 +91,7 @@ func TestResolve(t *testing.T) {
 		{[2]string{"SWML_PEER_TIMEOUT", "soon"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "SWML_PEER_TIMEOUT"},
 		{[2]string{"SWML_WRITES", "whole"}, openArgs{sessionID: 1, rank: 0, workers: 1}, "SWML_WRITES"},
 		{[2]string{"SWML_GAP_NOTICES", "maybe"}, openArgs{sessionID: 1, rank: 0, workers: 1}, `SWML_GAP_NOTICES "maybe": give true or false`},
+		{[2]string{"SWML_BUSY_POLL", "fast"}, openArgs{sessionID: 1, rank: 0, workers: 1}, `SWML_BUSY_POLL="fast": give a positive duration (e.g. 20us), off, or auto`},
 		{[2]string{"SWML_WIRE", "8"}, openArgs{sessionID: 1, rank: 0, workers: 1}, `SWML_WIRE="8": use auto`},
 		{[2]string{"SWML_WIRE", "16"}, openArgs{sessionID: 1, rank: 0, workers: 1 << 15}, "SWML_WORKERS: Workers is 32768: the 16-bit wire holds at most 16384"},
 		{[2]string{}, openArgs{sessionID: 1 << 30, rank: 0, workers: 1}, "session id"},

@@ -43,6 +43,7 @@ func switchCommand() *cli.Command {
 			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics at http://`ADDR`/metrics (host:port; empty: off)", EnvVars: []string{"SWML_METRICS_ADDR"}, Category: "output"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (runtime/pprof) of the switch daemon, until it stops, to `FILE`", EnvVars: []string{"SWML_CPUPROFILE"}, Category: "output"},
 			&cli.UintFlag{Name: "pool-size", Value: switchmodel.DefaultPoolSize, Usage: "aggregation slots shared by all jobs", EnvVars: []string{"SWML_POOL_SIZE"}, Category: "switch"},
+			&cli.StringFlag{Name: "busy-poll", Value: "auto", Usage: "how long a reader polls its empty socket, giving the CPU away between tries, before it sleeps: a `DURATION`, off, or auto (50µs; docs/benchmarks.md \"Busy-polling the sockets\")", EnvVars: []string{"SWML_SWITCH_BUSY_POLL"}, Category: "switch"},
 			&cli.IntFlag{Name: "cores", Value: 1, Usage: "cores that process packets, each owning whole QPs and their slots (docs/switch.md, \"Cores\")", EnvVars: []string{"SWML_SWITCH_CORES"}, Category: "switch"},
 			&cli.StringFlag{Name: "icrc", Value: swswitch.ICRCVerify.String(), Usage: "which requests to ICRC-check: verify (all) or verify-ipv6 (for rxe workers over IPv4, whose IPv4 ID a socket cannot see)", EnvVars: []string{"SWML_ICRC"}, Category: "switch"},
 			&cli.DurationFlag{Name: "session-timeout", Value: control.DefaultSessionTimeout, Usage: "how long a job waits for all its workers to register", EnvVars: []string{"SWML_SESSION_TIMEOUT"}, Category: "switch"},
@@ -67,6 +68,7 @@ type switchConfig struct {
 	metricsAddr    string
 	poolSize       uint32
 	cores          int
+	busyPoll       time.Duration
 	icrc           swswitch.ICRCPolicy
 	sessionTimeout time.Duration
 	loss           float64
@@ -108,6 +110,12 @@ func switchFlags(c *cli.Context) (switchConfig, error) {
 	cfg.poolSize = uint32(ps)
 	if err := checkSwitchPool(cfg.poolSize); err != nil {
 		return cfg, err
+	}
+	if cfg.busyPoll, err = parseBusyPoll(c.String("busy-poll")); err != nil {
+		return cfg, err
+	}
+	if cfg.busyPoll == 0 {
+		cfg.busyPoll = udp.DefaultBusyPoll
 	}
 	if cfg.cores = c.Int("cores"); cfg.cores < 0 || cfg.cores > swswitch.MaxCores {
 		return cfg, fmt.Errorf("--cores %d: give 1 to %d", cfg.cores, swswitch.MaxCores)
@@ -353,7 +361,7 @@ func serveSwitch(ctx context.Context, stop func(), cfg switchConfig, log *slog.L
 	}
 	cl, err := local.Start(ctx, local.Config{
 		Switch: swswitch.Config{
-			Addr: cfg.addr, Model: switchmodel.Config{PoolSize: cfg.poolSize}, ICRC: cfg.icrc, Cores: cfg.cores,
+			Addr: cfg.addr, Model: switchmodel.Config{PoolSize: cfg.poolSize}, ICRC: cfg.icrc, Cores: cfg.cores, BusyPoll: cfg.busyPoll,
 			IngressLoss: cfg.loss, EgressLoss: cfg.loss, Seed: uint64(time.Now().UnixNano()),
 			Capture: capture, Registry: reg, Logger: log, Offload: cfg.offload, Upstream: upstream,
 		},

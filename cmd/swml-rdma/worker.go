@@ -75,7 +75,7 @@ func jobMemberFlags(category string) []cli.Flag {
 		&cli.IntFlag{Name: "rank", Usage: "this worker's rank, 0 … workers-1", DefaultText: "$SWML_RANK, else $OMPI_COMM_WORLD_RANK, else $RANK", Category: cat("job")},
 		&cli.StringFlag{Name: "nic", Value: "soft", Usage: "soft (userspace RoCEv2 NIC over UDP) or ibverbs (an RDMA device through libibverbs)", EnvVars: []string{"SWML_NIC"}, Category: cat("nic")},
 		&cli.StringFlag{Name: "device", Usage: "ibverbs device `NAME`, e.g. rxe0 or mlx5_0 (default: the one whose GID is --addr; ignored by soft)", EnvVars: []string{"SWML_DEVICE"}, Category: cat("nic")},
-		&cli.StringFlag{Name: "busy-poll", Value: "auto", Usage: "ibverbs: how long to poll an empty completion queue before blocking on its channel: a `DURATION`, off, or auto (20µs; off on Soft-RoCE)", EnvVars: []string{"SWML_BUSY_POLL"}, Category: cat("nic")},
+		&cli.StringFlag{Name: "busy-poll", Value: "auto", Usage: "how long to poll before sleeping — ibverbs: an empty completion queue, before blocking on its channel; the userspace NIC: its empty socket, giving the CPU away between tries: a `DURATION`, off, or auto (ibverbs 20µs, off on Soft-RoCE; userspace NIC 50µs)", EnvVars: []string{"SWML_BUSY_POLL"}, Category: cat("nic")},
 		&cli.StringFlag{Name: "addr", Usage: "the worker's RoCE `IP`: soft binds it (default 127.0.0.<2+rank>); ibverbs uses the GID of this address", EnvVars: []string{"SWML_ADDR"}, Category: cat("nic")},
 		&cli.StringFlag{Name: "gid-index", Value: "auto", Usage: "RoCE v2 GID index: auto = the GID of --addr (the only choice today)", EnvVars: []string{"SWML_GID_INDEX"}, Category: cat("nic")},
 		&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics at http://`ADDR`/metrics while the job runs (host:port; empty: off)", EnvVars: []string{"SWML_METRICS_ADDR"}, Category: cat("output")},
@@ -236,18 +236,11 @@ func workerFlags(c *cli.Context) (workerConfig, error) {
 	return cfg, nil
 }
 
-// parseBusyPoll reads --busy-poll: auto (0: the device's default), off
-// (negative) or a positive duration.
+// parseBusyPoll reads --busy-poll (join.ParseBusyPoll).
 func parseBusyPoll(s string) (time.Duration, error) {
-	switch s {
-	case "auto", "":
-		return 0, nil
-	case "off", "0":
-		return -1, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("--busy-poll %q: give a positive duration (e.g. 20us), off, or auto", s)
+	d, err := join.ParseBusyPoll(s)
+	if err != nil {
+		return 0, fmt.Errorf("--busy-poll %w", err)
 	}
 	return d, nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/swml-rdma/swml-rdma/rdma"
 	"github.com/swml-rdma/swml-rdma/verbs"
@@ -58,6 +59,10 @@ type Config struct {
 	// GROBuffers is the number of 64 KiB GRO receive buffers (default
 	// DefaultGROBuffers; udp.Config.GROBuffers).
 	GROBuffers int
+	// BusyPoll is how long the receive goroutine polls an empty socket
+	// before it sleeps (udp.Config.BusyPoll; 0: it does not):
+	// udp.DefaultBusyPoll for a worker process's NIC.
+	BusyPoll time.Duration
 	// Endpoint, when set, is the NIC's datagram endpoint (e.g. an
 	// in-memory one, verbs/soft/udp/memlink) instead of a socket: the NIC
 	// takes it over and closes it; Addr and Port come from its LocalAddr
@@ -139,7 +144,7 @@ func Open(cfg Config) (*Device, error) {
 		c, err := udp.Listen(udp.Config{
 			Addr: cfg.Addr, Port: cfg.Port, BatchSize: cfg.BatchSize, SocketBuffer: cfg.SocketBuffer,
 			Capture: cfg.Capture, RecvLoss: cfg.RecvLoss, SendLoss: cfg.SendLoss, Seed: cfg.Seed, Offload: cfg.Offload,
-			GROBuffers: cmp.Or(cfg.GROBuffers, DefaultGROBuffers),
+			GROBuffers: cmp.Or(cfg.GROBuffers, DefaultGROBuffers), BusyPoll: cfg.BusyPoll,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("soft: open NIC: %w", err)

@@ -14,7 +14,7 @@ var nicDropReasons = []string{
 type deviceCollector struct {
 	d *Device
 
-	packets, bytes, messages, drops, cqOverruns *prometheus.Desc
+	packets, bytes, messages, drops, cqOverruns, polls *prometheus.Desc
 }
 
 // NewCollector returns a Prometheus collector of d's counters (swml_nic_…,
@@ -33,11 +33,12 @@ func NewCollector(d *Device) prometheus.Collector {
 		messages:   desc("messages_total", "RDMA WRITE messages sent (out) and completely received (in).", "direction"),
 		drops:      desc("drops_total", "Received packets dropped (and simulated losses), by reason.", "reason"),
 		cqOverruns: desc("cq_overruns_total", "Completions lost because a completion queue was full."),
+		polls:      desc("busy_polls_total", "Reads that found the socket empty and polled it (soft.Config.BusyPoll), by whether a datagram came (hit) or the read slept after all (miss).", "outcome"),
 	}
 }
 
 func (c *deviceCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.messages, c.drops, c.cqOverruns} {
+	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.messages, c.drops, c.cqOverruns, c.polls} {
 		ch <- d
 	}
 }
@@ -61,4 +62,6 @@ func (c *deviceCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.drops, drops[i], r)
 	}
 	counter(c.cqOverruns, st.CQOverrun)
+	counter(c.polls, st.Socket.RxPollHits, "hit")
+	counter(c.polls, st.Socket.RxPollMisses, "miss")
 }

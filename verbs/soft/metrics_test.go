@@ -4,6 +4,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
@@ -47,14 +48,16 @@ func nicMetric(t *testing.T, reg *prometheus.Registry, name, device, label strin
 // (a range of the cmd/swml-rdma block reserved for the metrics tests).
 func TestCollector(t *testing.T) {
 	a := newEndpoint(t, "127.11.30.2", 8192, verbs.AccessLocalWrite, Config{})
-	b := newEndpoint(t, "127.11.30.3", 8192, verbs.AccessLocalWrite|verbs.AccessRemoteWrite, Config{})
+	// b polls its empty socket for longer than the test runs: every read
+	// that finds it empty ends with a datagram (a hit), none sleeps.
+	b := newEndpoint(t, "127.11.30.3", 8192, verbs.AccessLocalWrite|verbs.AccessRemoteWrite, Config{BusyPoll: time.Minute})
 	connectPair(t, a, b, 1024)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(NewCollector(a.dev), NewCollector(b.dev))
 
 	ch := make(chan prometheus.Metric, 64)
 	NewCollector(a.dev).Collect(ch)
-	if n := len(ch); n != 2+2+2+len(nicDropReasons)+1 {
+	if n := len(ch); n != 2+2+2+len(nicDropReasons)+1+2 {
 		t.Fatalf("%d samples from one device", n)
 	}
 	b.qp.PostRecv([]verbs.RecvWR{{ID: 1}})
@@ -85,10 +88,16 @@ func TestCollector(t *testing.T) {
 		{"swml_nic_drops_total", bn, "malformed", 1},
 		{"swml_nic_drops_total", bn, "icrc", 0},
 		{"swml_nic_cq_overruns_total", bn, "", 0},
+		{"swml_nic_busy_polls_total", bn, "miss", 0},
+		{"swml_nic_busy_polls_total", an, "hit", 0},
+		{"swml_nic_busy_polls_total", an, "miss", 0},
 	} {
 		if got := nicMetric(t, reg, tc.name, tc.device, tc.label); got != tc.want {
 			t.Errorf("%s{device=%q,%q} = %v, want %v", tc.name, tc.device, tc.label, got, tc.want)
 		}
+	}
+	if got := nicMetric(t, reg, "swml_nic_busy_polls_total", bn, "hit"); got < 1 {
+		t.Errorf("busy polls that found a datagram %v, want ≥ 1", got)
 	}
 	if got := nicMetric(t, reg, "swml_nic_bytes_total", bn, "in"); got < 3000 {
 		t.Errorf("bytes in %v, want ≥ 3000", got)

@@ -27,7 +27,9 @@ func (r *runner) runRing(ctx context.Context, lab *netlab.Lab, row *Row) error {
 	for i, ns := range lab.Workers {
 		err := lab.Do(ns, func() error {
 			var err error
-			devs[i], err = join.OpenNIC(join.NICConfig{Kind: join.NICSoft, Addr: lab.WorkerAddrs[i]})
+			// Every rank's NIC in this one process: no busy-polling
+			// (udp.DefaultBusyPoll).
+			devs[i], err = join.OpenNIC(join.NICConfig{Kind: join.NICSoft, Addr: lab.WorkerAddrs[i], BusyPoll: -1})
 			return err
 		})
 		if err != nil {

@@ -2,6 +2,7 @@ package udp
 
 import (
 	"net/netip"
+	"time"
 )
 
 // DefaultBatchSize is the number of datagrams moved per system call.
@@ -33,7 +34,19 @@ type Config struct {
 	// memory: a NIC with few peers (the switch, a ring neighbour), whose
 	// datagrams arrive coalesced, needs fewer than a switch.
 	GROBuffers int
+	// BusyPoll is how long a read that finds the socket empty keeps
+	// trying, giving the CPU away between tries, before it sleeps in the
+	// runtime's poller; 0 or less: it sleeps at once. See busyPoller.
+	BusyPoll time.Duration
 }
+
+// DefaultBusyPoll is the BusyPoll of an endpoint that is its process's one
+// busy socket — a worker's NIC, the switch daemon's socket — on a host it
+// shares with its peers: about what a sleep and a wake-up cost on a
+// virtual machine (docs/benchmarks.md "Busy-polling the sockets"). Not for
+// many endpoints in one process (the embedded bench): there a wake-up is a
+// goroutine's, which costs less than the polling.
+const DefaultBusyPoll = 50 * time.Microsecond
 
 // Msg is one datagram of a batch: its bytes are Buf[Off:Off+N]. For
 // ReadBatch the datagram is stored at Buf[Off:] and N and Addr are set; for
@@ -61,4 +74,7 @@ type Stats struct {
 	// one datagram received may hold several (RxGRODatagrams).
 	TxDatagrams, TxCalls, TxGSODatagrams uint64
 	RxDatagrams, RxCalls, RxGRODatagrams uint64
+	// Reads that found the socket empty and polled it (Config.BusyPoll):
+	// RxPollHits ended with a datagram, RxPollMisses slept after all.
+	RxPollHits, RxPollMisses uint64
 }

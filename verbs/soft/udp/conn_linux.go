@@ -7,9 +7,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/swml-rdma/swml-rdma/rdma"
@@ -37,6 +39,7 @@ type Conn struct {
 	rerr  syscall.Errno
 	rfn   func(fd uintptr) bool
 	rloss *lossGen
+	rpoll busyPoller
 	// GRO: datagrams land in rbig (one 64 KiB buffer per header) and are
 	// split into packets; rcur/roff is the next packet not yet handed out.
 	gro   bool
@@ -70,6 +73,7 @@ type Conn struct {
 	rxLoss, txLoss, rxTrunc                atomic.Uint64
 	txDgrams, txCalls, txGSO               atomic.Uint64
 	rxDgrams, rxCalls, rxGRO               atomic.Uint64
+	rxPollHits, rxPollMisses               atomic.Uint64
 	closed                                 atomic.Bool
 }
 
@@ -191,6 +195,7 @@ func listenWith(cfg Config, beforeBind func(fd int) error) (*Conn, error) {
 		rhdr:  make([]mmsghdr, batch), riov: make([]unix.Iovec, batch), rname: make([][sockaddrLen]byte, batch),
 		shdr: make([]mmsghdr, batch), sname: make([][sockaddrLen]byte, batch), sgrp: make([]sendGroup, batch),
 		rloss: newLoss(cfg.RecvLoss, cfg.Seed, 1), sloss: newLoss(cfg.SendLoss, cfg.Seed, 2),
+		rpoll: newBusyPoller(cfg.BusyPoll),
 	}
 	if gso {
 		c.siov = make([]unix.Iovec, batch*gsoMaxSegments)
@@ -284,12 +289,45 @@ func (c *Conn) gsoToLocked(peer netip.Addr) bool {
 // call is that a garbage collection's stop-the-world waits for it to
 // return, which it does without blocking.
 func (c *Conn) recvmmsg(fd uintptr) bool {
-	n, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&c.rhdr[0])), uintptr(c.rreq), unix.MSG_DONTWAIT, 0, 0)
+	n, e := c.recvmmsgOnce(fd)
+	if e == unix.EAGAIN && c.rpoll.due() {
+		n, e = c.busyPoll(fd)
+	}
 	if e == unix.EAGAIN || e == unix.EINTR {
 		return false
 	}
 	c.rgot, c.rerr = int(n), e
 	return true
+}
+
+func (c *Conn) recvmmsgOnce(fd uintptr) (uintptr, syscall.Errno) {
+	n, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&c.rhdr[0])), uintptr(c.rreq), unix.MSG_DONTWAIT, 0, 0)
+	return n, e
+}
+
+// busyPoll retries recvmmsg on the empty socket for up to its budget
+// (busyPoller), giving the CPU to other threads (sched_yield) and the
+// processor to the process's other goroutines (runtime.Gosched) between
+// tries, and reading the clock every few tries. It stops at once when the
+// Conn is closed.
+func (c *Conn) busyPoll(fd uintptr) (uintptr, syscall.Errno) {
+	const every = 4
+	start := time.Now()
+	for i := 1; ; i++ {
+		_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) // never fails
+		runtime.Gosched()
+		n, e := c.recvmmsgOnce(fd)
+		if e != unix.EAGAIN {
+			c.rpoll.done(true)
+			c.rxPollHits.Add(1)
+			return n, e
+		}
+		if i%every == 0 && (c.closed.Load() || time.Since(start) >= c.rpoll.budget) {
+			c.rpoll.done(false)
+			c.rxPollMisses.Add(1)
+			return n, e
+		}
+	}
 }
 
 // recv runs one recvmmsg of c.rreq headers (blocking until at least one
@@ -685,6 +723,7 @@ func (c *Conn) Stats() Stats {
 		RxLossDropped: c.rxLoss.Load(), TxLossDropped: c.txLoss.Load(), RxTruncated: c.rxTrunc.Load(),
 		TxDatagrams: c.txDgrams.Load(), TxCalls: c.txCalls.Load(), TxGSODatagrams: c.txGSO.Load(),
 		RxDatagrams: c.rxDgrams.Load(), RxCalls: c.rxCalls.Load(), RxGRODatagrams: c.rxGRO.Load(),
+		RxPollHits: c.rxPollHits.Load(), RxPollMisses: c.rxPollMisses.Load(),
 	}
 }
 

@@ -70,14 +70,23 @@ func TestAddressInUse(t *testing.T) {
 	}
 }
 
+// TestCloseUnblocksRead: Close ends a read asleep in the poller, and one
+// that is polling its socket (Config.BusyPoll), at once.
 func TestCloseUnblocksRead(t *testing.T) {
-	c := listen(t, "127.10.0.4", Config{})
+	t.Run("asleep", func(t *testing.T) {
+		testCloseUnblocksRead(t, 0, func() { testutil.WaitBlocked(t, 1, "udp.(*Conn).ReadBatch") })
+	})
+	t.Run("polling", func(t *testing.T) { testCloseUnblocksRead(t, time.Hour, func() { waitPolling(t) }) })
+}
+
+func testCloseUnblocksRead(t *testing.T, poll time.Duration, wait func()) {
+	c := listen(t, "127.10.0.4", Config{BusyPoll: poll})
 	done := make(chan error)
 	go func() {
 		_, err := c.ReadBatch([]Msg{{Buf: make([]byte, 64)}})
 		done <- err
 	}()
-	testutil.WaitBlocked(t, 1, "udp.(*Conn).ReadBatch")
+	wait()
 	c.Close()
 	c.Close()
 	select {
