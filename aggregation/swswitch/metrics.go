@@ -17,6 +17,7 @@ type collector struct {
 	upstreamWrites, spineResults, gapNotices                                                  *prometheus.Desc
 	slotsInUse, slotsAllocated, poolSize, jobs                                                *prometheus.Desc
 	corePackets, cores                                                                        *prometheus.Desc
+	datagrams, syscalls, polls                                                                *prometheus.Desc
 	coreLabels                                                                                []string // "0", "1", …
 }
 
@@ -35,6 +36,9 @@ func newCollector(s *Switch) *collector {
 		cores:           d("cores", "Cores processing packets, each owning whole QPs and their slots."),
 		packets:         d("packets_total", "RoCEv2 datagrams received (in, before ingress loss) and sent (out, after egress loss).", "direction"),
 		bytes:           d("bytes_total", "UDP payload bytes received and sent.", "direction"),
+		datagrams:       d("datagrams_total", "Kernel datagrams that carried the packets, received and sent: with UDP GRO/GSO one datagram holds a run of packets (packets_total ÷ datagrams_total is the run's length).", "direction"),
+		syscalls:        d("socket_calls_total", "recvmmsg (in) and sendmmsg (out) system calls that moved datagrams.", "direction"),
+		polls:           d("busy_polls_total", "Reads that found a socket empty and polled it before sleeping (--busy-poll), by whether a datagram came (hit) or the read slept after all (miss).", "outcome"),
 		aggregated:      d("aggregated_total", "New contributions added into a slot."),
 		retransmissions: d("retransmissions_total", "Requests recognised as retransmissions by the bitmap."),
 		completed:       d("slots_completed_total", "Slots completed and broadcast to every worker of the job."),
@@ -54,7 +58,8 @@ func newCollector(s *Switch) *collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.aggregated, c.retransmissions, c.completed, c.unicasts,
-		c.results, c.skipped, c.drops, c.upstreamWrites, c.spineResults, c.gapNotices, c.slotsInUse, c.slotsAllocated, c.poolSize, c.jobs, c.corePackets, c.cores} {
+		c.results, c.skipped, c.drops, c.upstreamWrites, c.spineResults, c.gapNotices, c.slotsInUse, c.slotsAllocated, c.poolSize, c.jobs, c.corePackets, c.cores,
+		c.datagrams, c.syscalls, c.polls} {
 		ch <- d
 	}
 }
@@ -71,6 +76,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.packets, st.PacketsOut, "out")
 	counter(c.bytes, st.BytesIn, "in")
 	counter(c.bytes, st.BytesOut, "out")
+	counter(c.datagrams, st.DatagramsIn, "in")
+	counter(c.datagrams, st.DatagramsOut, "out")
+	counter(c.syscalls, st.RecvCalls, "in")
+	counter(c.syscalls, st.SendCalls, "out")
+	counter(c.polls, st.PollHits, "hit")
+	counter(c.polls, st.PollMisses, "miss")
 	counter(c.aggregated, st.Model.Aggregated)
 	counter(c.retransmissions, st.Model.Retransmissions)
 	counter(c.completed, st.Model.Completed)

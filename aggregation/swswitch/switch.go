@@ -616,11 +616,14 @@ type Stats struct {
 	// UDP GSO/GRO one datagram holds a run of packets.
 	DatagramsIn, RecvCalls  uint64
 	DatagramsOut, SendCalls uint64
-	Model                   switchmodel.Counters
-	SlotsInUse              int64  // (slot, set) pairs holding a partial sum
-	SlotsAllocated          uint64 // slots owned by installed jobs
-	PoolSize                uint32
-	Jobs                    int
+	// Reads that found a socket empty and polled it (Config.BusyPoll):
+	// PollHits ended with a datagram, PollMisses slept after all.
+	PollHits, PollMisses uint64
+	Model                switchmodel.Counters
+	SlotsInUse           int64  // (slot, set) pairs holding a partial sum
+	SlotsAllocated       uint64 // slots owned by installed jobs
+	PoolSize             uint32
+	Jobs                 int
 	// CorePackets[c] is the requests core c's pipeline processed (its
 	// Model.Packets): how evenly the core key spreads the load.
 	CorePackets []uint64
@@ -711,6 +714,8 @@ func (s *Switch) Stats() Stats {
 		st.RecvCalls += cs.RxCalls
 		st.DatagramsOut += cs.TxDatagrams
 		st.SendCalls += cs.TxCalls
+		st.PollHits += cs.RxPollHits
+		st.PollMisses += cs.RxPollMisses
 		st.Model.Drops[switchmodel.DropIngressLoss] += cs.RxLossDropped
 		st.Model.Drops[switchmodel.DropEgressLoss] += cs.TxLossDropped
 		st.Model.Drops[switchmodel.DropMalformed] += cs.RxTruncated

@@ -107,6 +107,12 @@ func (tc endToEnd) runWidth(t *testing.T, fb fabric, eb uint8) {
 	checkMetric(t, reg, "swml_switch_drops_total", "reason", "ingress_loss", float64(st.Drops(switchmodel.DropIngressLoss)))
 	checkMetric(t, reg, "swml_switch_slots_allocated", "", "", float64(tc.q*tc.ppm))
 	checkMetric(t, reg, "swml_switch_cores", "", "", float64(fb.cores))
+	checkMetric(t, reg, "swml_switch_datagrams_total", "direction", "in", float64(st.DatagramsIn))
+	checkMetric(t, reg, "swml_switch_socket_calls_total", "direction", "out", float64(st.SendCalls))
+	checkMetric(t, reg, "swml_switch_busy_polls_total", "outcome", "hit", float64(st.PollHits))
+	if st.DatagramsIn == 0 || st.DatagramsIn > st.PacketsIn || st.RecvCalls == 0 || st.RecvCalls > st.DatagramsIn {
+		t.Errorf("%d packets in %d datagrams in %d calls: want 1 ≤ calls ≤ datagrams ≤ packets", st.PacketsIn, st.DatagramsIn, st.RecvCalls)
+	}
 	for i, n := range st.CorePackets {
 		checkMetric(t, reg, "swml_switch_core_packets_total", "core", strconv.Itoa(i), float64(n))
 	}
