@@ -8,9 +8,9 @@ import "time"
 // when the reader's CPU is idle, a virtual machine exit on a VM) and two
 // context switches. Where the sender answers within microseconds — a
 // worker and the software switch on one host, the unshaped network lab —
-// nearly every datagram used to wake a sleeping reader: 1 900 wake-ups and
-// 2 800 context switches per 16 MiB all-reduce of 4 workers, against 170
-// for Gloo's ranks. Polling a little longer, with the CPU given to every
+// nearly every datagram used to wake a sleeping reader: 1 680 wake-ups and
+// 2 470 context switches per 16 MiB all-reduce of 4 workers, against 100
+// and 170 for Gloo's ranks. Polling a little longer, with the CPU given to every
 // other runnable thread between tries (sched_yield) and to the process's
 // other goroutines (runtime.Gosched), catches the next datagram without a
 // sleep; where the gaps are long (a shaped link), a poll that found

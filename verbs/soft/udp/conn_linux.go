@@ -300,6 +300,7 @@ func (c *Conn) recvmmsg(fd uintptr) bool {
 	return true
 }
 
+// recvmmsgOnce is one recvmmsg of c.rreq headers that does not wait.
 func (c *Conn) recvmmsgOnce(fd uintptr) (uintptr, syscall.Errno) {
 	n, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&c.rhdr[0])), uintptr(c.rreq), unix.MSG_DONTWAIT, 0, 0)
 	return n, e
