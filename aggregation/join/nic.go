@@ -74,11 +74,7 @@ func OpenNIC(cfg NICConfig) (verbs.Device, error) {
 		}
 		return d, nil
 	case NICSoft:
-		spin := cfg.BusyPoll
-		if spin == 0 {
-			spin = udp.DefaultBusyPoll
-		}
-		d, err := soft.Open(soft.Config{Addr: cfg.Addr.Unmap(), Offload: cfg.Offload, BusyPoll: spin})
+		d, err := soft.Open(soft.Config{Addr: cfg.Addr.Unmap(), Offload: cfg.Offload, BusyPoll: udp.BusyPollOrDefault(cfg.BusyPoll)})
 		if err != nil {
 			return nil, fmt.Errorf("join: soft NIC at %v: %w", cfg.Addr, err)
 		}

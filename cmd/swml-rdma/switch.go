@@ -114,9 +114,7 @@ func switchFlags(c *cli.Context) (switchConfig, error) {
 	if cfg.busyPoll, err = parseBusyPoll(c.String("busy-poll")); err != nil {
 		return cfg, err
 	}
-	if cfg.busyPoll == 0 {
-		cfg.busyPoll = udp.DefaultBusyPoll
-	}
+	cfg.busyPoll = udp.BusyPollOrDefault(cfg.busyPoll)
 	if cfg.cores = c.Int("cores"); cfg.cores < 0 || cfg.cores > swswitch.MaxCores {
 		return cfg, fmt.Errorf("--cores %d: give 1 to %d", cfg.cores, swswitch.MaxCores)
 	}

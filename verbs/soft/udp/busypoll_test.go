@@ -29,3 +29,11 @@ func TestBusyPollerBacksOff(t *testing.T) {
 		t.Fatalf("read %d after a fruitless poll does not poll", busyPollBackoff)
 	}
 }
+
+func TestBusyPollOrDefault(t *testing.T) {
+	for _, tc := range []struct{ in, want time.Duration }{{0, DefaultBusyPoll}, {-1, 0}, {time.Millisecond, time.Millisecond}} {
+		if got := BusyPollOrDefault(tc.in); got != tc.want {
+			t.Errorf("BusyPollOrDefault(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}

@@ -48,6 +48,16 @@ type Config struct {
 // goroutine's, which costs less than the polling.
 const DefaultBusyPoll = 50 * time.Microsecond
 
+// BusyPollOrDefault is a process's setting of its socket's BusyPoll (the
+// worker's and the switch's --busy-poll): 0 (auto) is DefaultBusyPoll,
+// negative (off) is 0.
+func BusyPollOrDefault(d time.Duration) time.Duration {
+	if d == 0 {
+		return DefaultBusyPoll
+	}
+	return max(d, 0)
+}
+
 // Msg is one datagram of a batch: its bytes are Buf[Off:Off+N]. For
 // ReadBatch the datagram is stored at Buf[Off:] and N and Addr are set; for
 // WriteBatch Buf[Off:Off+N] is sent to Addr. Off leaves headroom in front of

@@ -318,7 +318,7 @@ func (c *Conn) busyPoll(fd uintptr) (uintptr, syscall.Errno) {
 		_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) // never fails
 		runtime.Gosched()
 		n, e := c.recvmmsgOnce(fd)
-		if e != unix.EAGAIN {
+		if e != unix.EAGAIN && e != unix.EINTR {
 			c.rpoll.done(true)
 			c.rxPollHits.Add(1)
 			return n, e
@@ -326,7 +326,7 @@ func (c *Conn) busyPoll(fd uintptr) (uintptr, syscall.Errno) {
 		if i%every == 0 && (c.closed.Load() || time.Since(start) >= c.rpoll.budget) {
 			c.rpoll.done(false)
 			c.rxPollMisses.Add(1)
-			return n, e
+			return n, unix.EAGAIN
 		}
 	}
 }
